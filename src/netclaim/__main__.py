@@ -1,0 +1,5 @@
+import sys
+
+from netclaim.cli import main
+
+sys.exit(main())

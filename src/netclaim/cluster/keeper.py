@@ -1,0 +1,96 @@
+"""Keep `kubelet: false` nodes Ready: create their Node objects, renew their Leases and heartbeats.
+
+Without a kubelet, the node lifecycle controller would mark such a node NotReady and taint it
+unreachable after its grace period; the scheduler would then skip it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import threading
+
+import yaml
+from lightkube import Client, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.core_v1 import NodeCondition, NodeSpec, NodeStatus, Taint
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Node
+
+from netclaim.cluster.layout import ClusterLayout
+from netclaim.cluster.spec import ClusterSpec
+
+HEARTBEAT_SECONDS = 10
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+
+
+def _status() -> NodeStatus:
+    now = _now()
+    capacity = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+    return NodeStatus(
+        capacity=capacity,
+        allocatable=capacity,
+        conditions=[
+            NodeCondition(
+                type="Ready",
+                status="True",
+                reason="NetclaimNodeKeeper",
+                message="kept Ready by netclaim cluster keep-nodes",
+                lastHeartbeatTime=now,
+                lastTransitionTime=now,
+            )
+        ],
+    )
+
+
+def _ensure_node(client: Client, name: str, labels: dict[str, str]) -> None:
+    try:
+        client.get(Node, name)
+    except ApiError as err:
+        if err.status.code != 404:
+            raise
+        all_labels = {"kubernetes.io/hostname": name, "netclaim.dev/kubelet": "false", **labels}
+        # Tainted so that ordinary pods, which could never start there, are not scheduled onto it.
+        taint = Taint(key="netclaim.dev/kubelet-less", value="true", effect="NoSchedule")
+        client.create(Node(metadata=ObjectMeta(name=name, labels=all_labels), spec=NodeSpec(taints=[taint])))
+
+
+def heartbeat(client: Client, name: str) -> None:
+    client.apply(
+        Node.Status(metadata=ObjectMeta(name=name), status=_status()),
+        name,
+        field_manager="netclaim-node-keeper",
+        force=True,
+    )
+    client.apply(
+        Lease(
+            metadata=ObjectMeta(name=name, namespace="kube-node-lease"),
+            spec=LeaseSpec(holderIdentity=name, leaseDurationSeconds=40, renewTime=_now()),
+        ),
+        field_manager="netclaim-node-keeper",
+        force=True,
+    )
+
+
+def keep_nodes(cluster: str) -> None:
+    """Run until SIGTERM: every HEARTBEAT_SECONDS renew every kubelet-less node of the cluster."""
+    layout = ClusterLayout.for_cluster(cluster)
+    spec = ClusterSpec.model_validate(yaml.safe_load(layout.spec_copy.read_text()))
+    client = Client(KubeConfig.from_file(layout.admin_kubeconfig), field_manager="netclaim-node-keeper")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    nodes = [n for n in spec.nodes if not n.kubelet]
+    for node in nodes:
+        _ensure_node(client, node.name, node.labels)
+    while not stop.is_set():
+        for node in nodes:
+            try:
+                heartbeat(client, node.name)
+            except ApiError as err:
+                print(f"heartbeat of {node.name} failed: {err}", flush=True)
+        stop.wait(HEARTBEAT_SECONDS)

@@ -1,0 +1,415 @@
+"""One local node: a network + mount + UTS namespace ("host") with its own containerd and kubelet.
+
+Every process of a node is started with `nsenter` into one long-lived holder process, so they all
+share the node's mount namespace (kubelet's volume mounts are visible to runc) and its network
+namespace; inside it /sys is remounted, so /sys/class/net lists the node's own interfaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from netclaim.cluster import processes
+from netclaim.cluster.controlplane import FEATURE_GATES, ControlPlane
+from netclaim.cluster.images import PAUSE_IMAGE
+from netclaim.cluster.layout import ClusterLayout, NodeLayout
+from netclaim.cluster.spec import ClusterSpec, Node
+from netclaim.errors import TransientError
+
+CNI_BIN_DIR = Path("/usr/lib/cni")
+RUNC = Path("/usr/sbin/runc")
+CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
+_HOLDER = "holder"
+
+# Runs inside `unshare --mount --uts --propagation slave`: keep the machine's cgroup tree, enter the
+# node's netns, remount /sys there (so /sys/class/net is the node's), put cgroups back, then wait.
+_HOLDER_SCRIPT = """
+set -e
+hostname "$NODE"
+mkdir -p "$STASH"
+mount --rbind /sys/fs/cgroup "$STASH"
+exec nsenter --net="/run/netns/$NETNS" sh -c '
+  set -e
+  umount -l /sys
+  mount -t sysfs sysfs /sys
+  mount --move "$STASH" /sys/fs/cgroup
+  echo ready
+  exec sleep infinity'
+"""
+
+
+class LocalNode:
+    def __init__(self, spec: ClusterSpec, index: int, cluster: ClusterLayout, bin_dir: Path) -> None:
+        self.spec = spec
+        self.index = index
+        self.node: Node = spec.nodes[index]
+        self.cluster = cluster
+        self.layout: NodeLayout = cluster.node(self.node.name)
+        self.bin = bin_dir
+        self.address = spec.node_address(index)
+        self.pod_cidr = spec.node_pod_cidr(index)
+        self.pid_dir = self.layout.root / "pids"
+        self.log_dir = cluster.logs / self.node.name
+
+    # --- naming --------------------------------------------------------------------------------
+    @property
+    def uplink_peer(self) -> str:
+        return f"{self.spec.link_prefix}u{self.index}"
+
+    def nic_peer(self, nic_index: int) -> str:
+        return f"{self.spec.link_prefix}n{self.index}x{nic_index}"
+
+    # --- bring-up ------------------------------------------------------------------------------
+    def create_host(self, management_bridge: str, segment_bridges: dict[str, str]) -> None:
+        netns = self.layout.netns
+        processes.run(["ip", "netns", "add", netns])
+        processes.run(
+            ["ip", "link", "add", self.uplink_peer, "type", "veth", "peer", "name", "eth0", "netns", netns]
+        )
+        processes.run(["ip", "link", "set", self.uplink_peer, "master", management_bridge, "up"])
+        inside = ["ip", "-n", netns]
+        processes.run([*inside, "link", "set", "lo", "up"])
+        processes.run([*inside, "addr", "add", str(self.address), "dev", "eth0"])
+        processes.run([*inside, "link", "set", "eth0", "up"])
+        gateway = str(self.spec.management_gateway().ip)
+        processes.run([*inside, "route", "add", "default", "via", gateway])
+        for other in range(len(self.spec.nodes)):
+            if other != self.index and self.spec.nodes[other].kubelet:
+                processes.run(
+                    [
+                        *inside,
+                        "route",
+                        "add",
+                        str(self.spec.node_pod_cidr(other)),
+                        "via",
+                        str(self.spec.node_address(other).ip),
+                    ]
+                )
+        for nic_index, nic in enumerate(self.node.nics):
+            peer = self.nic_peer(nic_index)
+            processes.run(
+                ["ip", "link", "add", peer, "type", "veth", "peer", "name", nic.name, "netns", netns]
+            )
+            processes.run(
+                ["ip", "link", "set", peer, "mtu", str(nic.mtu), "master", segment_bridges[nic.segment], "up"]
+            )
+            settings = ["mtu", str(nic.mtu)] + (["address", nic.mac] if nic.mac else [])
+            processes.run([*inside, "link", "set", nic.name, *settings, "up"])
+        for key in ("net.ipv4.ip_forward", "net.ipv4.conf.all.rp_filter"):
+            value = "1" if key.endswith("forward") else "0"
+            processes.run(["ip", "netns", "exec", netns, "sysctl", "-qw", f"{key}={value}"])
+        self._write_nic_overrides()
+        self._start_holder()
+
+    def _write_nic_overrides(self) -> None:
+        overrides = {
+            nic.name: nic.properties.model_dump(exclude_none=True)
+            for nic in self.node.nics
+            if nic.properties.model_dump(exclude_none=True)
+        }
+        self.layout.root.mkdir(parents=True, exist_ok=True)
+        self.layout.nic_overrides.write_text(
+            yaml.safe_dump(
+                {"apiVersion": "netclaim.dev/v1alpha1", "kind": "NicOverrides", "interfaces": overrides}
+            )
+        )
+
+    def _start_holder(self) -> None:
+        env = {
+            "NODE": self.node.name,
+            "NETNS": self.layout.netns,
+            "STASH": str(self.layout.root / "cgroup-stash"),
+        }
+        daemon = processes.start(
+            _HOLDER,
+            ["unshare", "--mount", "--uts", "--propagation", "slave", "sh", "-c", _HOLDER_SCRIPT],
+            pid_dir=self.pid_dir,
+            log_dir=self.log_dir,
+            env=env,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if "ready" in daemon.log.read_text():
+                return
+            if not processes.alive(daemon.pid):
+                break
+            time.sleep(0.05)
+        raise TransientError(f"node {self.node.name}: namespace holder failed; see {daemon.log}")
+
+    def holder_pid(self) -> int:
+        entry = processes.recorded(self.pid_dir, _HOLDER)
+        if entry is None or not processes.alive(*entry):
+            raise TransientError(f"node {self.node.name} is not running (no namespace holder)")
+        # The recorded pid is `unshare`; after its execs it is `sleep infinity` inside all namespaces.
+        return entry[0]
+
+    def enter(self) -> list[str]:
+        """Command prefix that runs a program inside this node's namespaces."""
+        return ["nsenter", "-t", str(self.holder_pid()), "-m", "-n", "-u", "--"]
+
+    def start_daemon(self, name: str, command: list[str], env: dict[str, str] | None = None) -> None:
+        processes.start(name, [*self.enter(), *command], pid_dir=self.pid_dir, log_dir=self.log_dir, env=env)
+
+    def create_cgroup_root(self) -> None:
+        for hierarchy in _cgroup_hierarchies():
+            path = hierarchy / self.layout.cgroup_root.lstrip("/")
+            path.mkdir(exist_ok=True)
+            if hierarchy.name == "cpuset":
+                for knob in ("cpuset.cpus", "cpuset.mems"):
+                    (path / knob).write_text((hierarchy / knob).read_text())
+
+    def write_cni_config(self) -> None:
+        self.layout.cni_conf_dir.mkdir(parents=True, exist_ok=True)
+        self.layout.cni_data_dir.mkdir(parents=True, exist_ok=True)
+        gateway = str(next(self.pod_cidr.hosts()))
+        conflist = {
+            "cniVersion": "1.0.0",
+            "name": "netclaim-pods",
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": "cni0",
+                    "isGateway": True,
+                    "ipMasq": False,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "dataDir": str(self.layout.cni_data_dir),
+                        "ranges": [[{"subnet": str(self.pod_cidr), "gateway": gateway}]],
+                        "routes": [{"dst": "0.0.0.0/0"}],
+                    },
+                }
+            ],
+        }
+        (self.layout.cni_conf_dir / "10-netclaim-pods.conflist").write_text(json.dumps(conflist, indent=2))
+
+    def start_containerd(self) -> None:
+        root = self.layout.containerd_dir
+        self.layout.containerd_socket.parent.mkdir(parents=True, exist_ok=True)
+        config = root / "config.toml"
+        root.mkdir(parents=True, exist_ok=True)
+        config.write_text(_containerd_config(self.layout))
+        self.start_daemon(
+            "containerd",
+            [str(self.bin / "containerd"), "--config", str(config)],
+            env={"PATH": f"{self.bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"},
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.layout.containerd_socket.is_socket() and self._ctr(["version"], check=False):
+                return
+            time.sleep(0.2)
+        raise TransientError(
+            f"node {self.node.name}: containerd did not start; see {self.log_dir / 'containerd.log'}"
+        )
+
+    def _ctr(self, args: list[str], check: bool = True) -> bool:
+        command = [
+            str(self.bin / "ctr"),
+            "--address",
+            str(self.layout.containerd_socket),
+            "-n",
+            "k8s.io",
+            *args,
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        if check and result.returncode != 0:
+            raise TransientError(
+                f"node {self.node.name}: {' '.join(args[:3])} failed: {result.stderr.strip()}"
+            )
+        return result.returncode == 0
+
+    def import_images(self, archives: dict[str, Path]) -> None:
+        for archive in archives.values():
+            self._ctr(["images", "import", "--local", str(archive)])
+
+    def start_kubelet(self, control_plane: ControlPlane) -> None:
+        kubelet_dir = self.layout.kubelet_dir
+        kubelet_dir.mkdir(parents=True, exist_ok=True)
+        control_plane.node_kubeconfig(self.node.name, self.layout.kubeconfig)
+        config = self.layout.root / "kubelet-config.yaml"
+        config.write_text(yaml.safe_dump(self._kubelet_config(control_plane)))
+        labels = ",".join(f"{k}={v}" for k, v in sorted(self.node.labels.items()))
+        self.start_daemon(
+            "kubelet",
+            [
+                str(self.bin / "kubelet"),
+                f"--config={config}",
+                f"--kubeconfig={self.layout.kubeconfig}",
+                f"--root-dir={kubelet_dir}",
+                f"--cert-dir={self.layout.root / 'kubelet-pki'}",
+                f"--hostname-override={self.node.name}",
+                f"--node-ip={self.address.ip}",
+                *([f"--node-labels={labels}"] if labels else []),
+                "--v=2",
+            ],
+        )
+
+    def _kubelet_config(self, control_plane: ControlPlane) -> dict[str, object]:
+        gates = dict(gate.split("=") for gate in FEATURE_GATES.split(","))
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(control_plane.layout.pki / "ca.crt")},
+            },
+            "authorization": {"mode": "Webhook"},
+            "address": str(self.address.ip),
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "containerRuntimeEndpoint": f"unix://{self.layout.containerd_socket}",
+            # This machine runs cgroup v1 (hybrid) and PID 1 is not systemd: kubelet ≥ 1.35 refuses v1
+            # unless told otherwise, and only the cgroupfs driver can work without systemd.
+            "failCgroupV1": False,
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": self.layout.cgroup_root,
+            "failSwapOn": False,
+            "podLogsDir": str(self.layout.root / "pod-logs"),
+            "clusterDomain": "cluster.local",
+            "resolvConf": "/etc/resolv.conf",
+            "serializeImagePulls": False,
+            "evictionHard": {
+                "memory.available": "100Mi",
+                "nodefs.available": "1%",
+                "imagefs.available": "1%",
+                "nodefs.inodesFree": "1%",
+            },
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "featureGates": {k: v == "true" for k, v in gates.items()},
+            "nodeStatusReportFrequency": "10s",
+        }
+
+    # --- teardown ------------------------------------------------------------------------------
+    def destroy(self) -> None:
+        """Stop everything of this node and remove its namespaces, links and cgroups; safe to repeat."""
+        processes.stop(self.pid_dir, "netclaim-agent", grace=5)
+        processes.stop(self.pid_dir, "kubelet", grace=10)
+        if processes.running(self.pid_dir, "containerd") and processes.running(self.pid_dir, _HOLDER):
+            crictl = [
+                str(self.bin / "crictl"),
+                "--runtime-endpoint",
+                f"unix://{self.layout.containerd_socket}",
+                "--timeout",
+                "30s",
+            ]
+            subprocess.run(
+                [*crictl, "rmp", "--all", "--force"], capture_output=True, timeout=120, check=False
+            )
+        processes.stop(self.pid_dir, "containerd", grace=10)
+        for pid in processes.pids_matching(f"-address {self.layout.containerd_socket}"):
+            processes.stop_pid(pid, grace=2)
+        self._kill_cgroup_tree()
+        processes.stop(self.pid_dir, _HOLDER, grace=2)
+        subprocess.run(["ip", "netns", "delete", self.layout.netns], capture_output=True, check=False)
+        self._remove_cgroup_tree()
+
+    def _cgroup_dirs(self) -> list[Path]:
+        found: list[Path] = []
+        for hierarchy in _cgroup_hierarchies():
+            top = hierarchy / self.layout.cgroup_root.lstrip("/")
+            if top.is_dir():
+                found += sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+                found.append(top)
+        return found
+
+    def _kill_cgroup_tree(self) -> None:
+        for _ in range(20):
+            pids = set()
+            for directory in self._cgroup_dirs():
+                with contextlib.suppress(OSError):
+                    pids |= {int(p) for p in (directory / "cgroup.procs").read_text().split()}
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+
+    def _remove_cgroup_tree(self) -> None:
+        for _ in range(50):
+            leftovers = []
+            for directory in self._cgroup_dirs():
+                try:
+                    directory.rmdir()
+                except OSError:
+                    leftovers.append(directory)
+            if not leftovers:
+                return
+            time.sleep(0.1)
+
+
+def _cgroup_hierarchies() -> list[Path]:
+    return sorted(p for p in CGROUP_V1_ROOT.iterdir() if p.is_dir() and not p.is_symlink())
+
+
+def _containerd_config(layout: NodeLayout) -> str:
+    root = layout.containerd_dir
+    return f"""version = 3
+root = "{root / "root"}"
+state = "{root / "state"}"
+
+[grpc]
+  address = "{layout.containerd_socket}"
+
+[ttrpc]
+  address = "{layout.containerd_socket}.ttrpc"
+
+[plugins.'io.containerd.internal.v1.opt']
+  path = "{root / "opt"}"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "{PAUSE_IMAGE}"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  netns_mounts_under_state_dir = true
+  # This VM withholds CAP_SYS_RESOURCE even from root, so the negative oom_score_adj kubelet asks for
+  # (sandboxes -998, Guaranteed pods -997) cannot be written; clamp to containerd's own value instead.
+  restrict_oom_score_adj = true
+  enable_cdi = true
+  cdi_spec_dirs = ["{layout.root / "cdi"}"]
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["{CNI_BIN_DIR}"]
+    conf_dir = "{layout.cni_conf_dir}"
+    max_conf_num = 1
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      BinaryName = "{RUNC}"
+      Root = "{root / "runc"}"
+      SystemdCgroup = false
+
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = "{layout.nri_socket}"
+  plugin_path = "{root / "nri-plugins"}"
+  plugin_config_path = "{root / "nri-conf"}"
+  plugin_registration_timeout = "5s"
+  plugin_request_timeout = "2s"
+"""
+
+
+def remove_node_state(layout: NodeLayout) -> None:
+    shutil.rmtree(layout.root, ignore_errors=True)
+
+
+def management_network(spec: ClusterSpec) -> ipaddress.IPv4Interface:
+    return spec.management_gateway()

@@ -1,0 +1,217 @@
+"""The local cluster file: a versioned, strict description of nodes and their NICs.
+
+Example::
+
+    apiVersion: netclaim.dev/v1alpha1
+    kind: LocalCluster
+    name: demo
+    segments: [{name: lan0}]
+    nodes:
+    - name: node-1
+      nics:
+      - {name: enp0s10, segment: lan0, properties: {speed: 10Gi, numaNode: 0}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from netclaim.errors import ConfigError, format_validation_error
+from netclaim.quantity import parse_quantity
+
+API_VERSION = "netclaim.dev/v1alpha1"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_IFNAME = re.compile(r"^[^/\s:]{1,15}$")
+_MAC = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+
+DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=_DNS_LABEL.pattern)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+
+
+class NicProperties(_Strict):
+    """What a real NIC would report and a veth cannot; the inventory reads these as overrides."""
+
+    speed: str | None = Field(default=None, description="link speed as a Kubernetes quantity of bits/s")
+    numaNode: int | None = Field(default=None, ge=0, le=1023)
+    pciAddress: str | None = None
+    pcieRoot: str | None = None
+    pciVendor: str | None = Field(default=None, pattern=r"^0x[0-9a-f]{4}$")
+    pciDevice: str | None = Field(default=None, pattern=r"^0x[0-9a-f]{4}$")
+    driver: str | None = Field(default=None, max_length=64)
+
+    @field_validator("pciAddress")
+    @classmethod
+    def _pci_address(cls, value: str | None) -> str | None:
+        if value is not None and not _PCI_ADDRESS.match(value):
+            raise ValueError("must be an extended PCI bus address such as 0000:5e:00.0")
+        return value
+
+    @field_validator("pcieRoot")
+    @classmethod
+    def _pcie_root(cls, value: str | None) -> str | None:
+        if value is not None and not _PCIE_ROOT.match(value):
+            raise ValueError("must look like pci0000:5d (domain:bus of the root complex)")
+        return value
+
+    @field_validator("speed")
+    @classmethod
+    def _speed(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_quantity(value)
+            except ConfigError as err:
+                raise ValueError(str(err)) from err
+        return value
+
+
+class Nic(_Strict):
+    name: str = Field(description="interface name inside the node, e.g. enp0s10")
+    segment: str = Field(description="the L2 segment (a bridge on the machine) the NIC is cabled to")
+    mac: str | None = None
+    mtu: int = Field(default=1500, ge=68, le=65535)
+    properties: NicProperties = NicProperties()
+
+    @field_validator("name")
+    @classmethod
+    def _ifname(cls, value: str) -> str:
+        if not _IFNAME.match(value) or value in {".", "..", "lo", "eth0"}:
+            raise ValueError(
+                "must be a Linux interface name (1-15 chars, no '/', ':' or spaces, not lo/eth0)"
+            )
+        return value
+
+    @field_validator("mac")
+    @classmethod
+    def _mac(cls, value: str | None) -> str | None:
+        if value is not None:
+            value = value.lower()
+            if not _MAC.match(value) or int(value[:2], 16) & 1:
+                raise ValueError("must be a unicast MAC address such as 02:00:00:00:00:01")
+        return value
+
+
+class Node(_Strict):
+    name: DnsLabel
+    kubelet: bool = Field(default=True, description="false: a Node object only, kept Ready by the tool")
+    podCIDR: str | None = None
+    nics: list[Nic] = []
+    labels: dict[str, str] = {}
+
+    @field_validator("podCIDR")
+    @classmethod
+    def _pod_cidr(cls, value: str | None) -> str | None:
+        if value is not None:
+            net = ipaddress.ip_network(value, strict=True)
+            if net.version != 4 or net.prefixlen > 28:
+                raise ValueError("must be an IPv4 network of /28 or larger")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_nics(self) -> Node:
+        names = [nic.name for nic in self.nics]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"nic names must be unique within a node: {', '.join(duplicates)}")
+        if not self.kubelet and self.nics:
+            raise ValueError("a node with kubelet: false has no network namespace and cannot carry nics")
+        return self
+
+
+class Segment(_Strict):
+    name: DnsLabel
+
+
+class Ports(_Strict):
+    apiserver: int = Field(default=6443, ge=1024, le=65535)
+    etcdClient: int = Field(default=2379, ge=1024, le=65535)
+    etcdPeer: int = Field(default=2380, ge=1024, le=65535)
+
+
+class ClusterSpec(_Strict):
+    apiVersion: Literal["netclaim.dev/v1alpha1"]
+    kind: Literal["LocalCluster"]
+    name: Annotated[str, Field(min_length=1, max_length=20, pattern=_DNS_LABEL.pattern)]
+    managementCIDR: str = "10.201.0.0/24"
+    podCIDR: str = Field(default="10.244.0.0/16", description="split into one /24 per node")
+    ports: Ports = Ports()
+    segments: list[Segment] = []
+    nodes: list[Node] = Field(min_length=1)
+
+    @field_validator("managementCIDR", "podCIDR")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        net = ipaddress.ip_network(value, strict=True)
+        if net.version != 4 or net.prefixlen > 24:
+            raise ValueError("must be an IPv4 network of /24 or larger")
+        return value
+
+    @model_validator(mode="after")
+    def _references(self) -> ClusterSpec:
+        node_names = [n.name for n in self.nodes]
+        duplicates = sorted({n for n in node_names if node_names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"node names must be unique: {', '.join(duplicates)}")
+        segment_names = {s.name for s in self.segments}
+        for index, node in enumerate(self.nodes):
+            for nic_index, nic in enumerate(node.nics):
+                if nic.segment not in segment_names:
+                    raise ValueError(
+                        f"nodes[{index}].nics[{nic_index}].segment: {nic.segment!r} is not one of "
+                        f"the declared segments {sorted(segment_names)}"
+                    )
+        if len(self.nodes) > ipaddress.ip_network(self.managementCIDR).num_addresses - 12:
+            raise ValueError("managementCIDR is too small for that many nodes")
+        return self
+
+    @property
+    def link_prefix(self) -> str:
+        """Prefix of every link this cluster creates in the machine's netns (≤ 6 chars)."""
+        return "nc" + hashlib.sha256(self.name.encode()).hexdigest()[:4]
+
+    def management_gateway(self) -> ipaddress.IPv4Interface:
+        net = ipaddress.IPv4Network(self.managementCIDR)
+        return ipaddress.IPv4Interface(f"{net.network_address + 1}/{net.prefixlen}")
+
+    def node_address(self, index: int) -> ipaddress.IPv4Interface:
+        net = ipaddress.IPv4Network(self.managementCIDR)
+        return ipaddress.IPv4Interface(f"{net.network_address + 10 + index}/{net.prefixlen}")
+
+    def node_pod_cidr(self, index: int) -> ipaddress.IPv4Network:
+        declared = self.nodes[index].podCIDR
+        if declared:
+            return ipaddress.IPv4Network(declared)
+        subnets = ipaddress.IPv4Network(self.podCIDR).subnets(new_prefix=24)
+        for position, subnet in enumerate(subnets):
+            if position == index + 1:
+                return subnet
+        raise ConfigError(f"podCIDR {self.podCIDR} has too few /24s for node {index}")
+
+
+def load_cluster_spec(path: Path) -> ClusterSpec:
+    """Read and validate a cluster file; every error names the file and the field."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping with apiVersion: {API_VERSION}, kind: LocalCluster")
+    try:
+        return ClusterSpec.model_validate(raw, strict=False)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(str(path), err)) from err
