@@ -1,0 +1,53 @@
+# Two commands on a fresh machine (root): `make demo` and `make test`. Everything else is set-up they call.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DEPS_STAMP := $(VENV)/.deps-stamp
+APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool
+CLUSTER_FILE ?= examples/demo/cluster.yaml
+
+.PHONY: deps system-deps bins test unit lint typecheck demo demo-down clean
+
+deps: system-deps $(DEPS_STAMP)
+
+system-deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y --no-install-recommends $$missing || { apt-get update && apt-get install -y --no-install-recommends $$missing; }; \
+	fi
+	@command -v go >/dev/null || { echo "Go ≥ 1.26 is required on PATH to build the pinned cluster programs (https://go.dev/dl)"; exit 1; }
+
+$(DEPS_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+bins: deps
+	$(BIN)/netclaim cluster build
+
+lint: deps
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+
+typecheck: deps
+	$(BIN)/mypy
+
+unit: deps
+	$(BIN)/pytest -m 'not cluster and not root' tests
+
+test: deps bins lint typecheck
+	$(BIN)/pytest tests
+
+demo: deps bins
+	$(BIN)/netclaim cluster up -f $(CLUSTER_FILE)
+	$(BIN)/python -m netclaim.cluster.smoke $(CLUSTER_FILE)
+
+demo-down: deps
+	$(BIN)/netclaim cluster down -f $(CLUSTER_FILE)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

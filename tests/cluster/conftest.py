@@ -1,0 +1,33 @@
+"""The session-scoped real cluster every `cluster` test shares (kept up with NETCLAIM_KEEP_CLUSTER=1)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lightkube import Client, KubeConfig
+
+from netclaim.cluster import cluster as local_cluster
+from netclaim.cluster.cluster import ClusterHandle
+from tests.conftest import require_root_prerequisites
+
+CLUSTER_FILE = Path(__file__).with_name("cluster.yaml")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ClusterHandle]:
+    require_root_prerequisites()
+    handle = local_cluster.up(CLUSTER_FILE, log=sys.stderr)
+    yield handle
+    if not os.environ.get("NETCLAIM_KEEP_CLUSTER"):
+        local_cluster.down(handle.spec.name)
+
+
+@pytest.fixture(scope="session")
+def kube(cluster: ClusterHandle) -> Iterator[Client]:
+    """An admin client of the session cluster (lightkube, typed resource.k8s.io/v1 models)."""
+    with Client(KubeConfig.from_file(cluster.kubeconfig), field_manager="netclaim-tests") as client:
+        yield client

@@ -1,0 +1,107 @@
+"""`cluster up`/`down` are repeatable and `down` leaves nothing behind on the machine."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from netclaim.cluster import cluster as local_cluster
+from netclaim.cluster.cluster import ClusterHandle
+from netclaim.cluster.images import BUSYBOX_IMAGE
+
+SPEC = """
+apiVersion: netclaim.dev/v1alpha1
+kind: LocalCluster
+name: ncdown
+managementCIDR: 10.203.0.0/24
+podCIDR: 10.246.0.0/16
+ports: {apiserver: 26443, etcdClient: 22379, etcdPeer: 22380}
+segments: [{name: lan0}]
+nodes:
+- name: alpha
+  nics: [{name: enp0s10, segment: lan0}]
+- name: beta
+  nics: [{name: enp0s10, segment: lan0}]
+- name: gamma
+  kubelet: false
+"""
+
+
+def _processes() -> set[tuple[int, str]]:
+    mine = {os.getpid()}
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if cmdline and int(entry.name) not in mine and parent not in mine:
+            found.add((int(entry.name), cmdline))
+    return found
+
+
+def _machine_state(other_cluster: str) -> dict[str, set[str]]:
+    """Everything `down` must restore; the session cluster (running beside) is filtered out."""
+
+    def keep(item: str) -> bool:
+        return other_cluster not in item
+
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    cgroups = {str(p) for p in Path("/sys/fs/cgroup").glob("*/*") if p.is_dir()}
+    cgroups |= {str(p) for p in Path("/sys/fs/cgroup").glob("*/*/*") if p.is_dir() and "ncdown" in str(p)}
+    return {
+        "processes": {f"{pid} {cmd}" for pid, cmd in _processes() if keep(cmd)},
+        "links": {line.split(":")[1].strip().split("@")[0] for line in links.splitlines()},
+        "netns": {line.split()[0] for line in netns.splitlines() if line.strip() and keep(line)},
+        "mounts": {line.split(" - ")[0].split(" ", 4)[4] for line in mounts if keep(line)},
+        "cgroups": {c for c in cgroups if keep(c)},
+    }
+
+
+def test_down_leaves_nothing_and_up_down_are_repeatable(cluster: ClusterHandle, tmp_path: Path) -> None:
+    spec_file = tmp_path / "ncdown.yaml"
+    spec_file.write_text(SPEC)
+    session_links = {f"{cluster.spec.link_prefix}"}
+    before = _machine_state(cluster.spec.name)
+    handle = local_cluster.up(spec_file, log=sys.stderr)
+    try:
+        again = local_cluster.up(spec_file, log=sys.stderr)  # the same definition: a no-op
+        assert again.layout == handle.layout
+        during = _machine_state(cluster.spec.name)
+        assert any(n.startswith("nc-ncdown-") for n in during["netns"])
+        assert any(link.startswith(handle.spec.link_prefix) for link in during["links"])
+        # a pod makes the runtime create its own netns, mounts, cgroups and shim processes
+        handle.kubectl(
+            "run",
+            "leak-probe",
+            f"--image={BUSYBOX_IMAGE}",
+            "--image-pull-policy=Never",
+            "--restart=Never",
+            '--overrides={"spec":{"nodeName":"alpha"}}',
+            "--command",
+            "--",
+            "sleep",
+            "3600",
+        )
+        handle.kubectl("wait", "--for=condition=Ready", "pod/leak-probe", "--timeout=120s", timeout=130)
+        pod_cgroups = Path("/sys/fs/cgroup/pids/netclaim-ncdown-alpha/kubepods")
+        assert any(p.is_dir() for p in pod_cgroups.rglob("pod*")), "the pod should have cgroups to clean up"
+    finally:
+        local_cluster.down("ncdown")
+    local_cluster.down("ncdown")  # twice is safe
+    time.sleep(0.5)
+    after = _machine_state(cluster.spec.name)
+    for kind in before:
+        leaked = after[kind] - before[kind]
+        if kind == "links":
+            leaked = {link for link in leaked if not any(link.startswith(p) for p in session_links)}
+        assert not leaked, f"{kind} left behind by cluster down: {sorted(leaked)}"
+    assert not Path("/var/lib/netclaim-cluster/ncdown").exists()

@@ -1,0 +1,68 @@
+"""The cluster file is strict: every mistake is reported with the file and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from netclaim.cluster.spec import load_cluster_spec
+from netclaim.errors import ConfigError
+
+VALID = """
+apiVersion: netclaim.dev/v1alpha1
+kind: LocalCluster
+name: demo
+segments: [{name: lan0}]
+nodes:
+- name: node-1
+  nics: [{name: enp0s10, segment: lan0, properties: {speed: 10Gi, pcieRoot: pci0000:5d}}]
+- name: virt-1
+  kubelet: false
+"""
+
+
+def test_valid_file_loads_with_defaults(tmp_path: Path) -> None:
+    spec = load_cluster_spec(_write(tmp_path, VALID))
+    assert spec.ports.apiserver == 6443
+    assert spec.nodes[0].nics[0].properties.speed == "10Gi"
+    assert str(spec.node_pod_cidr(0)) == "10.244.1.0/24"
+    assert str(spec.node_address(1).ip) == "10.201.0.11"
+    assert len(spec.link_prefix) == 6
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (("kind: LocalCluster", "kind: Cluster"), "kind: Input should be 'LocalCluster'"),
+        (("name: demo", "name: Demo_1"), "name: String should match pattern"),
+        (("- name: node-1\n", "- name: node-1\n  colour: red\n"), "nodes[0].colour: unknown field"),
+        (("segment: lan0,", "segment: lan9,"), "nodes[0].nics[0].segment: 'lan9' is not one of"),
+        (("name: enp0s10", "name: a/b"), "nodes[0].nics[0].name: must be a Linux interface name"),
+        (("speed: 10Gi", "speed: fast"), "nodes[0].nics[0].properties.speed"),
+        (("pcieRoot: pci0000:5d", "pcieRoot: 0000:5d:00.0"), "nodes[0].nics[0].properties.pcieRoot"),
+        (
+            ("kubelet: false", "kubelet: false\n  nics: [{name: eth1, segment: lan0}]"),
+            "nodes[1]: a node with kubelet: false",
+        ),
+        (("name: virt-1", "name: node-1"), "node names must be unique"),
+    ],
+)
+def test_mistakes_name_the_file_and_field(tmp_path: Path, change: tuple[str, str], expected: str) -> None:
+    path = _write(tmp_path, VALID.replace(*change, 1))
+    with pytest.raises(ConfigError) as err:
+        load_cluster_spec(path)
+    assert str(path) in str(err.value)
+    assert expected in str(err.value)
+
+
+def test_yaml_syntax_error_names_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, "nodes: [unclosed")
+    with pytest.raises(ConfigError, match=r"cluster\.yaml: not valid YAML"):
+        load_cluster_spec(path)
