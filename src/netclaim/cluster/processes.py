@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -84,7 +85,16 @@ def start(
     finally:
         os.close(log_fd)
     (pid_dir / f"{name}.pid").write_text(f"{pid} {_start_time(pid) or ''}\n")
+    (pid_dir / f"{name}.cmd").write_text(
+        json.dumps({"command": command, "env": env or {}, "log_dir": str(log_dir)})
+    )
     return Daemon(name, pid, log)
+
+
+def start_recorded(pid_dir: Path, name: str) -> Daemon:
+    """Start `name` again exactly as it was last started (fault tests stop and restart components)."""
+    recipe = json.loads((pid_dir / f"{name}.cmd").read_text())
+    return start(name, recipe["command"], pid_dir=pid_dir, log_dir=Path(recipe["log_dir"]), env=recipe["env"])
 
 
 def recorded(pid_dir: Path, name: str) -> tuple[int, str | None] | None:

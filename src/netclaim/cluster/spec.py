@@ -20,13 +20,12 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from netclaim.errors import ConfigError, format_validation_error
+from netclaim.errors import ConfigError
+from netclaim.files import load_yaml_model
 from netclaim.quantity import parse_quantity
 
-API_VERSION = "netclaim.dev/v1alpha1"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _IFNAME = re.compile(r"^[^/\s:]{1,15}$")
 _MAC = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
@@ -201,17 +200,4 @@ class ClusterSpec(_Strict):
 
 def load_cluster_spec(path: Path) -> ClusterSpec:
     """Read and validate a cluster file; every error names the file and the field."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from err
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping with apiVersion: {API_VERSION}, kind: LocalCluster")
-    try:
-        return ClusterSpec.model_validate(raw, strict=False)
-    except ValidationError as err:
-        raise ConfigError(format_validation_error(str(path), err)) from err
+    return load_yaml_model(path, ClusterSpec, "kind: LocalCluster")
