@@ -1,0 +1,191 @@
+"""From inventory facts and the admin policy to DRA devices, within the API's limits.
+
+A device has at most 32 attributes + capacities and string values of at most 64 characters: what does not
+fit is dropped with a log line (never a slice the apiserver rejects, which would hide every device).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from netclaim.inventory import NetworkInterface
+from netclaim.names import device_name
+from netclaim.policy import DRIVER_DOMAIN, STANDARD_DOMAIN, AttributeValue, PublishPolicy, Rule, matches
+from netclaim.quantity import format_quantity, parse_quantity
+
+log = logging.getLogger(__name__)
+
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_STRING = 64
+BANDWIDTH = f"{DRIVER_DOMAIN}/bandwidth"
+ATTACHMENTS = f"{DRIVER_DOMAIN}/attachments"
+
+
+@dataclass(frozen=True)
+class Capacity:
+    value: int
+    default: int | None = None  # requestPolicy, only on shared devices
+    minimum: int | None = None
+    step: int | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        api: dict[str, Any] = {"value": format_quantity(self.value)}
+        if self.default is not None and self.minimum is not None:
+            valid_range: dict[str, str] = {"min": format_quantity(self.minimum)}
+            if self.step is not None:
+                valid_range["step"] = format_quantity(self.step)
+            api["requestPolicy"] = {"default": format_quantity(self.default), "validRange": valid_range}
+        return api
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    if_name: str
+    shared: bool
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)  # fully qualified names
+    capacity: dict[str, Capacity] = field(default_factory=dict)
+
+    def to_api(self) -> dict[str, Any]:
+        api: dict[str, Any] = {
+            "name": self.name,
+            "attributes": {k: _attribute(v) for k, v in self.attributes.items()},
+        }
+        if self.capacity:
+            api["capacity"] = {k: c.to_api() for k, c in self.capacity.items()}
+        if self.shared:
+            api["allowMultipleAllocations"] = True
+        return api
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policy made of one interface: a device, or the reason it is not published."""
+
+    interface: NetworkInterface
+    device: Device | None
+    reason: str
+
+
+def _attribute(value: AttributeValue) -> dict[str, AttributeValue]:
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    return {"string": value}
+
+
+def facts_as_attributes(interface: NetworkInterface) -> dict[str, dict[str, AttributeValue]]:
+    """The standard attributes of an interface, grouped by domain as CEL sees them."""
+    own: dict[str, AttributeValue | None] = {
+        "ifName": interface.name,
+        "mac": interface.mac,
+        "mtu": interface.mtu,
+        "state": "up" if interface.up else "down",
+        "kind": interface.kind,
+        "virtual": interface.virtual,
+        "speed": interface.speed_bps // 1_000_000 if interface.speed_bps else None,
+        "driver": interface.driver,
+        "pciAddress": interface.pci_address,
+        "pciVendor": interface.pci_vendor,
+        "pciDevice": interface.pci_device,
+        "numaNode": interface.numa_node,
+        "sriov": (interface.sriov_total_vfs or 0) > 0 if interface.sriov_total_vfs is not None else None,
+        "sriovTotalVfs": interface.sriov_total_vfs,
+        "sriovNumVfs": interface.sriov_num_vfs,
+        "isSriovVf": interface.sriov_pf is not None,
+        "sriovPF": interface.sriov_pf,
+        "ipv4": interface.ipv4[0] if interface.ipv4 else None,
+        "ipv6": interface.ipv6[0] if interface.ipv6 else None,
+    }
+    standard: dict[str, AttributeValue | None] = {
+        "pcieRoot": interface.pcie_root,
+        "pciBusID": interface.pci_address,
+    }
+    return {
+        DRIVER_DOMAIN: {k: v for k, v in own.items() if v is not None},
+        STANDARD_DOMAIN: {k: v for k, v in standard.items() if v is not None},
+    }
+
+
+def decide(interfaces: list[NetworkInterface], policy: PublishPolicy, driver: str) -> list[Decision]:
+    decisions = []
+    names: dict[str, str] = {}
+    for interface in interfaces:
+        if interface.never_publish:
+            decisions.append(Decision(interface, None, f"never published: {interface.never_publish}"))
+            continue
+        grouped = facts_as_attributes(interface)
+        position, rule = next(
+            ((i, r) for i, r in enumerate(policy.rules) if matches(r, interface.name, grouped, driver)),
+            (-1, None),
+        )
+        if rule is None:
+            decisions.append(Decision(interface, None, "no policy rule matches"))
+            continue
+        if rule.mode == "ignore":
+            decisions.append(Decision(interface, None, f"policy rule {position} ignores it"))
+            continue
+        device = _device(interface, rule, grouped)
+        if device.name in names:
+            log.warning(
+                "two interfaces map to device %s (%s, %s); keeping the first",
+                device.name,
+                names[device.name],
+                interface.name,
+            )
+            decisions.append(Decision(interface, None, f"device name {device.name} already taken"))
+            continue
+        names[device.name] = interface.name
+        decisions.append(Decision(interface, device, f"policy rule {position}: {rule.mode}"))
+    return decisions
+
+
+def _device(interface: NetworkInterface, rule: Rule, grouped: dict[str, dict[str, AttributeValue]]) -> Device:
+    shared = rule.mode == "shared"
+    name = device_name(interface.name, interface.pci_address)
+    capacity: dict[str, Capacity] = {}
+    total = parse_quantity(rule.bandwidth.total) if rule.bandwidth.total else interface.speed_bps
+    if total:
+        bandwidth = rule.bandwidth
+        capacity[BANDWIDTH] = (
+            Capacity(
+                int(total),
+                default=min(int(parse_quantity(bandwidth.default)), int(total)),
+                minimum=int(parse_quantity(bandwidth.min)),
+                step=int(parse_quantity(bandwidth.step)),
+            )
+            if shared
+            else Capacity(int(total))
+        )
+    elif shared:
+        log.warning(
+            "interface %s: no link speed and no bandwidth.total in the policy: no bandwidth published",
+            interface.name,
+        )
+    if shared:
+        capacity[ATTACHMENTS] = Capacity(rule.attachments, default=1, minimum=1, step=1)
+    attributes: dict[str, AttributeValue] = {}
+    candidates: list[tuple[str, AttributeValue]] = [
+        *((f"{domain}/{key}", value) for domain, values in grouped.items() for key, value in values.items()),
+        (f"{DRIVER_DOMAIN}/shared", shared),
+        *((key if "/" in key else f"{DRIVER_DOMAIN}/{key}", value) for key, value in rule.attributes.items()),
+    ]
+    room = MAX_ATTRIBUTES_AND_CAPACITIES - len(capacity)
+    for key, value in candidates:
+        if isinstance(value, str) and len(value) > MAX_STRING:
+            log.warning(
+                "device %s: attribute %s dropped: %d characters > %d", name, key, len(value), MAX_STRING
+            )
+        elif len(attributes) >= room:
+            log.warning(
+                "device %s: attribute %s dropped: %d attributes + capacities is the limit",
+                name,
+                key,
+                MAX_ATTRIBUTES_AND_CAPACITIES,
+            )
+        else:
+            attributes[key] = value
+    return Device(name=name, if_name=interface.name, shared=shared, attributes=attributes, capacity=capacity)

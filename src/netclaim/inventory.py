@@ -1,0 +1,296 @@
+"""What NICs this node has: netlink for links and addresses, sysfs for hardware facts, declared overrides.
+
+The inventory reports facts only. Which of them become DRA devices, and how, is the policy's job
+(`netclaim.policy`); a few interfaces are never candidates and carry the reason here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from netclaim import netlink
+from netclaim.errors import ConfigError
+from netclaim.files import load_yaml_model
+from netclaim.quantity import parse_quantity
+
+_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+# Host ends of pod veths and the bridges of common primary CNIs: never a NIC to hand out.
+POD_NETWORK_GLOBS = ("veth*", "cali*", "lxc*", "cilium*", "flannel*", "cni*", "docker*", "kube-*", "weave*")
+
+
+@dataclass(frozen=True)
+class NetworkInterface:
+    name: str
+    index: int
+    kind: str  # "physical" when the kernel reports no link kind
+    mac: str
+    mtu: int
+    up: bool
+    virtual: bool
+    speed_bps: int | None = None
+    driver: str | None = None
+    pci_address: str | None = None
+    pci_vendor: str | None = None
+    pci_device: str | None = None
+    pcie_root: str | None = None
+    numa_node: int | None = None
+    sriov_total_vfs: int | None = None
+    sriov_num_vfs: int | None = None
+    sriov_pf: str | None = None  # for a VF: the PCI address of its PF
+    ipv4: tuple[str, ...] = ()
+    ipv6: tuple[str, ...] = ()
+    never_publish: str | None = None  # why this interface is never a candidate, or None
+    overridden: tuple[str, ...] = field(default=())  # which facts came from declared overrides
+
+
+class NicOverride(BaseModel):
+    """Facts a veth (or a lying driver) cannot report, declared for one interface."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    speed: str | None = None
+    numaNode: int | None = Field(default=None, ge=0)
+    pciAddress: str | None = None
+    pcieRoot: str | None = None
+    pciVendor: str | None = None
+    pciDevice: str | None = None
+    driver: str | None = None
+
+    @field_validator("speed")
+    @classmethod
+    def _speed(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_quantity(value)
+            except ConfigError as err:
+                raise ValueError(str(err)) from err
+        return value
+
+
+class NicOverrides(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    apiVersion: str = Field(pattern=r"^netclaim\.dev/v1alpha1$")
+    kind: str = Field(pattern=r"^NicOverrides$")
+    interfaces: dict[str, NicOverride] = {}
+
+
+def load_overrides(path: Path | None) -> dict[str, NicOverride]:
+    if path is None:
+        return {}
+    return load_yaml_model(path, NicOverrides, "kind: NicOverrides").interfaces
+
+
+class Sysfs:
+    """Hardware facts of a netdev from /sys (a different root in unit tests)."""
+
+    def __init__(self, root: Path = Path("/sys")) -> None:
+        self.root = root
+
+    def _read(self, path: Path) -> str | None:
+        try:
+            return path.read_text().strip()
+        except OSError:
+            return None  # absent, or EINVAL (speed of a link that is down)
+
+    def _int(self, path: Path) -> int | None:
+        text = self._read(path)
+        try:
+            return int(text, 0) if text is not None else None
+        except ValueError:
+            return None
+
+    def facts(self, if_name: str) -> dict[str, object]:
+        net = self.root / "class" / "net" / if_name
+        facts: dict[str, object] = {}
+        speed = self._int(net / "speed")
+        if speed is not None and speed > 0:
+            facts["speed_bps"] = speed * 1_000_000
+        device = net / "device"
+        if not device.exists():
+            facts["virtual"] = True
+            return facts
+        facts["virtual"] = False
+        resolved = device.resolve()
+        driver = (device / "driver").resolve().name if (device / "driver").exists() else None
+        if driver:
+            facts["driver"] = driver
+        pci = next((p for p in (resolved, *resolved.parents) if _BDF.match(p.name)), None)
+        if pci is None:
+            return facts
+        facts["pci_address"] = pci.name
+        facts["pcie_root"] = _pcie_root(pci, self.root)
+        for key, name in (("pci_vendor", "vendor"), ("pci_device", "device")):
+            value = self._read(pci / name)
+            if value:
+                facts[key] = value
+        numa = self._int(pci / "numa_node")
+        if numa is not None and numa >= 0:
+            facts["numa_node"] = numa
+        for key, name in (("sriov_total_vfs", "sriov_totalvfs"), ("sriov_num_vfs", "sriov_numvfs")):
+            count = self._int(pci / name)
+            if count is not None:
+                facts[key] = count
+        if (pci / "physfn").exists():
+            facts["sriov_pf"] = (pci / "physfn").resolve().name
+        return facts
+
+
+def _pcie_root(pci_device: Path, sys_root: Path) -> str | None:
+    """`pci<domain>:<bus>`: the first element under /sys/devices of the device's path."""
+    try:
+        relative = pci_device.relative_to((sys_root / "devices").resolve())
+    except ValueError:
+        return None
+    first = relative.parts[0] if relative.parts else ""
+    return first if first.startswith("pci") else None
+
+
+def _apply_override(interface: NetworkInterface, override: NicOverride) -> NetworkInterface:
+    changes: dict[str, object] = {}
+    if override.speed is not None:
+        changes["speed_bps"] = int(parse_quantity(override.speed))
+    for source, target in (
+        ("numaNode", "numa_node"),
+        ("pciAddress", "pci_address"),
+        ("pcieRoot", "pcie_root"),
+        ("pciVendor", "pci_vendor"),
+        ("pciDevice", "pci_device"),
+        ("driver", "driver"),
+    ):
+        value = getattr(override, source)
+        if value is not None:
+            changes[target] = value
+    return replace(interface, overridden=tuple(sorted(changes)), **changes)  # type: ignore[arg-type]
+
+
+def cni_bridges(cni_conf_dir: Path | None) -> set[str]:
+    """Bridges the node's primary CNI config creates (never published)."""
+    names: set[str] = set()
+    if cni_conf_dir is None or not cni_conf_dir.is_dir():
+        return names
+    for path in sorted(cni_conf_dir.iterdir()):
+        if path.suffix not in {".conf", ".conflist", ".json"}:
+            continue
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for plugin in config.get("plugins", [config]) if isinstance(config, dict) else []:
+            if isinstance(plugin, dict) and plugin.get("type") == "bridge":
+                names.add(str(plugin.get("bridge", "cni0")))
+    return names
+
+
+class InventorySource(Protocol):
+    async def scan(self) -> list[NetworkInterface]: ...
+
+    def changes(self) -> AsyncIterator[None]:
+        """Yields once per burst of changes that may alter the scan."""
+        ...
+
+
+class NodeInventory:
+    """The node's real interfaces (netlink + sysfs), with declared overrides applied."""
+
+    def __init__(
+        self, overrides_file: Path | None = None, cni_conf_dir: Path | None = None, sysfs: Sysfs | None = None
+    ) -> None:
+        self.overrides_file = overrides_file
+        self.cni_conf_dir = cni_conf_dir
+        self.sysfs = sysfs or Sysfs()
+
+    async def scan(self) -> list[NetworkInterface]:
+        links, addresses, uplinks = await asyncio.gather(
+            netlink.links(), netlink.addresses(), netlink.default_route_interfaces()
+        )
+        overrides = load_overrides(self.overrides_file)
+        bridges = cni_bridges(self.cni_conf_dir)
+        by_index = {link.index: link for link in links}
+        interfaces = []
+        for link in sorted(links, key=lambda item: item.name):
+            facts = self.sysfs.facts(link.name)
+            ips = addresses.get(link.index, [])
+            interface = NetworkInterface(
+                name=link.name,
+                index=link.index,
+                kind=link.kind or ("loopback" if link.loopback else "physical"),
+                mac=link.mac,
+                mtu=link.mtu,
+                up=link.up,
+                virtual=bool(facts.pop("virtual", True)),
+                ipv4=tuple(str(ip) for ip in ips if ip.version == 4),
+                ipv6=tuple(str(ip) for ip in ips if ip.version == 6),
+                never_publish=_never_publish(link, uplinks, bridges, by_index),
+                **facts,  # type: ignore[arg-type]
+            )
+            if link.name in overrides:
+                interface = _apply_override(interface, overrides[link.name])
+            interfaces.append(interface)
+        return interfaces
+
+    async def changes(self) -> AsyncIterator[None]:
+        async with netlink.LinkEvents() as events:
+            while True:
+                await events.next_batch()
+                yield None
+
+
+def _never_publish(
+    link: netlink.Link, uplinks: set[int], cni_bridge_names: set[str], by_index: dict[int, netlink.Link]
+) -> str | None:
+    if link.loopback:
+        return "loopback"
+    if link.index in uplinks:
+        return "carries the node's default route"
+    if link.name in cni_bridge_names:
+        return "bridge of the primary pod network"
+    if link.master is not None:
+        master = by_index.get(link.master)
+        return f"enslaved to {master.name if master else 'another interface'}"
+    if any(fnmatch.fnmatchcase(link.name, glob) for glob in POD_NETWORK_GLOBS):
+        return "primary pod network interface"
+    return None
+
+
+class FileInventory:
+    """A synthetic inventory from a YAML/JSON list (scale tests, kubelet-less nodes); re-read on change."""
+
+    def __init__(self, path: Path, poll_seconds: float = 0.2) -> None:
+        self.path = path
+        self.poll_seconds = poll_seconds
+
+    async def scan(self) -> list[NetworkInterface]:
+        try:
+            raw = yaml.safe_load(self.path.read_text()) or []
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"{self.path}: cannot read the inventory: {err}") from err
+        if not isinstance(raw, list):
+            raise ConfigError(f"{self.path}: expected a list of interfaces")
+        known = set(NetworkInterface.__dataclass_fields__)
+        interfaces = []
+        for position, entry in enumerate(raw):
+            if not isinstance(entry, dict) or set(entry) - known:
+                raise ConfigError(f"{self.path}: [{position}]: unknown fields {sorted(set(entry) - known)}")
+            for key in ("ipv4", "ipv6", "overridden"):
+                if key in entry:
+                    entry[key] = tuple(entry[key])
+            interfaces.append(NetworkInterface(**entry))
+        return interfaces
+
+    async def changes(self) -> AsyncIterator[None]:
+        last = self.path.stat().st_mtime_ns if self.path.exists() else 0
+        while True:
+            await asyncio.sleep(self.poll_seconds)
+            current = self.path.stat().st_mtime_ns if self.path.exists() else 0
+            if current != last:
+                last = current
+                yield None
