@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from netclaim.errors import NetclaimError
+from netclaim.quantity import format_quantity
 
 DEFAULT_CLUSTER_FILE = Path("examples/demo/cluster.yaml")
 
@@ -41,6 +42,68 @@ def _cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def _agent(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from netclaim import agent, logs
+    from netclaim.settings import FIELDS, load_settings
+
+    flags = {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
+    settings = load_settings(flags, args.config)
+    logs.configure(settings.log_level)
+    asyncio.run(agent.run(settings))
+    return 0
+
+
+def _inventory(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from netclaim.devices import decide
+    from netclaim.inventory import FileInventory, InventorySource, NodeInventory
+    from netclaim.policy import load_policy
+
+    policy = load_policy(args.policy_file)
+    source: InventorySource = (
+        FileInventory(args.inventory_file)
+        if args.inventory_file
+        else NodeInventory(args.nic_overrides, args.cni_conf_dir)
+    )
+    decisions = decide(asyncio.run(source.scan()), policy, args.driver_name)
+    if args.output == "yaml":
+        import yaml
+
+        print(
+            yaml.safe_dump(
+                {
+                    "devices": [d.device.to_api() for d in decisions if d.device],
+                    "notPublished": {d.interface.name: d.reason for d in decisions if not d.device},
+                },
+                sort_keys=False,
+            ),
+            end="",
+        )
+        return 0
+    rows = [("INTERFACE", "DEVICE", "MODE", "BANDWIDTH", "PCI", "NUMA", "DECISION")]
+    for decision in decisions:
+        device, interface = decision.device, decision.interface
+        bandwidth = device.capacity.get("netclaim.dev/bandwidth") if device else None
+        rows.append(
+            (
+                interface.name,
+                device.name if device else "-",
+                ("shared" if device.shared else "exclusive") if device else "-",
+                format_quantity(bandwidth.value) if bandwidth else "-",
+                interface.pci_address or "-",
+                str(interface.numa_node) if interface.numa_node is not None else "-",
+                decision.reason,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="netclaim", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -55,7 +118,44 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"cluster file (default {DEFAULT_CLUSTER_FILE})",
     )
     cluster.set_defaults(handler=_cluster)
+
+    agent = commands.add_parser("agent", help="the node agent (publish, kubelet plugin, NRI hooks)")
+    agent.add_argument("--config", type=Path, help="YAML file of settings (flags and NETCLAIM_* win)")
+    agent.add_argument("--node-name", help="this node (default $NODE_NAME)")
+    agent.add_argument("--kubeconfig", type=Path, help="default: in-cluster ServiceAccount, else $KUBECONFIG")
+    agent.add_argument("--driver-name", help="DRA driver name (default netclaim.dev)")
+    agent.add_argument("--kubelet-root-dir", type=Path, help="default /var/lib/kubelet")
+    agent.add_argument("--kubelet-plugin", type=_flag, help="serve the kubelet DRA plugin (default true)")
+    agent.add_argument("--nri-socket", help="containerd's NRI socket (default /var/run/nri/nri.sock)")
+    agent.add_argument("--policy-file", type=Path, help="PublishPolicy YAML (default: physical NICs, shared)")
+    agent.add_argument("--nic-overrides", type=Path, help="NicOverrides YAML: declared NIC facts")
+    agent.add_argument("--cni-conf-dir", help="primary CNI config dir (its bridges are never published)")
+    agent.add_argument("--inventory-file", type=Path, help="a synthetic inventory instead of netlink (tests)")
+    agent.add_argument("--state-dir", type=Path, help="durable state (default /var/lib/netclaim)")
+    agent.add_argument(
+        "--metrics-address", help="host:port for /metrics (default 127.0.0.1:9177; '' disables)"
+    )
+    agent.add_argument("--remove-slices-on-exit", type=_flag, help="delete this node's slices when stopping")
+    agent.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    agent.set_defaults(handler=_agent)
+
+    inventory = commands.add_parser("inventory", help="what the agent would publish on this node")
+    inventory.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
+    inventory.add_argument("--policy-file", type=Path)
+    inventory.add_argument("--nic-overrides", type=Path)
+    inventory.add_argument("--cni-conf-dir", type=Path, default=Path("/etc/cni/net.d"))
+    inventory.add_argument("--inventory-file", type=Path)
+    inventory.add_argument("--driver-name", default="netclaim.dev")
+    inventory.set_defaults(handler=_inventory)
     return parser
+
+
+def _flag(text: str) -> bool:
+    if text.lower() in {"true", "1", "yes"}:
+        return True
+    if text.lower() in {"false", "0", "no"}:
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r}: expected true or false")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,26 @@
+"""Prometheus metrics of the agent, in one registry served at --metrics-address."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry()
+
+PUBLISHED_DEVICES = Gauge(
+    "netclaim_published_devices", "Devices in this node's ResourceSlices", registry=REGISTRY
+)
+SLICE_WRITES = Counter(
+    "netclaim_resourceslice_writes_total",
+    "ResourceSlice writes by operation",
+    ["operation"],
+    registry=REGISTRY,
+)
+PUBLISH_SECONDS = Histogram(
+    "netclaim_publish_duration_seconds", "Time from a scan to the slices being current", registry=REGISTRY
+)
+LAST_PUBLISH = Gauge(
+    "netclaim_last_publish_timestamp_seconds",
+    "When the slices were last confirmed current",
+    registry=REGISTRY,
+)
+PUBLISH_ERRORS = Counter("netclaim_publish_errors_total", "Failed publish attempts", registry=REGISTRY)

@@ -1,0 +1,65 @@
+"""Agent settings from flags, environment (NETCLAIM_<NAME>) and an optional file, in that precedence."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from netclaim.errors import ConfigError
+from netclaim.files import validate_strict
+
+
+class AgentSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_name: str = Field(min_length=1, max_length=253)
+    kubeconfig: Path | None = None
+    driver_name: str = Field(
+        default="netclaim.dev", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=63
+    )
+    kubelet_root_dir: Path = Path("/var/lib/kubelet")
+    kubelet_plugin: bool = True
+    nri_socket: Path | None = Path("/var/run/nri/nri.sock")
+    policy_file: Path | None = None
+    nic_overrides: Path | None = None
+    cni_conf_dir: Path | None = Path("/etc/cni/net.d")
+    inventory_file: Path | None = None
+    state_dir: Path = Path("/var/lib/netclaim")
+    metrics_address: str = "127.0.0.1:9177"
+    remove_slices_on_exit: bool = False
+    log_level: str = Field(default="info", pattern=r"^(debug|info|warning|error)$")
+
+
+FIELDS = tuple(AgentSettings.model_fields)
+
+
+def load_settings(flags: dict[str, object], config_file: Path | None) -> AgentSettings:
+    """Flags (non-None) override NETCLAIM_* variables, which override the file, which overrides defaults."""
+    merged: dict[str, object] = {}
+    if config_file is not None:
+        try:
+            from_file = yaml.safe_load(config_file.read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"{config_file}: cannot read the agent settings: {err}") from err
+        if not isinstance(from_file, dict):
+            raise ConfigError(f"{config_file}: expected a mapping of settings")
+        merged.update({str(k).replace("-", "_"): v for k, v in from_file.items()})
+    for name in FIELDS:
+        value = os.environ.get(f"NETCLAIM_{name.upper()}")
+        if value is not None:
+            merged[name] = value.lower() in {"1", "true", "yes"} if _is_bool(name) else value
+    if "node_name" not in merged and os.environ.get("NODE_NAME"):
+        merged["node_name"] = os.environ["NODE_NAME"]
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    merged = {k: (str(v) if isinstance(v, Path) else v) for k, v in merged.items()}
+    for name in ("nri_socket", "cni_conf_dir"):
+        if merged.get(name) == "":
+            merged[name] = None
+    return validate_strict(AgentSettings, merged, "agent settings")
+
+
+def _is_bool(name: str) -> bool:
+    return AgentSettings.model_fields[name].annotation is bool
