@@ -7,7 +7,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
+from lightkube import Client
 from lightkube.core.dictmixin import DictMixin
+from lightkube.core.exceptions import ApiError
 
 T = TypeVar("T", bound=DictMixin)
 
@@ -26,3 +28,15 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval:
             return
         time.sleep(interval)
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def delete(kube: Client, kind: type[Any], name: str, namespace: str | None = None) -> None:
+    """Delete now (no grace), and be fine with it being gone already."""
+    try:
+        if namespace is None:
+            kube.delete(kind, name)
+        else:
+            kube.delete(kind, name, namespace=namespace, grace_period=0)
+    except ApiError as err:
+        if err.status.code != 404:
+            raise

@@ -10,17 +10,20 @@ from pathlib import Path
 import pytest
 from lightkube import Client, KubeConfig
 
+from netclaim.cluster import agents
 from netclaim.cluster import cluster as local_cluster
 from netclaim.cluster.cluster import ClusterHandle
 from tests.conftest import require_root_prerequisites
 
 CLUSTER_FILE = Path(__file__).with_name("cluster.yaml")
+POLICY_FILE = Path(__file__).with_name("policy.yaml")
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[ClusterHandle]:
     require_root_prerequisites()
     handle = local_cluster.up(CLUSTER_FILE, log=sys.stderr)
+    agents.deploy(handle, POLICY_FILE)
     yield handle
     if not os.environ.get("NETCLAIM_KEEP_CLUSTER"):
         local_cluster.down(handle.spec.name)

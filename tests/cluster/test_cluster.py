@@ -234,5 +234,5 @@ def test_cluster_status_reports_every_component(cluster: ClusterHandle) -> None:
         "holder": True,
         "containerd": True,
         "kubelet": True,
-        "netclaim-agent": False,
+        "netclaim-agent": True,
     }

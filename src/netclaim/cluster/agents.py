@@ -1,0 +1,127 @@
+"""Deploy netclaim into the local cluster as in production, with the agents as node processes.
+
+The manifests of `deploy/` are applied as they are (RBAC, DeviceClasses…); each kubelet node then runs
+`netclaim agent` inside its namespaces with a real bound ServiceAccount token (bound to its Node object,
+so the token carries the node name, as a DaemonSet pod's token would).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from netclaim.cluster import processes
+from netclaim.cluster.cluster import ClusterHandle
+from netclaim.cluster.node import LocalNode
+from netclaim.errors import TransientError
+
+AGENT = "netclaim-agent"
+NAMESPACE = "netclaim-system"
+SERVICE_ACCOUNT = "netclaim-agent"
+REPO = Path(__file__).resolve().parents[3]
+DEPLOY_DIR = REPO / "deploy"
+CLUSTER_MANIFESTS = ("rbac.yaml", "deviceclasses.yaml")
+
+
+def apply_manifests(handle: ClusterHandle, names: tuple[str, ...] = CLUSTER_MANIFESTS) -> None:
+    for name in names:
+        handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(DEPLOY_DIR / name))
+
+
+def agent_kubeconfig(handle: ClusterHandle, node: str, path: Path) -> None:
+    token = handle.kubectl(
+        "create",
+        "token",
+        SERVICE_ACCOUNT,
+        "-n",
+        NAMESPACE,
+        "--duration=48h",
+        "--bound-object-kind=Node",
+        f"--bound-object-name={node}",
+    ).strip()
+    server = f"https://{handle.spec.management_gateway().ip}:{handle.spec.ports.apiserver}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {"server": server, "certificate-authority": str(handle.layout.pki / "ca.crt")},
+            }
+        ],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": SERVICE_ACCOUNT}}],
+        "current-context": "local",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+
+
+def agent_command(
+    handle: ClusterHandle, node: LocalNode, policy: Path, extra: tuple[str, ...] = ()
+) -> list[str]:
+    layout = node.layout
+    return [
+        sys.executable,
+        "-m",
+        "netclaim",
+        "agent",
+        f"--node-name={node.node.name}",
+        f"--kubeconfig={layout.root / 'agent.kubeconfig'}",
+        f"--policy-file={policy.resolve()}",
+        f"--nic-overrides={layout.nic_overrides}",
+        f"--cni-conf-dir={layout.cni_conf_dir}",
+        f"--kubelet-root-dir={layout.kubelet_dir}",
+        f"--nri-socket={layout.nri_socket}",
+        f"--state-dir={layout.root / 'netclaim'}",
+        *extra,
+    ]
+
+
+def start_agent(handle: ClusterHandle, node_name: str, policy: Path, extra: tuple[str, ...] = ()) -> None:
+    node = handle.node(node_name)
+    agent_kubeconfig(handle, node_name, node.layout.root / "agent.kubeconfig")
+    node.start_daemon(AGENT, agent_command(handle, node, policy, extra), env={"PYTHONUNBUFFERED": "1"})
+
+
+def stop_agent(handle: ClusterHandle, node_name: str, *, kill: bool = False) -> None:
+    node = handle.node(node_name)
+    processes.stop(node.pid_dir, AGENT, grace=0 if kill else 10)
+
+
+def agent_running(handle: ClusterHandle, node_name: str) -> bool:
+    return processes.running(handle.node(node_name).pid_dir, AGENT)
+
+
+def deploy(handle: ClusterHandle, policy: Path, extra: tuple[str, ...] = ()) -> None:
+    """Manifests, then one agent per kubelet node; waits until every agent published its slices."""
+    apply_manifests(handle)
+    nodes = [n.name for n in handle.spec.nodes if n.kubelet]
+    for name in nodes:
+        if not agent_running(handle, name):
+            start_agent(handle, name, policy, extra)
+    wait_published(handle, nodes)
+
+
+def wait_published(handle: ClusterHandle, nodes: list[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    missing = set(nodes)
+    while time.monotonic() < deadline and missing:
+        for name in sorted(missing):
+            if not agent_running(handle, name):
+                log = handle.layout.logs / name / f"{AGENT}.log"
+                raise TransientError(f"the netclaim agent of {name} exited; see {log}")
+        output = handle.kubectl(
+            "get",
+            "resourceslices",
+            "-o",
+            "jsonpath={range .items[?(@.spec.driver=='netclaim.dev')]}{.spec.nodeName}{'\\n'}{end}",
+        )
+        missing -= set(output.split())
+        if missing:
+            time.sleep(0.3)
+    if missing:
+        raise TransientError(f"no ResourceSlice from the agents of {sorted(missing)} after {timeout:.0f} s")

@@ -1,0 +1,190 @@
+"""Issue 3 acceptance: zero churn, kubelet's slice wipes, 1,024 NICs, the apiserver going away."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaimTemplate, ResourceSlice
+
+from netclaim.cluster import agents, processes
+from netclaim.cluster.cluster import ClusterHandle
+from netclaim.cluster.controlplane import ControlPlane
+from tests.cluster.test_publish import (
+    allocation,
+    in_node,
+    nic_request,
+    node_of,
+    node_slices,
+    pod,
+    published,
+    template,
+)
+from tests.kube import delete, wait_for
+
+AGENT_USER = "system:serviceaccount:netclaim-system:netclaim-agent"
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+def audit_offset(cluster: ClusterHandle) -> int:
+    return cluster.layout.audit_log.stat().st_size
+
+
+def slice_writes_since(cluster: ClusterHandle, offset: int, user: str = AGENT_USER) -> list[dict[str, Any]]:
+    with cluster.layout.audit_log.open() as log:
+        log.seek(offset)
+        entries = [json.loads(line) for line in log if line.strip()]
+    return [
+        e
+        for e in entries
+        if e.get("objectRef", {}).get("resource") == "resourceslices"
+        and e.get("verb") in WRITE_VERBS
+        and e.get("user", {}).get("username") == user
+    ]
+
+
+def test_sixty_quiet_seconds_make_zero_slice_writes(cluster: ClusterHandle, kube: Client) -> None:
+    agents.wait_published(cluster, ["node-1", "node-2", "node-3", "node-4"])
+    time.sleep(2)  # let any publish from an earlier test settle
+    offset = audit_offset(cluster)
+    time.sleep(60)
+    writes = slice_writes_since(cluster, offset)
+    print(f"ResourceSlice writes by the agents in 60 quiet seconds: {len(writes)}")
+    assert writes == []
+    # the agents were not simply dead: they still hold their pools
+    assert all(node_slices(kube, n) for n in ("node-1", "node-2", "node-3", "node-4"))
+
+
+def test_slices_deleted_by_a_kubelet_restart_are_published_again(
+    cluster: ClusterHandle, kube: Client
+) -> None:
+    [before] = node_slices(kube, "node-3")
+    assert before.metadata is not None
+    uid_before = before.metadata.uid
+    node = cluster.node("node-3")
+    processes.stop(node.pid_dir, "kubelet")
+    processes.start_recorded(node.pid_dir, "kubelet")
+
+    def replaced() -> bool:
+        current = node_slices(kube, "node-3")
+        return bool(current) and current[0].metadata is not None and current[0].metadata.uid != uid_before
+
+    wait_for(replaced, 60, "node-3's slice deleted by kubelet and published again")
+
+
+def _synthetic_inventory(path: Path, count: int) -> None:
+    interfaces = [
+        {
+            "name": f"syn{i:04d}",
+            "index": 100 + i,
+            "kind": "physical",
+            "mac": f"02:00:00:00:{i // 256:02x}:{i % 256:02x}",
+            "mtu": 1500,
+            "up": True,
+            "virtual": False,
+            "speed_bps": 25_000_000_000,
+            "numa_node": i % 2,
+        }
+        for i in range(count)
+    ]
+    path.write_text(yaml.safe_dump(interfaces))
+
+
+def test_a_node_with_1024_nics_is_split_across_slices_and_the_last_one_is_used(
+    cluster: ClusterHandle, kube: Client, tmp_path: Path
+) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    _synthetic_inventory(inventory, 1024)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("apiVersion: netclaim.dev/v1alpha1\nkind: PublishPolicy\nrules: [{mode: shared}]\n")
+    kubeconfig = tmp_path / "virt-1.kubeconfig"
+    agents.agent_kubeconfig(cluster, "virt-1", kubeconfig)
+    offset = audit_offset(cluster)
+    started = time.monotonic()
+    processes.start(
+        "virt-1-agent",
+        [
+            sys.executable,
+            "-m",
+            "netclaim",
+            "agent",
+            "--node-name=virt-1",
+            f"--kubeconfig={kubeconfig}",
+            f"--inventory-file={inventory}",
+            f"--policy-file={policy}",
+            "--kubelet-plugin=false",
+            "--nri-socket=",
+            "--metrics-address=",
+            "--remove-slices-on-exit=true",
+            f"--state-dir={tmp_path / 'state'}",
+        ],
+        pid_dir=tmp_path,
+        log_dir=cluster.layout.logs,
+    )
+    suffix = uuid.uuid4().hex[:5]
+    name = f"scale-{suffix}"
+    try:
+        wait_for(
+            lambda: (
+                len(node_slices(kube, "virt-1")) == 8
+                and sum(len(s.spec.devices or []) for s in node_slices(kube, "virt-1")) == 1024
+            ),
+            60,
+            "1,024 devices in 8 slices",
+        )
+        elapsed = time.monotonic() - started
+        writes = slice_writes_since(cluster, offset)
+        print(
+            f"1,024 NICs: published in {elapsed:.2f} s (agent start included) with {len(writes)} API writes"
+        )
+        slices = sorted(node_slices(kube, "virt-1"), key=lambda s: str(s.metadata.name if s.metadata else ""))
+        assert {s.spec.pool.generation for s in slices} == {slices[0].spec.pool.generation}
+        assert {s.spec.pool.resourceSliceCount for s in slices} == {8}
+        assert all(len(s.spec.devices or []) == 128 for s in slices)
+        last = slices[-1]
+        assert last.metadata is not None and last.metadata.name == "virt-1-netclaim.dev-7"
+        assert [d.name for d in last.spec.devices or []][-1] == "syn1023"
+
+        kube.create(
+            template(
+                name, [nic_request("nic", 'device.attributes["netclaim.dev"].ifName == "syn1023"', "1Gi")]
+            )
+        )
+        kube.create(pod(name, name, tolerate_kubelet_less=True))
+        wait_for(lambda: bool(allocation(kube, name)), 60, "the claim allocated")
+        assert node_of(kube, name) == "virt-1"
+        [result] = allocation(kube, name)
+        assert (result.pool, result.device) == ("virt-1", "syn1023")
+    finally:
+        delete(kube, Pod, name, "default")
+        delete(kube, ResourceClaimTemplate, name, "default")
+        processes.stop(tmp_path, "virt-1-agent")
+    # uninstall: the agent removed its slices on its way out
+    assert node_slices(kube, "virt-1") == []
+
+
+def test_agent_rides_out_30_seconds_without_apiserver(cluster: ClusterHandle, kube: Client) -> None:
+    pids = cluster.layout.pids
+    processes.stop(pids, "kube-apiserver")
+    try:
+        in_node(cluster, "node-2", "ip", "link", "add", "hp9", "type", "veth", "peer", "name", "zzhp9")
+        time.sleep(30)
+        assert agents.agent_running(cluster, "node-2"), "the agent must survive the apiserver's absence"
+    finally:
+        processes.start_recorded(pids, "kube-apiserver")
+    try:
+        control_plane = ControlPlane(cluster.spec, cluster.layout, cluster.bin_dir)
+        control_plane.wait_healthy("kube-apiserver", f"{control_plane.server}/readyz")
+        wait_for(lambda: "hp9" in published(kube, "node-2"), 60, "the NIC added while the apiserver was down")
+    finally:
+        subprocess.run([*cluster.node("node-2").enter(), "ip", "link", "delete", "hp9"], check=False)
+    wait_for(lambda: "hp9" not in published(kube, "node-2"), 10, "hp9 gone again")
+    assert isinstance(node_slices(kube, "node-2")[0], ResourceSlice)
