@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from lightkube import Client
 from lightkube.core.client import FieldSelector
 from lightkube.core.exceptions import ApiError
@@ -353,3 +356,18 @@ def test_hot_plug_add_change_rename_delete_within_a_second(
     print(f"hot-plug publish latencies (s): {json.dumps({k: round(v, 3) for k, v in latencies.items()})}")
     assert max(latencies.values()) < 1.0, latencies
     assert set(published(kube, "node-1")) >= {"enp0s10", "ens1f0"}
+
+
+def test_inventory_command_shows_what_would_be_published_and_why_not(cluster: ClusterHandle) -> None:
+    layout = cluster.node("node-4").layout
+    policy = Path(__file__).with_name("policy.yaml")
+    common = [sys.executable, "-m", "netclaim", "inventory", f"--policy-file={policy}",
+              f"--nic-overrides={layout.nic_overrides}", f"--cni-conf-dir={layout.cni_conf_dir}"]
+    table = in_node(cluster, "node-4", *common)
+    assert "ens4f1" in table and "pci-0000-d8-00-1" in table and "shared" in table
+    assert "never published: carries the node's default route" in table  # eth0, the node's uplink
+    document = yaml.safe_load(in_node(cluster, "node-4", *common, "-o", "yaml"))
+    [device] = [d for d in document["devices"] if d["name"] == "pci-0000-d8-00-1"]
+    assert device["attributes"]["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:d7"}
+    assert device["attributes"]["netclaim.dev/numaNode"] == {"int": 1}
+    assert document["notPublished"]["lo"] == "never published: loopback"
