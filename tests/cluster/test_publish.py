@@ -361,8 +361,15 @@ def test_hot_plug_add_change_rename_delete_within_a_second(
 def test_inventory_command_shows_what_would_be_published_and_why_not(cluster: ClusterHandle) -> None:
     layout = cluster.node("node-4").layout
     policy = Path(__file__).with_name("policy.yaml")
-    common = [sys.executable, "-m", "netclaim", "inventory", f"--policy-file={policy}",
-              f"--nic-overrides={layout.nic_overrides}", f"--cni-conf-dir={layout.cni_conf_dir}"]
+    common = [
+        sys.executable,
+        "-m",
+        "netclaim",
+        "inventory",
+        f"--policy-file={policy}",
+        f"--nic-overrides={layout.nic_overrides}",
+        f"--cni-conf-dir={layout.cni_conf_dir}",
+    ]
     table = in_node(cluster, "node-4", *common)
     assert "ens4f1" in table and "pci-0000-d8-00-1" in table and "shared" in table
     assert "never published: carries the node's default route" in table  # eth0, the node's uplink
