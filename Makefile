@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
-.PHONY: deps system-deps bins test unit lint typecheck demo demo-down clean
+.PHONY: deps system-deps bins proto proto-check test unit lint typecheck demo demo-down clean
 
 deps: system-deps $(DEPS_STAMP)
 
@@ -29,6 +29,20 @@ $(DEPS_STAMP): pyproject.toml
 bins: deps
 	$(BIN)/netclaim cluster build
 
+PROTOS := $(wildcard proto/netclaim/_proto/*.proto)
+GRPC_PROTOS := proto/netclaim/_proto/dra_v1.proto proto/netclaim/_proto/dra_v1beta1.proto proto/netclaim/_proto/pluginregistration.proto
+
+# Our own .proto files (written from the published names and field numbers) -> checked-in stubs.
+proto: deps
+	rm -f src/netclaim/_proto/*_pb2*.py src/netclaim/_proto/*_pb2*.pyi
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m grpc_tools.protoc -I proto --python_out=src --mypy_out=quiet:src $(PROTOS)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m grpc_tools.protoc -I proto --grpc_python_out=src --mypy_grpc_out=quiet:src $(GRPC_PROTOS)
+
+# CI: the checked-in stubs must be what the .proto files generate.
+proto-check: proto
+	@git diff --exit-code --stat -- src/netclaim/_proto || { echo "generated stubs are stale: run make proto and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- src/netclaim/_proto)" || { git status --porcelain -- src/netclaim/_proto; echo "untracked/removed stubs: run make proto and commit"; exit 1; }
+
 lint: deps
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
@@ -39,7 +53,7 @@ typecheck: deps
 unit: deps
 	$(BIN)/pytest -m 'not cluster and not root' tests
 
-test: deps bins lint typecheck
+test: deps bins proto-check lint typecheck
 	$(BIN)/pytest tests
 
 demo: deps bins
