@@ -1,0 +1,253 @@
+"""The user and admin config API: `apiVersion: netclaim.dev/v1alpha1` in a DRA opaque config.
+
+    apiVersion: netclaim.dev/v1alpha1
+    kind: CNIConfig
+    interfaceName: net1              # name inside the pod (default net1)
+    bandwidth: enforce               # enforce | none: shape the interface to the consumed bandwidth
+    config:                          # a CNI network configuration list, or a single plugin config
+      cniVersion: 1.0.0
+      name: demo
+      plugins:
+      - type: macvlan
+        master: "{{ device.ifName }}"
+        mode: bridge
+        ipam: {type: host-local, ranges: [[{subnet: 10.10.1.0/24}]]}
+
+Configs apply in allocation order, DeviceClass (admin) first then claim (user); a later config overrides
+the fields it sets. Decoding is strict: unknown apiVersion, kind or field is an error that names the field.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from netclaim.errors import ConfigError, field_path
+from netclaim.placeholders import check_placeholders
+
+API_VERSION = "netclaim.dev/v1alpha1"
+KINDS = ("CNIConfig",)
+MAX_PARAMETERS_BYTES = 10 * 1024
+MAX_PLUGINS = 16
+CNI_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+PLUGIN_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_IFNAME = re.compile(r"^[^/\s:%]{1,15}$")
+RESERVED_PLUGIN_KEYS = ("runtimeConfig", "args", "prevResult")
+DEFAULT_INTERFACE = "net1"
+
+
+def check_interface_name(name: str) -> str:
+    if not _IFNAME.match(name) or name in {".", "..", "lo"}:
+        raise ValueError(
+            f"{name!r} is not a usable interface name: 1-15 characters, no '/', ':', '%' or spaces, not lo"
+        )
+    return name
+
+
+class CNIConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    apiVersion: Literal["netclaim.dev/v1alpha1"]
+    kind: Literal["CNIConfig"]
+    interfaceName: str | None = Field(default=None, description="the interface name inside the pod")
+    bandwidth: Literal["enforce", "none"] | None = Field(default=None, description="default: enforce")
+    config: dict[str, Any] | None = Field(default=None, description="CNI network config (list) or plugin")
+
+    @field_validator("interfaceName")
+    @classmethod
+    def _interface(cls, value: str | None) -> str | None:
+        return check_interface_name(value) if value is not None else None
+
+    @field_validator("config")
+    @classmethod
+    def _cni(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        problems = list(cni_problems(value))
+        if problems:
+            # one `path: problem` per line; decode() turns them into full field paths
+            raise ValueError("\n".join(problems))
+        return value
+
+
+def as_conflist(config: dict[str, Any]) -> dict[str, Any]:
+    """A single plugin config becomes a one-plugin list (what libcni does for .conf files)."""
+    if "plugins" in config:
+        return config
+    plugin = {
+        k: v for k, v in config.items() if k not in ("cniVersion", "cniVersions", "name", "disableCheck")
+    }
+    listed: dict[str, Any] = {k: config[k] for k in ("cniVersion", "cniVersions", "name") if k in config}
+    return {**listed, "plugins": [plugin]}
+
+
+def cni_problems(config: dict[str, Any]) -> Iterator[str]:
+    """Everything wrong with a CNI config before placeholders are rendered, as `path: problem`."""
+    if len(json.dumps(config)) > MAX_PARAMETERS_BYTES:
+        yield f": larger than {MAX_PARAMETERS_BYTES} bytes"
+        return
+    conflist = as_conflist(config)
+    if not isinstance(conflist.get("name"), str) or not conflist["name"]:
+        yield "name: required (the network name; host-local keys its reservations by it)"
+    version = conflist.get("cniVersion")
+    versions = conflist.get("cniVersions")
+    if version is None and versions is None:
+        yield "cniVersion: required"
+    for item in ([version] if version is not None else []) + (versions if isinstance(versions, list) else []):
+        if item not in CNI_VERSIONS:
+            yield f"cniVersion: {item!r} is not one of {list(CNI_VERSIONS)}"
+    plugins = conflist.get("plugins")
+    if not isinstance(plugins, list) or not plugins:
+        yield "plugins: a non-empty list of plugin configs is required"
+        return
+    if len(plugins) > MAX_PLUGINS:
+        yield f"plugins: at most {MAX_PLUGINS}"
+    prefix = "plugins" if "plugins" in config else ""
+    for index, plugin in enumerate(plugins):
+        where = f"{prefix}[{index}]." if prefix else ""
+        if not isinstance(plugin, dict):
+            yield f"{where.rstrip('.')}: must be an object"
+            continue
+        yield from _plugin_problems(plugin, where)
+    yield from (f"{path}: {problem}" for path, problem in check_placeholders(config))
+
+
+def _plugin_problems(plugin: dict[str, Any], where: str) -> Iterator[str]:
+    kind = plugin.get("type")
+    if not isinstance(kind, str) or not PLUGIN_TYPE.match(kind):
+        yield f"{where}type: {kind!r} must be a plugin name (letters, digits, '_', '.', '-'; no path)"
+    for key in RESERVED_PLUGIN_KEYS:
+        if key in plugin:
+            yield f"{where}{key}: is set by the runtime, not by a config"
+    for key in plugin:
+        if key.startswith("cni.dev/"):
+            yield f"{where}{key}: the cni.dev/ prefix is reserved"
+    ipam = plugin.get("ipam")
+    if ipam is not None:
+        if not isinstance(ipam, dict):
+            yield f"{where}ipam: must be an object"
+        else:
+            ipam_type = ipam.get("type")
+            if not isinstance(ipam_type, str) or not PLUGIN_TYPE.match(ipam_type):
+                yield f"{where}ipam.type: {ipam_type!r} must be a plugin name (no path)"
+            yield from _address_problems(ipam, f"{where}ipam")
+
+
+def _address_problems(ipam: dict[str, Any], where: str) -> Iterator[str]:
+    def cidr(value: Any, path: str) -> Iterator[str]:
+        if _is_placeholder(value):
+            return
+        try:
+            valid = "/" in str(value) and bool(ipaddress.ip_interface(str(value)))
+        except ValueError:
+            valid = False
+        if not valid:
+            yield f"{path}: {value!r} is not a CIDR (like 10.10.1.0/24)"
+
+    def address(value: Any, path: str) -> Iterator[str]:
+        if _is_placeholder(value):
+            return
+        try:
+            ipaddress.ip_address(str(value))
+        except ValueError:
+            yield f"{path}: {value!r} is not an IP address"
+
+    if "subnet" in ipam:
+        yield from cidr(ipam["subnet"], f"{where}.subnet")
+    for i, range_set in enumerate(ipam.get("ranges") or []):
+        for j, entry in enumerate(range_set if isinstance(range_set, list) else []):
+            base = f"{where}.ranges[{i}][{j}]"
+            if not isinstance(entry, dict):
+                yield f"{base}: must be an object"
+                continue
+            if "subnet" in entry:
+                yield from cidr(entry["subnet"], f"{base}.subnet")
+            for key in ("rangeStart", "rangeEnd", "gateway"):
+                if key in entry:
+                    yield from address(entry[key], f"{base}.{key}")
+    for i, entry in enumerate(ipam.get("addresses") or []):
+        if isinstance(entry, dict) and "address" in entry:
+            yield from cidr(entry["address"], f"{where}.addresses[{i}].address")
+    for i, route in enumerate(ipam.get("routes") or []):
+        if isinstance(route, dict):
+            if "dst" in route:
+                yield from cidr(route["dst"], f"{where}.routes[{i}].dst")
+            if "gw" in route:
+                yield from address(route["gw"], f"{where}.routes[{i}].gw")
+
+
+def _is_placeholder(value: Any) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+@dataclass(frozen=True)
+class SourcedConfig:
+    """One decoded config and where it came from (FromClass: the admin; FromClaim: the user)."""
+
+    config: CNIConfig
+    source: str
+    location: str  # how an error message points at it
+
+
+@dataclass(frozen=True)
+class EffectiveConfig:
+    interface_name: str
+    bandwidth: str
+    cni: dict[str, Any]
+    cni_from_admin: bool
+
+
+def decode(parameters: object, location: str) -> CNIConfig:
+    """Strictly decode one opaque `parameters` object; the error names `location` and the field."""
+    if not isinstance(parameters, dict):
+        raise ConfigError(f"{location}: parameters must be an object with apiVersion: {API_VERSION}")
+    if parameters.get("apiVersion") != API_VERSION:
+        raise ConfigError(f"{location}.apiVersion: {parameters.get('apiVersion')!r} is not {API_VERSION!r}")
+    if parameters.get("kind") not in KINDS:
+        raise ConfigError(f"{location}.kind: {parameters.get('kind')!r} is not one of {list(KINDS)}")
+    try:
+        return CNIConfig.model_validate_json(json.dumps(parameters), strict=True)
+    except ValidationError as err:
+        lines = []
+        for problem in err.errors(include_url=False):
+            where = f"{location}.{field_path(problem['loc'])}"
+            message = problem["msg"].removeprefix("Value error, ")
+            if problem["type"] == "extra_forbidden":
+                message = "unknown field"
+            if problem["loc"] == ("config",) and problem["type"] == "value_error":
+                for line in message.splitlines():
+                    path, _, detail = line.partition(": ")
+                    lines.append(
+                        f"{where}{'.' + path if path and not path.startswith('[') else path}: {detail}"
+                    )
+            else:
+                lines.append(f"{where}: {message}")
+        raise ConfigError("\n".join(lines)) from err
+
+
+def merge(configs: list[SourcedConfig], request: str) -> EffectiveConfig:
+    """Apply configs in order (class before claim); a later config overrides the fields it sets."""
+    interface, bandwidth, cni, cni_source = None, None, None, ""
+    for sourced in configs:
+        cfg = sourced.config
+        interface = cfg.interfaceName or interface
+        bandwidth = cfg.bandwidth or bandwidth
+        if cfg.config is not None:
+            cni, cni_source = cfg.config, sourced.source
+    if cni is None:
+        raise ConfigError(
+            f"request {request}: no netclaim.dev CNIConfig with a `config` in the DeviceClass or the claim; "
+            "add one (see docs/config.md)"
+        )
+    return EffectiveConfig(
+        interface_name=interface or DEFAULT_INTERFACE,
+        bandwidth=bandwidth or "enforce",
+        cni=as_conflist(cni),
+        cni_from_admin=cni_source == "FromClass",
+    )
