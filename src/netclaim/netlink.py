@@ -5,8 +5,13 @@ Functions take an optional `netns` path: None is the agent's own (the node's) ne
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
+import ctypes
 import ipaddress
+import os
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +23,8 @@ IFF_LOOPBACK = 0x8
 _RTMGRP_LINK = 0x1
 _RTMGRP_IPV4_IFADDR = 0x10
 _RTMGRP_IPV6_IFADDR = 0x100
+_ETH_P_ALL = 0x0003
+_NETLINK_ROUTE = 0
 
 
 @dataclass(frozen=True)
@@ -33,9 +40,43 @@ class Link:
     operstate: str
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_CLONE_NEWNET = 0x40000000
+# setns() moves only the calling thread: one dedicated thread enters a pod's namespace, opens a netlink
+# socket there (a socket stays in the namespace it was made in) and comes back. pyroute2's own netns
+# support forks the agent instead, and a forked child that gets a signal wakes the parent's event loop.
+_NETNS_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="netns")
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, _CLONE_NEWNET) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error))
+
+
+def _netlink_socket_in(path: str) -> int:
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(path, os.O_RDONLY)  # never created: a gone namespace is an error
+        try:
+            _setns(target)
+            try:
+                return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_ROUTE).detach()
+            finally:
+                _setns(home)
+        finally:
+            os.close(target)
+    finally:
+        os.close(home)
+
+
 @contextlib.asynccontextmanager
 async def _ipr(netns: str | None = None) -> AsyncIterator[AsyncIPRoute]:
-    ipr = AsyncIPRoute(netns_path=netns) if netns else AsyncIPRoute()
+    if netns:
+        loop = asyncio.get_running_loop()
+        ipr = AsyncIPRoute(fileno=await loop.run_in_executor(_NETNS_THREAD, _netlink_socket_in, netns))
+    else:
+        ipr = AsyncIPRoute()
     try:
         yield ipr
     finally:
@@ -83,14 +124,13 @@ async def default_route_interfaces(netns: str | None = None) -> set[int]:
 
 
 class LinkEvents:
-    """Notifications of link and address changes in one namespace (the content is re-read by the caller)."""
+    """Notifications of link and address changes in the node's namespace (the caller re-reads the content)."""
 
-    def __init__(self, netns: str | None = None) -> None:
-        self._netns = netns
+    def __init__(self) -> None:
         self._ipr: AsyncIPRoute | None = None
 
     async def __aenter__(self) -> LinkEvents:
-        self._ipr = AsyncIPRoute(netns_path=self._netns) if self._netns else AsyncIPRoute()
+        self._ipr = AsyncIPRoute()
         await self._ipr.bind(groups=_RTMGRP_LINK | _RTMGRP_IPV4_IFADDR | _RTMGRP_IPV6_IFADDR)
         return self
 
@@ -102,3 +142,114 @@ class LinkEvents:
         """Wait for the next burst of events; returns their kinds (RTM_NEWLINK, RTM_DELADDR…)."""
         assert self._ipr is not None, "use as an async context manager"
         return [str(m.get("event")) async for m in self._ipr.get()]
+
+
+@dataclass(frozen=True)
+class InterfaceState:
+    """An interface as the kernel has it (read back from a pod's namespace for the claim status)."""
+
+    name: str
+    index: int
+    mac: str
+    mtu: int
+    addresses: tuple[str, ...]  # canonical CIDR form, global scope
+
+
+async def interface(name: str, netns: str | None = None) -> InterfaceState | None:
+    async with _ipr(netns) as ipr:
+        found = [_link(m) async for m in await ipr.get_links() if m.get("ifname") == name]
+        if not found:
+            return None
+        link = found[0]
+        addresses = [
+            str(ipaddress.ip_interface(f"{m.get('address')}/{m['prefixlen']}"))
+            async for m in await ipr.get_addr(index=link.index)
+            if m.get("scope", 0) == 0
+        ]
+    return InterfaceState(link.name, link.index, link.mac, link.mtu, tuple(addresses))
+
+
+async def set_link(
+    name: str,
+    *,
+    new_name: str | None = None,
+    mtu: int | None = None,
+    mac: str | None = None,
+    netns: str | None = None,
+) -> None:
+    """Rename an interface and/or set its MTU and MAC (it is brought down for the rename, then up)."""
+    async with _ipr(netns) as ipr:
+        index = [m["index"] async for m in await ipr.get_links() if m.get("ifname") == name]
+        if not index:
+            raise LookupError(f"no interface {name}")
+        changes: dict[str, Any] = {}
+        if new_name and new_name != name:
+            await ipr.link("set", index=index[0], state="down")
+            changes["ifname"] = new_name
+        if mtu:
+            changes["mtu"] = mtu
+        if mac:
+            changes["address"] = mac
+        if changes:
+            await ipr.link("set", index=index[0], **changes)
+        await ipr.link("set", index=index[0], state="up")
+
+
+async def _index(ipr: AsyncIPRoute, name: str) -> int | None:
+    found = [int(m["index"]) async for m in await ipr.get_links() if m.get("ifname") == name]
+    return found[0] if found else None
+
+
+def ifb_name(index: int) -> str:
+    """The ifb device that carries the ingress shaping of the interface with this index."""
+    return f"ifb{index}"
+
+
+async def shape(name: str, bits_per_second: int, netns: str) -> None:
+    """Cap the interface at `bits_per_second` both ways with token buckets: on its egress, and on the egress
+    of an ifb device its ingress is redirected to (this kernel has no policer; htb/tbf, u32 and mirred)."""
+    rate = max(bits_per_second // 8, 1)  # bytes/s, as tc counts
+    burst = max(rate // 100, 64 * 1024)  # 10 ms at rate, at least 64 KiB (GSO super-packets and timer slack)
+    async with _ipr(netns) as ipr:
+        index = await _index(ipr, name)
+        if index is None:
+            raise LookupError(f"no interface {name} in {netns}")
+        ifb = await _index(ipr, ifb_name(index))
+        if ifb is None:
+            await ipr.link("add", ifname=ifb_name(index), kind="ifb")
+            ifb = await _index(ipr, ifb_name(index))
+            assert ifb is not None
+        await ipr.link("set", index=ifb, state="up")
+        for device in (index, ifb):
+            await ipr.tc("replace", "tbf", index=device, handle="1:", rate=rate, burst=burst, latency=50_000)
+        if "ingress" not in [str(m.get("kind")) async for m in await ipr.get_qdiscs(index=index)]:
+            await ipr.tc("add", "ingress", index=index, handle="ffff:")
+            await ipr.tc(
+                "add-filter",
+                "u32",
+                index=index,
+                parent=0xFFFF0000,
+                prio=1,
+                protocol=_ETH_P_ALL,
+                keys=["0x0/0x0+0"],
+                target=0x10001,
+                action={"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb},
+            )
+
+
+async def remove_ifb(name: str, netns: str) -> None:
+    """Delete the ingress-shaping ifb of an interface, if the namespace and the device still exist."""
+    async with _ipr(netns) as ipr:
+        index = await _index(ipr, name)
+        ifb = await _index(ipr, ifb_name(index)) if index is not None else None
+        if ifb is not None:
+            await ipr.link("del", index=ifb)
+
+
+async def qdiscs(name: str, netns: str) -> list[str]:
+    """Kinds of the qdiscs on an interface (tests read the shaping back)."""
+    async with _ipr(netns) as ipr:
+        index = [m["index"] async for m in await ipr.get_links() if m.get("ifname") == name]
+        if not index:
+            return []
+        return [str(m.get("kind")) async for m in await ipr.get_qdiscs(index=index[0])]
