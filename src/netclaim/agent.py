@@ -12,17 +12,25 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import grpc
 from lightkube import AsyncClient
 from lightkube.core.client import FieldSelector
 from lightkube.resources.resource_v1 import ResourceSlice
 from prometheus_client import start_http_server
 
-from netclaim import kube, metrics
-from netclaim.devices import decide
+from netclaim import kube, kubeletplugin, metrics, nri
+from netclaim.attach import Attacher, PodLocks
+from netclaim.claims import ClaimCache
+from netclaim.cni import CniRunner
+from netclaim.devices import Device, decide
+from netclaim.hooks import PodHooks
 from netclaim.inventory import FileInventory, InventorySource, NodeInventory
 from netclaim.policy import PublishPolicy, load_policy
+from netclaim.prepare import DeviceCatalog, Preparer
 from netclaim.publisher import SlicePublisher
 from netclaim.settings import AgentSettings
+from netclaim.status import StatusWriter
+from netclaim.store import State, Store
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +76,35 @@ async def _retrying(what: str, attempt: Callable[[], Awaitable[None]], on_error:
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
 
+def held_devices(store: Store | None, present: set[str]) -> list[Device]:
+    """Whole NICs now inside pods: gone from the node's netns, still this node's devices (and allocated)."""
+    if store is None:
+        return []
+    return [
+        Device.from_record(row.plan["deviceRecord"])
+        for row in store.all()
+        if not row.plan.get("shared")
+        and row.state in (State.ATTACHING, State.ATTACHED)
+        and row.device not in present
+        and "deviceRecord" in row.plan
+    ]
+
+
 async def publish_loop(
-    source: InventorySource, policy: PublishPolicy, publisher: SlicePublisher, driver: str, trigger: Trigger
+    source: InventorySource,
+    policy: PublishPolicy,
+    publisher: SlicePublisher,
+    driver: str,
+    trigger: Trigger,
+    catalog: DeviceCatalog,
+    store: Store | None,
 ) -> None:
     async def once() -> None:
         await trigger.wait()
         try:
             devices = [d.device for d in decide(await source.scan(), policy, driver) if d.device is not None]
+            devices += held_devices(store, {d.name for d in devices})
+            catalog.update(devices)
             await publisher.publish(devices)
         except BaseException:
             trigger.fire()  # the next attempt (after the backoff) must publish again
@@ -130,36 +160,78 @@ def _serve_metrics(address: str) -> None:
     start_http_server(int(port), addr=host or "0.0.0.0", registry=metrics.REGISTRY)  # noqa: S104 - admin's choice
 
 
+def _allowed_plugins(settings: AgentSettings) -> frozenset[str] | None:
+    names = frozenset(n.strip() for n in settings.cni_plugins.split(",") if n.strip())
+    return names or None
+
+
 async def run(settings: AgentSettings) -> None:
     policy = load_policy(settings.policy_file)  # a bad policy stops the agent before it touches anything
     source = inventory_source(settings)
     await source.scan()  # likewise a bad overrides or inventory file
     _serve_metrics(settings.metrics_address)
     client = kube.client(settings.kubeconfig, settings.driver_name)
-    publisher = SlicePublisher(client, settings.node_name, settings.driver_name)
+    node, driver = settings.node_name, settings.driver_name
+    publisher = SlicePublisher(client, node, driver)
+    catalog = DeviceCatalog()
     trigger = Trigger()
-    log.info("agent starting", extra={"node": settings.node_name, "driver": settings.driver_name})
-    async with _stopping_on_signals() as stop:
-        tasks = [
-            asyncio.create_task(
-                publish_loop(source, policy, publisher, settings.driver_name, trigger), name="publish"
-            ),
-            asyncio.create_task(watch_inventory(source, trigger), name="inventory-watch"),
-            asyncio.create_task(
-                watch_slices(client, settings.node_name, settings.driver_name, trigger), name="slice-watch"
-            ),
-            asyncio.create_task(periodic(trigger, RESYNC_SECONDS), name="resync"),
+    configure = settings.kubelet_plugin or settings.nri_socket is not None
+    store = Store(settings.state_dir) if configure else None
+    log.info("agent starting", extra={"node": node, "driver": driver})
+    tasks = [
+        asyncio.create_task(
+            publish_loop(source, policy, publisher, driver, trigger, catalog, store), name="publish"
+        ),
+        asyncio.create_task(watch_inventory(source, trigger), name="inventory-watch"),
+        asyncio.create_task(watch_slices(client, node, driver, trigger), name="slice-watch"),
+        asyncio.create_task(periodic(trigger, RESYNC_SECONDS), name="resync"),
+    ]
+    servers: list[grpc.aio.Server] = []
+    if store is not None:
+        cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
+        status = StatusWriter(client, driver, store)
+        locks = PodLocks()
+        attacher = Attacher(store, cni)
+        claims = ClaimCache(client, driver, node)
+        tasks += [
+            asyncio.create_task(status.run(), name="status-writer"),
+            asyncio.create_task(claims.run(), name="claim-cache"),
         ]
-        stopper = asyncio.create_task(stop.wait(), name="stop")
-        done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
-        for task in [*tasks, stopper]:
+        if settings.kubelet_plugin:
+            preparer = Preparer(
+                driver=driver,
+                node=node,
+                claims=claims,
+                store=store,
+                catalog=catalog,
+                cni=cni,
+                attacher=attacher,
+                status=status,
+                locks=locks,
+            )
+            servers = list(await kubeletplugin.serve(preparer, settings.kubelet_root_dir, driver))
+        if settings.nri_socket is not None:
+            hooks = PodHooks(store, attacher, status, locks)
+            tasks.append(asyncio.create_task(nri.run_plugin(settings.nri_socket, hooks), name="nri"))
+    try:
+        async with _stopping_on_signals() as stop:
+            stopper = asyncio.create_task(stop.wait(), name="stop")
+            done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+            for task in done - {stopper}:  # the loops run forever: an end is a bug worth stopping for
+                raise task.exception() or RuntimeError(f"{task.get_name()} ended unexpectedly")
+    finally:
+        registration, _ = kubeletplugin.socket_paths(settings.kubelet_root_dir, driver)
+        if servers:
+            registration.unlink(missing_ok=True)  # kubelet deregisters us at once
+        for server in servers:
+            await server.stop(grace=2)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, stopper, return_exceptions=True)
-        for task in done:
-            if task is not stopper and not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+        await asyncio.gather(*tasks, return_exceptions=True)
     if settings.remove_slices_on_exit:
         await publisher.remove_all()
         log.info("removed this node's ResourceSlices")
+    if store is not None:
+        store.close()
     await client.close()
     log.info("agent stopped")

@@ -130,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--policy-file", type=Path, help="PublishPolicy YAML (default: physical NICs, shared)")
     agent.add_argument("--nic-overrides", type=Path, help="NicOverrides YAML: declared NIC facts")
     agent.add_argument("--cni-conf-dir", help="primary CNI config dir (its bridges are never published)")
+    agent.add_argument(
+        "--cni-bin-dir", type=Path, help="the only directory CNI plugins run from (default /opt/cni/bin)"
+    )
+    agent.add_argument(
+        "--cni-plugins", help="comma-separated plugin types claims may use (default: all installed)"
+    )
     agent.add_argument("--inventory-file", type=Path, help="a synthetic inventory instead of netlink (tests)")
     agent.add_argument("--state-dir", type=Path, help="durable state (default /var/lib/netclaim)")
     agent.add_argument(

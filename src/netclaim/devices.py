@@ -48,6 +48,26 @@ class Device:
     attributes: dict[str, AttributeValue] = field(default_factory=dict)  # fully qualified names
     capacity: dict[str, Capacity] = field(default_factory=dict)
 
+    def to_record(self) -> dict[str, Any]:
+        """Plain data to keep in the store (a whole NIC in a pod is published from it meanwhile)."""
+        return {
+            "name": self.name,
+            "ifName": self.if_name,
+            "shared": self.shared,
+            "attributes": self.attributes,
+            "capacity": {k: [c.value, c.default, c.minimum, c.step] for k, c in self.capacity.items()},
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Device:
+        return cls(
+            name=record["name"],
+            if_name=record["ifName"],
+            shared=record["shared"],
+            attributes=dict(record["attributes"]),
+            capacity={k: Capacity(*values) for k, values in record["capacity"].items()},
+        )
+
     def to_api(self) -> dict[str, Any]:
         api: dict[str, Any] = {
             "name": self.name,

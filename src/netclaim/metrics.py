@@ -24,3 +24,19 @@ LAST_PUBLISH = Gauge(
     registry=REGISTRY,
 )
 PUBLISH_ERRORS = Counter("netclaim_publish_errors_total", "Failed publish attempts", registry=REGISTRY)
+KUBELET_CALLS = Counter(
+    "netclaim_kubelet_calls_total",
+    "NodePrepare/NodeUnprepare per claim, by outcome",
+    ["call", "outcome"],
+    registry=REGISTRY,
+)
+PREPARE_SECONDS = Histogram(
+    "netclaim_prepare_duration_seconds", "NodePrepareResources per claim", registry=REGISTRY
+)
+NRI_HOOK_SECONDS = Histogram(
+    "netclaim_nri_hook_duration_seconds",
+    "NRI pod hooks, by event",
+    ["event"],
+    registry=REGISTRY,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0),
+)

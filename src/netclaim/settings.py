@@ -26,6 +26,8 @@ class AgentSettings(BaseModel):
     policy_file: Path | None = None
     nic_overrides: Path | None = None
     cni_conf_dir: Path | None = Path("/etc/cni/net.d")
+    cni_bin_dir: Path = Path("/opt/cni/bin")
+    cni_plugins: str = Field(default="", description="comma-separated allow-list of plugin types; empty: all")
     inventory_file: Path | None = None
     state_dir: Path = Path("/var/lib/netclaim")
     metrics_address: str = "127.0.0.1:9177"

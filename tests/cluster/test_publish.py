@@ -15,126 +15,25 @@ import pytest
 import yaml
 from lightkube import Client
 from lightkube.core.client import FieldSelector
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event, Pod
-from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
-from netclaim.cluster import processes
 from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.images import BUSYBOX_IMAGE
+from tests.cluster.helpers import (
+    DRIVER,
+    NS,
+    allocation,
+    gone,
+    in_node,
+    nic_request,
+    node_of,
+    pod,
+    pod_spec,
+    published,
+    template,
+)
 from tests.kube import delete, typed, wait_for
-
-DRIVER = "netclaim.dev"
-NS = "default"
-
-
-# --- helpers -----------------------------------------------------------------------------------
-def node_slices(kube: Client, node: str) -> list[ResourceSlice]:
-    return list(kube.list(ResourceSlice, fields={"spec.nodeName": node, "spec.driver": DRIVER}))
-
-
-def published(kube: Client, node: str) -> dict[str, dict[str, Any]]:
-    """ifName -> device (as a dict) in the node's current pool."""
-    devices = {}
-    for item in node_slices(kube, node):
-        for device in item.spec.devices or []:
-            data = device.to_dict()
-            devices[data["attributes"]["netclaim.dev/ifName"]["string"]] = data
-    return devices
-
-
-def template(
-    name: str,
-    requests: list[dict[str, Any]],
-    constraints: list[dict[str, Any]] | None = None,
-) -> ResourceClaimTemplate:
-    devices: dict[str, Any] = {"requests": requests}
-    if constraints:
-        devices["constraints"] = constraints
-    return typed(
-        ResourceClaimTemplate,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {"spec": {"devices": devices}},
-        },
-    )
-
-
-def nic_request(
-    name: str,
-    cel: str,
-    bandwidth: str | None = None,
-    device_class: str = "netclaim-shared",
-) -> dict[str, Any]:
-    exactly: dict[str, Any] = {"deviceClassName": device_class, "selectors": [{"cel": {"expression": cel}}]}
-    if bandwidth:
-        exactly["capacity"] = {"requests": {"netclaim.dev/bandwidth": bandwidth}}
-    return {"name": name, "exactly": exactly}
-
-
-def pod_spec(claim_template: str, tolerate_kubelet_less: bool = False) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "terminationGracePeriodSeconds": 0,
-        "resourceClaims": [{"name": "net", "resourceClaimTemplateName": claim_template}],
-        "containers": [
-            {
-                "name": "main",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["sleep", "3600"],
-                "resources": {"claims": [{"name": "net"}]},
-            }
-        ],
-    }
-    if tolerate_kubelet_less:
-        spec["tolerations"] = [
-            {"key": "netclaim.dev/kubelet-less", "operator": "Exists", "effect": "NoSchedule"}
-        ]
-    return spec
-
-
-def pod(name: str, claim_template: str, **kwargs: bool) -> Pod:
-    return typed(
-        Pod,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": pod_spec(claim_template, **kwargs),
-        },
-    )
-
-
-def allocation(kube: Client, pod_name: str) -> list[Any]:
-    """The allocation results of the pod's claim ([] while it has none)."""
-    current = kube.get(Pod, pod_name, namespace=NS)
-    statuses = current.status.resourceClaimStatuses if current.status else None
-    if not statuses or not statuses[0].resourceClaimName:
-        return []
-    claim = kube.get(ResourceClaim, statuses[0].resourceClaimName, namespace=NS)
-    if claim.status is None or claim.status.allocation is None or claim.status.allocation.devices is None:
-        return []
-    return list(claim.status.allocation.devices.results or [])
-
-
-def node_of(kube: Client, pod_name: str) -> str | None:
-    current = kube.get(Pod, pod_name, namespace=NS)
-    return current.spec.nodeName if current.spec else None
-
-
-def gone(kube: Client, kind: type[Pod], name: str) -> bool:
-    try:
-        kube.get(kind, name, namespace=NS)
-    except ApiError as err:
-        return err.status.code == 404
-    return False
-
-
-def in_node(cluster: ClusterHandle, node: str, *command: str) -> str:
-    return processes.run([*cluster.node(node).enter(), *command])
 
 
 # --- the talks' demo, scheduling half ------------------------------------------------------------

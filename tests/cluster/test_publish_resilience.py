@@ -18,7 +18,7 @@ from lightkube.resources.resource_v1 import ResourceClaimTemplate, ResourceSlice
 from netclaim.cluster import agents, processes
 from netclaim.cluster.cluster import ClusterHandle
 from netclaim.cluster.controlplane import ControlPlane
-from tests.cluster.test_publish import (
+from tests.cluster.helpers import (
     allocation,
     in_node,
     nic_request,

@@ -77,14 +77,18 @@ def agent_command(
         f"--kubelet-root-dir={layout.kubelet_dir}",
         f"--nri-socket={layout.nri_socket}",
         f"--state-dir={layout.root / 'netclaim'}",
+        "--cni-bin-dir=/usr/lib/cni",
         *extra,
     ]
 
 
-def start_agent(handle: ClusterHandle, node_name: str, policy: Path, extra: tuple[str, ...] = ()) -> None:
+def start_agent(
+    handle: ClusterHandle, node_name: str, policy: Path, extra: tuple[str, ...] = (), faults: str = ""
+) -> None:
     node = handle.node(node_name)
     agent_kubeconfig(handle, node_name, node.layout.root / "agent.kubeconfig")
-    node.start_daemon(AGENT, agent_command(handle, node, policy, extra), env={"PYTHONUNBUFFERED": "1"})
+    env = {"PYTHONUNBUFFERED": "1", "NETCLAIM_FAULTS": faults}
+    node.start_daemon(AGENT, agent_command(handle, node, policy, extra), env=env)
 
 
 def stop_agent(handle: ClusterHandle, node_name: str, *, kill: bool = False) -> None:

@@ -1,0 +1,169 @@
+"""Carry out a stored plan in a pod's network namespace (CNI ADD, read back, shape) and undo it (CNI DEL).
+
+Every step is recorded in the store before and after, so a crash at any point leaves a row that says
+what may be half done: `attaching` rows are rolled back with DEL before anything else happens to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from netclaim import faults, netlink
+from netclaim.cni import CniRunner, Invocation, cni_args
+from netclaim.errors import NetclaimError
+from netclaim.store import Attachment, State, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """The pod sandbox an attachment goes into, as the runtime describes it."""
+
+    id: str
+    uid: str
+    name: str
+    namespace: str
+    netns: str
+
+
+class AttachError(NetclaimError):
+    """Attaching failed and was rolled back; the message says which claim and why."""
+
+
+class Attacher:
+    def __init__(self, store: Store, cni: CniRunner) -> None:
+        self.store = store
+        self.cni = cni
+
+    def _invocation(self, row: Attachment) -> Invocation:
+        netns = row.netns if netns_exists(row.netns) else ""
+        return Invocation(row.sandbox_id, netns, row.plan["interfaceName"], str(row.result.get("args", "")))
+
+    async def is_attached(self, row: Attachment, sandbox: Sandbox) -> bool:
+        if row.state != State.ATTACHED or row.sandbox_id != sandbox.id:
+            return False
+        return await netlink.interface(row.plan["interfaceName"], sandbox.netns) is not None
+
+    async def attach(self, row: Attachment, sandbox: Sandbox, deadline: float) -> Attachment:
+        """ADD the plan into `sandbox`; idempotent for the same sandbox. Raises AttachError after rollback."""
+        if await self.is_attached(row, sandbox):
+            return row
+        if row.state in (State.ATTACHING, State.ATTACHED):
+            row = await self.detach(row, deadline)
+        plan = row.plan
+        args = cni_args(sandbox.namespace, sandbox.name, sandbox.id, sandbox.uid)
+        row = row.with_state(
+            State.ATTACHING, sandbox_id=sandbox.id, netns=sandbox.netns, result={"args": args}, error=""
+        )
+        self.store.put(row)
+        invocation = Invocation(sandbox.id, sandbox.netns, plan["interfaceName"], args)
+        started = time.monotonic()
+        try:
+            result = await self.cni.add(plan["conflist"], invocation, deadline)
+            faults.point("inside-add")
+            state = await _read_back(plan["interfaceName"], sandbox.netns)
+            if plan.get("bandwidth"):
+                await netlink.shape(plan["interfaceName"], int(plan["bandwidth"]), sandbox.netns)
+        except Exception as err:
+            await self._rollback(row, deadline)
+            message = f"claim {row.claim_namespace}/{row.claim_name} device {row.device}: {err}"
+            self.store.put(row.with_state(State.PREPARED, sandbox_id="", netns="", result={}, error=message))
+            raise AttachError(message) from err
+        interface = {
+            "name": state.name,
+            "mac": state.mac,
+            "mtu": state.mtu,
+            "addresses": list(state.addresses),
+        }
+        row = row.with_state(State.ATTACHED, result={"args": args, "cni": result, "interface": interface})
+        self.store.put(row)
+        log.info(
+            "attached",
+            extra={
+                "pod": f"{sandbox.namespace}/{sandbox.name}",
+                "claim": row.claim_name,
+                "device": row.device,
+                "interface": state.name,
+                "ips": state.addresses,
+                "ms": round((time.monotonic() - started) * 1000, 1),
+            },
+        )
+        return row
+
+    async def _rollback(self, row: Attachment, deadline: float) -> None:
+        try:
+            await self.cni.delete(
+                row.plan["conflist"],
+                self._invocation(row),
+                None,
+                max(deadline, time.monotonic() + 2.0),
+                quiet=True,
+            )
+            await self._restore_host_nic(row)
+        except Exception as err:  # noqa: BLE001 - the original failure is what the caller reports
+            log.warning("rollback after a failed ADD was incomplete", extra={"error": repr(err)})
+
+    async def detach(self, row: Attachment, deadline: float) -> Attachment:
+        """DEL what an `attaching`/`attached` row may have added (the netns may be gone: IPAM is still
+        released) and put an exclusive NIC back as it was. Safe to repeat."""
+        if row.state not in (State.ATTACHING, State.ATTACHED):
+            return row
+        invocation = self._invocation(row)
+        if invocation.netns:
+            try:
+                await netlink.remove_ifb(invocation.if_name, invocation.netns)
+            except (OSError, LookupError) as err:
+                log.info("no ingress shaping device to remove", extra={"error": repr(err)})
+        cni_result = row.result.get("cni")
+        await self.cni.delete(
+            row.plan["conflist"], invocation, cni_result, max(deadline, time.monotonic() + 2.0)
+        )
+        await self._restore_host_nic(row)
+        row = row.with_state(State.DETACHED, netns="", result={}, error="")
+        self.store.put(row)
+        log.info("detached", extra={"claim": row.claim_name, "device": row.device})
+        return row
+
+    async def _restore_host_nic(self, row: Attachment) -> None:
+        """After a whole NIC came back from a pod: its name, MTU and MAC as they were before."""
+        host: dict[str, Any] = row.plan.get("host", {})
+        if row.plan.get("shared") or not host.get("ifName"):
+            return
+        current = await netlink.interface(host["ifName"])
+        if current is None:
+            log.warning("exclusive NIC not back on the node", extra={"interface": host["ifName"]})
+            return
+        if current.mtu != host.get("mtu") or current.mac != host.get("mac"):
+            await netlink.set_link(host["ifName"], mtu=host.get("mtu"), mac=host.get("mac"))
+
+
+async def _read_back(name: str, netns: str) -> netlink.InterfaceState:
+    state = await netlink.interface(name, netns)
+    if state is None:
+        raise AttachError(f"CNI ADD succeeded but {name} is not in the pod's namespace")
+    return state
+
+
+def netns_exists(path: str) -> bool:
+    return bool(path) and os.path.exists(path)  # noqa: PTH110 - one stat, on the hook's path
+
+
+class PodLocks:
+    """One lock per pod UID: kubelet calls, NRI hooks and repairs of the same pod never interleave."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def __call__(self, pod_uid: str) -> asyncio.Lock:
+        return self._locks.setdefault(pod_uid, asyncio.Lock())
+
+    def forget(self, pod_uid: str) -> None:
+        lock = self._locks.get(pod_uid)
+        if lock is not None and not lock.locked():
+            del self._locks[pod_uid]

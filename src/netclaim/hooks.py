@@ -1,0 +1,120 @@
+"""NRI pod hooks: small, idempotent, inside the runtime's budget. Slow work was done in prepare.
+
+Each hook has one shape: look up the pod's stored attachments, return at once if there are none, take
+the pod's lock, act, enqueue the status. RunPodSandbox raises when it cannot attach (containerd then fails
+the sandbox and kubelet retries); Stop/Remove never fail the runtime.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from netclaim import faults
+from netclaim._proto import nri_pb2
+from netclaim.attach import Attacher, AttachError, PodLocks, Sandbox, netns_exists
+from netclaim.errors import NetclaimError
+from netclaim.status import ClaimRef, StatusWriter
+from netclaim.store import Attachment, State, Store
+
+log = logging.getLogger(__name__)
+REPAIR_SECONDS = 10.0
+
+
+class HostNetworkPod(NetclaimError):
+    """A pod without its own network namespace cannot receive an interface."""
+
+
+def sandbox_of(pod: nri_pb2.PodSandbox) -> Sandbox:
+    netns = next((ns.path for ns in pod.linux.namespaces if ns.type == "network"), "")
+    return Sandbox(id=pod.id, uid=pod.uid, name=pod.name, namespace=pod.namespace, netns=netns)
+
+
+def claim_of(row: Attachment) -> ClaimRef:
+    return ClaimRef(row.claim_namespace, row.claim_name, row.claim_uid)
+
+
+class PodHooks:
+    def __init__(self, store: Store, attacher: Attacher, status: StatusWriter, locks: PodLocks) -> None:
+        self.store = store
+        self.attacher = attacher
+        self.status = status
+        self.locks = locks
+
+    async def run_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None:
+        rows = self.store.for_pod(pod.uid)
+        if not rows:
+            return
+        faults.point("run-pod-sandbox")
+        sandbox = sandbox_of(pod)
+        if not sandbox.netns:
+            raise HostNetworkPod(
+                f"pod {pod.namespace}/{pod.name} uses the host network: netclaim.dev claims "
+                "attach interfaces to a pod's own network namespace"
+            )
+        deadline = time.monotonic() + budget
+        async with self.locks(pod.uid):
+            done: list[Attachment] = []
+            try:
+                for row in rows:
+                    done.append(await self.attacher.attach(row, sandbox, deadline))
+            except AttachError as err:
+                for attached in done:  # all or nothing: the retried sandbox starts from a clean slate
+                    await self.attacher.detach(self._current(attached), deadline)
+                await self.status.warn(pod.namespace, pod.name, pod.uid, "NetclaimAttachFailed", str(err))
+                raise
+            finally:
+                for row in rows:
+                    self.status.enqueue(claim_of(row))
+
+    def _current(self, row: Attachment) -> Attachment:
+        return next((r for r in self.store.for_claim(row.claim_uid) if r.key == row.key), row)
+
+    async def stop_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None:
+        await self._detach_pod(pod.uid, budget)
+
+    async def remove_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None:
+        await self._detach_pod(pod.uid, budget)
+
+    async def _detach_pod(self, pod_uid: str, budget: float) -> None:
+        rows = [r for r in self.store.for_pod(pod_uid) if r.state in (State.ATTACHING, State.ATTACHED)]
+        if not rows:
+            return
+        faults.point("before-detach")
+        deadline = time.monotonic() + budget
+        async with self.locks(pod_uid):
+            for row in rows:
+                try:
+                    await self.attacher.detach(self._current(row), deadline)
+                except NetclaimError as err:  # never fail the runtime; unprepare will try again
+                    log.warning("detach failed", extra={"claim": row.claim_name, "error": str(err)})
+                self.status.enqueue(claim_of(row))
+
+    async def synchronize(self, pods: list[nri_pb2.PodSandbox]) -> None:
+        """After (re)connecting: finish or undo what a crash or a missed event left behind."""
+        sandboxes = {pod.uid: sandbox_of(pod) for pod in pods}
+        for row in self.store.all():
+            sandbox = sandboxes.get(row.pod_uid)
+            async with self.locks(row.pod_uid):
+                row = self._current(row)
+                try:
+                    await self._repair(row, sandbox)
+                except NetclaimError as err:
+                    log.warning("repair failed", extra={"claim": row.claim_name, "error": str(err)})
+                self.status.enqueue(claim_of(row))
+
+    async def _repair(self, row: Attachment, sandbox: Sandbox | None) -> None:
+        deadline = time.monotonic() + REPAIR_SECONDS
+        if row.state == State.ATTACHING:
+            row = await self.attacher.detach(row, deadline)  # a crash inside ADD: undo first
+        if sandbox is None or not netns_exists(sandbox.netns):
+            await self.attacher.detach(row, deadline)  # the sandbox went while we were away: release IPAM
+            return
+        if row.state == State.ATTACHED and row.sandbox_id != sandbox.id:
+            row = await self.attacher.detach(row, deadline)
+        if not await self.attacher.is_attached(row, sandbox):
+            log.info(
+                "attaching into a running sandbox (its RunPodSandbox was missed)",
+                extra={"pod": f"{sandbox.namespace}/{sandbox.name}", "claim": row.claim_name},
+            )
+            await self.attacher.attach(row, sandbox, deadline)

@@ -1,0 +1,150 @@
+"""The kubelet side: plugin registration and the DRAPlugin service (v1 and v1beta1) over unix sockets.
+
+Thin on purpose: each call loops over the claims, asks the Preparer, and maps results and errors. A
+claim's failure goes into that claim's `error`; the call itself never fails, so kubelet keeps the
+answers for the other claims.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from netclaim import metrics
+from netclaim._proto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    pluginregistration_pb2,
+    pluginregistration_pb2_grpc,
+)
+from netclaim.errors import NetclaimError
+from netclaim.prepare import PreparedDevice, Preparer
+
+log = logging.getLogger(__name__)
+SUPPORTED_VERSIONS = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+
+
+def socket_paths(kubelet_root: Path, driver: str) -> tuple[Path, Path]:
+    """(registration socket, DRA service socket) where kubelet looks for them."""
+    return (
+        kubelet_root / "plugins_registry" / f"{driver}-reg.sock",
+        kubelet_root / "plugins" / driver / "dra.sock",
+    )
+
+
+class _DraService:
+    """DRAPlugin for one API version; `pb` is that version's generated message module."""
+
+    def __init__(self, preparer: Preparer, pb: Any) -> None:
+        self.preparer = preparer
+        self.pb = pb
+
+    def _device(self, device: PreparedDevice) -> Any:
+        fields: dict[str, Any] = {
+            "request_names": [device.request],
+            "pool_name": device.pool,
+            "device_name": device.device,
+        }
+        if device.share_id and "share_id" in self.pb.Device.DESCRIPTOR.fields_by_name:
+            fields["share_id"] = device.share_id
+        return self.pb.Device(**fields)
+
+    async def NodePrepareResources(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        response = self.pb.NodePrepareResourcesResponse()
+        for claim in request.claims:
+            started = time.monotonic()
+            try:
+                devices = await self.preparer.prepare(claim.namespace, claim.name, claim.uid)
+                response.claims[claim.uid].devices.extend(self._device(d) for d in devices)
+                metrics.KUBELET_CALLS.labels("prepare", "ok").inc()
+            except NetclaimError as err:
+                response.claims[claim.uid].error = str(err)
+                metrics.KUBELET_CALLS.labels("prepare", "error").inc()
+                log.warning(
+                    "prepare failed", extra={"claim": f"{claim.namespace}/{claim.name}", "error": str(err)}
+                )
+                await self.preparer.report_failure(claim.namespace, claim.name, claim.uid, str(err))
+            metrics.PREPARE_SECONDS.observe(time.monotonic() - started)
+        return response
+
+    async def NodeUnprepareResources(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        response = self.pb.NodeUnprepareResourcesResponse()
+        for claim in request.claims:
+            try:
+                await self.preparer.unprepare(claim.namespace, claim.name, claim.uid)
+                response.claims[claim.uid].error = ""
+                metrics.KUBELET_CALLS.labels("unprepare", "ok").inc()
+            except NetclaimError as err:
+                response.claims[claim.uid].error = str(err)
+                metrics.KUBELET_CALLS.labels("unprepare", "error").inc()
+                log.warning(
+                    "unprepare failed", extra={"claim": f"{claim.namespace}/{claim.name}", "error": str(err)}
+                )
+        return response
+
+
+class _DraV1(_DraService, dra_v1_pb2_grpc.DRAPluginServicer):
+    def __init__(self, preparer: Preparer) -> None:
+        super().__init__(preparer, dra_v1_pb2)
+
+
+class _DraV1beta1(_DraService, dra_v1beta1_pb2_grpc.DRAPluginServicer):
+    def __init__(self, preparer: Preparer) -> None:
+        super().__init__(preparer, dra_v1beta1_pb2)
+
+
+class _Registration(pluginregistration_pb2_grpc.RegistrationServicer):
+    def __init__(self, driver: str, endpoint: Path) -> None:
+        self.driver = driver
+        self.endpoint = endpoint
+
+    async def GetInfo(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return pluginregistration_pb2.PluginInfo(
+            type="DRAPlugin",
+            name=self.driver,
+            endpoint=str(self.endpoint),
+            supported_versions=SUPPORTED_VERSIONS,
+        )
+
+    async def NotifyRegistrationStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if request.plugin_registered:
+            log.info("registered with kubelet")
+        else:
+            log.error("kubelet refused the registration", extra={"error": request.error})
+        return pluginregistration_pb2.RegistrationStatusResponse()
+
+
+def _listen(server: grpc.aio.Server, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    server.add_insecure_port(f"unix://{path}")
+
+
+async def serve(
+    preparer: Preparer, kubelet_root: Path, driver: str
+) -> tuple[grpc.aio.Server, grpc.aio.Server]:
+    """Start the DRA service, then the registration socket kubelet watches; returns both servers."""
+    registration_socket, dra_socket = socket_paths(kubelet_root, driver)
+    dra = grpc.aio.server()
+    dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1(preparer), dra)
+    dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1beta1(preparer), dra)
+    _listen(dra, dra_socket)
+    await dra.start()
+    dra_socket.chmod(0o600)
+    registration = grpc.aio.server()
+    pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(
+        _Registration(driver, dra_socket), registration
+    )
+    _listen(registration, registration_socket)
+    await registration.start()
+    registration_socket.chmod(0o600)
+    log.info(
+        "kubelet plugin listening", extra={"registration": str(registration_socket), "dra": str(dra_socket)}
+    )
+    return dra, registration

@@ -1,0 +1,310 @@
+"""A small NRI plugin client: containerd's Node Resource Interface over its multiplexed ttrpc socket.
+
+Wire, from the bottom:
+    mux frame     [conn id u32 BE][length u32 BE][payload]   one unix socket carries two byte streams
+                  conn 1: the runtime calls us (we serve nri.pkg.api.v1alpha1.Plugin)
+                  conn 2: we call the runtime (nri.pkg.api.v1alpha1.Runtime)
+    ttrpc frame   [length u32 BE][stream id u32 BE][type u8][flags u8][protobuf]   type 1 request, 2 response
+    ttrpc Request {service, method, payload, timeout_nano}; Response {status{code, message}, payload}
+
+Lifecycle: connect → RegisterPlugin → the runtime calls Configure (we subscribe to the pod sandbox events,
+mask 0x7) → Synchronize (maybe in several `more` parts) → events. Pod events arrive as the dedicated
+RunPodSandbox/StopPodSandbox/RemovePodSandbox methods (NRI ≥ 0.12) or as StateChange (older runtimes);
+everything else is answered Unimplemented (code 12). When the runtime goes away the client reconnects
+with backoff and registers again.
+
+A hook's exception becomes an error status: containerd fails the sandbox and kubelet retries. A hook must
+answer within the runtime's request timeout — a timeout would let the pod start without our work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Protocol
+
+from google.protobuf.message import DecodeError, Message
+
+from netclaim._proto import nri_pb2, ttrpc_pb2
+
+log = logging.getLogger(__name__)
+
+PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
+PLUGIN_CONN, RUNTIME_CONN = 1, 2
+REQUEST, RESPONSE = 1, 2
+EVENT_MASK = 0x7  # RUN_POD_SANDBOX | STOP_POD_SANDBOX | REMOVE_POD_SANDBOX, valid on every NRI version
+CODE_UNKNOWN, CODE_UNIMPLEMENTED = 2, 12
+MAX_MESSAGE = 4 << 20
+_MUX = struct.Struct(">II")
+_TTRPC = struct.Struct(">IIBB")
+
+
+class PodHooks(Protocol):
+    """What netclaim does on pod sandbox events; each call must finish within `budget` seconds."""
+
+    async def synchronize(self, pods: list[nri_pb2.PodSandbox]) -> None: ...
+
+    async def run_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None: ...
+
+    async def stop_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None: ...
+
+    async def remove_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None: ...
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not NRI-over-ttrpc."""
+
+
+def mux_frame(conn: int, payload: bytes) -> bytes:
+    return _MUX.pack(conn, len(payload)) + payload
+
+
+def ttrpc_frame(stream: int, kind: int, data: bytes, flags: int = 0) -> bytes:
+    if len(data) > MAX_MESSAGE:
+        raise ProtocolError(f"ttrpc message of {len(data)} bytes exceeds {MAX_MESSAGE}")
+    return _TTRPC.pack(len(data), stream, kind, flags) + data
+
+
+class TtrpcStream:
+    """Reassembles ttrpc frames from one mux connection's byte stream (frames may span mux frames)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[int, int, int, bytes]]:
+        self._buffer += data
+        frames = []
+        while len(self._buffer) >= _TTRPC.size:
+            length, stream, kind, flags = _TTRPC.unpack_from(self._buffer)
+            if length > MAX_MESSAGE:
+                raise ProtocolError(f"ttrpc frame of {length} bytes exceeds {MAX_MESSAGE}")
+            if len(self._buffer) < _TTRPC.size + length:
+                break
+            frames.append((stream, kind, flags, bytes(self._buffer[_TTRPC.size : _TTRPC.size + length])))
+            del self._buffer[: _TTRPC.size + length]
+        return frames
+
+
+class Connection:
+    """One registered session with the runtime; ends when the socket closes."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        hooks: PodHooks,
+        name: str,
+        index: str,
+    ) -> None:
+        self.reader, self.writer = reader, writer
+        self.hooks = hooks
+        self.name, self.index = name, index
+        self.request_timeout = 2.0  # seconds; replaced by the runtime's value in Configure
+        self.configured = asyncio.Event()
+        self._streams = {PLUGIN_CONN: TtrpcStream(), RUNTIME_CONN: TtrpcStream()}
+        self._write_lock = asyncio.Lock()
+        self._next_stream = 1
+        self._pending: dict[int, asyncio.Future[ttrpc_pb2.Response]] = {}
+        self._sync_pods: list[nri_pb2.PodSandbox] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def _send(self, conn: int, frame: bytes) -> None:
+        async with self._write_lock:
+            self.writer.write(mux_frame(conn, frame))
+            await self.writer.drain()
+
+    async def call_runtime(self, method: str, request: Message, seconds: float) -> ttrpc_pb2.Response:
+        stream, self._next_stream = self._next_stream, self._next_stream + 2
+        envelope = ttrpc_pb2.Request(
+            service=RUNTIME_SERVICE,
+            method=method,
+            payload=request.SerializeToString(),
+            timeout_nano=int(seconds * 1e9),
+        )
+        future: asyncio.Future[ttrpc_pb2.Response] = asyncio.get_running_loop().create_future()
+        self._pending[stream] = future
+        try:
+            await self._send(RUNTIME_CONN, ttrpc_frame(stream, REQUEST, envelope.SerializeToString()))
+            response = await asyncio.wait_for(future, seconds)
+        finally:
+            self._pending.pop(stream, None)
+        if response.status.code:
+            raise ProtocolError(
+                f"{method}: runtime answered code {response.status.code}: {response.status.message}"
+            )
+        return response
+
+    async def run(self) -> None:
+        """Read until the runtime closes the connection, dispatching its calls and our responses."""
+        reading = asyncio.create_task(self._read_loop())
+        try:
+            await self.call_runtime(
+                "RegisterPlugin",
+                nri_pb2.RegisterPluginRequest(
+                    plugin_name=self.name, plugin_idx=self.index, NRI_version="v0.12.3"
+                ),
+                seconds=5.0,
+            )
+            await reading
+        finally:
+            reading.cancel()
+            for task in self._tasks:
+                task.cancel()
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+
+    async def _read_loop(self) -> None:
+        while True:
+            header = await self.reader.readexactly(_MUX.size)
+            conn, length = _MUX.unpack(header)
+            payload = await self.reader.readexactly(length)
+            stream = self._streams.get(conn)
+            if stream is None:
+                continue  # unknown connection ids are dropped, as the runtime's mux does
+            for stream_id, kind, _flags, data in stream.feed(payload):
+                if conn == RUNTIME_CONN and kind == RESPONSE:
+                    self._resolve(stream_id, data)
+                elif conn == PLUGIN_CONN and kind == REQUEST:
+                    task = asyncio.create_task(self._serve(stream_id, data))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+
+    def _resolve(self, stream_id: int, data: bytes) -> None:
+        future = self._pending.get(stream_id)
+        if future is not None and not future.done():
+            response = ttrpc_pb2.Response()
+            response.ParseFromString(data)
+            future.set_result(response)
+
+    async def _serve(self, stream_id: int, data: bytes) -> None:
+        request = ttrpc_pb2.Request()
+        try:
+            request.ParseFromString(data)
+            payload, code, message = await self._dispatch(request)
+        except DecodeError as err:
+            payload, code, message = b"", CODE_UNKNOWN, f"bad request: {err}"
+        response = ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=code, message=message), payload=payload)
+        await self._send(PLUGIN_CONN, ttrpc_frame(stream_id, RESPONSE, response.SerializeToString()))
+
+    async def _dispatch(self, request: ttrpc_pb2.Request) -> tuple[bytes, int, str]:
+        if request.service != PLUGIN_SERVICE:
+            return b"", CODE_UNIMPLEMENTED, f"service {request.service}"
+        handler = self._handlers().get(request.method)
+        if handler is None:
+            return b"", CODE_UNIMPLEMENTED, f"method {request.method}"
+        try:
+            reply = await handler(request.payload)
+        except Exception as err:  # noqa: BLE001 - every hook failure is reported to the runtime, not raised
+            log.warning("NRI %s failed", request.method, extra={"error": str(err)})
+            return b"", CODE_UNKNOWN, str(err)
+        return reply.SerializeToString(), 0, ""
+
+    def _handlers(self) -> dict[str, Callable[[bytes], Awaitable[Message]]]:
+        return {
+            "Configure": self._configure,
+            "Synchronize": self._synchronize,
+            "Shutdown": self._shutdown,
+            "RunPodSandbox": self._pod_call(nri_pb2.RunPodSandboxRequest, self.hooks.run_pod_sandbox),
+            "StopPodSandbox": self._pod_call(nri_pb2.StopPodSandboxRequest, self.hooks.stop_pod_sandbox),
+            "RemovePodSandbox": self._pod_call(
+                nri_pb2.RemovePodSandboxRequest, self.hooks.remove_pod_sandbox
+            ),
+            "StateChange": self._state_change,
+        }
+
+    @property
+    def budget(self) -> float:
+        """Time a hook may take: three quarters of the runtime's timeout, the rest is our margin."""
+        return self.request_timeout * 0.75
+
+    async def _configure(self, payload: bytes) -> Message:
+        request = nri_pb2.ConfigureRequest.FromString(payload)
+        if request.request_timeout > 0:
+            self.request_timeout = request.request_timeout / 1000
+        log.info(
+            "NRI configured",
+            extra={
+                "runtime": request.runtime_name,
+                "version": request.runtime_version,
+                "nri": request.NRI_version,
+                "timeout_s": self.request_timeout,
+            },
+        )
+        self.configured.set()
+        return nri_pb2.ConfigureResponse(events=EVENT_MASK)
+
+    async def _synchronize(self, payload: bytes) -> Message:
+        request = nri_pb2.SynchronizeRequest.FromString(payload)
+        self._sync_pods.extend(request.pods)
+        if request.more:
+            return nri_pb2.SynchronizeResponse(more=True)
+        pods, self._sync_pods = self._sync_pods, []
+        # Repairs may take longer than the runtime waits for this answer: they run on their own.
+        task = asyncio.create_task(self.hooks.synchronize(pods))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return nri_pb2.SynchronizeResponse(more=False)
+
+    async def _shutdown(self, payload: bytes) -> Message:
+        log.info("the runtime is shutting down")
+        return nri_pb2.Empty()
+
+    def _pod_call(
+        self,
+        kind: type[nri_pb2.RunPodSandboxRequest]
+        | type[nri_pb2.StopPodSandboxRequest]
+        | type[nri_pb2.RemovePodSandboxRequest],
+        hook: Callable[[nri_pb2.PodSandbox, float], Awaitable[None]],
+    ) -> Callable[[bytes], Awaitable[Message]]:
+        async def call(payload: bytes) -> Message:
+            await hook(kind.FromString(payload).pod, self.budget)
+            return nri_pb2.Empty()
+
+        return call
+
+    async def _state_change(self, payload: bytes) -> Message:
+        event = nri_pb2.StateChangeEvent.FromString(payload)
+        hooks = {
+            nri_pb2.RUN_POD_SANDBOX: self.hooks.run_pod_sandbox,
+            nri_pb2.STOP_POD_SANDBOX: self.hooks.stop_pod_sandbox,
+            nri_pb2.REMOVE_POD_SANDBOX: self.hooks.remove_pod_sandbox,
+        }
+        hook = hooks.get(event.event)
+        if hook is not None:
+            await hook(event.pod, self.budget)
+        return nri_pb2.Empty()
+
+
+async def run_plugin(
+    socket: Path,
+    hooks: PodHooks,
+    name: str = "netclaim",
+    index: str = "50",
+    on_connected: Callable[[Connection], None] | None = None,
+) -> None:
+    """Stay registered with the runtime at `socket` forever, reconnecting with backoff (0.2 s → 5 s)."""
+    backoff = 0.2
+    while True:
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(socket))
+        except OSError as err:
+            log.info("NRI socket not reachable; retrying", extra={"socket": str(socket), "error": str(err)})
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+            continue
+        connection = Connection(reader, writer, hooks, name, index)
+        if on_connected is not None:
+            on_connected(connection)
+        log.info("NRI connected", extra={"socket": str(socket)})
+        try:
+            await connection.run()
+        except (asyncio.IncompleteReadError, ConnectionError, ProtocolError, TimeoutError) as err:
+            log.warning("NRI connection lost; reconnecting", extra={"error": repr(err)})
+        backoff = 0.2
+        await asyncio.sleep(backoff)

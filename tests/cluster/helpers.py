@@ -1,0 +1,189 @@
+"""Helpers shared by the cluster tests: manifests, allocations, running commands in nodes and pods."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from lightkube import Client
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate, ResourceSlice
+
+from netclaim.cluster import processes
+from netclaim.cluster.cluster import ClusterHandle
+from netclaim.cluster.images import BUSYBOX_IMAGE
+from tests.kube import typed
+
+DRIVER = "netclaim.dev"
+NS = "default"
+
+
+def node_slices(kube: Client, node: str) -> list[ResourceSlice]:
+    return list(kube.list(ResourceSlice, fields={"spec.nodeName": node, "spec.driver": DRIVER}))
+
+
+def published(kube: Client, node: str) -> dict[str, dict[str, Any]]:
+    """ifName -> device (as a dict) in the node's current pool."""
+    devices = {}
+    for item in node_slices(kube, node):
+        for device in item.spec.devices or []:
+            data = device.to_dict()
+            devices[data["attributes"]["netclaim.dev/ifName"]["string"]] = data
+    return devices
+
+
+def template(
+    name: str,
+    requests: list[dict[str, Any]],
+    constraints: list[dict[str, Any]] | None = None,
+) -> ResourceClaimTemplate:
+    devices: dict[str, Any] = {"requests": requests}
+    if constraints:
+        devices["constraints"] = constraints
+    return typed(
+        ResourceClaimTemplate,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"spec": {"devices": devices}},
+        },
+    )
+
+
+def nic_request(
+    name: str,
+    cel: str,
+    bandwidth: str | None = None,
+    device_class: str = "netclaim-shared",
+) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "selectors": [{"cel": {"expression": cel}}]}
+    if bandwidth:
+        exactly["capacity"] = {"requests": {"netclaim.dev/bandwidth": bandwidth}}
+    return {"name": name, "exactly": exactly}
+
+
+def pod_spec(claim_template: str, tolerate_kubelet_less: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 0,
+        "resourceClaims": [{"name": "net", "resourceClaimTemplateName": claim_template}],
+        "containers": [
+            {
+                "name": "main",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"],
+                "resources": {"claims": [{"name": "net"}]},
+            }
+        ],
+    }
+    if tolerate_kubelet_less:
+        spec["tolerations"] = [
+            {"key": "netclaim.dev/kubelet-less", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+    return spec
+
+
+def pod(name: str, claim_template: str, **kwargs: bool) -> Pod:
+    return typed(
+        Pod,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": pod_spec(claim_template, **kwargs),
+        },
+    )
+
+
+def allocation(kube: Client, pod_name: str) -> list[Any]:
+    """The allocation results of the pod's claim ([] while it has none)."""
+    current = kube.get(Pod, pod_name, namespace=NS)
+    statuses = current.status.resourceClaimStatuses if current.status else None
+    if not statuses or not statuses[0].resourceClaimName:
+        return []
+    claim = kube.get(ResourceClaim, statuses[0].resourceClaimName, namespace=NS)
+    if claim.status is None or claim.status.allocation is None or claim.status.allocation.devices is None:
+        return []
+    return list(claim.status.allocation.devices.results or [])
+
+
+def node_of(kube: Client, pod_name: str) -> str | None:
+    current = kube.get(Pod, pod_name, namespace=NS)
+    return current.spec.nodeName if current.spec else None
+
+
+def gone(kube: Client, kind: type[Pod], name: str) -> bool:
+    try:
+        kube.get(kind, name, namespace=NS)
+    except ApiError as err:
+        return err.status.code == 404
+    return False
+
+
+def in_node(cluster: ClusterHandle, node: str, *command: str) -> str:
+    return processes.run([*cluster.node(node).enter(), *command])
+
+
+def kubectl_json(cluster: ClusterHandle, *args: str) -> Any:
+    return json.loads(cluster.kubectl(*args, "-o", "json"))
+
+
+def sandbox_netns(cluster: ClusterHandle, node: str, pod_uid: str) -> str:
+    """The network namespace path of a pod's sandbox, from the node's containerd (crictl)."""
+    crictl = [
+        str(cluster.bin_dir / "crictl"),
+        "--runtime-endpoint",
+        f"unix://{cluster.node(node).layout.containerd_socket}",
+    ]
+    sandbox = processes.run(
+        [*crictl, "pods", "--state", "ready", "--label", f"io.kubernetes.pod.uid={pod_uid}", "-q"]
+    ).split()[0]
+    info = json.loads(processes.run([*crictl, "inspectp", sandbox]))
+    namespaces = info["info"]["runtimeSpec"]["linux"]["namespaces"]
+    return str(next(ns["path"] for ns in namespaces if ns["type"] == "network"))
+
+
+def in_pod_netns(cluster: ClusterHandle, node: str, netns: str, *command: str, timeout: float = 60) -> str:
+    """Run a node program (iperf3, ip) inside a pod's network namespace."""
+    return processes.run(
+        [*cluster.node(node).enter(), "nsenter", f"--net={netns}", *command], timeout=timeout
+    )
+
+
+def store_rows(cluster: ClusterHandle, node: str) -> list[dict[str, Any]]:
+    """The agent's durable state on a node, read-only."""
+    path = cluster.node(node).layout.root / "netclaim" / "netclaim.db"
+    if not path.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        db.row_factory = sqlite3.Row
+        return [dict(row) for row in db.execute("SELECT * FROM attachments")]
+
+
+def ipam_reservations(network: str) -> set[str]:
+    """host-local reservations of a network (the local nodes share /var/lib/cni/networks)."""
+    directory = Path("/var/lib/cni/networks") / network
+    if not directory.is_dir():
+        return set()
+    return {
+        p.name
+        for p in directory.iterdir()
+        if p.name not in {"lock"} and not p.name.startswith("last_reserved")
+    }
+
+
+def claim_devices(kube: Client, namespace: str, name: str) -> list[dict[str, Any]]:
+    claim = kube.get(ResourceClaim, name, namespace=namespace)
+    return [d.to_dict() for d in (claim.status.devices if claim.status else None) or [] if d.driver == DRIVER]
+
+
+def pod_claim_name(kube: Client, namespace: str, pod_name: str) -> str:
+    current = kube.get(Pod, pod_name, namespace=namespace)
+    statuses = current.status.resourceClaimStatuses if current.status else None
+    assert statuses and statuses[0].resourceClaimName, f"pod {pod_name} has no claim yet"
+    return str(statuses[0].resourceClaimName)

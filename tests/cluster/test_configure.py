@@ -1,0 +1,405 @@
+"""Issue 4 acceptance on the real cluster: kubelet plugin, NRI hooks, CNI plugins, claim status, teardown."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.core.client import FieldSelector
+from lightkube.resources.core_v1 import Event, Namespace, Pod, ServiceAccount
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
+
+from netclaim.cluster.cluster import ClusterHandle
+from tests.cluster.helpers import (
+    claim_devices,
+    in_node,
+    ipam_reservations,
+    pod_claim_name,
+    pod_spec,
+    published,
+    store_rows,
+)
+from tests.kube import delete, typed, wait_for
+
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
+# `network` is an admin attribute only some devices carry: CEL errors on a missing key fail scheduling.
+ON_LAN1 = (
+    '"network" in device.attributes["netclaim.dev"] && device.attributes["netclaim.dev"].network == "lan1"'
+)
+
+
+# --- fixtures and helpers ------------------------------------------------------------------------
+@pytest.fixture
+def ns(kube: Client) -> Iterator[str]:
+    """A fresh namespace per test; deleting it at the end runs every teardown path."""
+    name = f"t-{uuid.uuid4().hex[:6]}"
+    kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+    wait_for(lambda: _exists(kube, ServiceAccount, "default", name), 60, "the default ServiceAccount")
+    yield name
+    delete(kube, Namespace, name)
+    wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, f"pods of {name} gone")
+
+
+def _exists(kube: Client, kind: Any, name: str, namespace: str) -> bool:
+    try:
+        kube.get(kind, name, namespace=namespace)
+    except Exception:
+        return False
+    return True
+
+
+def running(kube: Client, namespace: str, app: str | None = None) -> list[Pod]:
+    pods = kube.list(Pod, namespace=namespace, labels={"app": app} if app else None)
+    return [
+        p
+        for p in pods
+        if p.status
+        and p.status.phase == "Running"
+        and p.metadata
+        and not p.metadata.deletionTimestamp
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    ]
+
+
+def name_of(pod: Pod) -> str:
+    assert pod.metadata is not None and pod.metadata.name is not None
+    return pod.metadata.name
+
+
+def node_name(pod: Pod) -> str:
+    assert pod.spec is not None and pod.spec.nodeName is not None
+    return pod.spec.nodeName
+
+
+def interface_in_pod(
+    cluster: ClusterHandle, namespace: str, pod: str, interface: str
+) -> tuple[str, list[str], int]:
+    """(MAC, IPv4 CIDRs, MTU) of an interface, as `ip` inside the pod's container prints them."""
+    link = cluster.kubectl("exec", "-n", namespace, pod, "--", "ip", "-o", "link", "show", interface)
+    mac = re.search(r"link/ether ([0-9a-f:]{17})", link)
+    mtu = re.search(r"mtu (\d+)", link)
+    assert mac and mtu, link
+    addresses = cluster.kubectl(
+        "exec", "-n", namespace, pod, "--", "ip", "-o", "-4", "addr", "show", interface
+    )
+    return mac.group(1), re.findall(r"inet (\S+)", addresses), int(mtu.group(1))
+
+
+def ready_entry(kube: Client, namespace: str, pod: str) -> dict[str, Any] | None:
+    """Our status entry of the pod's claim once it says Ready=True."""
+    try:
+        claim = pod_claim_name(kube, namespace, pod)
+    except AssertionError:
+        return None  # the claim is not created yet
+    for entry in claim_devices(kube, namespace, claim):
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in entry.get("conditions", [])):
+            return entry
+    return None
+
+
+def ping(cluster: ClusterHandle, namespace: str, pod: str, address: str, interface: str = "net1") -> None:
+    output = cluster.kubectl(
+        "exec", "-n", namespace, pod, "--", "ping", "-c", "2", "-W", "3", "-I", interface, address, timeout=30
+    )
+    assert " 0% packet loss" in output, output
+
+
+def template(
+    name: str, device_class: str, cel: str, config: dict[str, Any] | None, bandwidth: str | None = None
+) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "selectors": [{"cel": {"expression": cel}}]}
+    if bandwidth:
+        exactly["capacity"] = {"requests": {"netclaim.dev/bandwidth": bandwidth}}
+    devices: dict[str, Any] = {"requests": [{"name": "nic", "exactly": exactly}]}
+    if config is not None:
+        devices["config"] = [
+            {"requests": ["nic"], "opaque": {"driver": "netclaim.dev", "parameters": config}}
+        ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": devices}},
+    }
+
+
+def cni_config(plugins: list[dict[str, Any]], interface: str = "net1", name: str = "t-net") -> dict[str, Any]:
+    return {
+        "apiVersion": "netclaim.dev/v1alpha1",
+        "kind": "CNIConfig",
+        "interfaceName": interface,
+        "config": {"cniVersion": "1.0.0", "name": name, "plugins": plugins},
+    }
+
+
+def macvlan(subnet: str) -> dict[str, Any]:
+    return {
+        "type": "macvlan",
+        "master": "{{ device.ifName }}",
+        "mode": "bridge",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]]},
+    }
+
+
+def apply(cluster: ClusterHandle, namespace: str, *documents: dict[str, Any]) -> None:
+    import yaml
+
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input_text=yaml.safe_dump_all(documents))
+
+
+def deployment(name: str, replicas: int, claim_template: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec(claim_template)},
+        },
+    }
+
+
+def pod_manifest(name: str, claim_template: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": pod_spec(claim_template)}
+
+
+# --- the talks' demo, step 5 --------------------------------------------------------------------------
+def test_talks_demo_pod_a_status_matches_ip_a_and_pods_ping_over_net1(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    cluster.kubectl("apply", "-n", ns, "-f", str(DEMO / "pod-a.yaml"), "-f", str(DEMO / "deployment-b.yaml"))
+    wait_for(
+        lambda: ready_entry(kube, ns, "pod-a") is not None and len(running(kube, ns, "deployment-b")) == 2,
+        120,
+        "Pod-A and two B replicas running",
+    )
+    entry = ready_entry(kube, ns, "pod-a")
+    assert entry is not None
+    mac, addresses, _ = interface_in_pod(cluster, ns, "pod-a", "net1")
+    network = entry["networkData"]
+    assert network["interfaceName"] == "net1"
+    assert network["hardwareAddress"] == mac
+    assert network["ips"] == addresses and len(addresses) == 1
+    assert ipaddress.ip_interface(addresses[0]).ip in ipaddress.ip_network("10.10.1.0/24")
+    assert entry["data"]["interfaces"][0]["name"] == "net1"  # the CNI result
+
+    pod_a = kube.get(Pod, "pod-a", namespace=ns)
+    b_pods = running(kube, ns, "deployment-b")
+    assert {node_name(p) for p in b_pods} != {node_name(pod_a)} and len({node_name(p) for p in b_pods}) == 1
+    b_ips = [interface_in_pod(cluster, ns, name_of(p), "net1")[1][0].split("/")[0] for p in b_pods]
+    ping(cluster, ns, name_of(b_pods[0]), b_ips[1])  # the two B pods, macvlan bridge on one NIC
+    for address in b_ips:
+        ping(cluster, ns, "pod-a", address)  # across nodes over the declared L2 segment
+
+
+def test_one_template_on_nics_with_different_names(cluster: ClusterHandle, kube: Client, ns: str) -> None:
+    """node-1 reaches lan1 through ens1f0, node-2 through enp94s0; `master` comes from the placeholder."""
+    on_lan1 = ON_LAN1
+    apply(
+        cluster,
+        ns,
+        template("lan1", "netclaim-shared", on_lan1, cni_config([macvlan("10.20.0.0/24")]), "20G"),
+        deployment("hetero", 2, "lan1"),
+    )  # 20G of a 25G NIC each: one replica per node
+    wait_for(lambda: len(running(kube, ns, "hetero")) == 2, 120, "both replicas running")
+    pods = running(kube, ns, "hetero")
+    assert sorted(node_name(p) for p in pods) == ["node-1", "node-2"]
+    ips = []
+    for replica in pods:
+        mac, addresses, _ = interface_in_pod(cluster, ns, name_of(replica), "net1")
+        entry = ready_entry(kube, ns, name_of(replica))
+        assert entry is not None and entry["networkData"]["hardwareAddress"] == mac
+        ips.append(addresses[0].split("/")[0])
+    ping(cluster, ns, name_of(pods[0]), ips[1])
+
+
+def test_admin_config_in_the_device_class(cluster: ClusterHandle, kube: Client, ns: str) -> None:
+    class_name = f"lan1-admin-{ns}"
+    admin = cni_config([macvlan("10.30.0.0/24")], interface="data0", name="admin-net")
+    kube.create(
+        typed(
+            DeviceClass,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": class_name},
+                "spec": {
+                    "selectors": [{"cel": {"expression": f'device.driver == "netclaim.dev" && {ON_LAN1}'}}],
+                    "config": [{"opaque": {"driver": "netclaim.dev", "parameters": admin}}],
+                },
+            },
+        )
+    )
+    try:
+        apply(cluster, ns, template("plain", class_name, "true", None), pod_manifest("tenant", "plain"))
+        wait_for(lambda: ready_entry(kube, ns, "tenant") is not None, 120, "the tenant pod configured")
+        mac, addresses, _ = interface_in_pod(cluster, ns, "tenant", "data0")
+        assert ipaddress.ip_interface(addresses[0]).ip in ipaddress.ip_network("10.30.0.0/24")
+        entry = ready_entry(kube, ns, "tenant")
+        assert entry is not None and entry["networkData"] == {
+            "interfaceName": "data0",
+            "ips": addresses,
+            "hardwareAddress": mac,
+        }
+    finally:
+        delete(kube, Pod, "tenant", ns)
+        wait_for(lambda: not list(kube.list(Pod, namespace=ns)), 120, "tenant gone")
+        delete(kube, DeviceClass, class_name)
+
+
+def test_exclusive_nic_moves_into_the_pod_and_comes_back_restored(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    host_device = {
+        "type": "host-device",
+        "device": "{{ device.ifName }}",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.40.0.0/24"}]]},
+    }
+    on_enp7s0 = 'device.attributes["netclaim.dev"].ifName == "enp7s0"'
+    before = published(kube, "node-2")["enp7s0"]
+    apply(
+        cluster,
+        ns,
+        template("whole", "netclaim-exclusive", on_enp7s0, cni_config([host_device], "wan0")),
+        pod_manifest("owner", "whole"),
+    )
+    wait_for(lambda: ready_entry(kube, ns, "owner") is not None, 120, "the owner pod configured")
+    mac, _, mtu = interface_in_pod(cluster, ns, "owner", "wan0")
+    assert (mac, mtu) == ("02:42:00:00:07:01", 9000)
+    assert "enp7s0" not in in_node(cluster, "node-2", "ip", "-o", "link", "show")
+    assert published(kube, "node-2")["enp7s0"]["name"] == before["name"]  # still this node's device
+
+    apply(cluster, ns, pod_manifest("waiter", "whole"))  # nobody else gets it meanwhile
+
+    def unschedulable() -> bool:
+        status = kube.get(Pod, "waiter", namespace=ns).status
+        return any(c.reason == "Unschedulable" for c in (status.conditions if status else None) or [])
+
+    wait_for(unschedulable, 60, "waiter unschedulable")
+
+    delete(kube, Pod, "owner", ns)
+    wait_for(lambda: "enp7s0" in in_node(cluster, "node-2", "ip", "-o", "link", "show"), 60, "enp7s0 back")
+    link = in_node(cluster, "node-2", "ip", "-o", "link", "show", "enp7s0")
+    assert "mtu 9000" in link and "link/ether 02:42:00:00:07:01" in link
+    wait_for(
+        lambda: ready_entry(kube, ns, "waiter") is not None, 120, "the waiter gets the NIC once it is back"
+    )
+    assert interface_in_pod(cluster, ns, "waiter", "wan0")[0] == "02:42:00:00:07:01"
+
+
+def test_teardown_leaves_no_links_reservations_rows_or_status(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    """A standalone claim outlives its pod: after the pod, our status entry must be gone too."""
+    on_enp0s10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
+    spec = template(
+        "unused", "netclaim-shared", on_enp0s10, cni_config([macvlan("10.50.0.0/24")], name="td-net")
+    )
+    kube.create(
+        typed(
+            ResourceClaim,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "standalone", "namespace": ns},
+                "spec": spec["spec"]["spec"],
+            },
+        )
+    )
+    manifest = pod_manifest("user", "unused")
+    manifest["spec"]["resourceClaims"] = [{"name": "net", "resourceClaimName": "standalone"}]
+    apply(cluster, ns, manifest)
+    wait_for(
+        lambda: any(e["conditions"][0]["status"] == "True" for e in claim_devices(kube, ns, "standalone")),
+        120,
+        "the standalone claim Ready",
+    )
+    node = node_name(kube.get(Pod, "user", namespace=ns))
+    claim = kube.get(ResourceClaim, "standalone", namespace=ns)
+    assert claim.metadata is not None
+    assert ipam_reservations("td-net") and [
+        r for r in store_rows(cluster, node) if r["claim_uid"] == claim.metadata.uid
+    ]
+
+    delete(kube, Pod, "user", ns)
+    uid = claim.metadata.uid
+
+    def nothing_left() -> bool:
+        return (
+            not claim_devices(kube, ns, "standalone")
+            and ipam_reservations("td-net") == set()
+            and not [r for r in store_rows(cluster, node) if r["claim_uid"] == uid]
+        )
+
+    wait_for(nothing_left, 60, "no status entry, IPAM reservation or store row left")
+    assert _exists(kube, ResourceClaim, "standalone", ns)  # the claim itself stays: only our traces go
+    assert "macvlan" not in in_node(cluster, node, "ip", "-d", "-o", "link", "show")
+
+
+BAD_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
+    "unknown field": ({"colour": "red"}, "colour: unknown field"),
+    "unknown kind": ({"kind": "Macvlan"}, "kind: 'Macvlan' is not one of"),
+    "plugin missing": (
+        {"config": {"cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "nosuchplugin"}]}},
+        "plugin type 'nosuchplugin': no such plugin",
+    ),
+    "plugin with a slash": (
+        {"config": {"cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "../macvlan"}]}},
+        "plugins[0].type: '../macvlan' must be a plugin name",
+    ),
+    "missing attribute": (
+        {
+            "config": {
+                "cniVersion": "1.0.0",
+                "name": "x",
+                "plugins": [{"type": "macvlan", "master": "{{ device.vlanId }}"}],
+            }
+        },
+        "config.plugins[0].master: the allocated device has no attribute 'vlanId'",
+    ),
+    "invalid CIDR": (
+        {"config": {"cniVersion": "1.0.0", "name": "bad-cidr", "plugins": [macvlan("10.60.0.0/33")]}},
+        "ipam.ranges[0][0].subnet: '10.60.0.0/33' is not a CIDR",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_config_keeps_the_pod_out_and_names_the_field(
+    cluster: ClusterHandle, kube: Client, ns: str, case: str
+) -> None:
+    change, expected = BAD_CONFIGS[case]
+    config = {**cni_config([macvlan("10.60.0.0/24")], name="bad-net"), **change}
+    on_enp0s10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
+    apply(cluster, ns, template("bad", "netclaim-shared", on_enp0s10, config), pod_manifest("victim", "bad"))
+
+    def reported() -> bool:
+        try:
+            claim = pod_claim_name(kube, ns, "victim")
+        except AssertionError:
+            return False
+        return any(
+            expected in c.get("message", "") and c["status"] == "False"
+            for e in claim_devices(kube, ns, claim)
+            for c in e.get("conditions", [])
+        )
+
+    wait_for(reported, 60, f"the claim's Ready=False condition naming {expected!r}")
+    selector: FieldSelector = {"involvedObject.name": "victim", "type": "Warning"}
+    wait_for(
+        lambda: any(expected in (e.message or "") for e in kube.list(Event, namespace=ns, fields=selector)),
+        30,
+        "a Warning Event on the pod naming the field",
+    )
+    victim = kube.get(Pod, "victim", namespace=ns)
+    assert victim.status is not None and victim.status.phase == "Pending"
+    node = node_name(victim)
+    assert ipam_reservations("bad-net") == set() and ipam_reservations("bad-cidr") == set()
+    assert not [r for r in store_rows(cluster, node) if r["claim_namespace"] == ns]
