@@ -16,13 +16,14 @@ import grpc
 from lightkube import AsyncClient
 from lightkube.core.client import FieldSelector
 from lightkube.resources.resource_v1 import ResourceSlice
-from prometheus_client import start_http_server
 
 from netclaim import kube, kubeletplugin, metrics, nri
 from netclaim.attach import Attacher, PodLocks
 from netclaim.claims import ClaimCache
 from netclaim.cni import CniRunner
 from netclaim.devices import Device, decide
+from netclaim.health import Health
+from netclaim.health import serve as serve_health
 from netclaim.hooks import PodHooks
 from netclaim.inventory import FileInventory, InventorySource, NodeInventory
 from netclaim.policy import PublishPolicy, load_policy
@@ -98,6 +99,7 @@ async def publish_loop(
     trigger: Trigger,
     catalog: DeviceCatalog,
     store: Store | None,
+    health: Health,
 ) -> None:
     async def once() -> None:
         await trigger.wait()
@@ -106,6 +108,7 @@ async def publish_loop(
             devices += held_devices(store, {d.name for d in devices})
             catalog.update(devices)
             await publisher.publish(devices)
+            health.set("published", True)
         except BaseException:
             trigger.fire()  # the next attempt (after the backoff) must publish again
             raise
@@ -153,13 +156,6 @@ async def _stopping_on_signals() -> AsyncIterator[asyncio.Event]:
             loop.remove_signal_handler(sig)
 
 
-def _serve_metrics(address: str) -> None:
-    if not address:
-        return
-    host, _, port = address.rpartition(":")
-    start_http_server(int(port), addr=host or "0.0.0.0", registry=metrics.REGISTRY)  # noqa: S104 - admin's choice
-
-
 def _allowed_plugins(settings: AgentSettings) -> frozenset[str] | None:
     names = frozenset(n.strip() for n in settings.cni_plugins.split(",") if n.strip())
     return names or None
@@ -169,7 +165,9 @@ async def run(settings: AgentSettings) -> None:
     policy = load_policy(settings.policy_file)  # a bad policy stops the agent before it touches anything
     source = inventory_source(settings)
     await source.scan()  # likewise a bad overrides or inventory file
-    _serve_metrics(settings.metrics_address)
+    health = Health()
+    health.expect("published")
+    http = await serve_health(settings.metrics_address, health)
     client = kube.client(settings.kubeconfig, settings.driver_name)
     node, driver = settings.node_name, settings.driver_name
     publisher = SlicePublisher(client, node, driver)
@@ -180,7 +178,7 @@ async def run(settings: AgentSettings) -> None:
     log.info("agent starting", extra={"node": node, "driver": driver})
     tasks = [
         asyncio.create_task(
-            publish_loop(source, policy, publisher, driver, trigger, catalog, store), name="publish"
+            publish_loop(source, policy, publisher, driver, trigger, catalog, store, health), name="publish"
         ),
         asyncio.create_task(watch_inventory(source, trigger), name="inventory-watch"),
         asyncio.create_task(watch_slices(client, node, driver, trigger), name="slice-watch"),
@@ -209,10 +207,13 @@ async def run(settings: AgentSettings) -> None:
                 status=status,
                 locks=locks,
             )
-            servers = list(await kubeletplugin.serve(preparer, settings.kubelet_root_dir, driver))
+            health.expect("kubelet")
+            servers = list(await kubeletplugin.serve(preparer, settings.kubelet_root_dir, driver, health))
         if settings.nri_socket is not None:
             hooks = PodHooks(store, attacher, status, locks)
-            tasks.append(asyncio.create_task(nri.run_plugin(settings.nri_socket, hooks), name="nri"))
+            health.expect("nri")
+            nri_task = nri.run_plugin(settings.nri_socket, hooks, on_state=lambda ok: health.set("nri", ok))
+            tasks.append(asyncio.create_task(nri_task, name="nri"))
     try:
         async with _stopping_on_signals() as stop:
             stopper = asyncio.create_task(stop.wait(), name="stop")
@@ -225,6 +226,8 @@ async def run(settings: AgentSettings) -> None:
             registration.unlink(missing_ok=True)  # kubelet deregisters us at once
         for server in servers:
             await server.stop(grace=2)
+        if http is not None:
+            http.close()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

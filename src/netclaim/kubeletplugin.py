@@ -24,6 +24,7 @@ from netclaim._proto import (
     pluginregistration_pb2_grpc,
 )
 from netclaim.errors import NetclaimError
+from netclaim.health import Health
 from netclaim.prepare import PreparedDevice, Preparer
 
 log = logging.getLogger(__name__)
@@ -100,9 +101,10 @@ class _DraV1beta1(_DraService, dra_v1beta1_pb2_grpc.DRAPluginServicer):
 
 
 class _Registration(pluginregistration_pb2_grpc.RegistrationServicer):
-    def __init__(self, driver: str, endpoint: Path) -> None:
+    def __init__(self, driver: str, endpoint: Path, health: Health) -> None:
         self.driver = driver
         self.endpoint = endpoint
+        self.health = health
 
     async def GetInfo(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pluginregistration_pb2.PluginInfo(
@@ -113,6 +115,7 @@ class _Registration(pluginregistration_pb2_grpc.RegistrationServicer):
         )
 
     async def NotifyRegistrationStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        self.health.set("kubelet", request.plugin_registered)
         if request.plugin_registered:
             log.info("registered with kubelet")
         else:
@@ -127,7 +130,7 @@ def _listen(server: grpc.aio.Server, path: Path) -> None:
 
 
 async def serve(
-    preparer: Preparer, kubelet_root: Path, driver: str
+    preparer: Preparer, kubelet_root: Path, driver: str, health: Health
 ) -> tuple[grpc.aio.Server, grpc.aio.Server]:
     """Start the DRA service, then the registration socket kubelet watches; returns both servers."""
     registration_socket, dra_socket = socket_paths(kubelet_root, driver)
@@ -139,7 +142,7 @@ async def serve(
     dra_socket.chmod(0o600)
     registration = grpc.aio.server()
     pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(
-        _Registration(driver, dra_socket), registration
+        _Registration(driver, dra_socket, health), registration
     )
     _listen(registration, registration_socket)
     await registration.start()

@@ -100,12 +100,13 @@ class Connection:
         hooks: PodHooks,
         name: str,
         index: str,
+        on_state: Callable[[bool], None] | None = None,
     ) -> None:
         self.reader, self.writer = reader, writer
         self.hooks = hooks
         self.name, self.index = name, index
+        self.on_state = on_state  # told True once the runtime configured us, False when the link is lost
         self.request_timeout = 2.0  # seconds; replaced by the runtime's value in Configure
-        self.configured = asyncio.Event()
         self._streams = {PLUGIN_CONN: TtrpcStream(), RUNTIME_CONN: TtrpcStream()}
         self._write_lock = asyncio.Lock()
         self._next_stream = 1
@@ -236,7 +237,8 @@ class Connection:
                 "timeout_s": self.request_timeout,
             },
         )
-        self.configured.set()
+        if self.on_state is not None:
+            self.on_state(True)
         return nri_pb2.ConfigureResponse(events=EVENT_MASK)
 
     async def _synchronize(self, payload: bytes) -> Message:
@@ -286,7 +288,7 @@ async def run_plugin(
     hooks: PodHooks,
     name: str = "netclaim",
     index: str = "50",
-    on_connected: Callable[[Connection], None] | None = None,
+    on_state: Callable[[bool], None] | None = None,
 ) -> None:
     """Stay registered with the runtime at `socket` forever, reconnecting with backoff (0.2 s → 5 s)."""
     backoff = 0.2
@@ -298,13 +300,13 @@ async def run_plugin(
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
             continue
-        connection = Connection(reader, writer, hooks, name, index)
-        if on_connected is not None:
-            on_connected(connection)
+        connection = Connection(reader, writer, hooks, name, index, on_state)
         log.info("NRI connected", extra={"socket": str(socket)})
         try:
             await connection.run()
         except (asyncio.IncompleteReadError, ConnectionError, ProtocolError, TimeoutError) as err:
             log.warning("NRI connection lost; reconnecting", extra={"error": repr(err)})
+        if on_state is not None:
+            on_state(False)
         backoff = 0.2
         await asyncio.sleep(backoff)

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from lightkube import Client, KubeConfig
+from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 
 from netclaim.cluster import agents
 from netclaim.cluster import cluster as local_cluster
 from netclaim.cluster.cluster import ClusterHandle
+from tests.cluster.helpers import exists
 from tests.conftest import require_root_prerequisites
+from tests.kube import delete, typed, wait_for
 
 CLUSTER_FILE = Path(__file__).with_name("cluster.yaml")
 POLICY_FILE = Path(__file__).with_name("policy.yaml")
@@ -34,3 +38,14 @@ def kube(cluster: ClusterHandle) -> Iterator[Client]:
     """An admin client of the session cluster (lightkube, typed resource.k8s.io/v1 models)."""
     with Client(KubeConfig.from_file(cluster.kubeconfig), field_manager="netclaim-tests") as client:
         yield client
+
+
+@pytest.fixture
+def ns(kube: Client) -> Iterator[str]:
+    """A fresh namespace per test; deleting it at the end runs every teardown path."""
+    name = f"t-{uuid.uuid4().hex[:6]}"
+    kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+    wait_for(lambda: exists(kube, ServiceAccount, "default", name), 60, "the default ServiceAccount")
+    yield name
+    delete(kube, Namespace, name)
+    wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, f"pods of {name} gone")

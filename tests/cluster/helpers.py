@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import yaml
 from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
@@ -187,3 +189,125 @@ def pod_claim_name(kube: Client, namespace: str, pod_name: str) -> str:
     statuses = current.status.resourceClaimStatuses if current.status else None
     assert statuses and statuses[0].resourceClaimName, f"pod {pod_name} has no claim yet"
     return str(statuses[0].resourceClaimName)
+
+
+def running(kube: Client, namespace: str, app: str | None = None) -> list[Pod]:
+    pods = kube.list(Pod, namespace=namespace, labels={"app": app} if app else None)
+    return [
+        p
+        for p in pods
+        if p.status
+        and p.status.phase == "Running"
+        and p.metadata
+        and not p.metadata.deletionTimestamp
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    ]
+
+
+def name_of(pod: Pod) -> str:
+    assert pod.metadata is not None and pod.metadata.name is not None
+    return pod.metadata.name
+
+
+def node_name(pod: Pod) -> str:
+    assert pod.spec is not None and pod.spec.nodeName is not None
+    return pod.spec.nodeName
+
+
+def interface_in_pod(
+    cluster: ClusterHandle, namespace: str, pod: str, interface: str
+) -> tuple[str, list[str], int]:
+    """(MAC, IPv4 CIDRs, MTU) of an interface, as `ip` inside the pod's container prints them."""
+    link = cluster.kubectl("exec", "-n", namespace, pod, "--", "ip", "-o", "link", "show", interface)
+    mac = re.search(r"link/ether ([0-9a-f:]{17})", link)
+    mtu = re.search(r"mtu (\d+)", link)
+    assert mac and mtu, link
+    addresses = cluster.kubectl(
+        "exec", "-n", namespace, pod, "--", "ip", "-o", "-4", "addr", "show", interface
+    )
+    return mac.group(1), re.findall(r"inet (\S+)", addresses), int(mtu.group(1))
+
+
+def ready_entry(kube: Client, namespace: str, pod: str) -> dict[str, Any] | None:
+    """Our status entry of the pod's claim once it says Ready=True."""
+    try:
+        claim = pod_claim_name(kube, namespace, pod)
+    except AssertionError:
+        return None  # the claim is not created yet
+    for entry in claim_devices(kube, namespace, claim):
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in entry.get("conditions", [])):
+            return entry
+    return None
+
+
+def ping(cluster: ClusterHandle, namespace: str, pod: str, address: str, interface: str = "net1") -> None:
+    output = cluster.kubectl(
+        "exec", "-n", namespace, pod, "--", "ping", "-c", "2", "-W", "3", "-I", interface, address, timeout=30
+    )
+    assert " 0% packet loss" in output, output
+
+
+def claim_template(
+    name: str, device_class: str, cel: str, config: dict[str, Any] | None, bandwidth: str | None = None
+) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "selectors": [{"cel": {"expression": cel}}]}
+    if bandwidth:
+        exactly["capacity"] = {"requests": {"netclaim.dev/bandwidth": bandwidth}}
+    devices: dict[str, Any] = {"requests": [{"name": "nic", "exactly": exactly}]}
+    if config is not None:
+        devices["config"] = [
+            {"requests": ["nic"], "opaque": {"driver": "netclaim.dev", "parameters": config}}
+        ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": devices}},
+    }
+
+
+def cni_config(plugins: list[dict[str, Any]], interface: str = "net1", name: str = "t-net") -> dict[str, Any]:
+    return {
+        "apiVersion": "netclaim.dev/v1alpha1",
+        "kind": "CNIConfig",
+        "interfaceName": interface,
+        "config": {"cniVersion": "1.0.0", "name": name, "plugins": plugins},
+    }
+
+
+def macvlan(subnet: str) -> dict[str, Any]:
+    return {
+        "type": "macvlan",
+        "master": "{{ device.ifName }}",
+        "mode": "bridge",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]]},
+    }
+
+
+def apply(cluster: ClusterHandle, namespace: str, *documents: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input_text=yaml.safe_dump_all(documents))
+
+
+def deployment(name: str, replicas: int, claim_template: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec(claim_template)},
+        },
+    }
+
+
+def pod_manifest(name: str, claim_template: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": pod_spec(claim_template)}
+
+
+def exists(kube: Client, kind: Any, name: str, namespace: str) -> bool:
+    try:
+        kube.get(kind, name, namespace=namespace)
+    except ApiError:
+        return False
+    return True

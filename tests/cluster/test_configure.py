@@ -3,26 +3,35 @@
 from __future__ import annotations
 
 import ipaddress
-import re
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import Client
 from lightkube.core.client import FieldSelector
-from lightkube.resources.core_v1 import Event, Namespace, Pod, ServiceAccount
+from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
 from netclaim.cluster.cluster import ClusterHandle
 from tests.cluster.helpers import (
+    apply,
     claim_devices,
+    claim_template,
+    cni_config,
+    deployment,
+    exists,
     in_node,
+    interface_in_pod,
     ipam_reservations,
+    macvlan,
+    name_of,
+    node_name,
+    ping,
     pod_claim_name,
-    pod_spec,
+    pod_manifest,
     published,
+    ready_entry,
+    running,
     store_rows,
 )
 from tests.kube import delete, typed, wait_for
@@ -32,142 +41,6 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
 ON_LAN1 = (
     '"network" in device.attributes["netclaim.dev"] && device.attributes["netclaim.dev"].network == "lan1"'
 )
-
-
-# --- fixtures and helpers ------------------------------------------------------------------------
-@pytest.fixture
-def ns(kube: Client) -> Iterator[str]:
-    """A fresh namespace per test; deleting it at the end runs every teardown path."""
-    name = f"t-{uuid.uuid4().hex[:6]}"
-    kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
-    wait_for(lambda: _exists(kube, ServiceAccount, "default", name), 60, "the default ServiceAccount")
-    yield name
-    delete(kube, Namespace, name)
-    wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, f"pods of {name} gone")
-
-
-def _exists(kube: Client, kind: Any, name: str, namespace: str) -> bool:
-    try:
-        kube.get(kind, name, namespace=namespace)
-    except Exception:
-        return False
-    return True
-
-
-def running(kube: Client, namespace: str, app: str | None = None) -> list[Pod]:
-    pods = kube.list(Pod, namespace=namespace, labels={"app": app} if app else None)
-    return [
-        p
-        for p in pods
-        if p.status
-        and p.status.phase == "Running"
-        and p.metadata
-        and not p.metadata.deletionTimestamp
-        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-    ]
-
-
-def name_of(pod: Pod) -> str:
-    assert pod.metadata is not None and pod.metadata.name is not None
-    return pod.metadata.name
-
-
-def node_name(pod: Pod) -> str:
-    assert pod.spec is not None and pod.spec.nodeName is not None
-    return pod.spec.nodeName
-
-
-def interface_in_pod(
-    cluster: ClusterHandle, namespace: str, pod: str, interface: str
-) -> tuple[str, list[str], int]:
-    """(MAC, IPv4 CIDRs, MTU) of an interface, as `ip` inside the pod's container prints them."""
-    link = cluster.kubectl("exec", "-n", namespace, pod, "--", "ip", "-o", "link", "show", interface)
-    mac = re.search(r"link/ether ([0-9a-f:]{17})", link)
-    mtu = re.search(r"mtu (\d+)", link)
-    assert mac and mtu, link
-    addresses = cluster.kubectl(
-        "exec", "-n", namespace, pod, "--", "ip", "-o", "-4", "addr", "show", interface
-    )
-    return mac.group(1), re.findall(r"inet (\S+)", addresses), int(mtu.group(1))
-
-
-def ready_entry(kube: Client, namespace: str, pod: str) -> dict[str, Any] | None:
-    """Our status entry of the pod's claim once it says Ready=True."""
-    try:
-        claim = pod_claim_name(kube, namespace, pod)
-    except AssertionError:
-        return None  # the claim is not created yet
-    for entry in claim_devices(kube, namespace, claim):
-        if any(c["type"] == "Ready" and c["status"] == "True" for c in entry.get("conditions", [])):
-            return entry
-    return None
-
-
-def ping(cluster: ClusterHandle, namespace: str, pod: str, address: str, interface: str = "net1") -> None:
-    output = cluster.kubectl(
-        "exec", "-n", namespace, pod, "--", "ping", "-c", "2", "-W", "3", "-I", interface, address, timeout=30
-    )
-    assert " 0% packet loss" in output, output
-
-
-def template(
-    name: str, device_class: str, cel: str, config: dict[str, Any] | None, bandwidth: str | None = None
-) -> dict[str, Any]:
-    exactly: dict[str, Any] = {"deviceClassName": device_class, "selectors": [{"cel": {"expression": cel}}]}
-    if bandwidth:
-        exactly["capacity"] = {"requests": {"netclaim.dev/bandwidth": bandwidth}}
-    devices: dict[str, Any] = {"requests": [{"name": "nic", "exactly": exactly}]}
-    if config is not None:
-        devices["config"] = [
-            {"requests": ["nic"], "opaque": {"driver": "netclaim.dev", "parameters": config}}
-        ]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name},
-        "spec": {"spec": {"devices": devices}},
-    }
-
-
-def cni_config(plugins: list[dict[str, Any]], interface: str = "net1", name: str = "t-net") -> dict[str, Any]:
-    return {
-        "apiVersion": "netclaim.dev/v1alpha1",
-        "kind": "CNIConfig",
-        "interfaceName": interface,
-        "config": {"cniVersion": "1.0.0", "name": name, "plugins": plugins},
-    }
-
-
-def macvlan(subnet: str) -> dict[str, Any]:
-    return {
-        "type": "macvlan",
-        "master": "{{ device.ifName }}",
-        "mode": "bridge",
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]]},
-    }
-
-
-def apply(cluster: ClusterHandle, namespace: str, *documents: dict[str, Any]) -> None:
-    import yaml
-
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input_text=yaml.safe_dump_all(documents))
-
-
-def deployment(name: str, replicas: int, claim_template: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec(claim_template)},
-        },
-    }
-
-
-def pod_manifest(name: str, claim_template: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": pod_spec(claim_template)}
 
 
 # --- the talks' demo, step 5 --------------------------------------------------------------------------
@@ -205,7 +78,7 @@ def test_one_template_on_nics_with_different_names(cluster: ClusterHandle, kube:
     apply(
         cluster,
         ns,
-        template("lan1", "netclaim-shared", on_lan1, cni_config([macvlan("10.20.0.0/24")]), "20G"),
+        claim_template("lan1", "netclaim-shared", on_lan1, cni_config([macvlan("10.20.0.0/24")]), "20G"),
         deployment("hetero", 2, "lan1"),
     )  # 20G of a 25G NIC each: one replica per node
     wait_for(lambda: len(running(kube, ns, "hetero")) == 2, 120, "both replicas running")
@@ -238,7 +111,7 @@ def test_admin_config_in_the_device_class(cluster: ClusterHandle, kube: Client, 
         )
     )
     try:
-        apply(cluster, ns, template("plain", class_name, "true", None), pod_manifest("tenant", "plain"))
+        apply(cluster, ns, claim_template("plain", class_name, "true", None), pod_manifest("tenant", "plain"))
         wait_for(lambda: ready_entry(kube, ns, "tenant") is not None, 120, "the tenant pod configured")
         mac, addresses, _ = interface_in_pod(cluster, ns, "tenant", "data0")
         assert ipaddress.ip_interface(addresses[0]).ip in ipaddress.ip_network("10.30.0.0/24")
@@ -267,7 +140,7 @@ def test_exclusive_nic_moves_into_the_pod_and_comes_back_restored(
     apply(
         cluster,
         ns,
-        template("whole", "netclaim-exclusive", on_enp7s0, cni_config([host_device], "wan0")),
+        claim_template("whole", "netclaim-exclusive", on_enp7s0, cni_config([host_device], "wan0")),
         pod_manifest("owner", "whole"),
     )
     wait_for(lambda: ready_entry(kube, ns, "owner") is not None, 120, "the owner pod configured")
@@ -299,7 +172,7 @@ def test_teardown_leaves_no_links_reservations_rows_or_status(
 ) -> None:
     """A standalone claim outlives its pod: after the pod, our status entry must be gone too."""
     on_enp0s10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
-    spec = template(
+    spec = claim_template(
         "unused", "netclaim-shared", on_enp0s10, cni_config([macvlan("10.50.0.0/24")], name="td-net")
     )
     kube.create(
@@ -339,7 +212,7 @@ def test_teardown_leaves_no_links_reservations_rows_or_status(
         )
 
     wait_for(nothing_left, 60, "no status entry, IPAM reservation or store row left")
-    assert _exists(kube, ResourceClaim, "standalone", ns)  # the claim itself stays: only our traces go
+    assert exists(kube, ResourceClaim, "standalone", ns)  # the claim itself stays: only our traces go
     assert "macvlan" not in in_node(cluster, node, "ip", "-d", "-o", "link", "show")
 
 
@@ -378,7 +251,12 @@ def test_bad_config_keeps_the_pod_out_and_names_the_field(
     change, expected = BAD_CONFIGS[case]
     config = {**cni_config([macvlan("10.60.0.0/24")], name="bad-net"), **change}
     on_enp0s10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
-    apply(cluster, ns, template("bad", "netclaim-shared", on_enp0s10, config), pod_manifest("victim", "bad"))
+    apply(
+        cluster,
+        ns,
+        claim_template("bad", "netclaim-shared", on_enp0s10, config),
+        pod_manifest("victim", "bad"),
+    )
 
     def reported() -> bool:
         try:

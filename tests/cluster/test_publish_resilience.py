@@ -52,7 +52,7 @@ def slice_writes_since(cluster: ClusterHandle, offset: int, user: str = AGENT_US
 
 
 def test_sixty_quiet_seconds_make_zero_slice_writes(cluster: ClusterHandle, kube: Client) -> None:
-    agents.wait_published(cluster, ["node-1", "node-2", "node-3", "node-4"])
+    agents.wait_ready(cluster, ["node-1", "node-2", "node-3", "node-4"])
     time.sleep(2)  # let any publish from an earlier test settle
     offset = audit_offset(cluster)
     time.sleep(60)

@@ -7,8 +7,11 @@ so the token carries the node name, as a DaemonSet pod's token would).
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -19,6 +22,7 @@ from netclaim.cluster.node import LocalNode
 from netclaim.errors import TransientError
 
 AGENT = "netclaim-agent"
+METRICS_PORT = 9177
 NAMESPACE = "netclaim-system"
 SERVICE_ACCOUNT = "netclaim-agent"
 REPO = Path(__file__).resolve().parents[3]
@@ -77,6 +81,7 @@ def agent_command(
         f"--kubelet-root-dir={layout.kubelet_dir}",
         f"--nri-socket={layout.nri_socket}",
         f"--state-dir={layout.root / 'netclaim'}",
+        f"--metrics-address={node.address.ip}:{METRICS_PORT}",
         "--cni-bin-dir=/usr/lib/cni",
         *extra,
     ]
@@ -107,25 +112,35 @@ def deploy(handle: ClusterHandle, policy: Path, extra: tuple[str, ...] = ()) -> 
     for name in nodes:
         if not agent_running(handle, name):
             start_agent(handle, name, policy, extra)
-    wait_published(handle, nodes)
+    wait_ready(handle, nodes)
 
 
-def wait_published(handle: ClusterHandle, nodes: list[str], timeout: float = 60) -> None:
+def readiness(handle: ClusterHandle, node_name: str) -> dict[str, bool] | None:
+    """The agent's /readyz report (None while it does not answer)."""
+    url = f"http://{handle.node(node_name).address.ip}:{METRICS_PORT}/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return dict(json.loads(response.read()))
+    except urllib.error.HTTPError as err:
+        return dict(json.loads(err.read()))
+    except (OSError, ValueError):
+        return None
+
+
+def wait_ready(handle: ClusterHandle, nodes: list[str], timeout: float = 60) -> None:
+    """Every agent published its slices, is registered with kubelet and configured by containerd."""
     deadline = time.monotonic() + timeout
-    missing = set(nodes)
-    while time.monotonic() < deadline and missing:
-        for name in sorted(missing):
+    waiting = set(nodes)
+    while waiting and time.monotonic() < deadline:
+        for name in sorted(waiting):
             if not agent_running(handle, name):
                 log = handle.layout.logs / name / f"{AGENT}.log"
                 raise TransientError(f"the netclaim agent of {name} exited; see {log}")
-        output = handle.kubectl(
-            "get",
-            "resourceslices",
-            "-o",
-            "jsonpath={range .items[?(@.spec.driver=='netclaim.dev')]}{.spec.nodeName}{'\\n'}{end}",
-        )
-        missing -= set(output.split())
-        if missing:
-            time.sleep(0.3)
-    if missing:
-        raise TransientError(f"no ResourceSlice from the agents of {sorted(missing)} after {timeout:.0f} s")
+            report = readiness(handle, name)
+            if report and all(report.values()):
+                waiting.discard(name)
+        if waiting:
+            time.sleep(0.2)
+    if waiting:
+        reports = {name: readiness(handle, name) for name in sorted(waiting)}
+        raise TransientError(f"netclaim agents not ready after {timeout:.0f} s: {reports}")

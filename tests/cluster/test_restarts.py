@@ -1,0 +1,205 @@
+"""Issue 4 acceptance: kill -9 the agent at the worst moments, restart containerd; every pod ends running
+with its interface and Ready=True, or cleaned up, and is never Ready=True without its interface."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod
+
+from netclaim.cluster import agents, processes
+from netclaim.cluster.cluster import ClusterHandle
+from tests.cluster.helpers import (
+    apply,
+    claim_devices,
+    claim_template,
+    cni_config,
+    deployment,
+    in_pod_netns,
+    ipam_reservations,
+    macvlan,
+    name_of,
+    node_name,
+    pod_claim_name,
+    pod_manifest,
+    ready_entry,
+    running,
+    sandbox_netns,
+    store_rows,
+)
+from tests.kube import delete, wait_for
+
+POLICY = Path(__file__).with_name("policy.yaml")
+ON_ENP0S10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
+
+
+class ReadyWatch:
+    """Samples every pod of a namespace: a claim saying Ready=True while net1 is missing is a violation."""
+
+    def __init__(self, cluster: ClusterHandle, kube: Client, namespace: str) -> None:
+        self.cluster, self.kube, self.namespace = cluster, kube, namespace
+        self.violations: list[str] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ReadyWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            for pod in running_or_starting(self.kube, self.namespace):
+                try:
+                    self._check(pod)
+                except Exception:
+                    continue
+
+    def _check(self, pod: Pod) -> None:
+        assert pod.metadata is not None and pod.metadata.name is not None and pod.metadata.uid is not None
+        claim = pod_claim_name(self.kube, self.namespace, pod.metadata.name)
+        ready = any(
+            c["status"] == "True"
+            for e in claim_devices(self.kube, self.namespace, claim)
+            for c in e.get("conditions", [])
+        )
+        if not ready:
+            return
+        netns = sandbox_netns(self.cluster, node_name(pod), pod.metadata.uid)
+        links = in_pod_netns(self.cluster, node_name(pod), netns, "ip", "-o", "link", "show")
+        self.samples += 1
+        if " net1" not in links:
+            self.violations.append(f"{pod.metadata.name}: claim Ready=True, no net1 in its namespace")
+
+
+def running_or_starting(kube: Client, namespace: str) -> list[Pod]:
+    return [
+        p
+        for p in kube.list(Pod, namespace=namespace)
+        if p.status and p.status.phase == "Running" and p.metadata and not p.metadata.deletionTimestamp
+    ]
+
+
+def has_net1(cluster: ClusterHandle, pod: Pod) -> bool:
+    assert pod.metadata is not None and pod.metadata.uid is not None
+    netns = sandbox_netns(cluster, node_name(pod), pod.metadata.uid)
+    return " net1" in in_pod_netns(cluster, node_name(pod), netns, "ip", "-o", "link", "show")
+
+
+@pytest.fixture
+def agent_on_node_2(cluster: ClusterHandle) -> Iterator[Any]:
+    """Restart node-2's agent with fault points; afterwards it runs normally again."""
+
+    def restart(faults: str = "") -> None:
+        agents.stop_agent(cluster, "node-2")
+        agents.start_agent(cluster, "node-2", POLICY, faults=faults)
+        agents.wait_ready(cluster, ["node-2"])
+
+    yield restart
+    restart()
+
+
+def _on_node_2(name: str, claim_template: str) -> dict[str, Any]:
+    manifest = pod_manifest(name, claim_template)
+    manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-2"}
+    return manifest
+
+
+def _config(subnet: str, network: str) -> dict[str, Any]:
+    return cni_config([macvlan(subnet)], name=network)
+
+
+def _wait_agent_dead(cluster: ClusterHandle) -> None:
+    wait_for(lambda: not agents.agent_running(cluster, "node-2"), 60, "the agent killed at its fault point")
+
+
+@pytest.mark.parametrize("point", ["after-prepare", "run-pod-sandbox", "inside-add"])
+def test_agent_killed_while_a_pod_starts(
+    cluster: ClusterHandle, kube: Client, ns: str, agent_on_node_2: Any, point: str
+) -> None:
+    network = f"crash-{point}"
+    agent_on_node_2(point)
+    with ReadyWatch(cluster, kube, ns) as watch:
+        apply(
+            cluster,
+            ns,
+            claim_template(
+                "t", "netclaim-shared", ON_ENP0S10, cni_config([macvlan("10.80.0.0/24")], name=network)
+            ),
+            _on_node_2("p", "t"),
+        )
+        _wait_agent_dead(cluster)
+        agent_on_node_2()  # back, without faults
+        wait_for(
+            lambda: ready_entry(kube, ns, "p") is not None and bool(running(kube, ns)),
+            120,
+            "the pod running and Ready after the agent's restart",
+        )
+        assert has_net1(cluster, kube.get(Pod, "p", namespace=ns))
+    assert watch.violations == []
+    assert len(ipam_reservations(network)) == 1, "a crash inside ADD must not leak an address"
+    delete(kube, Pod, "p", ns)
+    wait_for(lambda: ipam_reservations(network) == set(), 60, "the address released")
+
+
+def test_agent_killed_before_stop_pod_sandbox(
+    cluster: ClusterHandle, kube: Client, ns: str, agent_on_node_2: Any
+) -> None:
+    network = "crash-stop"
+    apply(
+        cluster,
+        ns,
+        claim_template(
+            "t", "netclaim-shared", ON_ENP0S10, cni_config([macvlan("10.81.0.0/24")], name=network)
+        ),
+        _on_node_2("p", "t"),
+    )
+    wait_for(lambda: ready_entry(kube, ns, "p") is not None, 120, "the pod configured")
+    agent_on_node_2("before-detach")
+    delete(kube, Pod, "p", ns)
+    _wait_agent_dead(cluster)
+    agent_on_node_2()
+    wait_for(
+        lambda: (
+            ipam_reservations(network) == set()
+            and not [r for r in store_rows(cluster, "node-2") if r["claim_namespace"] == ns]
+        ),
+        120,
+        "address released and state rows dropped after the restart",
+    )
+
+
+def test_containerd_restart_under_load(cluster: ClusterHandle, kube: Client, ns: str) -> None:
+    network = "load-net"
+    apply(
+        cluster,
+        ns,
+        claim_template(
+            "t", "netclaim-shared", ON_ENP0S10, cni_config([macvlan("10.82.0.0/24")], name=network), "1Gi"
+        ),
+        deployment("load", 8, "t"),
+    )
+    node = cluster.node("node-1")
+    with ReadyWatch(cluster, kube, ns) as watch:
+        time.sleep(3)  # pods are being created on both enp0s10 nodes
+        processes.stop(node.pid_dir, "containerd", grace=5)
+        processes.start_recorded(node.pid_dir, "containerd")
+
+        def settled() -> bool:
+            pods = running(kube, ns, "load")
+            return len(pods) == 8 and all(ready_entry(kube, ns, name_of(p)) is not None for p in pods)
+
+        wait_for(settled, 240, "all 8 replicas running and Ready after containerd's restart")
+        assert all(has_net1(cluster, p) for p in running(kube, ns, "load"))
+    assert watch.violations == [] and watch.samples > 0
+    assert len(ipam_reservations(network)) == 8
