@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
-.PHONY: deps system-deps bins proto proto-check test unit lint typecheck demo demo-down clean
+.PHONY: deps system-deps bins proto proto-check test unit lint typecheck bench demo demo-down clean
 
 deps: system-deps $(DEPS_STAMP)
 
@@ -44,8 +44,8 @@ proto-check: proto
 	@test -z "$$(git status --porcelain -- src/netclaim/_proto)" || { git status --porcelain -- src/netclaim/_proto; echo "untracked/removed stubs: run make proto and commit"; exit 1; }
 
 lint: deps
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 
 typecheck: deps
 	$(BIN)/mypy
@@ -55,6 +55,10 @@ unit: deps
 
 test: deps bins proto-check lint typecheck
 	$(BIN)/pytest tests
+
+# Figures, not assertions: publish at scale is printed by the tests; the configure path here.
+bench: deps bins
+	$(BIN)/python benchmarks/bench_configure.py 20 30
 
 demo: deps bins
 	$(BIN)/netclaim cluster up -f $(CLUSTER_FILE)

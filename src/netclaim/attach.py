@@ -66,6 +66,7 @@ class Attacher:
         started = time.monotonic()
         try:
             result = await self.cni.add(plan["conflist"], invocation, deadline)
+            cni_ms = round((time.monotonic() - started) * 1000, 1)
             faults.point("inside-add")
             state = await _read_back(plan["interfaceName"], sandbox.netns)
             if plan.get("bandwidth"):
@@ -89,6 +90,7 @@ class Attacher:
                 "pod": f"{sandbox.namespace}/{sandbox.name}",
                 "claim": row.claim_name,
                 "device": row.device,
+                "cni_ms": cni_ms,
                 "interface": state.name,
                 "ips": state.addresses,
                 "ms": round((time.monotonic() - started) * 1000, 1),

@@ -35,8 +35,8 @@ PREPARE_SECONDS = Histogram(
 )
 NRI_HOOK_SECONDS = Histogram(
     "netclaim_nri_hook_duration_seconds",
-    "NRI pod hooks, by event",
-    ["event"],
+    "NRI calls from the runtime, by method",
+    ["method"],
     registry=REGISTRY,
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0),
 )

@@ -29,6 +29,7 @@ from typing import Protocol
 
 from google.protobuf.message import DecodeError, Message
 
+from netclaim import metrics
 from netclaim._proto import nri_pb2, ttrpc_pb2
 
 log = logging.getLogger(__name__)
@@ -200,7 +201,8 @@ class Connection:
         if handler is None:
             return b"", CODE_UNIMPLEMENTED, f"method {request.method}"
         try:
-            reply = await handler(request.payload)
+            with metrics.NRI_HOOK_SECONDS.labels(request.method).time():
+                reply = await handler(request.payload)
         except Exception as err:  # noqa: BLE001 - every hook failure is reported to the runtime, not raised
             log.warning("NRI %s failed", request.method, extra={"error": str(err)})
             return b"", CODE_UNKNOWN, str(err)

@@ -82,12 +82,15 @@ class Preparer:
         existing = self.store.for_claim(uid)
         if existing:  # idempotent: kubelet asks again after a restart or a lost answer
             return [PreparedDevice(r.request, r.pool, r.device, r.share_id or None) for r in existing]
+        started = time.monotonic()
         claim = await self.claims.get(namespace, name, uid)
         rows = await self._plan(claim)
         self.store.put(*rows)
         faults.point("after-prepare")
         self.status.enqueue(ClaimRef(namespace, name, uid))
-        log.info("prepared", extra={"claim": f"{namespace}/{name}", "devices": [r.device for r in rows]})
+        elapsed_ms = round((time.monotonic() - started) * 1000, 1)
+        devices = [r.device for r in rows]
+        log.info("prepared", extra={"claim": f"{namespace}/{name}", "devices": devices, "ms": elapsed_ms})
         return [PreparedDevice(r.request, r.pool, r.device, r.share_id or None) for r in rows]
 
     async def report_failure(self, namespace: str, name: str, uid: str, message: str) -> None:
