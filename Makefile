@@ -61,8 +61,7 @@ bench: deps bins
 	$(BIN)/python benchmarks/bench_configure.py 20 30
 
 demo: deps bins
-	$(BIN)/netclaim cluster up -f $(CLUSTER_FILE)
-	$(BIN)/python -m netclaim.cluster.smoke $(CLUSTER_FILE)
+	$(BIN)/netclaim demo -f $(CLUSTER_FILE)
 
 demo-down: deps
 	$(BIN)/netclaim cluster down -f $(CLUSTER_FILE)

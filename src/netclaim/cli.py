@@ -104,6 +104,36 @@ def _inventory(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    import time
+
+    from netclaim.cluster import agents, cluster, demo
+
+    started = time.monotonic()
+    handle = cluster.up(args.file)
+    print(f"[{time.monotonic() - started:5.1f}s] deploying netclaim: RBAC, DeviceClasses, policy, agents")
+    agents.deploy(handle)
+    print(
+        f"[{time.monotonic() - started:5.1f}s] the demo: Pod-A asks 10Gi, Deployment-B 3 x {args.b_request}"
+    )
+    code = 0
+    try:
+        demo.run(handle, b_request=args.b_request)
+        print(f"\nThe demo behaved as expected (total {time.monotonic() - started:.1f} s).")
+    except demo.DemoMismatch as err:
+        print(f"\n{err}")
+        code = 1
+    print(f"""
+Look around:
+  export KUBECONFIG={handle.kubeconfig} PATH={handle.bin_dir}:$PATH
+  kubectl get resourceslices,resourceclaims -A -o wide
+  kubectl -n {demo.NAMESPACE} get pods -o wide
+  kubectl -n {demo.NAMESPACE} exec pod-a -- ip a show net1
+Tear down:
+  make demo-down        (or: .venv/bin/netclaim cluster down {handle.spec.name})""")
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="netclaim", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -144,6 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--remove-slices-on-exit", type=_flag, help="delete this node's slices when stopping")
     agent.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     agent.set_defaults(handler=_agent)
+
+    demo = commands.add_parser("demo", help="the KubeCon demo on a local cluster, with a report")
+    demo.add_argument("-f", "--file", type=Path, default=DEFAULT_CLUSTER_FILE)
+    demo.add_argument(
+        "--b-request", default="5Gi", help="bandwidth each Deployment-B replica asks (default 5Gi)"
+    )
+    demo.set_defaults(handler=_demo)
 
     inventory = commands.add_parser("inventory", help="what the agent would publish on this node")
     inventory.add_argument("-o", "--output", choices=["table", "yaml"], default="table")

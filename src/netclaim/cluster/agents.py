@@ -27,12 +27,22 @@ NAMESPACE = "netclaim-system"
 SERVICE_ACCOUNT = "netclaim-agent"
 REPO = Path(__file__).resolve().parents[3]
 DEPLOY_DIR = REPO / "deploy"
-CLUSTER_MANIFESTS = ("rbac.yaml", "deviceclasses.yaml")
+CLUSTER_MANIFESTS = ("rbac.yaml", "deviceclasses.yaml", "policy.yaml")
 
 
 def apply_manifests(handle: ClusterHandle, names: tuple[str, ...] = CLUSTER_MANIFESTS) -> None:
     for name in names:
         handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(DEPLOY_DIR / name))
+
+
+def policy_from_configmap(handle: ClusterHandle) -> Path:
+    """The policy the agents read, fetched from the ConfigMap of deploy/ as a kubelet would mount it."""
+    text = handle.kubectl(
+        "get", "configmap", "netclaim-policy", "-n", NAMESPACE, "-o", "jsonpath={.data.policy\\.yaml}"
+    )
+    path = handle.layout.root / "policy.yaml"
+    path.write_text(text)
+    return path
 
 
 def agent_kubeconfig(handle: ClusterHandle, node: str, path: Path) -> None:
@@ -105,9 +115,11 @@ def agent_running(handle: ClusterHandle, node_name: str) -> bool:
     return processes.running(handle.node(node_name).pid_dir, AGENT)
 
 
-def deploy(handle: ClusterHandle, policy: Path, extra: tuple[str, ...] = ()) -> None:
-    """Manifests, then one agent per kubelet node; waits until every agent published its slices."""
+def deploy(handle: ClusterHandle, policy: Path | None = None, extra: tuple[str, ...] = ()) -> None:
+    """Manifests, then one agent per kubelet node (policy: a file, else deploy/'s ConfigMap); waits until
+    every agent is ready."""
     apply_manifests(handle)
+    policy = policy or policy_from_configmap(handle)
     nodes = [n.name for n in handle.spec.nodes if n.kubelet]
     for name in nodes:
         if not agent_running(handle, name):
