@@ -134,6 +134,17 @@ Tear down:
     return code
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from netclaim.validate import validate_files
+
+    found = validate_files(list(args.files))
+    for line in found:
+        print(line)
+    if not found:
+        print(f"{len(args.files)} file(s): no problems")
+    return 1 if found else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="netclaim", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -181,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--b-request", default="5Gi", help="bandwidth each Deployment-B replica asks (default 5Gi)"
     )
     demo.set_defaults(handler=_demo)
+
+    validate = commands.add_parser("validate", help="check claims, templates and DeviceClasses offline")
+    validate.add_argument("files", nargs="+", type=Path)
+    validate.set_defaults(handler=_validate)
 
     inventory = commands.add_parser("inventory", help="what the agent would publish on this node")
     inventory.add_argument("-o", "--output", choices=["table", "yaml"], default="table")

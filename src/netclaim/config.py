@@ -160,8 +160,23 @@ def _address_problems(ipam: dict[str, Any], where: str) -> Iterator[str]:
 
     if "subnet" in ipam:
         yield from cidr(ipam["subnet"], f"{where}.subnet")
-    for i, range_set in enumerate(ipam.get("ranges") or []):
-        for j, entry in enumerate(range_set if isinstance(range_set, list) else []):
+    for key, shape in (
+        ("ranges", "a list of lists of range objects"),
+        ("routes", "a list of route objects"),
+        ("addresses", "a list of address objects"),
+    ):
+        if key in ipam and not isinstance(ipam[key], list):
+            yield f"{where}.{key}: must be {shape}"
+    for key in ("routes", "addresses"):
+        for i, entry in enumerate(_list(ipam, key)):
+            if not isinstance(entry, dict):
+                yield f"{where}.{key}[{i}]: must be an object"
+    ranges = _list(ipam, "ranges")
+    for i, range_set in enumerate(ranges):
+        if not isinstance(range_set, list) or not range_set:
+            yield f"{where}.ranges[{i}]: must be a non-empty list of range objects"
+            continue
+        for j, entry in enumerate(range_set):
             base = f"{where}.ranges[{i}][{j}]"
             if not isinstance(entry, dict):
                 yield f"{base}: must be an object"
@@ -171,15 +186,20 @@ def _address_problems(ipam: dict[str, Any], where: str) -> Iterator[str]:
             for key in ("rangeStart", "rangeEnd", "gateway"):
                 if key in entry:
                     yield from address(entry[key], f"{base}.{key}")
-    for i, entry in enumerate(ipam.get("addresses") or []):
+    for i, entry in enumerate(_list(ipam, "addresses")):
         if isinstance(entry, dict) and "address" in entry:
             yield from cidr(entry["address"], f"{where}.addresses[{i}].address")
-    for i, route in enumerate(ipam.get("routes") or []):
+    for i, route in enumerate(_list(ipam, "routes")):
         if isinstance(route, dict):
             if "dst" in route:
                 yield from cidr(route["dst"], f"{where}.routes[{i}].dst")
             if "gw" in route:
                 yield from address(route["gw"], f"{where}.routes[{i}].gw")
+
+
+def _list(ipam: dict[str, Any], key: str) -> list[Any]:
+    value = ipam.get(key)
+    return value if isinstance(value, list) else []
 
 
 def _is_placeholder(value: Any) -> bool:
@@ -209,6 +229,9 @@ def decode(parameters: object, location: str) -> CNIConfig:
         raise ConfigError(f"{location}: parameters must be an object with apiVersion: {API_VERSION}")
     if parameters.get("apiVersion") != API_VERSION:
         raise ConfigError(f"{location}.apiVersion: {parameters.get('apiVersion')!r} is not {API_VERSION!r}")
+    nulls = sorted(str(key) for key, value in parameters.items() if value is None)
+    if nulls:
+        raise ConfigError(f"{location}.{nulls[0]}: must not be null (leave the field out for its default)")
     if parameters.get("kind") not in KINDS:
         raise ConfigError(f"{location}.kind: {parameters.get('kind')!r} is not one of {list(KINDS)}")
     try:
