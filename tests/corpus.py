@@ -213,9 +213,7 @@ def config_cases() -> list[ConfigCase]:
         shown = "deleted" if value is _DELETE else repr(value)[:30]
         cases.append(ConfigCase(f"{index:03d} {family}: {shown}", _set(VALID_CONFIG, path, value), caught_at))
     for value in ("not an object", 7, ["CNIConfig"], None):
-        cases.append(
-            ConfigCase(f"parameters {value!r}", value, "admission" if value is not None else "prepare")
-        )
+        cases.append(ConfigCase(f"parameters {value!r}", value, "admission"))
     return cases
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from lightkube import Client
 from lightkube.core.client import FieldSelector
 from lightkube.resources.core_v1 import Event, Pod
@@ -244,9 +246,28 @@ BAD_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
+@pytest.fixture
+def without_admission_policy(cluster: ClusterHandle) -> Iterator[None]:
+    """As in a cluster where deploy/admission.yaml is not installed: prepare is the last line of defence."""
+    cluster.kubectl("delete", "validatingadmissionpolicybinding", "netclaim-config", "--ignore-not-found")
+    probe = claim_template("probe", "netclaim-shared", "true", cni_config([macvlan("10.60.0.0/24")], "a/b"))
+    document = yaml.safe_dump(probe)
+    wait_for(
+        lambda: bool(
+            cluster.kubectl(
+                "create", "--dry-run=server", "-n", "default", "-f", "-", input_text=document, check=False
+            )
+        ),
+        30,
+        "the policy's binding gone",
+    )
+    yield
+    cluster.kubectl("apply", "-f", str(DEMO.parents[1] / "deploy" / "admission.yaml"))
+
+
 @pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
 def test_bad_config_keeps_the_pod_out_and_names_the_field(
-    cluster: ClusterHandle, kube: Client, ns: str, case: str
+    cluster: ClusterHandle, kube: Client, ns: str, case: str, without_admission_policy: None
 ) -> None:
     change, expected = BAD_CONFIGS[case]
     config = {**cni_config([macvlan("10.60.0.0/24")], name="bad-net"), **change}

@@ -27,7 +27,7 @@ NAMESPACE = "netclaim-system"
 SERVICE_ACCOUNT = "netclaim-agent"
 REPO = Path(__file__).resolve().parents[3]
 DEPLOY_DIR = REPO / "deploy"
-CLUSTER_MANIFESTS = ("rbac.yaml", "deviceclasses.yaml", "policy.yaml")
+CLUSTER_MANIFESTS = ("rbac.yaml", "deviceclasses.yaml", "policy.yaml", "admission.yaml")
 
 
 def apply_manifests(handle: ClusterHandle, names: tuple[str, ...] = CLUSTER_MANIFESTS) -> None:

@@ -1,0 +1,312 @@
+"""Issue 6: early rejection by the admission policy, agreeing with the agent on one corpus; what only the
+agent can catch is caught at prepare and leaves nothing behind; least privilege for the agent."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import Client, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod, Secret
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
+
+from netclaim.cluster.cluster import ClusterHandle
+from tests.cluster.helpers import (
+    apply,
+    claim_devices,
+    claim_template,
+    cni_config,
+    in_node,
+    interface_in_pod,
+    ipam_reservations,
+    macvlan,
+    pod_claim_name,
+    pod_manifest,
+    ready_entry,
+    store_rows,
+)
+from tests.corpus import VALID_CONFIG, config_cases
+from tests.kube import delete, typed, wait_for
+
+CASES = config_cases()
+ON_ENP0S10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
+
+
+def _claim(parameters: Any, name: str = "corpus") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "nic", "exactly": {"deviceClassName": "netclaim-shared"}}],
+                "config": [
+                    {"requests": ["nic"], "opaque": {"driver": "netclaim.dev", "parameters": parameters}}
+                ],
+            }
+        },
+    }
+
+
+def _admission(cluster: ClusterHandle, manifest: dict[str, Any]) -> str | None:
+    """None when the apiserver (with its admission policies) accepts it in a dry run, else its message.
+
+    Raw JSON through kubectl: typed clients cannot even express some malformed parameters (a string)."""
+    result = subprocess.run(
+        [
+            str(cluster.bin_dir / "kubectl"),
+            f"--kubeconfig={cluster.kubeconfig}",
+            "create",
+            "--dry-run=server",
+            "-n",
+            "default",
+            "-f",
+            "-",
+        ],
+        input=json.dumps(manifest),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return None if result.returncode == 0 else result.stderr.strip()
+
+
+def test_admission_and_the_agent_agree_on_the_corpus(cluster: ClusterHandle) -> None:
+    assert _admission(cluster, _claim(VALID_CONFIG)) is None
+    disagreements = []
+    for case in CASES:
+        message = _admission(cluster, _claim(case.parameters))
+        verdict = "prepare" if message is None else "admission"
+        if verdict != case.caught_at:
+            disagreements.append(f"{case.name}: expected {case.caught_at}, admission said {message!r}")
+        elif (
+            message is not None
+            and "spec.devices.config[0].opaque.parameters" not in message
+            and "ValidatingAdmissionPolicy" in message
+        ):
+            disagreements.append(f"{case.name}: the message does not name the field: {message}")
+    admitted = sum(1 for c in CASES if c.caught_at == "admission")
+    print(f"corpus: {admitted} of {len(CASES)} configs refused at admission, the rest at prepare")
+    assert disagreements == []
+
+
+@pytest.mark.parametrize("kind", ["DeviceClass", "ResourceClaimTemplate"])
+def test_the_other_kinds_are_checked_too(cluster: ClusterHandle, kind: str) -> None:
+    bad = copy.deepcopy(VALID_CONFIG)
+    bad["interfaceName"] = "a/b"
+    config = [{"opaque": {"driver": "netclaim.dev", "parameters": bad}}]
+    if kind == "DeviceClass":
+        obj: dict[str, Any] = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "corpus"},
+            "spec": {"config": config},
+        }
+        path = "spec.config[0]"
+    else:
+        obj = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "corpus"},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [{"name": "nic", "exactly": {"deviceClassName": "x"}}],
+                        "config": config,
+                    }
+                }
+            },
+        }
+        path = "spec.spec.devices.config[0]"
+    message = _admission(cluster, obj)
+    assert message is not None and f"{path}.opaque.parameters.interfaceName" in message
+
+
+def test_prepare_catches_the_rest_and_leaves_nothing(cluster: ClusterHandle, kube: Client, ns: str) -> None:
+    prepare_cases = [c for c in CASES if c.caught_at == "prepare"]
+    documents: list[dict[str, Any]] = []
+    for index, case in enumerate(prepare_cases):
+        spec = claim_template(f"c{index}", "netclaim-shared", ON_ENP0S10, case.parameters)
+        documents += [spec, pod_manifest(f"p{index}", f"c{index}")]
+    apply(cluster, ns, *documents)
+
+    def refused(index: int) -> bool:
+        try:
+            claim = pod_claim_name(kube, ns, f"p{index}")
+        except AssertionError:
+            return False
+        return any(
+            c["status"] == "False" and c["reason"] == "PrepareFailed"
+            for e in claim_devices(kube, ns, claim)
+            for c in e.get("conditions", [])
+        )
+
+    wait_for(
+        lambda: all(refused(i) for i in range(len(prepare_cases))),
+        180,
+        f"all {len(prepare_cases)} prepare-time cases refused with Ready=False",
+    )
+    for index, case in enumerate(prepare_cases):
+        entries = claim_devices(kube, ns, pod_claim_name(kube, ns, f"p{index}"))
+        message = entries[0]["conditions"][0]["message"]
+        assert "opaque.parameters" in message or "config" in message, f"{case.name}: {message}"
+        current = kube.get(Pod, f"p{index}", namespace=ns)
+        assert current.status is not None and current.status.phase == "Pending", case.name
+    print(f"{len(prepare_cases)} configs refused at prepare; pods kept out")
+    assert ipam_reservations("corpus-net") == set()
+    assert not [r for n in ("node-1", "node-2") for r in store_rows(cluster, n) if r["claim_namespace"] == ns]
+    assert all(
+        "macvlan" not in in_node(cluster, n, "ip", "-d", "-o", "link", "show") for n in ("node-1", "node-2")
+    )
+
+
+def test_netclaim_validate_checks_manifests_offline(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples" / "demo"
+    good = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "netclaim",
+            "validate",
+            str(examples / "pod-a.yaml"),
+            str(examples / "deployment-b.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert good.returncode == 0, good.stdout + good.stderr
+    bad = copy.deepcopy(VALID_CONFIG)
+    bad["config"]["plugins"][0]["type"] = "/bin/sh"
+    path = tmp_path / "claim.yaml"
+    path.write_text(yaml.safe_dump(_claim(bad)))
+    result = subprocess.run(
+        [sys.executable, "-m", "netclaim", "validate", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1
+    assert (
+        "ResourceClaim/corpus: spec.devices.config[0].opaque.parameters.config.plugins[0].type"
+        in result.stdout
+    )
+
+
+# --- least privilege ----------------------------------------------------------------------------------------
+def test_an_agent_token_cannot_write_another_nodes_slices(cluster: ClusterHandle) -> None:
+    config = KubeConfig.from_file(cluster.node("node-1").layout.root / "agent.kubeconfig")
+    with Client(config, field_manager="netclaim.dev") as agent:
+
+        def slice_for(node: str) -> ResourceSlice:
+            return typed(
+                ResourceSlice,
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceSlice",
+                    "metadata": {"name": f"probe-{node}"},
+                    "spec": {
+                        "driver": "netclaim.dev",
+                        "nodeName": node,
+                        "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                        "devices": [],
+                    },
+                },
+            )
+
+        agent.create(slice_for("node-1"), dry_run=True)  # its own node: allowed
+        with pytest.raises(ApiError) as err:
+            agent.create(slice_for("node-2"), dry_run=True)
+        assert "may only write ResourceSlices of its own node, not of node-2" in str(err.value.status.message)
+        for forbidden in (
+            lambda: list(agent.list(Secret, namespace="kube-system")),
+            lambda: agent.delete(ResourceClaim, "anything", namespace="default"),
+            lambda: list(agent.list(Pod, namespace="default")),
+        ):
+            with pytest.raises(ApiError) as denied:
+                forbidden()
+            assert denied.value.status.code == 403
+
+
+def test_user_config_cannot_reach_for_another_host_interface(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    uplink = {
+        "type": "macvlan",
+        "master": "eth0",
+        "mode": "bridge",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.91.0.0/24"}]]},
+    }
+    apply(
+        cluster,
+        ns,
+        claim_template("grab", "netclaim-shared", ON_ENP0S10, cni_config([uplink], name="grab-net")),
+        pod_manifest("greedy", "grab"),
+    )
+
+    def refused() -> bool:
+        try:
+            claim = pod_claim_name(kube, ns, "greedy")
+        except AssertionError:
+            return False
+        return any(
+            "'eth0' is not the allocated device's interface" in c.get("message", "")
+            for e in claim_devices(kube, ns, claim)
+            for c in e.get("conditions", [])
+        )
+
+    wait_for(refused, 60, "the user's master: eth0 refused")
+    assert ipam_reservations("grab-net") == set()
+
+
+def test_an_admin_class_config_may_name_another_interface(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    """The admin picks ens1f0 for pods that were allocated node-1's enp0s10 share (e.g. a bonded pair)."""
+    class_name = f"admin-master-{ns}"
+    admin = cni_config([{**macvlan("10.92.0.0/24"), "master": "ens1f0"}], name="admin-master")
+    kube.create(
+        typed(
+            DeviceClass,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": class_name},
+                "spec": {
+                    "selectors": [
+                        {"cel": {"expression": f'device.driver == "netclaim.dev" && {ON_ENP0S10}'}}
+                    ],
+                    "config": [{"opaque": {"driver": "netclaim.dev", "parameters": admin}}],
+                },
+            },
+        )
+    )
+    try:
+        manifest = pod_manifest("admin-pod", "plain")
+        manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-1"}
+        apply(cluster, ns, claim_template("plain", class_name, "true", None), manifest)
+        wait_for(lambda: ready_entry(kube, ns, "admin-pod") is not None, 120, "the pod configured on ens1f0")
+        assert interface_in_pod(cluster, ns, "admin-pod", "net1")[1][0].startswith("10.92.0.")
+    finally:
+        delete(kube, Pod, "admin-pod", ns)
+        wait_for(lambda: not list(kube.list(Pod, namespace=ns)), 120, "admin-pod gone")
+        delete(kube, DeviceClass, class_name)
+
+
+def test_sockets_and_state_are_private(cluster: ClusterHandle) -> None:
+    layout = cluster.node("node-1").layout
+    mode = {
+        path: oct(path.stat().st_mode & 0o777)
+        for path in (
+            layout.kubelet_dir / "plugins_registry" / "netclaim.dev-reg.sock",
+            layout.kubelet_dir / "plugins" / "netclaim.dev" / "dra.sock",
+            layout.root / "netclaim",
+            layout.root / "netclaim" / "netclaim.db",
+        )
+    }
+    assert list(mode.values()) == ["0o600", "0o600", "0o700", "0o600"], mode
