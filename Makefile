@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
-.PHONY: deps system-deps bins proto proto-check test unit lint typecheck bench demo demo-down clean
+.PHONY: deps system-deps bins proto proto-check test unit lint typecheck bench soak demo demo-down clean
 
 deps: system-deps $(DEPS_STAMP)
 
@@ -59,6 +59,10 @@ test: deps bins proto-check lint typecheck
 # Figures, not assertions: publish at scale is printed by the tests; the configure path here.
 bench: deps bins
 	$(BIN)/python benchmarks/bench_configure.py 20 30
+
+# 1,000 pod create/delete cycles (about 15 min); exits 1 if anything leaked.
+soak: deps bins
+	$(BIN)/python benchmarks/soak.py 100 10
 
 demo: deps bins
 	$(BIN)/netclaim demo -f $(CLUSTER_FILE)

@@ -15,6 +15,7 @@ from lightkube.resources.core_v1 import Pod
 
 from netclaim.cluster import agents, processes
 from netclaim.cluster.cluster import ClusterHandle
+from netclaim.cluster.controlplane import ControlPlane
 from tests.cluster.helpers import (
     apply,
     claim_devices,
@@ -123,7 +124,7 @@ def _wait_agent_dead(cluster: ClusterHandle) -> None:
     wait_for(lambda: not agents.agent_running(cluster, "node-2"), 60, "the agent killed at its fault point")
 
 
-@pytest.mark.parametrize("point", ["after-prepare", "run-pod-sandbox", "inside-add"])
+@pytest.mark.parametrize("point", ["after-prepare", "run-pod-sandbox", "inside-add", "before-status"])
 def test_agent_killed_while_a_pod_starts(
     cluster: ClusterHandle, kube: Client, ns: str, agent_on_node_2: Any, point: str
 ) -> None:
@@ -152,10 +153,11 @@ def test_agent_killed_while_a_pod_starts(
     wait_for(lambda: ipam_reservations(network) == set(), 60, "the address released")
 
 
-def test_agent_killed_before_stop_pod_sandbox(
-    cluster: ClusterHandle, kube: Client, ns: str, agent_on_node_2: Any
+@pytest.mark.parametrize("point", ["before-detach", "before-unprepare"])
+def test_agent_killed_while_a_pod_goes(
+    cluster: ClusterHandle, kube: Client, ns: str, agent_on_node_2: Any, point: str
 ) -> None:
-    network = "crash-stop"
+    network = f"crash-{point}"
     apply(
         cluster,
         ns,
@@ -165,7 +167,7 @@ def test_agent_killed_before_stop_pod_sandbox(
         _on_node_2("p", "t"),
     )
     wait_for(lambda: ready_entry(kube, ns, "p") is not None, 120, "the pod configured")
-    agent_on_node_2("before-detach")
+    agent_on_node_2(point)
     delete(kube, Pod, "p", ns)
     _wait_agent_dead(cluster)
     agent_on_node_2()
@@ -203,3 +205,46 @@ def test_containerd_restart_under_load(cluster: ClusterHandle, kube: Client, ns:
         assert all(has_net1(cluster, p) for p in running(kube, ns, "load"))
     assert watch.violations == [] and watch.samples > 0
     assert len(ipam_reservations(network)) == 8
+
+
+def _attach_during_outage(cluster: ClusterHandle, kube: Client, ns: str, attempt: int) -> bool:
+    """One try: False when the sandbox attached before the apiserver could be stopped."""
+    name, pids = f"p{attempt}", cluster.layout.pids
+    template = claim_template(
+        f"t{attempt}",
+        "netclaim-shared",
+        ON_ENP0S10,
+        _config(f"10.83.{attempt}.0/24", f"no-apiserver-{attempt}"),
+    )
+    apply(cluster, ns, template, _on_node_2(name, f"t{attempt}"))
+
+    def rows() -> list[dict[str, Any]]:
+        return [
+            r
+            for r in store_rows(cluster, "node-2")
+            if r["claim_namespace"] == ns and r["claim_name"].startswith(f"{name}-")
+        ]
+
+    wait_for(lambda: bool(rows()), 60, "the claim prepared", interval=0.02)
+    processes.stop(pids, "kube-apiserver", grace=0)  # at once: the sandbox is a few 100 ms away
+    stopped = time.monotonic()
+    try:
+        if rows()[0]["state"] != "prepared":
+            return False
+        wait_for(lambda: rows()[0]["state"] == "attached", 25, "attached while the apiserver is away")
+        time.sleep(max(0.0, 30 - (time.monotonic() - stopped)))
+    finally:
+        processes.start_recorded(pids, "kube-apiserver")
+        control_plane = ControlPlane(cluster.spec, cluster.layout, cluster.bin_dir)
+        control_plane.wait_healthy("kube-apiserver", f"{control_plane.server}/readyz")
+    wait_for(lambda: ready_entry(kube, ns, name) is not None, 120, "the status written after the outage")
+    assert has_net1(cluster, kube.get(Pod, name, namespace=ns))
+    return True
+
+
+def test_pods_attach_while_the_apiserver_is_away(cluster: ClusterHandle, kube: Client, ns: str) -> None:
+    """Attach needs only the stored plan: stop the apiserver right after prepare, the interface still comes;
+    the claim's status is written once the apiserver is back."""
+    assert any(_attach_during_outage(cluster, kube, ns, attempt) for attempt in range(3)), (
+        "the sandbox always started before the apiserver could be stopped (3 attempts)"
+    )
