@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 from benchmarks import soak
+
 from netclaim.cluster.cluster import ClusterHandle
 
 
