@@ -189,7 +189,7 @@ async def run(settings: AgentSettings) -> None:
         cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
         status = StatusWriter(client, driver, store)
         locks = PodLocks()
-        attacher = Attacher(store, cni)
+        attacher = Attacher(store, cni, locks)
         claims = ClaimCache(client, driver, node)
         tasks += [
             asyncio.create_task(status.run(), name="status-writer"),

@@ -7,9 +7,11 @@ what may be half done: `attaching` rows are rolled back with DEL before anything
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,9 +39,11 @@ class AttachError(NetclaimError):
 
 
 class Attacher:
-    def __init__(self, store: Store, cni: CniRunner) -> None:
+    def __init__(self, store: Store, cni: CniRunner, locks: PodLocks) -> None:
         self.store = store
         self.cni = cni
+        self.locks = locks
+        self._undoing: set[asyncio.Task[None]] = set()
 
     def _invocation(self, row: Attachment) -> Invocation:
         netns = row.netns if netns_exists(row.netns) else ""
@@ -72,9 +76,13 @@ class Attacher:
             if plan.get("bandwidth"):
                 await netlink.shape(plan["interfaceName"], int(plan["bandwidth"]), sandbox.netns)
         except Exception as err:
-            await self._rollback(row, deadline)
             message = f"claim {row.claim_namespace}/{row.claim_name} device {row.device}: {err}"
-            self.store.put(row.with_state(State.PREPARED, sandbox_id="", netns="", result={}, error=message))
+            if await self._rollback(row, deadline):
+                self.store.put(
+                    row.with_state(State.PREPARED, sandbox_id="", netns="", result={}, error=message)
+                )
+            else:  # out of the runtime's budget: the row stays `attaching` (undo first) and is undone later
+                self._undo_later(row.with_state(State.ATTACHING, error=message))
             raise AttachError(message) from err
         interface = {
             "name": state.name,
@@ -98,18 +106,28 @@ class Attacher:
         )
         return row
 
-    async def _rollback(self, row: Attachment, deadline: float) -> None:
+    async def _rollback(self, row: Attachment, deadline: float) -> bool:
+        """DEL the whole chain after a failed ADD, within the hook's deadline; False if it did not finish."""
         try:
-            await self.cni.delete(
-                row.plan["conflist"],
-                self._invocation(row),
-                None,
-                max(deadline, time.monotonic() + 2.0),
-                quiet=True,
-            )
+            await self.cni.delete(row.plan["conflist"], self._invocation(row), None, deadline)
             await self._restore_host_nic(row)
         except Exception as err:  # noqa: BLE001 - the original failure is what the caller reports
-            log.warning("rollback after a failed ADD was incomplete", extra={"error": repr(err)})
+            log.warning("rollback after a failed ADD did not finish in time", extra={"error": repr(err)})
+            return False
+        return True
+
+    def _undo_later(self, row: Attachment) -> None:
+        self.store.put(row)
+
+        async def undo() -> None:
+            async with self.locks(row.pod_uid):
+                current = next((r for r in self.store.for_claim(row.claim_uid) if r.key == row.key), None)
+                if current is not None and current.state == State.ATTACHING:
+                    await self.detach(current, time.monotonic() + self.cni.timeout)
+
+        task = asyncio.create_task(undo())
+        self._undoing.add(task)
+        task.add_done_callback(self._undoing.discard)
 
     async def detach(self, row: Attachment, deadline: float) -> Attachment:
         """DEL what an `attaching`/`attached` row may have added (the netns may be gone: IPAM is still
@@ -123,9 +141,7 @@ class Attacher:
             except (OSError, LookupError) as err:
                 log.info("no ingress shaping device to remove", extra={"error": repr(err)})
         cni_result = row.result.get("cni")
-        await self.cni.delete(
-            row.plan["conflist"], invocation, cni_result, max(deadline, time.monotonic() + 2.0)
-        )
+        await self.cni.delete(row.plan["conflist"], invocation, cni_result, deadline)
         await self._restore_host_nic(row)
         row = row.with_state(State.DETACHED, netns="", result={}, error="")
         self.store.put(row)
@@ -154,6 +170,21 @@ async def _read_back(name: str, netns: str) -> netlink.InterfaceState:
 
 def netns_exists(path: str) -> bool:
     return bool(path) and os.path.exists(path)  # noqa: PTH110 - one stat, on the hook's path
+
+
+@contextlib.asynccontextmanager
+async def holding(lock: asyncio.Lock, deadline: float) -> AsyncIterator[None]:
+    """The pod's lock, or an AttachError when it is not free before the hook's deadline."""
+    try:
+        await asyncio.wait_for(lock.acquire(), max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        raise AttachError(
+            "an earlier operation on this pod is still running; the runtime will retry"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 class PodLocks:

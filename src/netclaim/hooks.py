@@ -12,7 +12,7 @@ import time
 
 from netclaim import faults
 from netclaim._proto import nri_pb2
-from netclaim.attach import Attacher, AttachError, PodLocks, Sandbox, netns_exists
+from netclaim.attach import Attacher, AttachError, PodLocks, Sandbox, holding, netns_exists
 from netclaim.errors import NetclaimError
 from netclaim.status import ClaimRef, StatusWriter
 from netclaim.store import Attachment, State, Store
@@ -53,7 +53,7 @@ class PodHooks:
                 "attach interfaces to a pod's own network namespace"
             )
         deadline = time.monotonic() + budget
-        async with self.locks(pod.uid):
+        async with holding(self.locks(pod.uid), deadline):
             done: list[Attachment] = []
             try:
                 for row in rows:
@@ -82,13 +82,16 @@ class PodHooks:
             return
         faults.point("before-detach")
         deadline = time.monotonic() + budget
-        async with self.locks(pod_uid):
-            for row in rows:
-                try:
-                    await self.attacher.detach(self._current(row), deadline)
-                except NetclaimError as err:  # never fail the runtime; unprepare will try again
-                    log.warning("detach failed", extra={"claim": row.claim_name, "error": str(err)})
-                self.status.enqueue(claim_of(row))
+        try:  # never fail the runtime: RemovePodSandbox and NodeUnprepareResources try again
+            async with holding(self.locks(pod_uid), deadline):
+                for row in rows:
+                    try:
+                        await self.attacher.detach(self._current(row), deadline)
+                    except NetclaimError as err:
+                        log.warning("detach failed", extra={"claim": row.claim_name, "error": str(err)})
+                    self.status.enqueue(claim_of(row))
+        except AttachError as err:
+            log.warning("detach postponed", extra={"pod": pod_uid, "error": str(err)})
 
     async def synchronize(self, pods: list[nri_pb2.PodSandbox]) -> None:
         """After (re)connecting: finish or undo what a crash or a missed event left behind."""

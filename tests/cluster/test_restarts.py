@@ -3,6 +3,7 @@ with its interface and Ready=True, or cleaned up, and is never Ready=True withou
 
 from __future__ import annotations
 
+import fcntl
 import threading
 import time
 from collections.abc import Iterator
@@ -11,7 +12,8 @@ from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.resources.core_v1 import Pod
+from lightkube.core.client import FieldSelector
+from lightkube.resources.core_v1 import Event, Pod
 
 from netclaim.cluster import agents, processes
 from netclaim.cluster.cluster import ClusterHandle
@@ -248,3 +250,41 @@ def test_pods_attach_while_the_apiserver_is_away(cluster: ClusterHandle, kube: C
     assert any(_attach_during_outage(cluster, kube, ns, attempt) for attempt in range(3)), (
         "the sandbox always started before the apiserver could be stopped (3 attempts)"
     )
+
+
+def test_a_hanging_plugin_fails_the_sandbox_instead_of_timing_out(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    """host-local waits for its network's lock: while the test holds it, ADD hangs. The hook must give up
+    inside containerd's 2 s budget with an error (the sandbox fails, kubelet retries), never time out (the
+    pod would start without net1). Released, the retried sandbox gets its interface."""
+    network = "hanging-ipam"
+    lock_dir = Path("/var/lib/cni/networks") / network
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    agent_log = cluster.layout.logs / "node-2" / f"{agents.AGENT}.log"
+    offset = len(agent_log.read_text())
+    with (lock_dir / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with ReadyWatch(cluster, kube, ns) as watch:
+            apply(
+                cluster,
+                ns,
+                claim_template("t", "netclaim-shared", ON_ENP0S10, _config("10.84.0.0/24", network)),
+                _on_node_2("p", "t"),
+            )
+            selector: FieldSelector = {"involvedObject.name": "p", "reason": "FailedCreatePodSandBox"}
+            wait_for(
+                lambda: any(
+                    "NRI" in (e.message or "") and "timed out" in (e.message or "")
+                    for e in kube.list(Event, namespace=ns, fields=selector)
+                ),
+                60,
+                "the sandbox failed by our error",
+            )
+            assert not running(kube, ns), "no pod may run without its interface"
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            wait_for(lambda: ready_entry(kube, ns, "p") is not None, 180, "the retried sandbox configured")
+            assert has_net1(cluster, kube.get(Pod, "p", namespace=ns))
+    assert watch.violations == []
+    # containerd never dropped the plugin for a timeout: the agent's NRI connection stayed up throughout
+    assert "NRI connection lost" not in agent_log.read_text()[offset:]

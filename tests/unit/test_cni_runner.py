@@ -1,0 +1,56 @@
+"""The CNI runner's guard rails: plugins only from its directory, by name, never past their time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from netclaim.cni import CniError, CniRunner, Invocation
+from netclaim.errors import ConfigError
+
+CONFLIST = {"cniVersion": "1.0.0", "name": "t", "plugins": [{"type": "sleepy"}]}
+INVOCATION = Invocation("c1", "/proc/self/ns/net", "net1", "IgnoreUnknown=1")
+
+
+def _plugin(directory: Path, name: str, body: str) -> Path:
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_hanging_plugin_is_killed_at_the_deadline(tmp_path: Path) -> None:
+    _plugin(tmp_path, "sleepy", "sleep 30")
+    runner = CniRunner(tmp_path, timeout=5)
+    started = time.monotonic()
+    with pytest.raises(CniError, match="timed out") as err:
+        asyncio.run(runner.add(CONFLIST, INVOCATION, time.monotonic() + 0.5))
+    assert err.value.code == 11
+    assert time.monotonic() - started < 3  # killed at its deadline, with whatever it started
+
+
+def test_plugins_run_only_from_the_directory_by_name(tmp_path: Path) -> None:
+    runner = CniRunner(tmp_path, allowed=frozenset({"macvlan", "escape"}))
+    (tmp_path / "escape").symlink_to("/bin/sh")  # a link out of the directory is not a plugin
+    for kind, reason in (
+        ("../sh", "not a plugin name"),
+        ("/bin/sh", "not a plugin name"),
+        ("bridge", "not allowed on this node"),
+        ("macvlan", "no such plugin"),
+        ("escape", "no such plugin"),
+    ):
+        with pytest.raises(ConfigError, match=reason):
+            runner.plugin_path(kind)
+
+
+def test_the_environment_is_the_spec_s_and_no_shell_runs(tmp_path: Path) -> None:
+    out = tmp_path / "env.txt"
+    _plugin(tmp_path, "sleepy", f'env > {out}; cat >/dev/null; echo \'{{"cniVersion":"1.0.0"}}\'')
+    asyncio.run(CniRunner(tmp_path).add(CONFLIST, INVOCATION, time.monotonic() + 5))
+    env = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    assert env["CNI_COMMAND"] == "ADD" and env["CNI_CONTAINERID"] == "c1" and env["CNI_IFNAME"] == "net1"
+    assert env["CNI_PATH"] == str(tmp_path.resolve()) and env["CNI_ARGS"] == "IgnoreUnknown=1"
+    assert not {k for k in env if k.startswith(("KUBE", "NETCLAIM", "PYTHON"))}  # nothing of ours leaks in
