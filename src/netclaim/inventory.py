@@ -54,16 +54,17 @@ class NetworkInterface:
 
 
 class NicOverride(BaseModel):
-    """Facts a veth (or a lying driver) cannot report, declared for one interface."""
+    """Facts a veth (or a lying driver) cannot report, declared for one interface (also the local cluster
+    file's NIC `properties`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    speed: str | None = None
-    numaNode: int | None = Field(default=None, ge=0)
-    pciAddress: str | None = None
-    pcieRoot: str | None = None
-    pciVendor: str | None = None
-    pciDevice: str | None = None
-    driver: str | None = None
+    speed: str | None = Field(default=None, description="link speed as a Kubernetes quantity of bits/s")
+    numaNode: int | None = Field(default=None, ge=0, le=1023)
+    pciAddress: str | None = Field(default=None, pattern=_BDF.pattern)
+    pcieRoot: str | None = Field(default=None, pattern=r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+    pciVendor: str | None = Field(default=None, pattern=r"^0x[0-9a-f]{4}$")
+    pciDevice: str | None = Field(default=None, pattern=r"^0x[0-9a-f]{4}$")
+    driver: str | None = Field(default=None, max_length=64)
 
     @field_validator("speed")
     @classmethod

@@ -27,10 +27,22 @@ MI = 2**20
 ON_NODE_1 = {"kubernetes.io/hostname": "node-1"}  # nodeName would bypass the scheduler (no allocation)
 
 
-def _throughput(cluster: ClusterHandle, node: str, client_netns: str, server: str, reverse: bool) -> float:
-    """bits/s measured by iperf3 over 4 s between two pods' network namespaces (TCP, one stream)."""
-    command = ["iperf3", "-c", server, "-t", "4", "-O", "1", "-J", *(["-R"] if reverse else [])]
-    report = json.loads(in_pod_netns(cluster, node, client_netns, *command, timeout=30))
+def _throughput(
+    cluster: ClusterHandle, client_netns: str, server_netns: str, server: str, reverse: bool
+) -> float:
+    """bits/s measured by iperf3 over 4 s between two pods' network namespaces on node-1 (TCP, one stream)."""
+    node = cluster.node("node-1")
+    listener = subprocess.Popen(
+        [*node.enter(), "nsenter", f"--net={server_netns}", "iperf3", "-s", "-1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(0.5)
+        command = ["iperf3", "-c", server, "-t", "4", "-O", "1", "-J", *(["-R"] if reverse else [])]
+        report = json.loads(in_pod_netns(cluster, "node-1", client_netns, *command, timeout=30))
+    finally:
+        listener.wait(timeout=30)
     return float(report["end"]["sum_received"]["bits_per_second"])
 
 
@@ -66,27 +78,8 @@ def test_consumed_bandwidth_caps_the_interface_both_ways(
     fast_entry = ready_entry(kube, ns, "fast")
     assert fast_entry is not None
     fast_ip = fast_entry["networkData"]["ips"][0].split("/")[0]
-    node = cluster.node("node-1")
-    server = subprocess.Popen(
-        [*node.enter(), "nsenter", f"--net={netns['fast']}", "iperf3", "-s", "-1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(0.5)
-        upload = _throughput(cluster, "node-1", netns["slow"], fast_ip, reverse=False)  # slow pod sends
-    finally:
-        server.wait(timeout=30)
-    server = subprocess.Popen(
-        [*node.enter(), "nsenter", f"--net={netns['fast']}", "iperf3", "-s", "-1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(0.5)
-        download = _throughput(cluster, "node-1", netns["slow"], fast_ip, reverse=True)  # slow pod receives
-    finally:
-        server.wait(timeout=30)
+    upload = _throughput(cluster, netns["slow"], netns["fast"], fast_ip, reverse=False)  # slow pod sends
+    download = _throughput(cluster, netns["slow"], netns["fast"], fast_ip, reverse=True)  # slow pod receives
     print(
         f"200Mi claim: sends {upload / MI:.1f} Mi/s, receives {download / MI:.1f} Mi/s "
         f"(cap 200 Mi/s; the peer's cap is 600 Mi/s)"

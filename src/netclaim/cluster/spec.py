@@ -24,13 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from netclaim.errors import ConfigError
 from netclaim.files import load_yaml_model
-from netclaim.quantity import parse_quantity
+from netclaim.inventory import NicOverride
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _IFNAME = re.compile(r"^[^/\s:]{1,15}$")
 _MAC = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
-_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 
 DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=_DNS_LABEL.pattern)]
 
@@ -39,48 +37,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
 
 
-class NicProperties(_Strict):
-    """What a real NIC would report and a veth cannot; the inventory reads these as overrides."""
-
-    speed: str | None = Field(default=None, description="link speed as a Kubernetes quantity of bits/s")
-    numaNode: int | None = Field(default=None, ge=0, le=1023)
-    pciAddress: str | None = None
-    pcieRoot: str | None = None
-    pciVendor: str | None = Field(default=None, pattern=r"^0x[0-9a-f]{4}$")
-    pciDevice: str | None = Field(default=None, pattern=r"^0x[0-9a-f]{4}$")
-    driver: str | None = Field(default=None, max_length=64)
-
-    @field_validator("pciAddress")
-    @classmethod
-    def _pci_address(cls, value: str | None) -> str | None:
-        if value is not None and not _PCI_ADDRESS.match(value):
-            raise ValueError("must be an extended PCI bus address such as 0000:5e:00.0")
-        return value
-
-    @field_validator("pcieRoot")
-    @classmethod
-    def _pcie_root(cls, value: str | None) -> str | None:
-        if value is not None and not _PCIE_ROOT.match(value):
-            raise ValueError("must look like pci0000:5d (domain:bus of the root complex)")
-        return value
-
-    @field_validator("speed")
-    @classmethod
-    def _speed(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                parse_quantity(value)
-            except ConfigError as err:
-                raise ValueError(str(err)) from err
-        return value
-
-
 class Nic(_Strict):
     name: str = Field(description="interface name inside the node, e.g. enp0s10")
     segment: str = Field(description="the L2 segment (a bridge on the machine) the NIC is cabled to")
     mac: str | None = None
     mtu: int = Field(default=1500, ge=68, le=65535)
-    properties: NicProperties = NicProperties()
+    properties: NicOverride = NicOverride()
 
     @field_validator("name")
     @classmethod
