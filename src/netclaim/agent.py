@@ -156,9 +156,50 @@ async def _stopping_on_signals() -> AsyncIterator[asyncio.Event]:
             loop.remove_signal_handler(sig)
 
 
+async def _until(event: asyncio.Event) -> None:
+    await event.wait()
+
+
 def _allowed_plugins(settings: AgentSettings) -> frozenset[str] | None:
     names = frozenset(n.strip() for n in settings.cni_plugins.split(",") if n.strip())
     return names or None
+
+
+async def _start_configure_path(
+    settings: AgentSettings, client: AsyncClient, store: Store, catalog: DeviceCatalog, health: Health
+) -> tuple[list[asyncio.Task[None]], list[grpc.aio.Server]]:
+    """kubelet plugin (prepare) and NRI hooks (attach), sharing the store, the locks and the status writer."""
+    node, driver = settings.node_name, settings.driver_name
+    cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
+    status = StatusWriter(client, driver, store)
+    locks = PodLocks()
+    attacher = Attacher(store, cni, locks)
+    claims = ClaimCache(client, driver, node)
+    tasks = [
+        asyncio.create_task(status.run(), name="status-writer"),
+        asyncio.create_task(claims.run(), name="claim-cache"),
+    ]
+    servers: list[grpc.aio.Server] = []
+    if settings.kubelet_plugin:
+        preparer = Preparer(
+            driver=driver,
+            node=node,
+            claims=claims,
+            store=store,
+            catalog=catalog,
+            cni=cni,
+            attacher=attacher,
+            status=status,
+            locks=locks,
+        )
+        health.expect("kubelet")
+        servers = list(await kubeletplugin.serve(preparer, settings.kubelet_root_dir, driver, health))
+    if settings.nri_socket is not None:
+        hooks = PodHooks(store, attacher, status, locks)
+        health.expect("nri")
+        nri_task = nri.run_plugin(settings.nri_socket, hooks, on_state=lambda ok: health.set("nri", ok))
+        tasks.append(asyncio.create_task(nri_task, name="nri"))
+    return tasks, servers
 
 
 async def run(settings: AgentSettings) -> None:
@@ -186,38 +227,13 @@ async def run(settings: AgentSettings) -> None:
     ]
     servers: list[grpc.aio.Server] = []
     if store is not None:
-        cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
-        status = StatusWriter(client, driver, store)
-        locks = PodLocks()
-        attacher = Attacher(store, cni, locks)
-        claims = ClaimCache(client, driver, node)
-        tasks += [
-            asyncio.create_task(status.run(), name="status-writer"),
-            asyncio.create_task(claims.run(), name="claim-cache"),
-        ]
-        if settings.kubelet_plugin:
-            preparer = Preparer(
-                driver=driver,
-                node=node,
-                claims=claims,
-                store=store,
-                catalog=catalog,
-                cni=cni,
-                attacher=attacher,
-                status=status,
-                locks=locks,
-            )
-            health.expect("kubelet")
-            servers = list(await kubeletplugin.serve(preparer, settings.kubelet_root_dir, driver, health))
-        if settings.nri_socket is not None:
-            hooks = PodHooks(store, attacher, status, locks)
-            health.expect("nri")
-            nri_task = nri.run_plugin(settings.nri_socket, hooks, on_state=lambda ok: health.set("nri", ok))
-            tasks.append(asyncio.create_task(nri_task, name="nri"))
+        configure_tasks, servers = await _start_configure_path(settings, client, store, catalog, health)
+        tasks += configure_tasks
     try:
         async with _stopping_on_signals() as stop:
-            stopper = asyncio.create_task(stop.wait(), name="stop")
-            done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+            stopper = asyncio.create_task(_until(stop), name="stop")
+            tasks.append(stopper)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done - {stopper}:  # the loops run forever: an end is a bug worth stopping for
                 raise task.exception() or RuntimeError(f"{task.get_name()} ended unexpectedly")
     finally:
