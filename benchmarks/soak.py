@@ -205,7 +205,7 @@ def run(
 def report(before: Snapshot, after: Snapshot, cycles: int, out: Any = sys.stdout) -> dict[str, int]:
     leaks = {
         "links": sum(after.links.values()) - sum(before.links.values()),
-        "ip reservations": after.reservations,
+        "ip reservations": after.reservations - before.reservations,
         "state rows": sum(after.rows.values()),
         "status entries": after.status_entries,
         "file descriptors": sum(after.fds.values()) - sum(before.fds.values()),

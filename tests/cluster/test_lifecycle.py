@@ -8,9 +8,22 @@ import sys
 import time
 from pathlib import Path
 
+from lightkube import Client, KubeConfig
+
+from netclaim.cluster import agents
 from netclaim.cluster import cluster as local_cluster
 from netclaim.cluster.cluster import ClusterHandle
 from netclaim.cluster.images import BUSYBOX_IMAGE
+from tests.cluster.helpers import (
+    apply,
+    claim_template,
+    cni_config,
+    ipam_reservations,
+    macvlan,
+    pod_manifest,
+    ready_entry,
+)
+from tests.kube import wait_for
 
 SPEC = """
 apiVersion: netclaim.dev/v1alpha1
@@ -94,6 +107,15 @@ def test_down_leaves_nothing_and_up_down_are_repeatable(cluster: ClusterHandle, 
         handle.kubectl("wait", "--for=condition=Ready", "pod/leak-probe", "--timeout=120s", timeout=130)
         pod_cgroups = Path("/sys/fs/cgroup/pids/netclaim-ncdown-alpha/kubepods")
         assert any(p.is_dir() for p in pod_cgroups.rglob("pod*")), "the pod should have cgroups to clean up"
+        # and a netclaim interface, whose address lives in the machine's /var/lib/cni
+        agents.deploy(handle, Path(__file__).with_name("policy.yaml"))
+        config = cni_config([macvlan("10.85.0.0/24")], name="down-net")
+        apply(
+            handle, "default", claim_template("t", "netclaim-shared", "true", config), pod_manifest("p", "t")
+        )
+        with Client(KubeConfig.from_file(handle.kubeconfig)) as kube:
+            wait_for(lambda: ready_entry(kube, "default", "p") is not None, 120, "net1 attached")
+        assert ipam_reservations("down-net")
     finally:
         local_cluster.down("ncdown")
     local_cluster.down("ncdown")  # twice is safe
@@ -105,3 +127,4 @@ def test_down_leaves_nothing_and_up_down_are_repeatable(cluster: ClusterHandle, 
             leaked = {link for link in leaked if not any(link.startswith(p) for p in session_links)}
         assert not leaked, f"{kind} left behind by cluster down: {sorted(leaked)}"
     assert not Path("/var/lib/netclaim-cluster/ncdown").exists()
+    assert ipam_reservations("down-net") == set(), "down must let the agent release its pods' addresses"

@@ -298,8 +298,10 @@ class LocalNode:
 
     # --- teardown ------------------------------------------------------------------------------
     def destroy(self) -> None:
-        """Stop everything of this node and remove its namespaces, links and cgroups; safe to repeat."""
-        processes.stop(self.pid_dir, "netclaim-agent", grace=5)
+        """Stop everything of this node and remove its namespaces, links and cgroups; safe to repeat.
+
+        Pods are removed while the netclaim agent still runs, so its StopPodSandbox hook releases their
+        addresses (host-local keeps them in the machine's /var/lib/cni, which outlives the cluster)."""
         processes.stop(self.pid_dir, "kubelet", grace=10)
         if processes.running(self.pid_dir, "containerd") and processes.running(self.pid_dir, _HOLDER):
             crictl = [
@@ -312,6 +314,7 @@ class LocalNode:
             subprocess.run(
                 [*crictl, "rmp", "--all", "--force"], capture_output=True, timeout=120, check=False
             )
+        processes.stop(self.pid_dir, "netclaim-agent", grace=5)
         processes.stop(self.pid_dir, "containerd", grace=10)
         for pid in processes.pids_matching(f"-address {self.layout.containerd_socket}"):
             processes.stop_pid(pid, grace=2)
