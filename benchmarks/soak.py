@@ -50,7 +50,7 @@ def _rows(handle: ClusterHandle, node: str) -> int:
 
 
 def snapshot(handle: ClusterHandle, nodes: list[str]) -> Snapshot:
-    reservations = Path("/var/lib/cni/networks") / NETWORK
+    reservations = handle.layout.ipam_data_dir / NETWORK
     entries = json.loads(handle.kubectl("get", "resourceclaims", "-A", "-o", "json"))["items"]
     return Snapshot(
         links={
@@ -203,12 +203,15 @@ def run(
 
 
 def report(before: Snapshot, after: Snapshot, cycles: int, out: Any = sys.stdout) -> dict[str, int]:
+    def growth(now: int, then: int) -> int:
+        return max(0, now - then)  # fewer than before (a connection closed) is no leak
+
     leaks = {
-        "links": sum(after.links.values()) - sum(before.links.values()),
-        "ip reservations": after.reservations - before.reservations,
+        "links": growth(sum(after.links.values()), sum(before.links.values())),
+        "ip reservations": growth(after.reservations, before.reservations),
         "state rows": sum(after.rows.values()),
         "status entries": after.status_entries,
-        "file descriptors": sum(after.fds.values()) - sum(before.fds.values()),
+        "file descriptors": growth(sum(after.fds.values()), sum(before.fds.values())),
     }
     print(f"soak: {cycles} pod create/delete cycles; leaked {json.dumps(leaks)}", file=out)
     for node in before.rss_mib:

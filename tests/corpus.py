@@ -205,6 +205,9 @@ def _config_mutations() -> Iterator[tuple[str, tuple[Any, ...], Any, str]]:
         yield "cniVersions", ("config", "cniVersions"), value, "prepare"
     yield "rangeStart", (*IPAM, "ranges", 0, 0, "rangeStart"), "10.90.0.x", "prepare"
     yield "route gw", (*IPAM, "routes", 0, "gw"), "gateway", "prepare"
+    for value in ("/etc", "/var/lib/cni/networks", ""):
+        yield "ipam dataDir (admin only)", (*IPAM, "dataDir"), value, "prepare"
+    yield "master (not the allocated NIC)", (*PLUGIN, "master"), "eth0", "prepare"
 
 
 def config_cases() -> list[ConfigCase]:

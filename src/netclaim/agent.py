@@ -170,7 +170,7 @@ async def _start_configure_path(
 ) -> tuple[list[asyncio.Task[None]], list[grpc.aio.Server]]:
     """kubelet plugin (prepare) and NRI hooks (attach), sharing the store, the locks and the status writer."""
     node, driver = settings.node_name, settings.driver_name
-    cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
+    cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings), ipam_data_dir=settings.ipam_data_dir)
     status = StatusWriter(client, driver, store)
     locks = PodLocks()
     attacher = Attacher(store, cni, locks)

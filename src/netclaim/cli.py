@@ -177,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument(
         "--cni-plugins", help="comma-separated plugin types claims may use (default: all installed)"
     )
+    agent.add_argument(
+        "--ipam-data-dir", type=Path, help="host-local reservations of configs naming no dataDir go here"
+    )
     agent.add_argument("--inventory-file", type=Path, help="a synthetic inventory instead of netlink (tests)")
     agent.add_argument("--state-dir", type=Path, help="durable state (default /var/lib/netclaim)")
     agent.add_argument(

@@ -76,12 +76,30 @@ def plugin_types(conflist: dict[str, Any]) -> list[str]:
 
 class CniRunner:
     def __init__(
-        self, bin_dir: Path = DEFAULT_BIN_DIR, allowed: frozenset[str] | None = None, timeout: float = 10.0
+        self,
+        bin_dir: Path = DEFAULT_BIN_DIR,
+        allowed: frozenset[str] | None = None,
+        timeout: float = 10.0,
+        ipam_data_dir: Path | None = None,
     ) -> None:
         self.bin_dir = bin_dir.resolve()
         self.allowed = allowed
         self.timeout = timeout
+        self.ipam_data_dir = ipam_data_dir
         self._versions: dict[str, tuple[float, list[str]]] = {}
+
+    def with_node_defaults(self, conflist: dict[str, Any]) -> dict[str, Any]:
+        """The config list with this node's defaults filled in where the config names none: host-local
+        IPAM keeps its reservations in `ipam_data_dir` (when set), not in the plugin's /var/lib/cni."""
+        if self.ipam_data_dir is None:
+            return conflist
+        plugins = []
+        for plugin in conflist["plugins"]:
+            ipam = plugin.get("ipam")
+            if isinstance(ipam, dict) and ipam.get("type") == "host-local" and "dataDir" not in ipam:
+                plugin = {**plugin, "ipam": {**ipam, "dataDir": str(self.ipam_data_dir)}}
+            plugins.append(plugin)
+        return {**conflist, "plugins": plugins}
 
     def plugin_path(self, kind: str) -> Path:
         """The binary for plugin `kind`, or a ConfigError saying why it cannot run."""

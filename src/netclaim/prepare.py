@@ -208,10 +208,10 @@ class Preparer:
             values[f"device.{key.rsplit('/', 1)[-1]}"] = value
         conflist = render(effective.cni, values, "config")
         if not effective.cni_from_admin:
-            self._check_host_interfaces(conflist, device)
+            check_host_reach(conflist, device.if_name)
         for kind in plugin_types(conflist):
             self.cni.plugin_path(kind)  # missing or forbidden plugins fail here, not in the pod's sandbox
-        conflist = await self.cni.negotiate(conflist)
+        conflist = await self.cni.negotiate(self.cni.with_node_defaults(conflist))
         return {
             "interfaceName": effective.interface_name,
             "conflist": conflist,
@@ -227,14 +227,22 @@ class Preparer:
             },
         }
 
-    def _check_host_interfaces(self, conflist: dict[str, Any], device: Device) -> None:
-        """A user's CNI config must not reach for host interfaces other than the one allocated to it."""
-        for index, plugin in enumerate(conflist["plugins"]):
-            for key in HOST_INTERFACE_FIELDS:
-                value = plugin.get(key)
-                if value is not None and value != device.if_name:
-                    raise ConfigError(
-                        f"config.plugins[{index}].{key}: {value!r} is not the allocated device's "
-                        f"interface {device.if_name!r}; only the DeviceClass (admin) config may name other "
-                        "host interfaces (use {{ device.ifName }})"
-                    )
+
+def check_host_reach(conflist: dict[str, Any], if_name: str) -> None:
+    """A user's CNI config must not reach for host interfaces other than the allocated one (`if_name`), nor
+    choose where IPAM writes on the node."""
+    for index, plugin in enumerate(conflist["plugins"]):
+        ipam = plugin.get("ipam")
+        if isinstance(ipam, dict) and "dataDir" in ipam:
+            raise ConfigError(
+                f"config.plugins[{index}].ipam.dataDir: only the DeviceClass (admin) config may choose "
+                "where IPAM keeps its state on the node"
+            )
+        for key in HOST_INTERFACE_FIELDS:
+            value = plugin.get(key)
+            if value is not None and value != if_name:
+                raise ConfigError(
+                    f"config.plugins[{index}].{key}: {value!r} is not the allocated device's "
+                    f"interface {if_name!r}; only the DeviceClass (admin) config may name other "
+                    "host interfaces (use {{ device.ifName }})"
+                )

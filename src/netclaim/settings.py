@@ -28,6 +28,9 @@ class AgentSettings(BaseModel):
     cni_conf_dir: Path | None = Path("/etc/cni/net.d")
     cni_bin_dir: Path = Path("/opt/cni/bin")
     cni_plugins: str = Field(default="", description="comma-separated allow-list of plugin types; empty: all")
+    ipam_data_dir: Path | None = Field(
+        default=None, description="where host-local IPAM naming no dataDir keeps reservations; unset: its own"
+    )
     inventory_file: Path | None = None
     state_dir: Path = Path("/var/lib/netclaim")
     metrics_address: str = "127.0.0.1:9177"

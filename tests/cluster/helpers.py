@@ -6,7 +6,6 @@ import contextlib
 import json
 import re
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -167,9 +166,9 @@ def store_rows(cluster: ClusterHandle, node: str) -> list[dict[str, Any]]:
         return [dict(row) for row in db.execute("SELECT * FROM attachments")]
 
 
-def ipam_reservations(network: str) -> set[str]:
-    """host-local reservations of a network (the local nodes share /var/lib/cni/networks)."""
-    directory = Path("/var/lib/cni/networks") / network
+def ipam_reservations(cluster: ClusterHandle, network: str) -> set[str]:
+    """host-local reservations of a network (the cluster's agents keep them in one directory)."""
+    directory = cluster.layout.ipam_data_dir / network
     if not directory.is_dir():
         return set()
     return {

@@ -161,7 +161,7 @@ def test_prepare_catches_the_rest_and_leaves_nothing(cluster: ClusterHandle, kub
         current = kube.get(Pod, f"p{index}", namespace=ns)
         assert current.status is not None and current.status.phase == "Pending", case.name
     print(f"{len(prepare_cases)} configs refused at prepare; pods kept out")
-    assert ipam_reservations("corpus-net") == set()
+    assert ipam_reservations(cluster, "corpus-net") == set()
     assert not [r for n in ("node-1", "node-2") for r in store_rows(cluster, n) if r["claim_namespace"] == ns]
     assert all(
         "macvlan" not in in_node(cluster, n, "ip", "-d", "-o", "link", "show") for n in ("node-1", "node-2")
@@ -261,7 +261,7 @@ def test_user_config_cannot_reach_for_another_host_interface(
         )
 
     wait_for(refused, 60, "the user's master: eth0 refused")
-    assert ipam_reservations("grab-net") == set()
+    assert ipam_reservations(cluster, "grab-net") == set()
 
 
 def test_an_admin_class_config_may_name_another_interface(

@@ -199,7 +199,7 @@ def test_teardown_leaves_no_links_reservations_rows_or_status(
     node = node_name(kube.get(Pod, "user", namespace=ns))
     claim = kube.get(ResourceClaim, "standalone", namespace=ns)
     assert claim.metadata is not None
-    assert ipam_reservations("td-net") and [
+    assert ipam_reservations(cluster, "td-net") and [
         r for r in store_rows(cluster, node) if r["claim_uid"] == claim.metadata.uid
     ]
 
@@ -209,7 +209,7 @@ def test_teardown_leaves_no_links_reservations_rows_or_status(
     def nothing_left() -> bool:
         return (
             not claim_devices(kube, ns, "standalone")
-            and ipam_reservations("td-net") == set()
+            and ipam_reservations(cluster, "td-net") == set()
             and not [r for r in store_rows(cluster, node) if r["claim_uid"] == uid]
         )
 
@@ -300,5 +300,5 @@ def test_bad_config_keeps_the_pod_out_and_names_the_field(
     victim = kube.get(Pod, "victim", namespace=ns)
     assert victim.status is not None and victim.status.phase == "Pending"
     node = node_name(victim)
-    assert ipam_reservations("bad-net") == set() and ipam_reservations("bad-cidr") == set()
+    assert ipam_reservations(cluster, "bad-net") == set() and ipam_reservations(cluster, "bad-cidr") == set()
     assert not [r for r in store_rows(cluster, node) if r["claim_namespace"] == ns]

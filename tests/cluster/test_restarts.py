@@ -150,9 +150,9 @@ def test_agent_killed_while_a_pod_starts(
         )
         assert has_net1(cluster, kube.get(Pod, "p", namespace=ns))
     assert watch.violations == []
-    assert len(ipam_reservations(network)) == 1, "a crash inside ADD must not leak an address"
+    assert len(ipam_reservations(cluster, network)) == 1, "a crash inside ADD must not leak an address"
     delete(kube, Pod, "p", ns)
-    wait_for(lambda: ipam_reservations(network) == set(), 60, "the address released")
+    wait_for(lambda: ipam_reservations(cluster, network) == set(), 60, "the address released")
 
 
 @pytest.mark.parametrize("point", ["before-detach", "before-unprepare"])
@@ -175,7 +175,7 @@ def test_agent_killed_while_a_pod_goes(
     agent_on_node_2()
     wait_for(
         lambda: (
-            ipam_reservations(network) == set()
+            ipam_reservations(cluster, network) == set()
             and not [r for r in store_rows(cluster, "node-2") if r["claim_namespace"] == ns]
         ),
         120,
@@ -206,7 +206,7 @@ def test_containerd_restart_under_load(cluster: ClusterHandle, kube: Client, ns:
         wait_for(settled, 240, "all 8 replicas running and Ready after containerd's restart")
         assert all(has_net1(cluster, p) for p in running(kube, ns, "load"))
     assert watch.violations == [] and watch.samples > 0
-    assert len(ipam_reservations(network)) == 8
+    assert len(ipam_reservations(cluster, network)) == 8
 
 
 def _attach_during_outage(cluster: ClusterHandle, kube: Client, ns: str, attempt: int) -> bool:

@@ -54,3 +54,25 @@ def test_the_environment_is_the_spec_s_and_no_shell_runs(tmp_path: Path) -> None
     assert env["CNI_COMMAND"] == "ADD" and env["CNI_CONTAINERID"] == "c1" and env["CNI_IFNAME"] == "net1"
     assert env["CNI_PATH"] == str(tmp_path.resolve()) and env["CNI_ARGS"] == "IgnoreUnknown=1"
     assert not {k for k in env if k.startswith(("KUBE", "NETCLAIM", "PYTHON"))}  # nothing of ours leaks in
+
+
+def test_host_local_without_a_data_dir_keeps_reservations_where_the_node_says(tmp_path: Path) -> None:
+    chain = {
+        "cniVersion": "1.0.0",
+        "name": "t",
+        "plugins": [
+            {"type": "macvlan", "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.1.0.0/24"}]]}},
+            {"type": "bridge", "ipam": {"type": "host-local", "dataDir": "/admin/chose"}},
+            {"type": "host-device", "ipam": {"type": "static"}},
+            {"type": "tuning"},
+        ],
+    }
+    filled = CniRunner(tmp_path, ipam_data_dir=tmp_path / "ipam").with_node_defaults(chain)
+    assert [p.get("ipam", {}).get("dataDir") for p in filled["plugins"]] == [
+        str(tmp_path / "ipam"),
+        "/admin/chose",
+        None,
+        None,
+    ]
+    assert "dataDir" not in chain["plugins"][0]["ipam"]  # type: ignore[index]  # the input is not changed
+    assert CniRunner(tmp_path).with_node_defaults(chain) == chain  # no setting: the plugin's own default

@@ -15,6 +15,7 @@ from netclaim.config import as_conflist, decode
 from netclaim.errors import ConfigError
 from netclaim.placeholders import render
 from netclaim.policy import load_policy
+from netclaim.prepare import check_host_reach
 from netclaim.validate import ALLOWED_PLUGINS
 from tests.corpus import VALID_CONFIG, VALID_POLICY, ConfigCase, PolicyCase, config_cases, policy_cases
 
@@ -51,6 +52,7 @@ def _decode_and_render(parameters: object) -> None:
     config = decode(parameters, LOCATION)
     if config.config is not None:
         rendered = render(as_conflist(config.config), {"device.ifName": "enp0s10"}, "config")
+        check_host_reach(rendered, "enp0s10")
         for kind in plugin_types(rendered):
             if kind not in ALLOWED_PLUGINS:
                 raise ConfigError(f"plugin type {kind!r}: no such plugin in /opt/cni/bin")

@@ -93,6 +93,7 @@ def agent_command(
         f"--state-dir={layout.root / 'netclaim'}",
         f"--metrics-address={node.address.ip}:{METRICS_PORT}",
         "--cni-bin-dir=/usr/lib/cni",
+        f"--ipam-data-dir={handle.layout.ipam_data_dir}",
         *extra,
     ]
 

@@ -95,5 +95,10 @@ class ClusterLayout:
     def audit_log(self) -> Path:
         return self.logs / "audit.log"
 
+    @property
+    def ipam_data_dir(self) -> Path:
+        """host-local reservations of claims: shared by the nodes (one range spans them), gone with `down`."""
+        return self.root / "ipam"
+
     def node(self, name: str) -> NodeLayout:
         return NodeLayout(self.name, name, self.root / "nodes" / name)

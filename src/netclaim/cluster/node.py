@@ -300,8 +300,8 @@ class LocalNode:
     def destroy(self) -> None:
         """Stop everything of this node and remove its namespaces, links and cgroups; safe to repeat.
 
-        Pods are removed while the netclaim agent still runs, so its StopPodSandbox hook releases their
-        addresses (host-local keeps them in the machine's /var/lib/cni, which outlives the cluster)."""
+        Pods are removed while the netclaim agent still runs, so its StopPodSandbox hook undoes their
+        interfaces and releases their addresses as it would on a real node."""
         processes.stop(self.pid_dir, "kubelet", grace=10)
         if processes.running(self.pid_dir, "containerd") and processes.running(self.pid_dir, _HOLDER):
             crictl = [
