@@ -142,6 +142,7 @@ def build(log: TextIO = sys.stderr) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         started = time.monotonic()
+        print("building the pinned cluster programs (cold caches: ~15 min on 2 cores)", file=log, flush=True)
         for step in _BUILDS:
             _go_build(step, staging, log)
         shutil.rmtree(target, ignore_errors=True)
@@ -165,7 +166,7 @@ def _go_build(step: GoBuild, output: Path, log: TextIO) -> None:
     command += list(step.packages)
     env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false"}
     started = time.monotonic()
-    print(f"building {step.module_dir} (a cold build takes ~15 min on 2 cores)...", file=log, flush=True)
+    print(f"building {step.module_dir}...", file=log, flush=True)
     result = subprocess.run(command, cwd=module_dir, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise PrerequisiteError(f"go build in {module_dir} failed:\n{result.stderr[-4000:]}")
