@@ -60,7 +60,7 @@ test: deps bins proto-check lint typecheck
 bench: deps bins
 	$(BIN)/python benchmarks/bench_configure.py 20 30
 
-# 1,000 pod create/delete cycles (about 15 min); exits 1 if anything leaked.
+# 1,000 pod create/delete cycles (about 35 min on 2 cores); exits 1 if anything leaked.
 soak: deps bins
 	$(BIN)/python benchmarks/soak.py 100 10
 
