@@ -59,16 +59,17 @@ class PolicyCase:
     text: str
 
 
-_DELETE = object()
+DELETE = object()
 WRONG_TYPES: tuple[Any, ...] = (7, 1.5, True, None, [], {}, ["x"])
 
 
-def _set(base: Any, path: tuple[Any, ...], value: Any) -> Any:
+def mutated(base: Any, path: tuple[Any, ...], value: Any) -> Any:
+    """A deep copy of `base` with the value at `path` replaced, or deleted when `value` is DELETE."""
     changed = copy.deepcopy(base)
     target = changed
     for key in path[:-1]:
         target = target[key]
-    if value is _DELETE:
+    if value is DELETE:
         del target[path[-1]]
     else:
         target[path[-1]] = value
@@ -80,9 +81,9 @@ IPAM = (*PLUGIN, "ipam")
 
 
 def _config_mutations() -> Iterator[tuple[str, tuple[Any, ...], Any, str]]:
-    for value in ("netclaim.dev/v1", "v1alpha1", "", "NETCLAIM.DEV/V1ALPHA1", *WRONG_TYPES, _DELETE):
+    for value in ("netclaim.dev/v1", "v1alpha1", "", "NETCLAIM.DEV/V1ALPHA1", *WRONG_TYPES, DELETE):
         yield "apiVersion", ("apiVersion",), value, "admission"
-    for value in ("Macvlan", "cniconfig", "", "CNIConfigs", *WRONG_TYPES, _DELETE):
+    for value in ("Macvlan", "cniconfig", "", "CNIConfigs", *WRONG_TYPES, DELETE):
         yield "kind", ("kind",), value, "admission"
     for key in ("colour", "interface", "Config", "plugins", "ipam", "cniVersion", "spec", "master"):
         yield f"unknown field {key}", (key,), "x", "admission"
@@ -105,8 +106,8 @@ def _config_mutations() -> Iterator[tuple[str, tuple[Any, ...], Any, str]]:
         yield "bandwidth", ("bandwidth",), value, "admission"
     for value in ("macvlan", 3, ["a"], True):
         yield "config not an object", ("config",), value, "admission"
-    yield "config without name", ("config", "name"), _DELETE, "admission"
-    yield "config without cniVersion", ("config", "cniVersion"), _DELETE, "admission"
+    yield "config without name", ("config", "name"), DELETE, "admission"
+    yield "config without cniVersion", ("config", "cniVersion"), DELETE, "admission"
     for value in ("2.0.0", "1.0", "v1.0.0", "", "0.2.0", "1.0.0-rc1", 100):
         yield "cniVersion", ("config", "cniVersion"), value, "admission"
     for value in (
@@ -133,7 +134,7 @@ def _config_mutations() -> Iterator[tuple[str, tuple[Any, ...], Any, str]]:
         ["macvlan"],
     ):
         yield "plugin type", (*PLUGIN, "type"), value, "admission"
-    yield "plugin without type", (*PLUGIN, "type"), _DELETE, "admission"
+    yield "plugin without type", (*PLUGIN, "type"), DELETE, "admission"
     for value in ("../host-local", "/bin/host-local", "host local", "", "dhcpd", 1, None):
         yield "ipam type", (*IPAM, "type"), value, "admission"
     for value in (
@@ -213,8 +214,9 @@ def _config_mutations() -> Iterator[tuple[str, tuple[Any, ...], Any, str]]:
 def config_cases() -> list[ConfigCase]:
     cases = []
     for index, (family, path, value, caught_at) in enumerate(_config_mutations()):
-        shown = "deleted" if value is _DELETE else repr(value)[:30]
-        cases.append(ConfigCase(f"{index:03d} {family}: {shown}", _set(VALID_CONFIG, path, value), caught_at))
+        shown = "deleted" if value is DELETE else repr(value)[:30]
+        parameters = mutated(VALID_CONFIG, path, value)
+        cases.append(ConfigCase(f"{index:03d} {family}: {shown}", parameters, caught_at))
     for value in ("not an object", 7, ["CNIConfig"], None):
         cases.append(ConfigCase(f"parameters {value!r}", value, "admission"))
     return cases

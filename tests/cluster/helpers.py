@@ -227,13 +227,22 @@ def interface_in_pod(
     return mac.group(1), re.findall(r"inet (\S+)", addresses), int(mtu.group(1))
 
 
-def ready_entry(kube: Client, namespace: str, pod: str) -> dict[str, Any] | None:
-    """Our status entry of the pod's claim once it says Ready=True."""
+def pod_claim_entries(kube: Client, namespace: str, pod: str) -> list[dict[str, Any]]:
+    """Our status entries of the pod's claim; none while the claim is not created yet."""
     try:
         claim = pod_claim_name(kube, namespace, pod)
     except AssertionError:
-        return None  # the claim is not created yet
-    for entry in claim_devices(kube, namespace, claim):
+        return []
+    return claim_devices(kube, namespace, claim)
+
+
+def pod_claim_conditions(kube: Client, namespace: str, pod: str) -> list[dict[str, Any]]:
+    return [c for e in pod_claim_entries(kube, namespace, pod) for c in e.get("conditions", [])]
+
+
+def ready_entry(kube: Client, namespace: str, pod: str) -> dict[str, Any] | None:
+    """Our status entry of the pod's claim once it says Ready=True."""
+    for entry in pod_claim_entries(kube, namespace, pod):
         if any(c["type"] == "Ready" and c["status"] == "True" for c in entry.get("conditions", [])):
             return entry
     return None

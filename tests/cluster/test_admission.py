@@ -27,6 +27,7 @@ from tests.cluster.helpers import (
     interface_in_pod,
     ipam_reservations,
     macvlan,
+    pod_claim_conditions,
     pod_claim_name,
     pod_manifest,
     ready_entry,
@@ -139,14 +140,9 @@ def test_prepare_catches_the_rest_and_leaves_nothing(cluster: ClusterHandle, kub
     apply(cluster, ns, *documents)
 
     def refused(index: int) -> bool:
-        try:
-            claim = pod_claim_name(kube, ns, f"p{index}")
-        except AssertionError:
-            return False
         return any(
             c["status"] == "False" and c["reason"] == "PrepareFailed"
-            for e in claim_devices(kube, ns, claim)
-            for c in e.get("conditions", [])
+            for c in pod_claim_conditions(kube, ns, f"p{index}")
         )
 
     wait_for(
@@ -250,14 +246,9 @@ def test_user_config_cannot_reach_for_another_host_interface(
     )
 
     def refused() -> bool:
-        try:
-            claim = pod_claim_name(kube, ns, "greedy")
-        except AssertionError:
-            return False
         return any(
             "'eth0' is not the allocated device's interface" in c.get("message", "")
-            for e in claim_devices(kube, ns, claim)
-            for c in e.get("conditions", [])
+            for c in pod_claim_conditions(kube, ns, "greedy")
         )
 
     wait_for(refused, 60, "the user's master: eth0 refused")

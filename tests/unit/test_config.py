@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -10,45 +9,17 @@ import pytest
 from netclaim.config import SourcedConfig, decode, merge
 from netclaim.errors import ConfigError
 from netclaim.placeholders import ScalarValue, render
+from tests.corpus import DELETE, VALID_CONFIG, mutated
 
 LOCATION = "claim default/c config[0].opaque.parameters"
-GOOD: dict[str, Any] = {
-    "apiVersion": "netclaim.dev/v1alpha1",
-    "kind": "CNIConfig",
-    "interfaceName": "net1",
-    "config": {
-        "cniVersion": "1.0.0",
-        "name": "demo",
-        "plugins": [
-            {
-                "type": "macvlan",
-                "master": "{{ device.ifName }}",
-                "mode": "bridge",
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": "10.10.1.0/24"}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                },
-            }
-        ],
-    },
-}
 
 
 def _with(path: list[str | int], value: Any) -> dict[str, Any]:
-    changed = copy.deepcopy(GOOD)
-    target: Any = changed
-    for key in path[:-1]:
-        target = target[key]
-    if value is KeyError:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
-    return changed
+    return mutated(VALID_CONFIG, tuple(path), value)  # type: ignore[no-any-return]
 
 
 def test_good_config_decodes() -> None:
-    config = decode(GOOD, LOCATION)
+    config = decode(VALID_CONFIG, LOCATION)
     assert config.interfaceName == "net1" and config.config is not None
 
 
@@ -93,7 +64,7 @@ def test_good_config_decodes() -> None:
         ),
         (_with(["config", "plugins", 0, "runtimeConfig"], {}), f"{LOCATION}.config.plugins[0].runtimeConfig"),
         (_with(["config", "cniVersion"], "2.0.0"), f"{LOCATION}.config.cniVersion: '2.0.0'"),
-        (_with(["config", "name"], KeyError), f"{LOCATION}.config.name: required"),
+        (_with(["config", "name"], DELETE), f"{LOCATION}.config.name: required"),
         (_with(["config", "plugins"], []), f"{LOCATION}.config.plugins: a non-empty list"),
         ("not an object", f"{LOCATION}: parameters must be an object"),
     ],
@@ -118,7 +89,7 @@ def test_single_plugin_config_becomes_a_list() -> None:
 
 
 def test_claim_overrides_the_fields_it_sets_over_the_class() -> None:
-    admin = decode(GOOD, "class")
+    admin = decode(VALID_CONFIG, "class")
     user = decode(
         {"apiVersion": "netclaim.dev/v1alpha1", "kind": "CNIConfig", "interfaceName": "data0"}, "claim"
     )
