@@ -12,7 +12,7 @@ import yaml
 from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
-from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
 from netclaim.cluster import processes
 from netclaim.cluster.cluster import ClusterHandle
@@ -307,6 +307,22 @@ def deployment(name: str, replicas: int, claim_template: str) -> dict[str, Any]:
             "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec(claim_template)},
         },
     }
+
+
+def admin_device_class(name: str, device_cel: str, parameters: dict[str, Any]) -> DeviceClass:
+    """A DeviceClass of our devices matching `device_cel`, carrying the admin's netclaim config."""
+    return typed(
+        DeviceClass,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "netclaim.dev" && {device_cel}'}}],
+                "config": [{"opaque": {"driver": "netclaim.dev", "parameters": parameters}}],
+            },
+        },
+    )
 
 
 def pod_manifest(name: str, claim_template: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 
 from netclaim.cluster.cluster import ClusterHandle
 from tests.cluster.helpers import (
+    admin_device_class,
     apply,
     claim_devices,
     claim_template,
@@ -261,22 +262,7 @@ def test_an_admin_class_config_may_name_another_interface(
     """The admin picks ens1f0 for pods that were allocated node-1's enp0s10 share (e.g. a bonded pair)."""
     class_name = f"admin-master-{ns}"
     admin = cni_config([{**macvlan("10.92.0.0/24"), "master": "ens1f0"}], name="admin-master")
-    kube.create(
-        typed(
-            DeviceClass,
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {"name": class_name},
-                "spec": {
-                    "selectors": [
-                        {"cel": {"expression": f'device.driver == "netclaim.dev" && {ON_ENP0S10}'}}
-                    ],
-                    "config": [{"opaque": {"driver": "netclaim.dev", "parameters": admin}}],
-                },
-            },
-        )
-    )
+    kube.create(admin_device_class(class_name, ON_ENP0S10, admin))
     try:
         manifest = pod_manifest("admin-pod", "plain")
         manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-1"}

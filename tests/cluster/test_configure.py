@@ -16,6 +16,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
 from netclaim.cluster.cluster import ClusterHandle
 from tests.cluster.helpers import (
+    admin_device_class,
     apply,
     claim_devices,
     claim_template,
@@ -98,20 +99,7 @@ def test_one_template_on_nics_with_different_names(cluster: ClusterHandle, kube:
 def test_admin_config_in_the_device_class(cluster: ClusterHandle, kube: Client, ns: str) -> None:
     class_name = f"lan1-admin-{ns}"
     admin = cni_config([macvlan("10.30.0.0/24")], interface="data0", name="admin-net")
-    kube.create(
-        typed(
-            DeviceClass,
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {"name": class_name},
-                "spec": {
-                    "selectors": [{"cel": {"expression": f'device.driver == "netclaim.dev" && {ON_LAN1}'}}],
-                    "config": [{"opaque": {"driver": "netclaim.dev", "parameters": admin}}],
-                },
-            },
-        )
-    )
+    kube.create(admin_device_class(class_name, ON_LAN1, admin))
     try:
         apply(cluster, ns, claim_template("plain", class_name, "true", None), pod_manifest("tenant", "plain"))
         wait_for(lambda: ready_entry(kube, ns, "tenant") is not None, 120, "the tenant pod configured")
