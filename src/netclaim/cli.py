@@ -46,7 +46,7 @@ def _agent(args: argparse.Namespace) -> int:
     import asyncio
 
     from netclaim import agent, logs
-    from netclaim.settings import FIELDS, load_settings
+    from netclaim.api.settings import FIELDS, load_settings
 
     flags = {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
     settings = load_settings(flags, args.config)
@@ -58,9 +58,9 @@ def _agent(args: argparse.Namespace) -> int:
 def _inventory(args: argparse.Namespace) -> int:
     import asyncio
 
-    from netclaim.devices import decide
-    from netclaim.inventory import FileInventory, InventorySource, NodeInventory
-    from netclaim.policy import load_policy
+    from netclaim.publish.devices import decide
+    from netclaim.publish.inventory import FileInventory, InventorySource, NodeInventory
+    from netclaim.publish.policy import load_policy
 
     policy = load_policy(args.policy_file)
     source: InventorySource = (
@@ -135,7 +135,7 @@ Tear down:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from netclaim.validate import validate_files
+    from netclaim.api.validate import validate_files
 
     found = validate_files(list(args.files))
     for line in found:

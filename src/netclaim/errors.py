@@ -1,9 +1,50 @@
-"""netclaim's error hierarchy, raised from one place per boundary.
+"""netclaim's one error hierarchy. An error's class, not its message, decides what each boundary does.
 
-NetclaimError
-├── ConfigError        bad input from a user or an admin (a file, a claim, a policy); never retried
-├── PrerequisiteError  something the machine lacks (a program, root, a kernel feature); says what to install
-└── TransientError     a peer is not ready or not reachable; the caller may retry
+    NetclaimError
+    ├── ConfigError          input that can never work as given (a claim, a DeviceClass, a policy, a file)
+    │   └── HostNetworkPodError   a pod on the host network asked for an interface
+    ├── GoneError            the object asked about was deleted or replaced (another UID)
+    ├── TransientError       a peer is not ready or not reachable; the same call may succeed later
+    │   ├── ApiUnavailableError   the Kubernetes API: transport failure, timeout, 429, 5xx
+    │   ├── ConflictError         someone else wrote first (409, a failed resourceVersion test)
+    │   ├── PodBusyError          an earlier operation on the same pod still holds its lock
+    │   └── StateStoreError       the state database is locked or cannot be written
+    ├── ApiRejectedError     the Kubernetes API refused a request (a 4xx but 404/409): a bug or RBAC
+    ├── CniError             a CNI plugin failed (its code and message) or did not answer in time
+    ├── KernelError          the kernel refused a netlink request (a link, an address, a qdisc)
+    ├── AttachError          attaching into a pod failed and was rolled back (the cause is chained)
+    ├── PrerequisiteError    the machine lacks a program, a permission or a kernel feature
+    ├── ProtocolError        a peer broke its wire protocol (NRI/ttrpc framing)
+    └── ExpectationError     the local demo saw something other than what the talks show (dev tooling)
+    anything else            a bug in netclaim
+
+How each boundary reacts (kubelet: NodePrepareResources, per claim; NRI: RunPodSandbox; loops: the
+status writer and the publish/watch loops):
+
+ConfigError, CniError (the claim's config, or the node cannot run its plugins)
+    kubelet  the claim's error; Ready=False PrepareFailed on its devices; a Warning Event on its pod
+GoneError
+    kubelet  the claim's error, nothing written;          loops  the claim is dropped
+TransientError (ApiUnavailable, Conflict, PodBusy, StateStore)
+    kubelet  the claim's error only: kubelet retries, the user is not blamed (no condition, no Event)
+    NRI      the sandbox fails, nothing recorded (kubelet retries);    loops  retried with backoff
+AttachError (any cause, after the rollback)
+    NRI      the sandbox fails; Ready=False AttachFailed; a Warning Event (queued: no API call inside
+             the runtime's budget)
+HostNetworkPodError
+    NRI      the sandbox fails; a Warning Event
+ApiRejectedError
+    kubelet  the claim's error, logged;                   loops  logged, retried with backoff
+PrerequisiteError
+    start    the agent refuses to start, saying what to install or do
+ProtocolError
+    NRI      the connection is dropped and dialled again
+anything else (a bug)
+    kubelet  "internal error", traceback logged;  NRI  the sandbox fails, traceback logged;
+    loops    traceback logged, retried with backoff
+
+Stop/RemovePodSandbox never raise: what they could not detach, RemovePodSandbox and
+NodeUnprepareResources try again.
 """
 
 from __future__ import annotations
@@ -19,12 +60,71 @@ class ConfigError(NetclaimError):
     """Input that can never work as given; the message names the source and the field."""
 
 
-class PrerequisiteError(NetclaimError):
-    """A program, permission or kernel feature is missing; the message says what to install or do."""
+class HostNetworkPodError(ConfigError):
+    """A pod without its own network namespace cannot receive an interface."""
+
+
+class GoneError(NetclaimError):
+    """The object was deleted, or replaced by another with the same name."""
 
 
 class TransientError(NetclaimError):
     """A dependency is not ready yet; retrying later may succeed."""
+
+
+class ApiUnavailableError(TransientError):
+    """The Kubernetes API did not answer, or answered that it cannot serve now."""
+
+
+class ConflictError(TransientError):
+    """A write lost a race with another writer: read again, then write."""
+
+
+class PodBusyError(TransientError):
+    """An earlier operation on this pod still runs; nothing was changed."""
+
+
+class StateStoreError(TransientError):
+    """The state database could not be read or written."""
+
+
+class ApiRejectedError(NetclaimError):
+    """The Kubernetes API refused a request netclaim made (not 404/409): a bug or a missing permission."""
+
+
+class CniError(NetclaimError):
+    """A plugin failed (its CNI error code and message) or could not be run in time."""
+
+    def __init__(self, plugin: str, command: str, code: int, message: str, details: str = "") -> None:
+        self.plugin, self.command, self.code, self.message, self.details = (
+            plugin,
+            command,
+            code,
+            message,
+            details,
+        )
+        detail = f" ({details})" if details else ""
+        super().__init__(f"CNI {command} {plugin}: code {code}: {message}{detail}")
+
+
+class KernelError(NetclaimError):
+    """The kernel refused a netlink request; the message names the interface and the namespace."""
+
+
+class AttachError(NetclaimError):
+    """Attaching failed and was rolled back; the message says which claim and device, and why."""
+
+
+class PrerequisiteError(NetclaimError):
+    """A program, permission or kernel feature is missing; the message says what to install or do."""
+
+
+class ProtocolError(NetclaimError):
+    """The peer sent something its protocol does not allow."""
+
+
+class ExpectationError(NetclaimError):
+    """What the local demo saw differs from what it expects; the message lists every difference."""
 
 
 def field_path(location: tuple[int | str, ...], prefix: str = "") -> str:

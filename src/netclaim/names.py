@@ -1,5 +1,6 @@
-"""DRA device names: always a valid DNS label, stable for the same NIC.
+"""Names and their syntax, one regex each (matched whole: a trailing newline is not a name).
 
+DRA device names are always a valid DNS label, stable for the same NIC:
 - a NIC with a PCI address: `pci-<domain>-<bus>-<device>-<function>` (survives renames);
 - else its ifName, when that already is a DNS label;
 - else `net-<base32 of the ifName, lower case, no padding>` (reversible, collision-free).
@@ -10,16 +11,45 @@ from __future__ import annotations
 import base64
 import re
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+DRIVER_DOMAIN = "netclaim.dev"
+STANDARD_DOMAIN = "resource.kubernetes.io"
+API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"
+
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+PCIE_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
+PCI_ID = re.compile(r"0x[0-9a-f]{4}")
+MAC = re.compile(r"([0-9a-f]{2}:){5}[0-9a-f]{2}")
+# Linux accepts any 1-15 bytes but '/', ':' and white space; '%' is refused too (it is the kernel's
+# printf-style template for "next free name", e.g. `net%d`, never a fixed name).
+INTERFACE_NAME = re.compile(r"[^/\s:%]{1,15}")
+PLUGIN_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+QUALIFIED_NAME = re.compile(
+    r"(([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z_][A-Za-z0-9_]{0,31}"
+)
+
+
+def pattern(regex: re.Pattern[str]) -> str:
+    """The regex anchored at both ends, for pydantic's `Field(pattern=...)`."""
+    return rf"^(?:{regex.pattern})$"
 
 
 def is_dns_label(name: str) -> bool:
-    return bool(_DNS_LABEL.match(name))
+    return DNS_LABEL.fullmatch(name) is not None
+
+
+def check_interface_name(name: str) -> str:
+    """`name` when Linux (and every CNI plugin) takes it as an interface name; else a ValueError."""
+    if INTERFACE_NAME.fullmatch(name) is None or len(name.encode()) > 15 or name in {".", "..", "lo"}:
+        raise ValueError(
+            f"{name!r} is not a usable interface name: 1-15 bytes, no '/', ':', '%' or spaces, not lo"
+        )
+    return name
 
 
 def device_name(if_name: str, pci_address: str | None = None) -> str:
-    if pci_address and _PCI_ADDRESS.match(pci_address):
+    if pci_address and PCI_ADDRESS.fullmatch(pci_address):
         return "pci-" + pci_address.replace(":", "-").replace(".", "-")
     if is_dns_label(if_name):
         return if_name

@@ -11,9 +11,9 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from netclaim.config import as_conflist, decode
+    from netclaim.api.cniconfig import as_conflist, decode
+    from netclaim.api.placeholders import render
     from netclaim.errors import ConfigError
-    from netclaim.placeholders import render
 
 
 def one_input(data: bytes) -> None:

@@ -44,7 +44,7 @@ def _write(tmp_path: Path, text: str) -> Path:
         (("name: demo", "name: Demo_1"), "name: String should match pattern"),
         (("- name: node-1\n", "- name: node-1\n  colour: red\n"), "nodes[0].colour: unknown field"),
         (("segment: lan0,", "segment: lan9,"), "nodes[0].nics[0].segment: 'lan9' is not one of"),
-        (("name: enp0s10", "name: a/b"), "nodes[0].nics[0].name: must be a Linux interface name"),
+        (("name: enp0s10", "name: a/b"), "nodes[0].nics[0].name: 'a/b' is not a usable interface name"),
         (("speed: 10Gi", "speed: fast"), "nodes[0].nics[0].properties.speed"),
         (("pcieRoot: pci0000:5d", "pcieRoot: 0000:5d:00.0"), "nodes[0].nics[0].properties.pcieRoot"),
         (

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.cni import CniError, CniRunner, Invocation
-from netclaim.errors import ConfigError
+from netclaim.adapters.cni import CniRunner, Invocation
+from netclaim.configure.plan import with_node_defaults
+from netclaim.errors import CniError, ConfigError
 
 CONFLIST = {"cniVersion": "1.0.0", "name": "t", "plugins": [{"type": "sleepy"}]}
 INVOCATION = Invocation("c1", "/proc/self/ns/net", "net1", "IgnoreUnknown=1")
@@ -67,7 +68,7 @@ def test_host_local_without_a_data_dir_keeps_reservations_where_the_node_says(tm
             {"type": "tuning"},
         ],
     }
-    filled = CniRunner(tmp_path, ipam_data_dir=tmp_path / "ipam").with_node_defaults(chain)
+    filled = with_node_defaults(chain, tmp_path / "ipam")
     assert [p.get("ipam", {}).get("dataDir") for p in filled["plugins"]] == [
         str(tmp_path / "ipam"),
         "/admin/chose",
@@ -75,4 +76,4 @@ def test_host_local_without_a_data_dir_keeps_reservations_where_the_node_says(tm
         None,
     ]
     assert "dataDir" not in chain["plugins"][0]["ipam"]  # type: ignore[index]  # the input is not changed
-    assert CniRunner(tmp_path).with_node_defaults(chain) == chain  # no setting: the plugin's own default
+    assert with_node_defaults(chain, None) == chain  # no setting: the plugin's own default

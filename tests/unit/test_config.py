@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from netclaim.config import SourcedConfig, decode, merge
+from netclaim.api.cniconfig import SourcedConfig, decode, merge
+from netclaim.api.placeholders import ScalarValue, render
 from netclaim.errors import ConfigError
-from netclaim.placeholders import ScalarValue, render
 from tests.corpus import DELETE, VALID_CONFIG, mutated
 
 LOCATION = "claim default/c config[0].opaque.parameters"

@@ -10,13 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netclaim.cni import plugin_types
-from netclaim.config import as_conflist, decode
+from netclaim.api.cniconfig import as_conflist, decode, plugin_types
+from netclaim.api.placeholders import render
+from netclaim.api.validate import ALLOWED_PLUGINS
+from netclaim.configure.plan import check_host_reach
 from netclaim.errors import ConfigError
-from netclaim.placeholders import render
-from netclaim.policy import load_policy
-from netclaim.prepare import check_host_reach
-from netclaim.validate import ALLOWED_PLUGINS
+from netclaim.publish.policy import load_policy
 from tests.corpus import VALID_CONFIG, VALID_POLICY, ConfigCase, PolicyCase, config_cases, policy_cases
 
 LOCATION = "claim ns/c (allocation config[0]).opaque.parameters"

@@ -6,10 +6,11 @@ import logging
 
 import pytest
 
-from netclaim.devices import ATTACHMENTS, BANDWIDTH, decide
-from netclaim.inventory import NetworkInterface
+from netclaim.api.publishpolicy import Bandwidth, Match, PublishPolicy, Rule
 from netclaim.names import device_name, is_dns_label
-from netclaim.policy import Bandwidth, Match, PublishPolicy, Rule
+from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, decide
+from netclaim.publish.inventory import NetworkInterface
+from netclaim.publish.policy import rule_problems
 
 DRIVER = "netclaim.dev"
 
@@ -103,5 +104,8 @@ def test_values_over_the_limits_are_dropped_with_a_log_line(caplog: pytest.LogCa
 
 
 def test_admin_attributes_cannot_replace_standard_ones() -> None:
-    with pytest.raises(ValueError, match="standard attribute"):
-        Rule(attributes={"netclaim.dev/ifName": "x"})
+    problems = list(rule_problems(policy(Rule(attributes={"netclaim.dev/ifName": "x", "shared": False}))))
+    assert problems == [
+        "rules[0].attributes.netclaim.dev/ifName: is a standard attribute netclaim sets itself",
+        "rules[0].attributes.shared: is a standard attribute netclaim sets itself",
+    ]

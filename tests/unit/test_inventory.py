@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from netclaim.api.overrides import load_overrides
 from netclaim.errors import ConfigError
-from netclaim.inventory import NetworkInterface, Sysfs, _apply_override, cni_bridges, load_overrides
+from netclaim.publish.inventory import NetworkInterface, Sysfs, _apply_override, cni_bridges
 
 
 def _fake_sysfs(root: Path) -> None:

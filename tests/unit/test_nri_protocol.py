@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
-from netclaim import nri
 from netclaim._proto import nri_pb2, ttrpc_pb2
+from netclaim.adapters import nri
+from netclaim.errors import AttachError
 
 REGISTER_FRAME = bytes.fromhex(
     "00000002"
@@ -69,18 +70,18 @@ def test_frames_split_across_mux_frames_are_reassembled() -> None:
 class Hooks:
     calls: list[str] = field(default_factory=list)
 
-    async def synchronize(self, pods: list[nri_pb2.PodSandbox]) -> None:
+    async def synchronize(self, pods: list[nri.PodSandbox]) -> None:
         self.calls.append(f"synchronize {sorted(p.name for p in pods)}")
 
-    async def run_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None:
+    async def run_pod_sandbox(self, pod: nri.PodSandbox, budget: float) -> None:
         self.calls.append(f"run {pod.name} {budget:.2f}")
         if pod.name == "broken":
-            raise RuntimeError("cannot attach net1")
+            raise AttachError("cannot attach net1")
 
-    async def stop_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None:
+    async def stop_pod_sandbox(self, pod: nri.PodSandbox, budget: float) -> None:
         self.calls.append(f"stop {pod.name}")
 
-    async def remove_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None:
+    async def remove_pod_sandbox(self, pod: nri.PodSandbox, budget: float) -> None:
         self.calls.append(f"remove {pod.name}")
 
 

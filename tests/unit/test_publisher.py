@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from netclaim.devices import Capacity, Device
-from netclaim.publisher import chunk, normalized_device
+from netclaim.publish.devices import Capacity, Device
+from netclaim.publish.publisher import chunk, normalized_device
 
 
 def _device(name: str) -> Device:

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from netclaim.api.settings import load_settings
 from netclaim.errors import ConfigError
-from netclaim.settings import load_settings
 
 
 def test_flags_beat_environment_beat_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,21 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from netclaim.api.overrides import NicOverride
 from netclaim.errors import ConfigError
 from netclaim.files import load_yaml_model
-from netclaim.inventory import NicOverride
+from netclaim.names import DNS_LABEL, MAC, check_interface_name, pattern
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_IFNAME = re.compile(r"^[^/\s:]{1,15}$")
-_MAC = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
-
-DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=_DNS_LABEL.pattern)]
+DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=pattern(DNS_LABEL))]
 
 
 class _Strict(BaseModel):
@@ -47,18 +43,16 @@ class Nic(_Strict):
     @field_validator("name")
     @classmethod
     def _ifname(cls, value: str) -> str:
-        if not _IFNAME.match(value) or value in {".", "..", "lo", "eth0"}:
-            raise ValueError(
-                "must be a Linux interface name (1-15 chars, no '/', ':' or spaces, not lo/eth0)"
-            )
-        return value
+        if value == "eth0":
+            raise ValueError("eth0 is the pod network's interface inside the node")
+        return check_interface_name(value)
 
     @field_validator("mac")
     @classmethod
     def _mac(cls, value: str | None) -> str | None:
         if value is not None:
             value = value.lower()
-            if not _MAC.match(value) or int(value[:2], 16) & 1:
+            if not MAC.fullmatch(value) or int(value[:2], 16) & 1:
                 raise ValueError("must be a unicast MAC address such as 02:00:00:00:00:01")
         return value
 
@@ -103,7 +97,7 @@ class Ports(_Strict):
 class ClusterSpec(_Strict):
     apiVersion: Literal["netclaim.dev/v1alpha1"]
     kind: Literal["LocalCluster"]
-    name: Annotated[str, Field(min_length=1, max_length=20, pattern=_DNS_LABEL.pattern)]
+    name: Annotated[str, Field(min_length=1, max_length=20, pattern=pattern(DNS_LABEL))]
     managementCIDR: str = "10.201.0.0/24"
     podCIDR: str = Field(default="10.244.0.0/16", description="split into one /24 per node")
     ports: Ports = Ports()

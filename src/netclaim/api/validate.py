@@ -15,8 +15,7 @@ from typing import Any
 
 import yaml
 
-from netclaim.cni import plugin_types
-from netclaim.config import as_conflist, decode
+from netclaim.api.cniconfig import as_conflist, decode, plugin_types
 from netclaim.errors import ConfigError
 
 DRIVER = "netclaim.dev"

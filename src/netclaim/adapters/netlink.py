@@ -1,6 +1,7 @@
 """The one module that speaks netlink (pyroute2). Everything else sees plain dataclasses.
 
-Functions take an optional `netns` path: None is the agent's own (the node's) network namespace.
+Functions take an optional `netns` path: None is the agent's own (the node's) network namespace. The
+kernel's refusals (pyroute2's NetlinkError, OSError) come out as netclaim's KernelError.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyroute2 import AsyncIPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from netclaim.errors import KernelError
 
 IFF_UP = 0x1
 IFF_LOOPBACK = 0x8
@@ -72,13 +76,20 @@ def _netlink_socket_in(path: str) -> int:
 
 @contextlib.asynccontextmanager
 async def _ipr(netns: str | None = None) -> AsyncIterator[AsyncIPRoute]:
-    if netns:
-        loop = asyncio.get_running_loop()
-        ipr = AsyncIPRoute(fileno=await loop.run_in_executor(_NETNS_THREAD, _netlink_socket_in, netns))
-    else:
-        ipr = AsyncIPRoute()
+    """A netlink socket in `netns`; every kernel refusal inside the block becomes a KernelError."""
+    where = f"network namespace {netns}" if netns else "the node's network namespace"
+    try:
+        if netns:
+            loop = asyncio.get_running_loop()
+            ipr = AsyncIPRoute(fileno=await loop.run_in_executor(_NETNS_THREAD, _netlink_socket_in, netns))
+        else:
+            ipr = AsyncIPRoute()
+    except OSError as err:
+        raise KernelError(f"{where}: {err.strerror or err}") from err
     try:
         yield ipr
+    except (NetlinkError, OSError) as err:
+        raise KernelError(f"{where}: {err}") from err
     finally:
         ipr.close()
 
@@ -181,7 +192,7 @@ async def set_link(
     async with _ipr(netns) as ipr:
         index = [m["index"] async for m in await ipr.get_links() if m.get("ifname") == name]
         if not index:
-            raise LookupError(f"no interface {name}")
+            raise KernelError(f"no interface {name}")
         changes: dict[str, Any] = {}
         if new_name and new_name != name:
             await ipr.link("set", index=index[0], state="down")
@@ -213,7 +224,7 @@ async def shape(name: str, bits_per_second: int, netns: str) -> None:
     async with _ipr(netns) as ipr:
         index = await _index(ipr, name)
         if index is None:
-            raise LookupError(f"no interface {name} in {netns}")
+            raise KernelError(f"no interface {name} in {netns}")
         ifb = await _index(ipr, ifb_name(index))
         if ifb is None:
             await ipr.link("add", ifname=ifb_name(index), kind="ifb")
@@ -239,6 +250,8 @@ async def shape(name: str, bits_per_second: int, netns: str) -> None:
 
 async def remove_ifb(name: str, netns: str) -> None:
     """Delete the ingress-shaping ifb of an interface, if the namespace and the device still exist."""
+    if not os.path.exists(netns):  # noqa: PTH110, ASYNC240 - one stat: the namespace went, so did its ifb
+        return
     async with _ipr(netns) as ipr:
         index = await _index(ipr, name)
         ifb = await _index(ipr, ifb_name(index)) if index is not None else None

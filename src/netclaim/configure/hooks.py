@@ -2,7 +2,7 @@
 
 Each hook has one shape: look up the pod's stored attachments, return at once if there are none, take
 the pod's lock, act, enqueue the status. RunPodSandbox raises when it cannot attach (containerd then fails
-the sandbox and kubelet retries); Stop/Remove never fail the runtime.
+the sandbox and kubelet retries); Stop/Remove never raise (errors.py has the table).
 """
 
 from __future__ import annotations
@@ -11,23 +11,14 @@ import logging
 import time
 
 from netclaim import faults
-from netclaim._proto import nri_pb2
-from netclaim.attach import Attacher, AttachError, PodLocks, Sandbox, holding, netns_exists
-from netclaim.errors import NetclaimError
-from netclaim.status import ClaimRef, StatusWriter
-from netclaim.store import Attachment, State, Store
+from netclaim.adapters.nri import PodSandbox
+from netclaim.configure.attach import Attacher, PodLocks, holding, netns_exists
+from netclaim.configure.status import ClaimRef, StatusWriter
+from netclaim.configure.store import Attachment, State, Store
+from netclaim.errors import AttachError, HostNetworkPodError, NetclaimError
 
 log = logging.getLogger(__name__)
 REPAIR_SECONDS = 10.0
-
-
-class HostNetworkPod(NetclaimError):
-    """A pod without its own network namespace cannot receive an interface."""
-
-
-def sandbox_of(pod: nri_pb2.PodSandbox) -> Sandbox:
-    netns = next((ns.path for ns in pod.linux.namespaces if ns.type == "network"), "")
-    return Sandbox(id=pod.id, uid=pod.uid, name=pod.name, namespace=pod.namespace, netns=netns)
 
 
 def claim_of(row: Attachment) -> ClaimRef:
@@ -41,72 +32,78 @@ class PodHooks:
         self.status = status
         self.locks = locks
 
-    async def run_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None:
+    async def run_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
         rows = self.store.for_pod(pod.uid)
         if not rows:
             return
         faults.point("run-pod-sandbox")
-        sandbox = sandbox_of(pod)
-        if not sandbox.netns:
-            raise HostNetworkPod(
+        if not pod.netns:
+            message = (
                 f"pod {pod.namespace}/{pod.name} uses the host network: netclaim.dev claims "
                 "attach interfaces to a pod's own network namespace"
             )
+            self.status.warn_later(pod, "NetclaimAttachFailed", message)
+            raise HostNetworkPodError(message)
         deadline = time.monotonic() + budget
         async with holding(self.locks(pod.uid), deadline):
             done: list[Attachment] = []
             try:
                 for row in rows:
-                    done.append(await self.attacher.attach(row, sandbox, deadline))
+                    done.append(await self.attacher.attach(row, pod, deadline))
             except AttachError as err:
                 for attached in done:  # all or nothing: the retried sandbox starts from a clean slate
-                    await self.attacher.detach(self._current(attached), deadline)
-                await self.status.warn(pod.namespace, pod.name, pod.uid, "NetclaimAttachFailed", str(err))
+                    current = self.attacher.current(attached)
+                    if current is not None:
+                        await self.attacher.detach(current, deadline)
+                self.status.warn_later(pod, "NetclaimAttachFailed", str(err))
                 raise
             finally:
                 for row in rows:
                     self.status.enqueue(claim_of(row))
 
-    def _current(self, row: Attachment) -> Attachment:
-        return next((r for r in self.store.for_claim(row.claim_uid) if r.key == row.key), row)
-
-    async def stop_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None:
+    async def stop_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
         await self._detach_pod(pod.uid, budget)
 
-    async def remove_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None:
+    async def remove_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
         await self._detach_pod(pod.uid, budget)
 
     async def _detach_pod(self, pod_uid: str, budget: float) -> None:
-        rows = [r for r in self.store.for_pod(pod_uid) if r.state in (State.ATTACHING, State.ATTACHED)]
-        if not rows:
-            return
-        faults.point("before-detach")
-        deadline = time.monotonic() + budget
-        try:  # never fail the runtime: RemovePodSandbox and NodeUnprepareResources try again
+        """Never fails the runtime: what is not detached now, RemovePodSandbox and NodeUnprepare retry."""
+        try:
+            rows = [r for r in self.store.for_pod(pod_uid) if r.state in (State.ATTACHING, State.ATTACHED)]
+            if not rows:
+                return
+            faults.point("before-detach")
+            deadline = time.monotonic() + budget
             async with holding(self.locks(pod_uid), deadline):
                 for row in rows:
                     try:
-                        await self.attacher.detach(self._current(row), deadline)
+                        current = self.attacher.current(row)
+                        if current is not None:
+                            await self.attacher.detach(current, deadline)
                     except NetclaimError as err:
                         log.warning("detach failed", extra={"claim": row.claim_name, "error": str(err)})
                     self.status.enqueue(claim_of(row))
-        except AttachError as err:
+        except NetclaimError as err:
             log.warning("detach postponed", extra={"pod": pod_uid, "error": str(err)})
+        except Exception:
+            log.exception("detach failed (a bug); postponed", extra={"pod": pod_uid})
 
-    async def synchronize(self, pods: list[nri_pb2.PodSandbox]) -> None:
+    async def synchronize(self, pods: list[PodSandbox]) -> None:
         """After (re)connecting: finish or undo what a crash or a missed event left behind."""
-        sandboxes = {pod.uid: sandbox_of(pod) for pod in pods}
+        sandboxes = {pod.uid: pod for pod in pods}
         for row in self.store.all():
-            sandbox = sandboxes.get(row.pod_uid)
             async with self.locks(row.pod_uid):
-                row = self._current(row)
+                current = self.attacher.current(row)
+                if current is None:
+                    continue
                 try:
-                    await self._repair(row, sandbox)
+                    await self._repair(current, sandboxes.get(row.pod_uid))
                 except NetclaimError as err:
                     log.warning("repair failed", extra={"claim": row.claim_name, "error": str(err)})
                 self.status.enqueue(claim_of(row))
 
-    async def _repair(self, row: Attachment, sandbox: Sandbox | None) -> None:
+    async def _repair(self, row: Attachment, sandbox: PodSandbox | None) -> None:
         deadline = time.monotonic() + REPAIR_SECONDS
         if row.state == State.ATTACHING:
             row = await self.attacher.detach(row, deadline)  # a crash inside ADD: undo first

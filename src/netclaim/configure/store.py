@@ -3,7 +3,10 @@
 One row per allocated device of a claim, keyed by (claim UID, pool, device, share ID); the pod UID says
 which pod's sandbox gets it. Rows move prepared → attaching → attached → detached and are deleted by
 NodeUnprepareResources. A row in `attaching` after a crash means an ADD may be half done: it is rolled
-back (DEL) before anything else. Schema changes bump SCHEMA_VERSION; an unknown newer version is refused.
+back (DEL) before anything else. Plans and outcomes are typed and stored as versioned JSON.
+
+Schema 2 (typed plans) reads schema 1 (untyped dicts) by migrating its rows at start; a database of a
+newer schema than this agent knows is refused, and so is a row it cannot read.
 """
 
 from __future__ import annotations
@@ -18,9 +21,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from netclaim.errors import PrerequisiteError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-SCHEMA_VERSION = 1
+from netclaim.configure.plan import AttachPlan
+from netclaim.errors import PrerequisiteError, StateStoreError
+from netclaim.publish.devices import Device
+
+SCHEMA_VERSION = 2
 
 
 class State(StrEnum):
@@ -28,6 +35,28 @@ class State(StrEnum):
     ATTACHING = "attaching"
     ATTACHED = "attached"
     DETACHED = "detached"
+
+
+class Interface(BaseModel):
+    """The interface as read back from the pod's namespace after ADD."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    mac: str
+    mtu: int
+    addresses: tuple[str, ...]
+
+
+class Outcome(BaseModel):
+    """What the last ADD did: its CNI_ARGS (DEL needs the same), the CNI result, the interface."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    cni_args: str = ""
+    cni_result: dict[str, Any] | None = None
+    interface: Interface | None = None
+
+
+Key = tuple[str, str, str, str]  # claim UID, pool, device, share ID
 
 
 @dataclass(frozen=True)
@@ -40,15 +69,15 @@ class Attachment:
     claim_name: str
     request: str
     pod_uid: str
-    plan: dict[str, Any]
+    plan: AttachPlan
     state: State = State.PREPARED
     sandbox_id: str = ""
     netns: str = ""
-    result: dict[str, Any] = field(default_factory=dict)
+    outcome: Outcome = field(default_factory=Outcome)
     error: str = ""
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
+    def key(self) -> Key:
         return (self.claim_uid, self.pool, self.device, self.share_id)
 
     def with_state(self, state: State, **changes: Any) -> Attachment:
@@ -73,6 +102,27 @@ _COLUMNS = (
 )
 
 
+def _plan_v1(plan: dict[str, Any]) -> AttachPlan:
+    """A schema-1 plan (an untyped dict) as an AttachPlan."""
+    return AttachPlan(
+        interface_name=plan["interfaceName"],
+        conflist=plan["conflist"],
+        bandwidth_bps=plan.get("bandwidth"),
+        device=Device.from_record(plan["deviceRecord"]),
+    )
+
+
+def _outcome_v1(result: dict[str, Any]) -> Outcome:
+    interface = result.get("interface")
+    return Outcome(
+        cni_args=str(result.get("args", "")),
+        cni_result=result.get("cni"),
+        interface=Interface(**{**interface, "addresses": tuple(interface["addresses"])})
+        if interface
+        else None,
+    )
+
+
 class Store:
     def __init__(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -80,6 +130,7 @@ class Store:
         path = directory / "netclaim.db"
         path.touch(mode=0o600, exist_ok=True)
         path.chmod(0o600)
+        self.path = path
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -89,10 +140,11 @@ class Store:
         with self._transaction() as db:
             db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            if row is not None and int(row[0]) > SCHEMA_VERSION:
+            found = int(row[0]) if row is not None else SCHEMA_VERSION
+            if found > SCHEMA_VERSION:
                 raise PrerequisiteError(
-                    f"the state database has schema {row[0]}, newer than this agent's {SCHEMA_VERSION}: "
-                    "run the newer agent (downgrades are not supported)"
+                    f"{self.path}: the state database has schema {found}, newer than this agent's "
+                    f"{SCHEMA_VERSION}: run the newer agent (downgrades are not supported)"
                 )
             db.execute("""
                 CREATE TABLE IF NOT EXISTS attachments (
@@ -103,33 +155,58 @@ class Store:
                     updated REAL NOT NULL,
                     PRIMARY KEY (claim_uid, pool, device, share_id))""")
             db.execute("CREATE INDEX IF NOT EXISTS attachments_by_pod ON attachments (pod_uid)")
+            if found == 1:
+                for rowid, plan, result in db.execute(
+                    "SELECT rowid, plan, result FROM attachments"
+                ).fetchall():
+                    db.execute(
+                        "UPDATE attachments SET plan = ?, result = ? WHERE rowid = ?",
+                        (
+                            _plan_v1(json.loads(plan)).model_dump_json(),
+                            _outcome_v1(json.loads(result)).model_dump_json() if result else "",
+                            rowid,
+                        ),
+                    )
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
         try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.OperationalError as err:
+            raise StateStoreError(f"{self.path}: {err}") from err
 
     def close(self) -> None:
         self._db.close()
 
-    @staticmethod
-    def _row(values: tuple[Any, ...]) -> Attachment:
+    def _row(self, values: tuple[Any, ...]) -> Attachment:
         data = dict(zip(_COLUMNS, values, strict=True))
-        data["plan"] = json.loads(data["plan"])
-        data["result"] = json.loads(data["result"]) if data["result"] else {}
-        data["state"] = State(data["state"])
-        return Attachment(**data)
+        try:
+            plan = AttachPlan.model_validate_json(data.pop("plan"))
+            result = data.pop("result")
+            outcome = Outcome.model_validate_json(result) if result else Outcome()
+        except ValidationError as err:
+            raise PrerequisiteError(
+                f"{self.path}: row of claim {data['claim_uid']} device {data['device']} is not a plan this "
+                f"agent understands (written by a newer agent?): {err.errors(include_url=False)[0]['msg']}"
+            ) from err
+        state = State(data.pop("state"))
+        return Attachment(**data, plan=plan, outcome=outcome, state=state)
 
     def _select(self, where: str, parameters: tuple[Any, ...] = ()) -> list[Attachment]:
         order = "ORDER BY claim_uid, pool, device, share_id"
         query = f"SELECT {', '.join(_COLUMNS)} FROM attachments {where} {order}"  # noqa: S608 - fixed fragments
-        return [self._row(row) for row in self._db.execute(query, parameters).fetchall()]
+        try:
+            rows = self._db.execute(query, parameters).fetchall()
+        except sqlite3.OperationalError as err:
+            raise StateStoreError(f"{self.path}: {err}") from err
+        return [self._row(row) for row in rows]
 
     def put(self, *rows: Attachment) -> None:
         """Insert or replace rows in one transaction (all or nothing)."""
@@ -147,11 +224,11 @@ class Store:
                         row.claim_name,
                         row.request,
                         row.pod_uid,
-                        json.dumps(row.plan, sort_keys=True),
+                        row.plan.model_dump_json(),
                         row.state.value,
                         row.sandbox_id,
                         row.netns,
-                        json.dumps(row.result, sort_keys=True) if row.result else "",
+                        row.outcome.model_dump_json() if row.outcome != Outcome() else "",
                         row.error,
                         time.time(),
                     ),
@@ -166,6 +243,11 @@ class Store:
                     row.key,
                 )
 
+    def get(self, key: Key) -> Attachment | None:
+        """The row as stored now (None once deleted)."""
+        found = self._select("WHERE claim_uid = ? AND pool = ? AND device = ? AND share_id = ?", key)
+        return found[0] if found else None
+
     def for_claim(self, claim_uid: str) -> list[Attachment]:
         return self._select("WHERE claim_uid = ?", (claim_uid,))
 
@@ -174,3 +256,13 @@ class Store:
 
     def all(self) -> list[Attachment]:
         return self._select("")
+
+    def held_devices(self, present: set[str]) -> list[Device]:
+        """Whole NICs now inside pods: gone from the node's netns, still this node's (allocated) devices."""
+        return [
+            row.plan.device
+            for row in self.all()
+            if not row.plan.shared
+            and row.state in (State.ATTACHING, State.ATTACHED)
+            and row.device not in present
+        ]

@@ -21,33 +21,22 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from netclaim.api.placeholders import check_placeholders
 from netclaim.errors import ConfigError, field_path
-from netclaim.placeholders import check_placeholders
+from netclaim.names import API_VERSION, PLUGIN_TYPE, check_interface_name
 
-API_VERSION = "netclaim.dev/v1alpha1"
 KINDS = ("CNIConfig",)
 MAX_PARAMETERS_BYTES = 10 * 1024
 MAX_PLUGINS = 16
 CNI_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
-PLUGIN_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_IFNAME = re.compile(r"^[^/\s:%]{1,15}$")
 RESERVED_PLUGIN_KEYS = ("runtimeConfig", "args", "prevResult")
 DEFAULT_INTERFACE = "net1"
-
-
-def check_interface_name(name: str) -> str:
-    if not _IFNAME.match(name) or name in {".", "..", "lo"}:
-        raise ValueError(
-            f"{name!r} is not a usable interface name: 1-15 characters, no '/', ':', '%' or spaces, not lo"
-        )
-    return name
 
 
 class CNIConfig(BaseModel):
@@ -87,6 +76,17 @@ def as_conflist(config: dict[str, Any]) -> dict[str, Any]:
     return {**listed, "plugins": [plugin]}
 
 
+def plugin_types(conflist: dict[str, Any]) -> list[str]:
+    """Every binary a chain will run: each plugin and each delegated IPAM plugin."""
+    types = []
+    for plugin in conflist["plugins"]:
+        types.append(str(plugin["type"]))
+        ipam = plugin.get("ipam")
+        if isinstance(ipam, dict) and "type" in ipam:
+            types.append(str(ipam["type"]))
+    return types
+
+
 def cni_problems(config: dict[str, Any]) -> Iterator[str]:
     """Everything wrong with a CNI config before placeholders are rendered, as `path: problem`."""
     if len(json.dumps(config)) > MAX_PARAMETERS_BYTES:
@@ -120,7 +120,7 @@ def cni_problems(config: dict[str, Any]) -> Iterator[str]:
 
 def _plugin_problems(plugin: dict[str, Any], where: str) -> Iterator[str]:
     kind = plugin.get("type")
-    if not isinstance(kind, str) or not PLUGIN_TYPE.match(kind):
+    if not isinstance(kind, str) or not PLUGIN_TYPE.fullmatch(kind):
         yield f"{where}type: {kind!r} must be a plugin name (letters, digits, '_', '.', '-'; no path)"
     for key in RESERVED_PLUGIN_KEYS:
         if key in plugin:
@@ -134,7 +134,7 @@ def _plugin_problems(plugin: dict[str, Any], where: str) -> Iterator[str]:
             yield f"{where}ipam: must be an object"
         else:
             ipam_type = ipam.get("type")
-            if not isinstance(ipam_type, str) or not PLUGIN_TYPE.match(ipam_type):
+            if not isinstance(ipam_type, str) or not PLUGIN_TYPE.fullmatch(ipam_type):
                 yield f"{where}ipam.type: {ipam_type!r} must be a plugin name (no path)"
             yield from _address_problems(ipam, f"{where}ipam")
 

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import struct
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -31,6 +32,8 @@ from google.protobuf.message import DecodeError, Message
 
 from netclaim import metrics
 from netclaim._proto import nri_pb2, ttrpc_pb2
+from netclaim.backoff import Backoff
+from netclaim.errors import NetclaimError, ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +48,32 @@ _MUX = struct.Struct(">II")
 _TTRPC = struct.Struct(">IIBB")
 
 
+@dataclass(frozen=True)
+class PodSandbox:
+    """A pod sandbox as the runtime describes it; `netns` is "" for a pod on the host network."""
+
+    id: str
+    uid: str
+    name: str
+    namespace: str
+    netns: str
+
+    @classmethod
+    def from_nri(cls, pod: nri_pb2.PodSandbox) -> PodSandbox:
+        netns = next((ns.path for ns in pod.linux.namespaces if ns.type == "network"), "")
+        return cls(id=pod.id, uid=pod.uid, name=pod.name, namespace=pod.namespace, netns=netns)
+
+
 class PodHooks(Protocol):
     """What netclaim does on pod sandbox events; each call must finish within `budget` seconds."""
 
-    async def synchronize(self, pods: list[nri_pb2.PodSandbox]) -> None: ...
+    async def synchronize(self, pods: list[PodSandbox]) -> None: ...
 
-    async def run_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None: ...
+    async def run_pod_sandbox(self, pod: PodSandbox, budget: float) -> None: ...
 
-    async def stop_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None: ...
+    async def stop_pod_sandbox(self, pod: PodSandbox, budget: float) -> None: ...
 
-    async def remove_pod_sandbox(self, pod: nri_pb2.PodSandbox, budget: float) -> None: ...
-
-
-class ProtocolError(Exception):
-    """The peer sent something that is not NRI-over-ttrpc."""
+    async def remove_pod_sandbox(self, pod: PodSandbox, budget: float) -> None: ...
 
 
 def mux_frame(conn: int, payload: bytes) -> bytes:
@@ -112,7 +127,7 @@ class Connection:
         self._write_lock = asyncio.Lock()
         self._next_stream = 1
         self._pending: dict[int, asyncio.Future[ttrpc_pb2.Response]] = {}
-        self._sync_pods: list[nri_pb2.PodSandbox] = []
+        self._sync_pods: list[PodSandbox] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def _send(self, conn: int, frame: bytes) -> None:
@@ -203,9 +218,12 @@ class Connection:
         try:
             with metrics.NRI_HOOK_SECONDS.labels(request.method).time():
                 reply = await handler(request.payload)
-        except Exception as err:  # noqa: BLE001 - every hook failure is reported to the runtime, not raised
+        except NetclaimError as err:
             log.warning("NRI %s failed", request.method, extra={"error": str(err)})
             return b"", CODE_UNKNOWN, str(err)
+        except Exception as err:
+            log.exception("NRI %s failed (a bug)", request.method)
+            return b"", CODE_UNKNOWN, f"internal error in the netclaim agent: {err!r}"
         return reply.SerializeToString(), 0, ""
 
     def _handlers(self) -> dict[str, Callable[[bytes], Awaitable[Message]]]:
@@ -245,7 +263,7 @@ class Connection:
 
     async def _synchronize(self, payload: bytes) -> Message:
         request = nri_pb2.SynchronizeRequest.FromString(payload)
-        self._sync_pods.extend(request.pods)
+        self._sync_pods.extend(PodSandbox.from_nri(pod) for pod in request.pods)
         if request.more:
             return nri_pb2.SynchronizeResponse(more=True)
         pods, self._sync_pods = self._sync_pods, []
@@ -264,10 +282,10 @@ class Connection:
         kind: type[nri_pb2.RunPodSandboxRequest]
         | type[nri_pb2.StopPodSandboxRequest]
         | type[nri_pb2.RemovePodSandboxRequest],
-        hook: Callable[[nri_pb2.PodSandbox, float], Awaitable[None]],
+        hook: Callable[[PodSandbox, float], Awaitable[None]],
     ) -> Callable[[bytes], Awaitable[Message]]:
         async def call(payload: bytes) -> Message:
-            await hook(kind.FromString(payload).pod, self.budget)
+            await hook(PodSandbox.from_nri(kind.FromString(payload).pod), self.budget)
             return nri_pb2.Empty()
 
         return call
@@ -281,7 +299,7 @@ class Connection:
         }
         hook = hooks.get(event.event)
         if hook is not None:
-            await hook(event.pod, self.budget)
+            await hook(PodSandbox.from_nri(event.pod), self.budget)
         return nri_pb2.Empty()
 
 
@@ -293,14 +311,13 @@ async def run_plugin(
     on_state: Callable[[bool], None] | None = None,
 ) -> None:
     """Stay registered with the runtime at `socket` forever, reconnecting with backoff (0.2 s → 5 s)."""
-    backoff = 0.2
+    backoff = Backoff(first=0.2, cap=5.0)
     while True:
         try:
             reader, writer = await asyncio.open_unix_connection(str(socket))
         except OSError as err:
             log.info("NRI socket not reachable; retrying", extra={"socket": str(socket), "error": str(err)})
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+            await backoff.wait()
             continue
         connection = Connection(reader, writer, hooks, name, index, on_state)
         log.info("NRI connected", extra={"socket": str(socket)})
@@ -310,5 +327,5 @@ async def run_plugin(
             log.warning("NRI connection lost; reconnecting", extra={"error": repr(err)})
         if on_state is not None:
             on_state(False)
-        backoff = 0.2
-        await asyncio.sleep(backoff)
+        backoff.reset()
+        await backoff.wait()

@@ -1,7 +1,7 @@
 """What NICs this node has: netlink for links and addresses, sysfs for hardware facts, declared overrides.
 
 The inventory reports facts only. Which of them become DRA devices, and how, is the policy's job
-(`netclaim.policy`); a few interfaces are never candidates and carry the reason here.
+(`netclaim.publish.policy`); a few interfaces are never candidates and carry the reason here.
 """
 
 from __future__ import annotations
@@ -9,21 +9,20 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import json
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from netclaim import netlink
+from netclaim.adapters import netlink
+from netclaim.api.overrides import NicOverride, load_overrides
+from netclaim.api.publishpolicy import AttributeValue
 from netclaim.errors import ConfigError
-from netclaim.files import load_yaml_model
+from netclaim.names import DRIVER_DOMAIN, PCI_ADDRESS, STANDARD_DOMAIN
 from netclaim.quantity import parse_quantity
 
-_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 # Host ends of pod veths and the bridges of common primary CNIs: never a NIC to hand out.
 POD_NETWORK_GLOBS = ("veth*", "cali*", "lxc*", "cilium*", "flannel*", "cni*", "docker*", "kube-*", "weave*")
 
@@ -51,43 +50,6 @@ class NetworkInterface:
     ipv6: tuple[str, ...] = ()
     never_publish: str | None = None  # why this interface is never a candidate, or None
     overridden: tuple[str, ...] = field(default=())  # which facts came from declared overrides
-
-
-class NicOverride(BaseModel):
-    """Facts a veth (or a lying driver) cannot report, declared for one interface (also the local cluster
-    file's NIC `properties`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    speed: str | None = Field(default=None, description="link speed as a Kubernetes quantity of bits/s")
-    numaNode: int | None = Field(default=None, ge=0, le=1023)
-    pciAddress: str | None = Field(default=None, pattern=_BDF.pattern)
-    pcieRoot: str | None = Field(default=None, pattern=r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
-    pciVendor: str | None = Field(default=None, pattern=r"^0x[0-9a-f]{4}$")
-    pciDevice: str | None = Field(default=None, pattern=r"^0x[0-9a-f]{4}$")
-    driver: str | None = Field(default=None, max_length=64)
-
-    @field_validator("speed")
-    @classmethod
-    def _speed(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                parse_quantity(value)
-            except ConfigError as err:
-                raise ValueError(str(err)) from err
-        return value
-
-
-class NicOverrides(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    apiVersion: str = Field(pattern=r"^netclaim\.dev/v1alpha1$")
-    kind: str = Field(pattern=r"^NicOverrides$")
-    interfaces: dict[str, NicOverride] = {}
-
-
-def load_overrides(path: Path | None) -> dict[str, NicOverride]:
-    if path is None:
-        return {}
-    return load_yaml_model(path, NicOverrides, "kind: NicOverrides").interfaces
 
 
 class Sysfs:
@@ -124,7 +86,7 @@ class Sysfs:
         driver = (device / "driver").resolve().name if (device / "driver").exists() else None
         if driver:
             facts["driver"] = driver
-        pci = next((p for p in (resolved, *resolved.parents) if _BDF.match(p.name)), None)
+        pci = next((p for p in (resolved, *resolved.parents) if PCI_ADDRESS.fullmatch(p.name)), None)
         if pci is None:
             return facts
         facts["pci_address"] = pci.name
@@ -189,6 +151,63 @@ def cni_bridges(cni_conf_dir: Path | None) -> set[str]:
             if isinstance(plugin, dict) and plugin.get("type") == "bridge":
                 names.add(str(plugin.get("bridge", "cni0")))
     return names
+
+
+def facts_as_attributes(interface: NetworkInterface) -> dict[str, dict[str, AttributeValue]]:
+    """The standard attributes of an interface, grouped by domain as CEL sees them."""
+    own: dict[str, AttributeValue | None] = {
+        "ifName": interface.name,
+        "mac": interface.mac,
+        "mtu": interface.mtu,
+        "state": "up" if interface.up else "down",
+        "kind": interface.kind,
+        "virtual": interface.virtual,
+        "speed": interface.speed_bps // 1_000_000 if interface.speed_bps else None,
+        "driver": interface.driver,
+        "pciAddress": interface.pci_address,
+        "pciVendor": interface.pci_vendor,
+        "pciDevice": interface.pci_device,
+        "numaNode": interface.numa_node,
+        "sriov": (interface.sriov_total_vfs or 0) > 0 if interface.sriov_total_vfs is not None else None,
+        "sriovTotalVfs": interface.sriov_total_vfs,
+        "sriovNumVfs": interface.sriov_num_vfs,
+        "isSriovVf": interface.sriov_pf is not None,
+        "sriovPF": interface.sriov_pf,
+        "ipv4": interface.ipv4[0] if interface.ipv4 else None,
+        "ipv6": interface.ipv6[0] if interface.ipv6 else None,
+    }
+    standard: dict[str, AttributeValue | None] = {
+        "pcieRoot": interface.pcie_root,
+        "pciBusID": interface.pci_address,
+    }
+    return {
+        DRIVER_DOMAIN: {k: v for k, v in own.items() if v is not None},
+        STANDARD_DOMAIN: {k: v for k, v in standard.items() if v is not None},
+    }
+
+
+# An interface with every fact known: what policy CEL expressions and attribute names are checked against.
+SAMPLE_INTERFACE = NetworkInterface(
+    name="enp0s10",
+    index=2,
+    kind="physical",
+    mac="02:00:00:00:00:01",
+    mtu=1500,
+    up=True,
+    virtual=False,
+    speed_bps=10_000_000_000,
+    driver="ice",
+    pci_address="0000:5e:00.0",
+    pci_vendor="0x8086",
+    pci_device="0x159b",
+    pcie_root="pci0000:5d",
+    numa_node=0,
+    sriov_total_vfs=64,
+    sriov_num_vfs=0,
+    sriov_pf="0000:5e:00.0",
+    ipv4=("192.0.2.10/24",),
+    ipv6=("2001:db8::10/64",),
+)
 
 
 class InventorySource(Protocol):

@@ -10,9 +10,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from netclaim.inventory import NetworkInterface
-from netclaim.names import device_name
-from netclaim.policy import DRIVER_DOMAIN, STANDARD_DOMAIN, AttributeValue, PublishPolicy, Rule, matches
+from netclaim.api.publishpolicy import AttributeValue, PublishPolicy, Rule
+from netclaim.names import DRIVER_DOMAIN, device_name
+from netclaim.publish.inventory import NetworkInterface, facts_as_attributes
+from netclaim.publish.policy import SHARED_ATTRIBUTE, matches
 from netclaim.quantity import format_quantity, parse_quantity
 
 log = logging.getLogger(__name__)
@@ -97,39 +98,6 @@ def _attribute(value: AttributeValue) -> dict[str, AttributeValue]:
     return {"string": value}
 
 
-def facts_as_attributes(interface: NetworkInterface) -> dict[str, dict[str, AttributeValue]]:
-    """The standard attributes of an interface, grouped by domain as CEL sees them."""
-    own: dict[str, AttributeValue | None] = {
-        "ifName": interface.name,
-        "mac": interface.mac,
-        "mtu": interface.mtu,
-        "state": "up" if interface.up else "down",
-        "kind": interface.kind,
-        "virtual": interface.virtual,
-        "speed": interface.speed_bps // 1_000_000 if interface.speed_bps else None,
-        "driver": interface.driver,
-        "pciAddress": interface.pci_address,
-        "pciVendor": interface.pci_vendor,
-        "pciDevice": interface.pci_device,
-        "numaNode": interface.numa_node,
-        "sriov": (interface.sriov_total_vfs or 0) > 0 if interface.sriov_total_vfs is not None else None,
-        "sriovTotalVfs": interface.sriov_total_vfs,
-        "sriovNumVfs": interface.sriov_num_vfs,
-        "isSriovVf": interface.sriov_pf is not None,
-        "sriovPF": interface.sriov_pf,
-        "ipv4": interface.ipv4[0] if interface.ipv4 else None,
-        "ipv6": interface.ipv6[0] if interface.ipv6 else None,
-    }
-    standard: dict[str, AttributeValue | None] = {
-        "pcieRoot": interface.pcie_root,
-        "pciBusID": interface.pci_address,
-    }
-    return {
-        DRIVER_DOMAIN: {k: v for k, v in own.items() if v is not None},
-        STANDARD_DOMAIN: {k: v for k, v in standard.items() if v is not None},
-    }
-
-
 def decide(interfaces: list[NetworkInterface], policy: PublishPolicy, driver: str) -> list[Decision]:
     decisions = []
     names: dict[str, str] = {}
@@ -190,7 +158,7 @@ def _device(interface: NetworkInterface, rule: Rule, grouped: dict[str, dict[str
     attributes: dict[str, AttributeValue] = {}
     candidates: list[tuple[str, AttributeValue]] = [
         *((f"{domain}/{key}", value) for domain, values in grouped.items() for key, value in values.items()),
-        (f"{DRIVER_DOMAIN}/shared", shared),
+        (f"{DRIVER_DOMAIN}/{SHARED_ATTRIBUTE}", shared),
         *((key if "/" in key else f"{DRIVER_DOMAIN}/{key}", value) for key, value in rule.attributes.items()),
     ]
     room = MAX_ATTRIBUTES_AND_CAPACITIES - len(capacity)
@@ -209,3 +177,16 @@ def _device(interface: NetworkInterface, rule: Rule, grouped: dict[str, dict[str
         else:
             attributes[key] = value
     return Device(name=name, if_name=interface.name, shared=shared, attributes=attributes, capacity=capacity)
+
+
+class DeviceCatalog:
+    """The devices this node publishes now, by name (what prepare fills placeholders from)."""
+
+    def __init__(self) -> None:
+        self._devices: dict[str, Device] = {}
+
+    def update(self, devices: list[Device]) -> None:
+        self._devices = {d.name: d for d in devices}
+
+    def get(self, name: str) -> Device | None:
+        return self._devices.get(name)

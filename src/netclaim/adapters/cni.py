@@ -3,7 +3,7 @@
 Plugins run only from the configured directory, by name (never a path), without a shell, with a bounded
 time. A network config list is a chain: ADD runs the plugins in order passing each result on as
 `prevResult`; DEL runs them in reverse with the final ADD result. A chain that fails half-way is rolled
-back with DEL by the caller (netclaim.attach).
+back with DEL by the caller (netclaim.configure.attach).
 """
 
 from __future__ import annotations
@@ -19,27 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from netclaim.config import PLUGIN_TYPE
-from netclaim.errors import ConfigError, NetclaimError
+from netclaim.errors import CniError, ConfigError, NetclaimError
+from netclaim.names import PLUGIN_TYPE
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BIN_DIR = Path("/usr/lib/cni")
-
-
-class CniError(NetclaimError):
-    """A plugin failed (its CNI error code and message) or could not be run in time."""
-
-    def __init__(self, plugin: str, command: str, code: int, message: str, details: str = "") -> None:
-        self.plugin, self.command, self.code, self.message, self.details = (
-            plugin,
-            command,
-            code,
-            message,
-            details,
-        )
-        detail = f" ({details})" if details else ""
-        super().__init__(f"CNI {command} {plugin}: code {code}: {message}{detail}")
 
 
 @dataclass(frozen=True)
@@ -59,51 +44,21 @@ def cni_args(namespace: str, pod: str, sandbox_id: str, pod_uid: str) -> str:
     )
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
-def plugin_types(conflist: dict[str, Any]) -> list[str]:
-    """Every binary a chain will run: each plugin and each delegated IPAM plugin."""
-    types = []
-    for plugin in conflist["plugins"]:
-        types.append(str(plugin["type"]))
-        ipam = plugin.get("ipam")
-        if isinstance(ipam, dict) and "type" in ipam:
-            types.append(str(ipam["type"]))
-    return types
-
-
 class CniRunner:
     def __init__(
         self,
         bin_dir: Path = DEFAULT_BIN_DIR,
         allowed: frozenset[str] | None = None,
         timeout: float = 10.0,
-        ipam_data_dir: Path | None = None,
     ) -> None:
         self.bin_dir = bin_dir.resolve()
         self.allowed = allowed
         self.timeout = timeout
-        self.ipam_data_dir = ipam_data_dir
         self._versions: dict[str, tuple[float, list[str]]] = {}
-
-    def with_node_defaults(self, conflist: dict[str, Any]) -> dict[str, Any]:
-        """The config list with this node's defaults filled in where the config names none: host-local
-        IPAM keeps its reservations in `ipam_data_dir` (when set), not in the plugin's /var/lib/cni."""
-        if self.ipam_data_dir is None:
-            return conflist
-        plugins = []
-        for plugin in conflist["plugins"]:
-            ipam = plugin.get("ipam")
-            if isinstance(ipam, dict) and ipam.get("type") == "host-local" and "dataDir" not in ipam:
-                plugin = {**plugin, "ipam": {**ipam, "dataDir": str(self.ipam_data_dir)}}
-            plugins.append(plugin)
-        return {**conflist, "plugins": plugins}
 
     def plugin_path(self, kind: str) -> Path:
         """The binary for plugin `kind`, or a ConfigError saying why it cannot run."""
-        if not PLUGIN_TYPE.match(kind):
+        if not PLUGIN_TYPE.fullmatch(kind):
             raise ConfigError(f"plugin type {kind!r}: not a plugin name (no paths)")
         if self.allowed is not None and kind not in self.allowed:
             raise ConfigError(
@@ -129,14 +84,17 @@ class CniRunner:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise CniError(kind, command, 11, "no time left for the plugin (the runtime's hook budget)")
-        process = await asyncio.create_subprocess_exec(
-            str(path),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
+        try:
+            process = await asyncio.create_subprocess_exec(
+                str(path),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as err:
+            raise CniError(kind, command, 999, f"cannot run {path}: {err.strerror}") from err
         try:
             stdout, stderr = await asyncio.wait_for(
                 process.communicate(json.dumps(stdin).encode()), remaining
@@ -170,35 +128,6 @@ class CniRunner:
         supported = [str(v) for v in output.get("supportedVersions", [])]
         self._versions[kind] = (stamp, supported)
         return supported
-
-    async def negotiate(self, conflist: dict[str, Any]) -> dict[str, Any]:
-        """The config list with `cniVersion` set to the highest version every plugin of the chain speaks.
-
-        `cniVersions` lists what the config accepts; a lone `cniVersion` is the highest it accepts (older
-        plugins are then spoken to in the highest version they share, ≥ 0.4.0, which a log line notes).
-        """
-        wanted = conflist.get("cniVersions") or [conflist["cniVersion"]]
-        supported = [set(await self.versions(kind)) for kind in plugin_types(conflist)]
-        common = set.intersection(*supported) if supported else set()
-        candidates = sorted((v for v in common if v in wanted), key=_version_key, reverse=True)
-        if not candidates and "cniVersions" not in conflist:
-            ceiling = _version_key(conflist["cniVersion"])
-            candidates = sorted(
-                (v for v in common if (0, 4, 0) <= _version_key(v) <= ceiling), key=_version_key, reverse=True
-            )
-            if candidates:
-                log.info(
-                    "CNI version lowered to what the installed plugins speak",
-                    extra={"asked": conflist["cniVersion"], "using": candidates[0]},
-                )
-        if not candidates:
-            raise ConfigError(
-                f"cniVersion: the config asks for {wanted}, the installed plugins "
-                f"{plugin_types(conflist)} share only {sorted(common, key=_version_key)}"
-            )
-        negotiated = {k: v for k, v in conflist.items() if k != "cniVersions"}
-        negotiated["cniVersion"] = candidates[0]
-        return negotiated
 
     def _stdin(
         self,

@@ -1,16 +1,17 @@
 """The kubelet side: plugin registration and the DRAPlugin service (v1 and v1beta1) over unix sockets.
 
-Thin on purpose: each call loops over the claims, asks the Preparer, and maps results and errors. A
-claim's failure goes into that claim's `error`; the call itself never fails, so kubelet keeps the
-answers for the other claims.
+Thin on purpose: each call loops over the claims, asks the ClaimPreparer, and maps results and errors by
+the table in netclaim.errors. A claim's failure goes into that claim's `error`; the call itself never
+fails, so kubelet keeps the answers for the other claims.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -23,12 +24,45 @@ from netclaim._proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from netclaim.errors import NetclaimError
-from netclaim.health import Health
-from netclaim.prepare import PreparedDevice, Preparer
+from netclaim.adapters.http import Health
+from netclaim.errors import CniError, ConfigError, NetclaimError
 
 log = logging.getLogger(__name__)
 SUPPORTED_VERSIONS = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    request: str
+    pool: str
+    device: str
+    share_id: str | None
+
+
+class ClaimPreparer(Protocol):
+    """What the DRA service asks of netclaim, per claim."""
+
+    async def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]: ...
+
+    async def report_failure(self, namespace: str, name: str, uid: str, message: str) -> None: ...
+
+    async def unprepare(self, namespace: str, name: str, uid: str) -> None: ...
+
+
+async def _claim_error(call: str, claim: Any, err: Exception, preparer: ClaimPreparer) -> str:
+    """The claim's `error` for `err`, after the side effects its class calls for (netclaim.errors)."""
+    where = {"claim": f"{claim.namespace}/{claim.name}"}
+    metrics.KUBELET_CALLS.labels(call, "error").inc()
+    if not isinstance(err, NetclaimError):
+        log.error(f"{call} failed (a bug)", exc_info=err, extra=where)
+        return f"internal error in the netclaim agent ({type(err).__name__}); see its log"
+    log.warning(f"{call} failed", extra={**where, "error": str(err), "kind": type(err).__name__})
+    if call == "prepare" and isinstance(err, ConfigError | CniError):
+        try:
+            await preparer.report_failure(claim.namespace, claim.name, claim.uid, str(err))
+        except NetclaimError as report_err:
+            log.info("could not report the failure on the claim", extra={**where, "error": str(report_err)})
+    return str(err)
 
 
 def socket_paths(kubelet_root: Path, driver: str) -> tuple[Path, Path]:
@@ -42,7 +76,7 @@ def socket_paths(kubelet_root: Path, driver: str) -> tuple[Path, Path]:
 class _DraService:
     """DRAPlugin for one API version; `pb` is that version's generated message module."""
 
-    def __init__(self, preparer: Preparer, pb: Any) -> None:
+    def __init__(self, preparer: ClaimPreparer, pb: Any) -> None:
         self.preparer = preparer
         self.pb = pb
 
@@ -64,13 +98,8 @@ class _DraService:
                 devices = await self.preparer.prepare(claim.namespace, claim.name, claim.uid)
                 response.claims[claim.uid].devices.extend(self._device(d) for d in devices)
                 metrics.KUBELET_CALLS.labels("prepare", "ok").inc()
-            except NetclaimError as err:
-                response.claims[claim.uid].error = str(err)
-                metrics.KUBELET_CALLS.labels("prepare", "error").inc()
-                log.warning(
-                    "prepare failed", extra={"claim": f"{claim.namespace}/{claim.name}", "error": str(err)}
-                )
-                await self.preparer.report_failure(claim.namespace, claim.name, claim.uid, str(err))
+            except Exception as err:  # noqa: BLE001 - mapped to this claim's error by its class
+                response.claims[claim.uid].error = await _claim_error("prepare", claim, err, self.preparer)
             metrics.PREPARE_SECONDS.observe(time.monotonic() - started)
         return response
 
@@ -81,22 +110,18 @@ class _DraService:
                 await self.preparer.unprepare(claim.namespace, claim.name, claim.uid)
                 response.claims[claim.uid].error = ""
                 metrics.KUBELET_CALLS.labels("unprepare", "ok").inc()
-            except NetclaimError as err:
-                response.claims[claim.uid].error = str(err)
-                metrics.KUBELET_CALLS.labels("unprepare", "error").inc()
-                log.warning(
-                    "unprepare failed", extra={"claim": f"{claim.namespace}/{claim.name}", "error": str(err)}
-                )
+            except Exception as err:  # noqa: BLE001 - mapped to this claim's error by its class
+                response.claims[claim.uid].error = await _claim_error("unprepare", claim, err, self.preparer)
         return response
 
 
 class _DraV1(_DraService, dra_v1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, preparer: Preparer) -> None:
+    def __init__(self, preparer: ClaimPreparer) -> None:
         super().__init__(preparer, dra_v1_pb2)
 
 
 class _DraV1beta1(_DraService, dra_v1beta1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, preparer: Preparer) -> None:
+    def __init__(self, preparer: ClaimPreparer) -> None:
         super().__init__(preparer, dra_v1beta1_pb2)
 
 
@@ -130,7 +155,7 @@ def _listen(server: grpc.aio.Server, path: Path) -> None:
 
 
 async def serve(
-    preparer: Preparer, kubelet_root: Path, driver: str, health: Health
+    preparer: ClaimPreparer, kubelet_root: Path, driver: str, health: Health
 ) -> tuple[grpc.aio.Server, grpc.aio.Server]:
     """Start the DRA service, then the registration socket kubelet watches; returns both servers."""
     registration_socket, dra_socket = socket_paths(kubelet_root, driver)

@@ -20,17 +20,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import EventSource, ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Event
-from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus
-from lightkube.types import PatchType
-
 from netclaim import faults
-from netclaim.kube import is_not_found
-from netclaim.store import Attachment, State, Store
+from netclaim.adapters.kube import KubeApi
+from netclaim.adapters.nri import PodSandbox
+from netclaim.backoff import Backoff
+from netclaim.configure.store import Attachment, State, Store
+from netclaim.errors import GoneError, NetclaimError
 
 log = logging.getLogger(__name__)
 
@@ -75,22 +70,22 @@ def device_entry(driver: str, row: Attachment) -> dict[str, Any]:
     entry: dict[str, Any] = {"driver": driver, "pool": row.pool, "device": row.device}
     if row.share_id:
         entry["shareID"] = row.share_id
-    if row.state == State.ATTACHED:
-        interface = row.result.get("interface", {})
+    interface = row.outcome.interface
+    if row.state == State.ATTACHED and interface is not None:
         entry["conditions"] = [
-            _condition("True", "InterfaceAttached", f"{interface.get('name')} is configured in the pod")
+            _condition("True", "InterfaceAttached", f"{interface.name} is configured in the pod")
         ]
         entry["networkData"] = {
-            "interfaceName": interface.get("name", ""),
-            "ips": sorted({str(ipaddress.ip_interface(a)) for a in interface.get("addresses", [])}),
-            "hardwareAddress": interface.get("mac", ""),
+            "interfaceName": interface.name,
+            "ips": sorted({str(ipaddress.ip_interface(a)) for a in interface.addresses}),
+            "hardwareAddress": interface.mac,
         }
-        if row.result.get("cni"):
-            entry["data"] = row.result["cni"]
+        if row.outcome.cni_result:
+            entry["data"] = row.outcome.cni_result
     elif row.error:
         entry["conditions"] = [_condition("False", "AttachFailed", row.error)]
     else:
-        reason, message = _REASONS[row.state]
+        reason, message = _REASONS.get(row.state, _REASONS[State.ATTACHING])
         entry["conditions"] = [_condition("False", reason, message)]
     return entry
 
@@ -108,12 +103,13 @@ def _comparable(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @dataclass
 class StatusWriter:
-    client: AsyncClient
+    api: KubeApi
     driver: str
     store: Store
     _queue: asyncio.Queue[ClaimRef] = field(default_factory=asyncio.Queue)
     _failures: dict[str, Failure] = field(default_factory=dict)
     _pending: set[str] = field(default_factory=set)
+    _events: set[asyncio.Task[None]] = field(default_factory=set)
 
     def enqueue(self, claim: ClaimRef) -> None:
         if claim.uid not in self._pending:
@@ -147,58 +143,38 @@ class StatusWriter:
         return entries
 
     async def run(self) -> None:
+        """Write each queued claim's entries; retry with backoff while the apiserver is away."""
         while True:
             claim = await self._queue.get()
             self._pending.discard(claim.uid)
-            backoff = 0.5
+            backoff = Backoff()
             while True:
                 try:
                     await self.write(claim)
                     break
-                except ApiError as err:
-                    if is_not_found(err) or (
-                        err.status.code == 422 and "no longer" in str(err.status.message)
-                    ):
-                        break  # the claim is gone: nothing to report on
+                except GoneError:
+                    break  # the claim is gone: nothing to report on
+                except NetclaimError as err:
                     log.warning(
                         "status write failed; retrying", extra={"claim": claim.name, "error": str(err)}
                     )
-                except Exception as err:  # noqa: BLE001 - the apiserver may be away; keep the claim queued
-                    log.warning(
-                        "status write failed; retrying", extra={"claim": claim.name, "error": repr(err)}
-                    )
+                except Exception:
+                    log.exception("status write failed (a bug); retrying", extra={"claim": claim.name})
                 if claim.uid in self._pending:
                     break  # a newer request for this claim is queued; it will write the latest state
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                await backoff.wait()
 
     async def write(self, claim: ClaimRef) -> None:
         faults.point("before-status")
         entries = self.desired(claim)
-        current = await self.client.get(ResourceClaim, claim.name, namespace=claim.namespace)
-        if current.metadata is None or current.metadata.uid != claim.uid:
+        current = await self.api.get_claim(claim.namespace, claim.name)
+        if current.uid != claim.uid:
             return
-        ours = [
-            d.to_dict()
-            for d in (current.status.devices if current.status else None) or []
-            if d.driver == self.driver
-        ]
+        ours = [d for d in current.devices_status if d.get("driver") == self.driver]
         if _comparable(ours) == _comparable(entries):
             return
-        assert current.status is not None and current.metadata is not None
-        others = [d.to_dict() for d in current.status.devices or [] if d.driver != self.driver]
-        patch = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": current.metadata.resourceVersion},
-            {"op": "add", "path": "/status/devices", "value": others + entries},
-        ]
-        await self.client.patch(
-            ResourceClaimStatus,
-            claim.name,
-            patch,
-            namespace=claim.namespace,
-            patch_type=PatchType.JSON,
-            field_manager=self.driver,
-        )
+        others = [d for d in current.devices_status if d.get("driver") != self.driver]
+        await self.api.write_claim_devices(current, others + entries)
         log.info(
             "claim status written",
             extra={
@@ -207,23 +183,15 @@ class StatusWriter:
             },
         )
 
+    def warn_later(self, pod: PodSandbox, reason: str, message: str) -> None:
+        """A Warning Event on the pod, written off the caller's path (never inside the runtime's budget)."""
+        task = asyncio.create_task(self.warn(pod.namespace, pod.name, pod.uid, reason, message))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
     async def warn(self, namespace: str, pod: str, pod_uid: str, reason: str, message: str) -> None:
         """A Warning Event on the pod (best effort: failures are logged, never raised)."""
-        now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-        event = Event(
-            metadata=ObjectMeta(generateName=f"{pod}.", namespace=namespace),
-            involvedObject=ObjectReference(
-                kind="Pod", apiVersion="v1", name=pod, namespace=namespace, uid=pod_uid
-            ),
-            reason=reason,
-            message=message[:1024],
-            type="Warning",
-            source=EventSource(component=self.driver),
-            firstTimestamp=now,
-            lastTimestamp=now,
-            count=1,
-        )
         try:
-            await self.client.create(event)
-        except Exception as err:  # noqa: BLE001 - an event is advice, never a reason to fail
-            log.info("could not record a pod event", extra={"error": repr(err)})
+            await self.api.create_pod_event(namespace, pod, pod_uid, reason, message)
+        except NetclaimError as err:
+            log.info("could not record a pod event", extra={"error": str(err)})

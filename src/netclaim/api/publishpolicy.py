@@ -1,0 +1,95 @@
+"""The admin's publish policy: which interfaces become DRA devices, shared or exclusive, with what capacity.
+
+    apiVersion: netclaim.dev/v1alpha1
+    kind: PublishPolicy
+    rules:                      # ordered; the first rule that matches an interface decides
+    - match: {names: ["enp*"], cel: 'device.attributes["netclaim.dev"].speed >= 10000'}
+      mode: shared            # shared | exclusive | ignore
+      bandwidth: {total: 10Gi, default: 100Mi, min: 1Mi, step: 1Mi}
+      attachments: 32
+      attributes: {netclaim.dev/network: storage}
+
+An interface no rule matches is not published. Loopback, default-route uplinks, bridge ports and the
+primary pod network's interfaces are never published, whatever the rules say. What the attribute names
+and CEL expressions may refer to is checked when the policy is loaded (netclaim.publish.policy).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from netclaim.errors import ConfigError
+from netclaim.names import QUALIFIED_NAME, pattern
+from netclaim.quantity import parse_quantity
+
+AttributeValue = bool | int | str
+
+
+def _quantity(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            if parse_quantity(value) < 0:
+                raise ValueError("must not be negative")
+        except ConfigError as err:
+            raise ValueError(str(err)) from err
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Bandwidth(_Strict):
+    """Bandwidth as consumable capacity (bits per second, Kubernetes quantities)."""
+
+    total: str | None = Field(default=None, description="default: the link speed")
+    default: str = Field(default="100Mi", description="consumed by a claim that asks for no bandwidth")
+    min: str = "1Mi"
+    step: str = "1Mi"
+
+    _check = field_validator("total", "default", "min", "step")(_quantity)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Bandwidth:
+        if parse_quantity(self.step) <= 0:
+            raise ValueError("step: must be positive")
+        if parse_quantity(self.default) < parse_quantity(self.min):
+            raise ValueError("default: must not be below min")
+        return self
+
+
+class Match(_Strict):
+    names: list[str] = Field(default=[], description="globs on the interface name; empty matches any")
+    attributes: dict[str, AttributeValue] = Field(
+        default={}, description="equality on netclaim.dev attributes"
+    )
+    cel: str | None = Field(default=None, description="CEL over `device` as in DeviceClass selectors")
+
+
+QualifiedName = Annotated[str, Field(pattern=pattern(QUALIFIED_NAME))]
+
+
+class Rule(_Strict):
+    match: Match = Match()
+    mode: Literal["shared", "exclusive", "ignore"] = "shared"
+    bandwidth: Bandwidth = Bandwidth()
+    attachments: int = Field(
+        default=32, ge=1, le=4096, description="attachments a shared NIC carries at most"
+    )
+    attributes: dict[QualifiedName, AttributeValue] = Field(default={}, description="extra device attributes")
+
+
+class PublishPolicy(_Strict):
+    apiVersion: Literal["netclaim.dev/v1alpha1"]
+    kind: Literal["PublishPolicy"]
+    rules: list[Rule]
+
+
+# Without a policy file: physical NICs, shared, bandwidth from their link speed.
+DEFAULT_POLICY = PublishPolicy(
+    apiVersion="netclaim.dev/v1alpha1",
+    kind="PublishPolicy",
+    rules=[Rule(match=Match(attributes={"virtual": False}), mode="shared")],
+)

@@ -1,0 +1,205 @@
+"""Carry out a stored plan in a pod's network namespace (CNI ADD, read back, shape) and undo it (CNI DEL).
+
+Every step is recorded in the store before and after, so a crash at any point leaves a row that says
+what may be half done: `attaching` rows are rolled back with DEL before anything else happens to them.
+This module is the one home of detaching: the NRI hooks, the restart repairs and NodeUnprepareResources
+all come here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+
+from netclaim import faults
+from netclaim.adapters import netlink
+from netclaim.adapters.cni import CniRunner, Invocation, cni_args
+from netclaim.adapters.nri import PodSandbox
+from netclaim.configure.plan import host_nic
+from netclaim.configure.store import Attachment, Interface, Outcome, State, Store
+from netclaim.errors import AttachError, NetclaimError, PodBusyError
+
+log = logging.getLogger(__name__)
+
+
+class PodLocks:
+    """One lock per pod UID: kubelet calls, NRI hooks and repairs of the same pod never interleave."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def __call__(self, pod_uid: str) -> asyncio.Lock:
+        return self._locks.setdefault(pod_uid, asyncio.Lock())
+
+    def forget(self, pod_uid: str) -> None:
+        lock = self._locks.get(pod_uid)
+        if lock is not None and not lock.locked():
+            del self._locks[pod_uid]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+@contextlib.asynccontextmanager
+async def holding(lock: asyncio.Lock, deadline: float) -> AsyncIterator[None]:
+    """The pod's lock, or a PodBusyError when it is not free before the deadline."""
+    try:
+        await asyncio.wait_for(lock.acquire(), max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        raise PodBusyError(
+            "an earlier operation on this pod is still running; nothing was changed, the runtime will retry"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+async def _read_back(name: str, netns: str) -> netlink.InterfaceState:
+    state = await netlink.interface(name, netns)
+    if state is None:
+        raise AttachError(f"CNI ADD succeeded but {name} is not in the pod's namespace")
+    return state
+
+
+def netns_exists(path: str) -> bool:
+    return bool(path) and os.path.exists(path)  # noqa: PTH110 - one stat, on the hook's path
+
+
+class Attacher:
+    def __init__(self, store: Store, cni: CniRunner, locks: PodLocks) -> None:
+        self.store = store
+        self.cni = cni
+        self.locks = locks
+        self._undoing: set[asyncio.Task[None]] = set()
+
+    def _invocation(self, row: Attachment) -> Invocation:
+        netns = row.netns if netns_exists(row.netns) else ""
+        return Invocation(row.sandbox_id, netns, row.plan.interface_name, row.outcome.cni_args)
+
+    def current(self, row: Attachment) -> Attachment | None:
+        return self.store.get(row.key)
+
+    async def is_attached(self, row: Attachment, sandbox: PodSandbox) -> bool:
+        if row.state != State.ATTACHED or row.sandbox_id != sandbox.id:
+            return False
+        return await netlink.interface(row.plan.interface_name, sandbox.netns) is not None
+
+    async def attach(self, row: Attachment, sandbox: PodSandbox, deadline: float) -> Attachment:
+        """ADD the plan into `sandbox`; idempotent for the same sandbox. Raises AttachError after rollback."""
+        if await self.is_attached(row, sandbox):
+            return row
+        if row.state in (State.ATTACHING, State.ATTACHED):
+            row = await self.detach(row, deadline)
+        plan = row.plan
+        args = cni_args(sandbox.namespace, sandbox.name, sandbox.id, sandbox.uid)
+        row = row.with_state(
+            State.ATTACHING,
+            sandbox_id=sandbox.id,
+            netns=sandbox.netns,
+            outcome=Outcome(cni_args=args),
+            error="",
+        )
+        self.store.put(row)
+        invocation = Invocation(sandbox.id, sandbox.netns, plan.interface_name, args)
+        started = time.monotonic()
+        try:
+            result = await self.cni.add(plan.conflist, invocation, deadline)
+            cni_ms = round((time.monotonic() - started) * 1000, 1)
+            faults.point("inside-add")
+            state = await _read_back(plan.interface_name, sandbox.netns)
+            if plan.bandwidth_bps:
+                await netlink.shape(plan.interface_name, plan.bandwidth_bps, sandbox.netns)
+        except Exception as err:
+            message = f"claim {row.claim_namespace}/{row.claim_name} device {row.device}: {err}"
+            if await self._rollback(row, deadline):
+                self.store.put(
+                    row.with_state(State.PREPARED, sandbox_id="", netns="", outcome=Outcome(), error=message)
+                )
+            else:  # out of the runtime's budget: the row stays `attaching` (undo first) and is undone later
+                self._undo_later(row.with_state(State.ATTACHING, error=message))
+            if not isinstance(err, NetclaimError):
+                log.exception("attach failed (a bug)", extra={"claim": row.claim_name})
+            raise AttachError(message) from err
+        interface = Interface(name=state.name, mac=state.mac, mtu=state.mtu, addresses=state.addresses)
+        row = row.with_state(
+            State.ATTACHED, outcome=Outcome(cni_args=args, cni_result=result, interface=interface)
+        )
+        self.store.put(row)
+        log.info(
+            "attached",
+            extra={
+                "pod": f"{sandbox.namespace}/{sandbox.name}",
+                "claim": row.claim_name,
+                "device": row.device,
+                "cni_ms": cni_ms,
+                "interface": state.name,
+                "ips": state.addresses,
+                "ms": round((time.monotonic() - started) * 1000, 1),
+            },
+        )
+        return row
+
+    async def _rollback(self, row: Attachment, deadline: float) -> bool:
+        """DEL the whole chain after a failed ADD, within the hook's deadline; False if it did not finish."""
+        try:
+            await self.cni.delete(row.plan.conflist, self._invocation(row), None, deadline)
+            await self._restore_host_nic(row)
+        except NetclaimError as err:
+            log.warning("rollback after a failed ADD did not finish in time", extra={"error": str(err)})
+            return False
+        return True
+
+    def _undo_later(self, row: Attachment) -> None:
+        self.store.put(row)
+
+        async def undo() -> None:
+            async with self.locks(row.pod_uid):
+                current = self.current(row)
+                if current is not None and current.state == State.ATTACHING:
+                    await self.detach(current, time.monotonic() + self.cni.timeout)
+
+        task = asyncio.create_task(undo())
+        self._undoing.add(task)
+        task.add_done_callback(self._undoing.discard)
+
+    async def detach(self, row: Attachment, deadline: float) -> Attachment:
+        """DEL what an `attaching`/`attached` row may have added (the netns may be gone: IPAM is still
+        released) and put an exclusive NIC back as it was. Safe to repeat."""
+        if row.state not in (State.ATTACHING, State.ATTACHED):
+            return row
+        invocation = self._invocation(row)
+        if invocation.netns:
+            await netlink.remove_ifb(invocation.if_name, invocation.netns)
+        await self.cni.delete(row.plan.conflist, invocation, row.outcome.cni_result, deadline)
+        await self._restore_host_nic(row)
+        row = row.with_state(State.DETACHED, netns="", outcome=Outcome(), error="")
+        self.store.put(row)
+        log.info("detached", extra={"claim": row.claim_name, "device": row.device})
+        return row
+
+    async def release(self, rows: list[Attachment], deadline: float) -> None:
+        """Detach each row under its pod's lock and forget it (NodeUnprepareResources)."""
+        for row in rows:
+            async with self.locks(row.pod_uid):
+                current = self.current(row)
+                if current is not None:
+                    await self.detach(current, deadline)
+                    self.store.delete(current)
+            self.locks.forget(row.pod_uid)
+
+    async def _restore_host_nic(self, row: Attachment) -> None:
+        """After a whole NIC came back from a pod: its name, MTU and MAC as they were before."""
+        if row.plan.shared:
+            return
+        if_name, mtu, mac = host_nic(row.plan)
+        current = await netlink.interface(if_name)
+        if current is None:
+            log.warning("exclusive NIC not back on the node", extra={"interface": if_name})
+            return
+        if current.mtu != mtu or current.mac != mac:
+            await netlink.set_link(if_name, mtu=mtu, mac=mac)

@@ -1,0 +1,225 @@
+"""Planning: a claim, the node's published devices and the configs → one typed AttachPlan per device.
+
+Pure functions, no I/O: `plan_claim` decodes the configs (DeviceClass first, then claim), merges them,
+fills placeholders from the allocated device, checks what a user's config may reach on the host, and
+fills the node's defaults; `negotiate` then picks the CNI version every plugin of the chain speaks, from
+the versions the preparer asked the installed plugins for. Every error is a ConfigError naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from netclaim.adapters.kube import AllocatedDevice, Claim
+from netclaim.api.cniconfig import EffectiveConfig, SourcedConfig, decode, merge, plugin_types
+from netclaim.api.placeholders import ScalarValue, render
+from netclaim.errors import ConfigError
+from netclaim.names import DRIVER_DOMAIN
+from netclaim.publish.devices import BANDWIDTH, Device
+from netclaim.quantity import parse_quantity
+
+PLAN_VERSION = 1
+# CNI fields that name a host interface; a user's config may only point them at the allocated device.
+HOST_INTERFACE_FIELDS = ("master", "device")
+
+
+class AttachPlan(BaseModel):
+    """What RunPodSandbox carries out for one allocated device, stored as JSON (versioned)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1] = 1  # PLAN_VERSION; a newer agent reads older versions, never the reverse
+    interface_name: str  # inside the pod
+    conflist: dict[str, Any]  # rendered, node defaults filled, cniVersion negotiated
+    bandwidth_bps: int | None  # cap both ways; None: not shaped
+    device: Device  # as published: a whole NIC inside a pod is published from it meanwhile
+
+    @property
+    def shared(self) -> bool:
+        return self.device.shared
+
+
+@dataclass(frozen=True)
+class PlannedDevice:
+    """One allocated device of the claim and its plan."""
+
+    allocated: AllocatedDevice
+    plan: AttachPlan
+
+
+def plan_claim(
+    claim: Claim,
+    *,
+    driver: str,
+    node: str,
+    device: Callable[[str], Device | None],
+    ipam_data_dir: Path | None = None,
+) -> list[PlannedDevice]:
+    """Plans for every device of `driver` allocated to the claim (negotiation still to do)."""
+    where = f"claim {claim.namespace}/{claim.name}"
+    if not claim.allocated:
+        raise ConfigError(f"{where} is not allocated")
+    if len(claim.reserved_for) != 1:
+        raise ConfigError(
+            f"{where} is reserved for {len(claim.reserved_for)} pods; a netclaim.dev claim configures one "
+            "pod's interface: use a ResourceClaimTemplate per pod"
+        )
+    planned: list[PlannedDevice] = []
+    interface_names: dict[str, str] = {}
+    for allocated in (r for r in claim.results if r.driver == driver):
+        if allocated.pool != node:
+            raise ConfigError(f"{where}: device {allocated.pool}/{allocated.device} is not on node {node}")
+        effective = merge(configs_for(claim, allocated.request, driver), allocated.request)
+        other = interface_names.setdefault(effective.interface_name, allocated.request)
+        if other != allocated.request:
+            raise ConfigError(
+                f"{where}: requests {other} and {allocated.request} both name interface "
+                f"{effective.interface_name}; give each an interfaceName"
+            )
+        published = device(allocated.device)
+        if published is None:
+            raise ConfigError(f"device {allocated.device} is not published by this node (any more)")
+        plan = _plan(claim, allocated, effective, published, node, ipam_data_dir)
+        planned.append(PlannedDevice(allocated, plan))
+    return planned
+
+
+def configs_for(claim: Claim, request: str, driver: str) -> list[SourcedConfig]:
+    """The driver's configs that apply to `request` (or its parent request), in allocation order."""
+    configs = []
+    parent = request.split("/")[0]
+    for index, entry in enumerate(claim.configs):
+        if entry.driver != driver:
+            continue
+        if entry.requests and request not in entry.requests and parent not in entry.requests:
+            continue
+        owner = (
+            "DeviceClass config" if entry.source == "FromClass" else f"claim {claim.namespace}/{claim.name}"
+        )
+        location = f"{owner} (allocation config[{index}]).opaque.parameters"
+        configs.append(SourcedConfig(decode(entry.parameters, location), entry.source, location))
+    return configs
+
+
+def placeholder_values(
+    claim: Claim, allocated: AllocatedDevice, device: Device, node: str
+) -> dict[str, ScalarValue]:
+    values: dict[str, ScalarValue] = {
+        "device.name": device.name,
+        "device.pool": node,
+        "node.name": node,
+        "claim.name": claim.name,
+        "claim.namespace": claim.namespace,
+        "claim.uid": claim.uid,
+        "request": allocated.request,
+    }
+    consumed = allocated.consumed_capacity.get(BANDWIDTH)
+    if consumed is not None:
+        values["consumed.bandwidth"] = int(parse_quantity(consumed))
+    for key, value in device.attributes.items():
+        values[f"device.{key.rsplit('/', 1)[-1]}"] = value
+    return values
+
+
+def _plan(
+    claim: Claim,
+    allocated: AllocatedDevice,
+    effective: EffectiveConfig,
+    device: Device,
+    node: str,
+    ipam_data_dir: Path | None,
+) -> AttachPlan:
+    conflist = render(effective.cni, placeholder_values(claim, allocated, device, node), "config")
+    if not effective.cni_from_admin:
+        check_host_reach(conflist, device.if_name)
+    consumed = allocated.consumed_capacity.get(BANDWIDTH)
+    return AttachPlan(
+        interface_name=effective.interface_name,
+        conflist=with_node_defaults(conflist, ipam_data_dir),
+        bandwidth_bps=int(parse_quantity(consumed))
+        if consumed and effective.bandwidth == "enforce"
+        else None,
+        device=device,
+    )
+
+
+def check_host_reach(conflist: dict[str, Any], if_name: str) -> None:
+    """A user's CNI config must not reach for host interfaces other than the allocated one (`if_name`), nor
+    choose where IPAM writes on the node."""
+    for index, plugin in enumerate(conflist["plugins"]):
+        ipam = plugin.get("ipam")
+        if isinstance(ipam, dict) and "dataDir" in ipam:
+            raise ConfigError(
+                f"config.plugins[{index}].ipam.dataDir: only the DeviceClass (admin) config may choose "
+                "where IPAM keeps its state on the node"
+            )
+        for key in HOST_INTERFACE_FIELDS:
+            value = plugin.get(key)
+            if value is not None and value != if_name:
+                raise ConfigError(
+                    f"config.plugins[{index}].{key}: {value!r} is not the allocated device's "
+                    f"interface {if_name!r}; only the DeviceClass (admin) config may name other "
+                    "host interfaces (use {{ device.ifName }})"
+                )
+
+
+def with_node_defaults(conflist: dict[str, Any], ipam_data_dir: Path | None) -> dict[str, Any]:
+    """The config list with this node's defaults filled in where the config names none: host-local IPAM
+    keeps its reservations in `ipam_data_dir` (when set), not in the plugin's /var/lib/cni."""
+    if ipam_data_dir is None:
+        return conflist
+    plugins = []
+    for plugin in conflist["plugins"]:
+        ipam = plugin.get("ipam")
+        if isinstance(ipam, dict) and ipam.get("type") == "host-local" and "dataDir" not in ipam:
+            plugin = {**plugin, "ipam": {**ipam, "dataDir": str(ipam_data_dir)}}
+        plugins.append(plugin)
+    return {**conflist, "plugins": plugins}
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def negotiate(conflist: dict[str, Any], supported: Mapping[str, list[str]]) -> tuple[dict[str, Any], bool]:
+    """The config list with `cniVersion` set to the highest version every plugin of the chain speaks
+    (`supported`: plugin type → the versions it reports), and whether that is below what was asked.
+
+    `cniVersions` lists what the config accepts; a lone `cniVersion` is the highest it accepts (older
+    plugins are then spoken to in the highest version they share, ≥ 0.4.0).
+    """
+    wanted = conflist.get("cniVersions") or [conflist["cniVersion"]]
+    kinds = plugin_types(conflist)
+    common = set.intersection(*(set(supported[kind]) for kind in kinds)) if kinds else set()
+    candidates = sorted((v for v in common if v in wanted), key=_version_key, reverse=True)
+    lowered = False
+    if not candidates and "cniVersions" not in conflist:
+        ceiling = _version_key(conflist["cniVersion"])
+        candidates = sorted(
+            (v for v in common if (0, 4, 0) <= _version_key(v) <= ceiling), key=_version_key, reverse=True
+        )
+        lowered = bool(candidates)
+    if not candidates:
+        raise ConfigError(
+            f"cniVersion: the config asks for {wanted}, the installed plugins "
+            f"{kinds} share only {sorted(common, key=_version_key)}"
+        )
+    negotiated = {k: v for k, v in conflist.items() if k != "cniVersions"}
+    negotiated["cniVersion"] = candidates[0]
+    return negotiated, lowered
+
+
+def host_nic(plan: AttachPlan) -> tuple[str, int | None, str | None]:
+    """(ifName, MTU, MAC) of the allocated NIC as it was published: what an exclusive NIC is restored to."""
+    attributes = plan.device.attributes
+    mtu, mac = attributes.get(f"{DRIVER_DOMAIN}/mtu"), attributes.get(f"{DRIVER_DOMAIN}/mac")
+    return (
+        plan.device.if_name,
+        mtu if isinstance(mtu, int) and not isinstance(mtu, bool) else None,
+        mac if isinstance(mac, str) else None,
+    )

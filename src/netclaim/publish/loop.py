@@ -1,0 +1,89 @@
+"""The publish step, supervised: inventory changes, slice events and a periodic resync each wake one
+comparison of the node's devices with its ResourceSlices (netclaim.publish.publisher writes the difference).
+
+inventory ──changes──▶ Trigger ──▶ decide (policy) ──▶ publish ──▶ ResourceSlices
+slice watch ────────────▲           (+ whole NICs now inside pods, still this node's devices)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from netclaim import metrics
+from netclaim.adapters.kube import KubeApi
+from netclaim.api.publishpolicy import PublishPolicy
+from netclaim.backoff import supervise
+from netclaim.publish.devices import Device, DeviceCatalog, decide
+from netclaim.publish.inventory import InventorySource
+from netclaim.publish.publisher import SlicePublisher
+
+SETTLE_SECONDS = 0.1  # a burst of netlink events becomes one scan
+RESYNC_SECONDS = 300.0
+
+
+class Trigger:
+    """A coalescing wake-up: many fire() calls before the next wait() make one pass."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+        await asyncio.sleep(SETTLE_SECONDS)
+        self._event.clear()
+
+
+async def publish_loop(
+    source: InventorySource,
+    policy: PublishPolicy,
+    publisher: SlicePublisher,
+    trigger: Trigger,
+    catalog: DeviceCatalog,
+    held_devices: Callable[[set[str]], list[Device]],
+    on_published: Callable[[], None],
+) -> None:
+    """`held_devices(present names)`: whole NICs now inside pods, published while they are away."""
+
+    async def once() -> None:
+        await trigger.wait()
+        try:
+            scanned = decide(await source.scan(), policy, publisher.driver)
+            devices = [d.device for d in scanned if d.device is not None]
+            devices += held_devices({d.name for d in devices})
+            catalog.update(devices)
+            await publisher.publish(devices)
+            on_published()
+        except BaseException:
+            trigger.fire()  # the next attempt (after the backoff) must publish again
+            raise
+
+    await supervise("publish", once, metrics.PUBLISH_ERRORS.inc)
+
+
+async def watch_inventory(source: InventorySource, trigger: Trigger) -> None:
+    async def once() -> None:
+        async for _ in source.changes():
+            trigger.fire()
+
+    await supervise("inventory watch", once, lambda: None)
+
+
+async def watch_slices(api: KubeApi, node: str, driver: str, trigger: Trigger) -> None:
+    """Kubelet deletes a node's slices at its start and 30 s after our plugin went away: publish again."""
+
+    async def once() -> None:
+        trigger.fire()  # (re)connected: whatever happened meanwhile, compare once
+        async for _ in api.slice_changes(node, driver):
+            trigger.fire()
+
+    await supervise("slice watch", once, lambda: None)
+
+
+async def periodic(trigger: Trigger, seconds: float = RESYNC_SECONDS) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        trigger.fire()

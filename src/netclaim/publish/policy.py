@@ -1,0 +1,106 @@
+"""Which rule of the admin's PublishPolicy (netclaim.api.publishpolicy) selects an interface.
+
+Loading a policy checks what its types cannot: attribute names and CEL expressions are checked against
+the attributes of an interface with every fact known (`SAMPLE_INTERFACE` through `facts_as_attributes`,
+the same function that makes the published attributes), so the two never drift apart.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cel
+
+from netclaim.api.publishpolicy import DEFAULT_POLICY, AttributeValue, PublishPolicy, Rule
+from netclaim.errors import ConfigError
+from netclaim.files import load_yaml_model
+from netclaim.names import DRIVER_DOMAIN, STANDARD_DOMAIN
+from netclaim.publish.inventory import SAMPLE_INTERFACE, facts_as_attributes
+
+SHARED_ATTRIBUTE = "shared"  # netclaim.dev/shared: set on every device from the rule's mode
+
+
+def sample_attributes() -> dict[str, dict[str, AttributeValue]]:
+    """Every attribute a published device can carry, grouped by domain, with a sample value."""
+    attributes = facts_as_attributes(SAMPLE_INTERFACE)
+    attributes[DRIVER_DOMAIN][SHARED_ATTRIBUTE] = True
+    return attributes
+
+
+def _context(attributes: dict[str, dict[str, AttributeValue]], driver: str) -> dict[str, Any]:
+    return {"device": {"driver": driver, "attributes": attributes}}
+
+
+def check_cel(expression: str) -> None:
+    """Syntax, names and types of a policy CEL expression, checked against a complete sample device."""
+    known = sample_attributes()
+    try:
+        program = _program(expression)
+        result = program.execute(cel.Context(_context(known, DRIVER_DOMAIN)))
+    except ValueError as err:
+        raise ValueError(f"invalid CEL: {str(err).splitlines()[0]}") from err
+    except KeyError as err:
+        raise ValueError(
+            f"invalid CEL: no attribute {err}; netclaim.dev attributes are {sorted(known[DRIVER_DOMAIN])}"
+        ) from err
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"invalid CEL: {err}") from err
+    if not isinstance(result, bool):
+        raise ValueError(f"invalid CEL: must evaluate to a bool, not {type(result).__name__}")  # noqa: TRY004
+
+
+@functools.lru_cache(maxsize=256)
+def _program(expression: str) -> cel.Program:
+    return cel.compile(expression)
+
+
+def rule_problems(policy: PublishPolicy) -> Iterator[str]:
+    """`field: problem` for everything the types let through but the attributes do not allow."""
+    own = sample_attributes()[DRIVER_DOMAIN]
+    for index, rule in enumerate(policy.rules):
+        where = f"rules[{index}]"
+        unknown = sorted(set(rule.match.attributes) - set(own))
+        if unknown:
+            yield f"{where}.match.attributes: unknown attributes {unknown}; known: {sorted(own)}"
+        if rule.match.cel is not None:
+            try:
+                check_cel(rule.match.cel)
+            except ValueError as err:
+                yield f"{where}.match.cel: {err}"
+        for key in rule.attributes:
+            domain, _, name = key.rpartition("/")
+            if domain in ("", DRIVER_DOMAIN) and name in own:
+                yield f"{where}.attributes.{key}: is a standard attribute netclaim sets itself"
+            if domain == STANDARD_DOMAIN:
+                yield f"{where}.attributes.{key}: the resource.kubernetes.io domain is Kubernetes' own"
+
+
+def matches(rule: Rule, if_name: str, attributes: dict[str, dict[str, AttributeValue]], driver: str) -> bool:
+    """Whether `rule` selects this interface. A CEL error at run time (a missing attribute) is no match."""
+    match = rule.match
+    if match.names and not any(fnmatch.fnmatchcase(if_name, glob) for glob in match.names):
+        return False
+    own = attributes.get(DRIVER_DOMAIN, {})
+    if any(own.get(key) != value for key, value in match.attributes.items()):
+        return False
+    if match.cel is None:
+        return True
+    try:
+        return bool(_program(match.cel).execute(cel.Context(_context(attributes, driver))) is True)
+    except (KeyError, RuntimeError, TypeError, ValueError):
+        return False
+
+
+def load_policy(path: Path | None) -> PublishPolicy:
+    """The policy in `path` (DEFAULT_POLICY when None); errors name the file and the field."""
+    if path is None:
+        return DEFAULT_POLICY
+    policy = load_yaml_model(path, PublishPolicy, "kind: PublishPolicy")
+    problems = [f"{path}: {problem}" for problem in rule_problems(policy)]
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return policy
