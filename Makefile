@@ -46,12 +46,15 @@ proto-check: proto
 lint: deps
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/lint-imports --no-cache
 
 typecheck: deps
 	$(BIN)/mypy
 
+# Unit tests alone, with the line coverage of the code they exercise (configure/ and publish/ >= 90 %).
 unit: deps
-	$(BIN)/pytest -m 'not cluster and not root' tests
+	$(BIN)/pytest -m 'not cluster and not root' -p no:cacheprovider --cov=netclaim.configure \
+	  --cov=netclaim.publish --cov-report=term-missing --cov-fail-under=90 tests
 
 test: deps bins proto-check lint typecheck
 	$(BIN)/pytest tests

@@ -13,13 +13,12 @@ import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
-
 from netclaim.adapters import kubeletplugin, nri
 from netclaim.adapters.cni import CniRunner
 from netclaim.adapters.http import Health
 from netclaim.adapters.http import serve as serve_health
 from netclaim.adapters.kube import KubeApi
+from netclaim.adapters.kubeletplugin import KubeletPlugin
 from netclaim.api.settings import AgentSettings
 from netclaim.configure.attach import Attacher, PodLocks
 from netclaim.configure.hooks import PodHooks
@@ -61,7 +60,7 @@ def _allowed_plugins(settings: AgentSettings) -> frozenset[str] | None:
 
 async def _start_configure_path(
     settings: AgentSettings, api: KubeApi, store: Store, catalog: DeviceCatalog, health: Health
-) -> tuple[list[asyncio.Task[None]], list[grpc.aio.Server]]:
+) -> tuple[list[asyncio.Task[None]], KubeletPlugin | None]:
     """kubelet plugin (prepare) and NRI hooks (attach), sharing the store, the locks and the status writer."""
     node, driver = settings.node_name, settings.driver_name
     cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
@@ -69,7 +68,7 @@ async def _start_configure_path(
     locks = PodLocks()
     attacher = Attacher(store, cni, locks)
     tasks = [asyncio.create_task(status.run(), name="status-writer")]
-    servers: list[grpc.aio.Server] = []
+    plugin = None
     if settings.kubelet_plugin:
         preparer = Preparer(
             driver=driver,
@@ -83,13 +82,15 @@ async def _start_configure_path(
             ipam_data_dir=settings.ipam_data_dir,
         )
         health.expect("kubelet")
-        servers = list(await kubeletplugin.serve(preparer, settings.kubelet_root_dir, driver, health))
+        plugin = await kubeletplugin.serve(
+            preparer, settings.kubelet_root_dir, driver, lambda ok: health.set("kubelet", ok)
+        )
     if settings.nri_socket is not None:
         hooks = PodHooks(store, attacher, status, locks)
         health.expect("nri")
         nri_task = nri.run_plugin(settings.nri_socket, hooks, on_state=lambda ok: health.set("nri", ok))
         tasks.append(asyncio.create_task(nri_task, name="nri"))
-    return tasks, servers
+    return tasks, plugin
 
 
 async def run(settings: AgentSettings) -> None:
@@ -128,9 +129,9 @@ async def run(settings: AgentSettings) -> None:
         asyncio.create_task(watch_slices(api, node, driver, trigger), name="slice-watch"),
         asyncio.create_task(periodic(trigger), name="resync"),
     ]
-    servers: list[grpc.aio.Server] = []
+    plugin = None
     if store is not None:
-        configure_tasks, servers = await _start_configure_path(settings, api, store, catalog, health)
+        configure_tasks, plugin = await _start_configure_path(settings, api, store, catalog, health)
         tasks += configure_tasks
     try:
         async with _stopping_on_signals() as stop:
@@ -140,11 +141,8 @@ async def run(settings: AgentSettings) -> None:
             for task in done - {stopper}:  # the loops run forever: an end is a bug worth stopping for
                 raise task.exception() or RuntimeError(f"{task.get_name()} ended unexpectedly")
     finally:
-        registration, _ = kubeletplugin.socket_paths(settings.kubelet_root_dir, driver)
-        if servers:
-            registration.unlink(missing_ok=True)  # kubelet deregisters us at once
-        for server in servers:
-            await server.stop(grace=2)
+        if plugin is not None:
+            await plugin.stop()
         if http is not None:
             http.close()
         for task in tasks:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from netclaim.errors import NetclaimError
+from netclaim.errors import ExpectationError, NetclaimError
 from netclaim.quantity import format_quantity
 
 DEFAULT_CLUSTER_FILE = Path("examples/demo/cluster.yaml")
@@ -58,7 +58,7 @@ def _agent(args: argparse.Namespace) -> int:
 def _inventory(args: argparse.Namespace) -> int:
     import asyncio
 
-    from netclaim.publish.devices import decide
+    from netclaim.publish.devices import BANDWIDTH, decide
     from netclaim.publish.inventory import FileInventory, InventorySource, NodeInventory
     from netclaim.publish.policy import load_policy
 
@@ -86,7 +86,7 @@ def _inventory(args: argparse.Namespace) -> int:
     rows = [("INTERFACE", "DEVICE", "MODE", "BANDWIDTH", "PCI", "NUMA", "DECISION")]
     for decision in decisions:
         device, interface = decision.device, decision.interface
-        bandwidth = device.capacity.get("netclaim.dev/bandwidth") if device else None
+        bandwidth = device.capacity.get(BANDWIDTH) if device else None
         rows.append(
             (
                 interface.name,
@@ -120,7 +120,7 @@ def _demo(args: argparse.Namespace) -> int:
     try:
         demo.run(handle, b_request=args.b_request)
         print(f"\nThe demo behaved as expected (total {time.monotonic() - started:.1f} s).")
-    except demo.DemoMismatch as err:
+    except ExpectationError as err:
         print(f"\n{err}")
         code = 1
     print(f"""

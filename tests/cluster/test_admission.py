@@ -18,6 +18,7 @@ from lightkube.resources.core_v1 import Pod, Secret
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
 from netclaim.cluster.cluster import ClusterHandle
+from netclaim.cluster.layout import REPO_ROOT
 from tests.cluster.helpers import (
     admin_device_class,
     apply,
@@ -166,7 +167,7 @@ def test_prepare_catches_the_rest_and_leaves_nothing(cluster: ClusterHandle, kub
 
 
 def test_netclaim_validate_checks_manifests_offline(tmp_path: Path) -> None:
-    examples = Path(__file__).resolve().parents[2] / "examples" / "demo"
+    examples = REPO_ROOT / "examples" / "demo"
     good = subprocess.run(
         [
             sys.executable,

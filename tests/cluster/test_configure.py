@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
 from netclaim.cluster.cluster import ClusterHandle
+from netclaim.cluster.layout import REPO_ROOT
 from tests.cluster.helpers import (
     admin_device_class,
     apply,
@@ -39,7 +39,7 @@ from tests.cluster.helpers import (
 )
 from tests.kube import delete, typed, wait_for
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
+DEMO = REPO_ROOT / "examples" / "demo"
 # `network` is an admin attribute only some devices carry: CEL errors on a missing key fail scheduling.
 ON_LAN1 = (
     '"network" in device.attributes["netclaim.dev"] && device.attributes["netclaim.dev"].network == "lan1"'

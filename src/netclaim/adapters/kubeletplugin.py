@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,7 +25,6 @@ from netclaim._proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from netclaim.adapters.http import Health
 from netclaim.errors import CniError, ConfigError, NetclaimError
 
 log = logging.getLogger(__name__)
@@ -126,10 +126,10 @@ class _DraV1beta1(_DraService, dra_v1beta1_pb2_grpc.DRAPluginServicer):
 
 
 class _Registration(pluginregistration_pb2_grpc.RegistrationServicer):
-    def __init__(self, driver: str, endpoint: Path, health: Health) -> None:
+    def __init__(self, driver: str, endpoint: Path, on_registered: Callable[[bool], None]) -> None:
         self.driver = driver
         self.endpoint = endpoint
-        self.health = health
+        self.on_registered = on_registered
 
     async def GetInfo(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pluginregistration_pb2.PluginInfo(
@@ -140,7 +140,7 @@ class _Registration(pluginregistration_pb2_grpc.RegistrationServicer):
         )
 
     async def NotifyRegistrationStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        self.health.set("kubelet", request.plugin_registered)
+        self.on_registered(request.plugin_registered)
         if request.plugin_registered:
             log.info("registered with kubelet")
         else:
@@ -154,10 +154,24 @@ def _listen(server: grpc.aio.Server, path: Path) -> None:
     server.add_insecure_port(f"unix://{path}")
 
 
+@dataclass(frozen=True)
+class KubeletPlugin:
+    """The two running servers; `stop()` deregisters from kubelet first (it drops us at once)."""
+
+    dra: grpc.aio.Server
+    registration: grpc.aio.Server
+    registration_socket: Path
+
+    async def stop(self) -> None:
+        self.registration_socket.unlink(missing_ok=True)
+        for server in (self.registration, self.dra):
+            await server.stop(grace=2)
+
+
 async def serve(
-    preparer: ClaimPreparer, kubelet_root: Path, driver: str, health: Health
-) -> tuple[grpc.aio.Server, grpc.aio.Server]:
-    """Start the DRA service, then the registration socket kubelet watches; returns both servers."""
+    preparer: ClaimPreparer, kubelet_root: Path, driver: str, on_registered: Callable[[bool], None]
+) -> KubeletPlugin:
+    """Start the DRA service, then the registration socket kubelet watches."""
     registration_socket, dra_socket = socket_paths(kubelet_root, driver)
     dra = grpc.aio.server()
     dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1(preparer), dra)
@@ -167,7 +181,7 @@ async def serve(
     dra_socket.chmod(0o600)
     registration = grpc.aio.server()
     pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(
-        _Registration(driver, dra_socket, health), registration
+        _Registration(driver, dra_socket, on_registered), registration
     )
     _listen(registration, registration_socket)
     await registration.start()
@@ -175,4 +189,4 @@ async def serve(
     log.info(
         "kubelet plugin listening", extra={"registration": str(registration_socket), "dra": str(dra_socket)}
     )
-    return dra, registration
+    return KubeletPlugin(dra, registration, registration_socket)

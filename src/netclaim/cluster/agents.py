@@ -14,10 +14,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import yaml
-
 from netclaim.cluster import processes
 from netclaim.cluster.cluster import ClusterHandle
+from netclaim.cluster.controlplane import write_kubeconfig
+from netclaim.cluster.layout import REPO_ROOT
 from netclaim.cluster.node import LocalNode
 from netclaim.errors import TransientError
 
@@ -25,8 +25,7 @@ AGENT = "netclaim-agent"
 METRICS_PORT = 9177
 NAMESPACE = "netclaim-system"
 SERVICE_ACCOUNT = "netclaim-agent"
-REPO = Path(__file__).resolve().parents[3]
-DEPLOY_DIR = REPO / "deploy"
+DEPLOY_DIR = REPO_ROOT / "deploy"
 CLUSTER_MANIFESTS = ("rbac.yaml", "deviceclasses.yaml", "policy.yaml", "admission.yaml")
 
 
@@ -57,21 +56,7 @@ def agent_kubeconfig(handle: ClusterHandle, node: str, path: Path) -> None:
         f"--bound-object-name={node}",
     ).strip()
     server = f"https://{handle.spec.management_gateway().ip}:{handle.spec.ports.apiserver}"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {"server": server, "certificate-authority": str(handle.layout.pki / "ca.crt")},
-            }
-        ],
-        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
-        "contexts": [{"name": "local", "context": {"cluster": "local", "user": SERVICE_ACCOUNT}}],
-        "current-context": "local",
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
+    write_kubeconfig(path, server, handle.layout.pki / "ca.crt", SERVICE_ACCOUNT, {"token": token})
 
 
 def agent_command(

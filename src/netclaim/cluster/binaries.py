@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from netclaim.cluster.layout import REPO_ROOT
 from netclaim.errors import PrerequisiteError
 
 PROGRAMS = (
@@ -72,7 +73,7 @@ _BUILDS = (
 def tools_dir() -> Path:
     """`tools/k8s` of the checkout this package runs from (or NETCLAIM_TOOLS_DIR)."""
     override = os.environ.get("NETCLAIM_TOOLS_DIR")
-    path = Path(override) if override else Path(__file__).resolve().parents[3] / "tools" / "k8s"
+    path = Path(override) if override else REPO_ROOT / "tools" / "k8s"
     if not (path / "kubernetes" / "go.mod").is_file():
         raise PrerequisiteError(f"{path}: the pinned Go modules are missing; run from a netclaim checkout")
     return path

@@ -38,14 +38,17 @@ _AUDIT_POLICY = {
 }
 
 
-def write_kubeconfig(path: Path, server: str, ca: Path, client: KeyPair, user: str) -> None:
+def client_certificate(pair: KeyPair) -> dict[str, str]:
+    return {"client-certificate": str(pair.cert), "client-key": str(pair.key)}
+
+
+def write_kubeconfig(path: Path, server: str, ca: Path, user: str, credentials: dict[str, str]) -> None:
+    """A kubeconfig for `user` (credentials: a client certificate, or a token) at `server`."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority": str(ca)}}],
-        "users": [
-            {"name": user, "user": {"client-certificate": str(client.cert), "client-key": str(client.key)}}
-        ],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
         "current-context": "local",
     }
@@ -92,13 +95,15 @@ class ControlPlane:
         ):
             pair = ca.issue(name, user, groups, client=True)
             kubeconfig = self.layout.admin_kubeconfig if name == "admin" else pki / f"{name}.kubeconfig"
-            write_kubeconfig(kubeconfig, self.server, ca.pair.cert, pair, user)
+            write_kubeconfig(kubeconfig, self.server, ca.pair.cert, user, client_certificate(pair))
         return ca
 
     def node_kubeconfig(self, node: str, path: Path) -> None:
         assert self.ca is not None, "write_pki() first"
         pair = self.ca.issue(f"kubelet-{node}", f"system:node:{node}", ("system:nodes",), client=True)
-        write_kubeconfig(path, self.server, self.ca.pair.cert, pair, f"system:node:{node}")
+        write_kubeconfig(
+            path, self.server, self.ca.pair.cert, f"system:node:{node}", client_certificate(pair)
+        )
 
     # --- processes -----------------------------------------------------------------------------
     def _start(self, name: str, command: list[str]) -> None:

@@ -3,7 +3,7 @@
 Pod-A asks for 10Gi of an `enp0s10`, Deployment-B for 3 x 5Gi: Pod-A gets one node's NIC to itself, two B
 replicas share the other node's, the third waits (Pending, with the scheduler's reason). `ip a` in Pod-A
 shows the IP and MAC its claim's status reports, and pods ping each other across nodes over net1.
-`run()` prints a report and raises DemoMismatch listing every expectation that did not hold.
+`run()` prints a report and raises ExpectationError listing every expectation that did not hold.
 """
 
 from __future__ import annotations
@@ -14,21 +14,17 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 from netclaim.cluster.cluster import ClusterHandle
-from netclaim.errors import NetclaimError
+from netclaim.cluster.layout import REPO_ROOT
+from netclaim.errors import ExpectationError
 from netclaim.quantity import format_quantity, parse_quantity
 
 DRIVER = "netclaim.dev"
 BANDWIDTH = "netclaim.dev/bandwidth"
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "demo"
+EXAMPLES = REPO_ROOT / "examples" / "demo"
 NAMESPACE = "netclaim-demo"
-
-
-class DemoMismatch(NetclaimError):
-    """The cluster did not do what the demo expects; the message lists each difference."""
 
 
 @dataclass
@@ -283,5 +279,5 @@ def run(handle: ClusterHandle, out: TextIO = sys.stdout, b_request: str = "5Gi")
     outcome.problems = check(handle, outcome, out)
     print(f"\n(demo settled and checked in {time.monotonic() - started:.1f} s)", file=out)
     if outcome.problems:
-        raise DemoMismatch("the demo did not behave as expected:\n- " + "\n- ".join(outcome.problems))
+        raise ExpectationError("the demo did not behave as expected:\n- " + "\n- ".join(outcome.problems))
     return outcome

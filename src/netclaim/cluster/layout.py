@@ -6,6 +6,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+# The checkout this tooling runs from (deploy/, examples/, tools/): it is dev tooling, never installed alone.
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
 STATE_ROOT = Path(os.environ.get("NETCLAIM_CLUSTER_ROOT", "/var/lib/netclaim-cluster"))
 
 
