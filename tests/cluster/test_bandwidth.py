@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
@@ -38,7 +37,12 @@ def _throughput(
         stderr=subprocess.DEVNULL,
     )
     try:
-        time.sleep(0.5)
+        wait_for(
+            lambda: ":5201" in in_pod_netns(cluster, "node-1", server_netns, "ss", "-Hltn"),
+            30,
+            "iperf3 listening",
+            interval=0.05,
+        )
         command = ["iperf3", "-c", server, "-t", "4", "-O", "1", "-J", *(["-R"] if reverse else [])]
         report = json.loads(in_pod_netns(cluster, "node-1", client_netns, *command, timeout=30))
     finally:

@@ -46,35 +46,6 @@ ON_LAN1 = (
 )
 
 
-# --- the talks' demo, step 5 --------------------------------------------------------------------------
-def test_talks_demo_pod_a_status_matches_ip_a_and_pods_ping_over_net1(
-    cluster: ClusterHandle, kube: Client, ns: str
-) -> None:
-    cluster.kubectl("apply", "-n", ns, "-f", str(DEMO / "pod-a.yaml"), "-f", str(DEMO / "deployment-b.yaml"))
-    wait_for(
-        lambda: ready_entry(kube, ns, "pod-a") is not None and len(running(kube, ns, "deployment-b")) == 2,
-        120,
-        "Pod-A and two B replicas running",
-    )
-    entry = ready_entry(kube, ns, "pod-a")
-    assert entry is not None
-    mac, addresses, _ = interface_in_pod(cluster, ns, "pod-a", "net1")
-    network = entry["networkData"]
-    assert network["interfaceName"] == "net1"
-    assert network["hardwareAddress"] == mac
-    assert network["ips"] == addresses and len(addresses) == 1
-    assert ipaddress.ip_interface(addresses[0]).ip in ipaddress.ip_network("10.10.1.0/24")
-    assert entry["data"]["interfaces"][0]["name"] == "net1"  # the CNI result
-
-    pod_a = kube.get(Pod, "pod-a", namespace=ns)
-    b_pods = running(kube, ns, "deployment-b")
-    assert {node_name(p) for p in b_pods} != {node_name(pod_a)} and len({node_name(p) for p in b_pods}) == 1
-    b_ips = [interface_in_pod(cluster, ns, name_of(p), "net1")[1][0].split("/")[0] for p in b_pods]
-    ping(cluster, ns, name_of(b_pods[0]), b_ips[1])  # the two B pods, macvlan bridge on one NIC
-    for address in b_ips:
-        ping(cluster, ns, "pod-a", address)  # across nodes over the declared L2 segment
-
-
 def test_one_template_on_nics_with_different_names(cluster: ClusterHandle, kube: Client, ns: str) -> None:
     """node-1 reaches lan1 through ens1f0, node-2 through enp94s0; `master` comes from the placeholder."""
     on_lan1 = ON_LAN1

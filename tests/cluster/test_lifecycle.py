@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from lightkube import Client, KubeConfig
@@ -119,11 +118,21 @@ def test_down_leaves_nothing_and_up_down_are_repeatable(cluster: ClusterHandle, 
     finally:
         local_cluster.down("ncdown")
     local_cluster.down("ncdown")  # twice is safe
-    time.sleep(0.5)
-    after = _machine_state(cluster.spec.name)
-    for kind in before:
-        leaked = after[kind] - before[kind]
-        if kind == "links":
-            leaked = {link for link in leaked if not any(link.startswith(p) for p in session_links)}
-        assert not leaked, f"{kind} left behind by cluster down: {sorted(leaked)}"
+
+    def leaked() -> dict[str, list[str]]:
+        after = _machine_state(cluster.spec.name)
+        found = {}
+        for kind in before:
+            extra = after[kind] - before[kind]
+            if kind == "links":
+                extra = {link for link in extra if not any(link.startswith(p) for p in session_links)}
+            if extra:
+                found[kind] = sorted(extra)
+        return found
+
+    # the kernel tears a namespace's links down asynchronously after its last process is gone
+    try:
+        wait_for(lambda: not leaked(), 30, "nothing left behind by cluster down", interval=0.1)
+    finally:
+        assert not leaked(), f"left behind by cluster down: {leaked()}"
     assert not Path("/var/lib/netclaim-cluster/ncdown").exists(), "state (IPAM reservations too) left behind"

@@ -4,8 +4,8 @@ with its interface and Ready=True, or cleaned up, and is never Ready=True withou
 from __future__ import annotations
 
 import fcntl
+import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from lightkube import Client
 from lightkube.core.client import FieldSelector
+from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event, Pod
 
 from netclaim.cluster import agents, processes
@@ -29,7 +30,6 @@ from tests.cluster.helpers import (
     macvlan,
     name_of,
     node_name,
-    pod_claim_name,
     pod_manifest,
     ready_entry,
     running,
@@ -48,7 +48,8 @@ class ReadyWatch:
     def __init__(self, cluster: ClusterHandle, kube: Client, namespace: str) -> None:
         self.cluster, self.kube, self.namespace = cluster, kube, namespace
         self.violations: list[str] = []
-        self.samples = 0
+        self.samples = 0  # Ready pods whose namespace was looked into
+        self.unobservable = 0  # pods that went (or had no sandbox yet) between the list and the look
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -61,16 +62,27 @@ class ReadyWatch:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(0.2):
             for pod in running_or_starting(self.kube, self.namespace):
                 try:
                     self._check(pod)
-                except Exception:
-                    continue
+                except (ApiError, subprocess.CalledProcessError, IndexError):
+                    self.unobservable += 1
+
+    def wait_sampled(self) -> None:
+        """Until at least one Ready pod was looked into: a watch that saw nothing proves nothing."""
+        wait_for(lambda: self.samples > 0, 60, "the watch to sample a Ready pod")
+
+    def assert_clean(self) -> None:
+        print(f"ready watch: {self.samples} samples, {self.unobservable} unobservable, {self.violations}")
+        assert self.samples > 0 and self.violations == []
 
     def _check(self, pod: Pod) -> None:
         assert pod.metadata is not None and pod.metadata.name is not None and pod.metadata.uid is not None
-        claim = pod_claim_name(self.kube, self.namespace, pod.metadata.name)
+        statuses = pod.status.resourceClaimStatuses if pod.status else None
+        if not statuses or not statuses[0].resourceClaimName:
+            return  # no claim yet: it cannot be Ready either
+        claim = statuses[0].resourceClaimName
         ready = any(
             c["status"] == "True"
             for e in claim_devices(self.kube, self.namespace, claim)
@@ -149,7 +161,8 @@ def test_agent_killed_while_a_pod_starts(
             "the pod running and Ready after the agent's restart",
         )
         assert has_net1(cluster, kube.get(Pod, "p", namespace=ns))
-    assert watch.violations == []
+        watch.wait_sampled()
+    watch.assert_clean()
     assert len(ipam_reservations(cluster, network)) == 1, "a crash inside ADD must not leak an address"
     delete(kube, Pod, "p", ns)
     wait_for(lambda: ipam_reservations(cluster, network) == set(), 60, "the address released")
@@ -195,7 +208,11 @@ def test_containerd_restart_under_load(cluster: ClusterHandle, kube: Client, ns:
     )
     node = cluster.node("node-1")
     with ReadyWatch(cluster, kube, ns) as watch:
-        time.sleep(3)  # pods are being created on both enp0s10 nodes
+        wait_for(
+            lambda: sum(1 for p in kube.list(Pod, namespace=ns) if p.spec and p.spec.nodeName) >= 4,
+            60,
+            "replicas bound to nodes: their sandboxes are being created while containerd restarts",
+        )
         processes.stop(node.pid_dir, "containerd", grace=5)
         processes.start_recorded(node.pid_dir, "containerd")
 
@@ -205,7 +222,8 @@ def test_containerd_restart_under_load(cluster: ClusterHandle, kube: Client, ns:
 
         wait_for(settled, 240, "all 8 replicas running and Ready after containerd's restart")
         assert all(has_net1(cluster, p) for p in running(kube, ns, "load"))
-    assert watch.violations == [] and watch.samples > 0
+        watch.wait_sampled()
+    watch.assert_clean()
     assert len(ipam_reservations(cluster, network)) == 8
 
 
@@ -227,14 +245,20 @@ def _attach_during_outage(cluster: ClusterHandle, kube: Client, ns: str, attempt
             if r["claim_namespace"] == ns and r["claim_name"].startswith(f"{name}-")
         ]
 
+    agent_log = cluster.layout.logs / "node-2" / f"{agents.AGENT}.log"
+    offset = len(agent_log.read_bytes())
     wait_for(lambda: bool(rows()), 60, "the claim prepared", interval=0.02)
     processes.stop(pids, "kube-apiserver", grace=0)  # at once: the sandbox is a few 100 ms away
-    stopped = time.monotonic()
     try:
         if rows()[0]["state"] != "prepared":
             return False
         wait_for(lambda: rows()[0]["state"] == "attached", 25, "attached while the apiserver is away")
-        time.sleep(max(0.0, 30 - (time.monotonic() - stopped)))
+
+        def status_write_retried() -> bool:
+            lines = agent_log.read_bytes()[offset:].decode(errors="replace").splitlines()
+            return any("status write failed; retrying" in line and f'"{name}-' in line for line in lines)
+
+        wait_for(status_write_retried, 60, "the agent retrying the status while the apiserver is away")
     finally:
         processes.start_recorded(pids, "kube-apiserver")
         control_plane = ControlPlane(cluster.spec, cluster.layout, cluster.bin_dir)
@@ -285,6 +309,7 @@ def test_a_hanging_plugin_fails_the_sandbox_instead_of_timing_out(
             fcntl.flock(lock, fcntl.LOCK_UN)
             wait_for(lambda: ready_entry(kube, ns, "p") is not None, 180, "the retried sandbox configured")
             assert has_net1(cluster, kube.get(Pod, "p", namespace=ns))
-    assert watch.violations == []
+            watch.wait_sampled()
+    watch.assert_clean()
     # containerd never dropped the plugin for a timeout: the agent's NRI connection stayed up throughout
     assert "NRI connection lost" not in agent_log.read_text()[offset:]

@@ -1,4 +1,5 @@
-"""atheris: the config decoder and the placeholder renderer on arbitrary bytes; only ConfigError may escape.
+"""atheris: the config decoder and the placeholder renderer on arbitrary bytes; only ConfigError may escape,
+and it names the field.
 
 Run: python tests/fuzz/fuzz_config.py -atheris_runs=20000   (tests/unit/test_fuzz.py does, bounded)
 """
@@ -31,8 +32,8 @@ def one_input(data: bytes) -> None:
         config = decode(parameters, "fuzz")
         if config.config is not None:
             render(as_conflist(config.config), {"device.ifName": "e", "consumed.bandwidth": 1}, "config")
-    except ConfigError:
-        return
+    except ConfigError as err:  # the one outcome besides success; it must say where
+        assert str(err).startswith(("fuzz", "config")), str(err)
 
 
 if __name__ == "__main__":

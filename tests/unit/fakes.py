@@ -99,3 +99,79 @@ class FakeKubeApi(KubeApi):
         self._call("slice_changes")
         while True:
             yield await self.slice_events.get()
+
+
+# --- publish/ fakes: an inventory source, and netlink as netclaim.publish.inventory calls it ---------------
+
+import ipaddress  # noqa: E402
+
+from netclaim.adapters import netlink as real_netlink  # noqa: E402
+from netclaim.publish.inventory import NetworkInterface  # noqa: E402
+
+
+@dataclass
+class FakeInventory:
+    """An InventorySource in memory: `scan` returns `interfaces` (or raises what `fail_next` holds first);
+    each item put on `change_events` is one burst of changes yielded by `changes`."""
+
+    interfaces: list[NetworkInterface] = field(default_factory=list)
+    fail_next: list[Exception] = field(default_factory=list)
+    change_events: asyncio.Queue[None] = field(default_factory=asyncio.Queue)
+    scans: int = 0
+
+    async def scan(self) -> list[NetworkInterface]:
+        self.scans += 1
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        return list(self.interfaces)
+
+    async def changes(self) -> AsyncIterator[None]:
+        while True:
+            await self.change_events.get()
+            yield None
+
+
+@dataclass
+class FakeNetlink:
+    """Stands in for the `netlink` module inside netclaim.publish.inventory (monkeypatch it there): links,
+    addresses and default routes from these fields; `batches` feeds LinkEvents().next_batch()."""
+
+    Link = real_netlink.Link
+
+    known_links: list[real_netlink.Link] = field(default_factory=list)
+    known_addresses: dict[int, list[ipaddress.IPv4Interface | ipaddress.IPv6Interface]] = field(
+        default_factory=dict
+    )
+    default_route: set[int] = field(default_factory=set)
+    batches: asyncio.Queue[list[str]] = field(default_factory=asyncio.Queue)
+    subscriptions: list[str] = field(default_factory=list)  # "open" / "close" of each LinkEvents
+
+    async def links(self, netns: str | None = None) -> list[real_netlink.Link]:
+        return list(self.known_links)
+
+    async def addresses(
+        self, netns: str | None = None
+    ) -> dict[int, list[ipaddress.IPv4Interface | ipaddress.IPv6Interface]]:
+        return {index: list(found) for index, found in self.known_addresses.items()}
+
+    async def default_route_interfaces(self, netns: str | None = None) -> set[int]:
+        return set(self.default_route)
+
+    def LinkEvents(self) -> FakeLinkEvents:
+        """Named like the class it stands in for: inventory calls `netlink.LinkEvents()`."""
+        return FakeLinkEvents(self)
+
+
+class FakeLinkEvents:
+    def __init__(self, netlink: FakeNetlink) -> None:
+        self.netlink = netlink
+
+    async def __aenter__(self) -> FakeLinkEvents:
+        self.netlink.subscriptions.append("open")
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.netlink.subscriptions.append("close")
+
+    async def next_batch(self) -> list[str]:
+        return await self.netlink.batches.get()

@@ -1,26 +1,87 @@
-"""Every malformed config and policy of the corpus is refused with a message naming the field; no crash."""
+"""Every malformed config and policy of the corpus is refused with a message naming the field; no crash.
+
+Configs go through the agent's own planning (netclaim.configure.plan.plan_claim on a claim that carries
+them, then the CNI adapter's plugin lookup in a directory holding the admission allow-list's plugins):
+what prepare does before any plugin runs.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import json
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netclaim.api.cniconfig import as_conflist, decode, plugin_types
-from netclaim.api.placeholders import render
+from netclaim.adapters.cni import CniRunner
+from netclaim.adapters.kube import AllocatedDevice, Claim, DeviceConfig, PodRef
+from netclaim.api.cniconfig import decode, plugin_types
 from netclaim.api.validate import ALLOWED_PLUGINS
-from netclaim.configure.plan import check_host_reach
+from netclaim.configure.plan import plan_claim
 from netclaim.errors import ConfigError
+from netclaim.publish.devices import Device
 from netclaim.publish.policy import load_policy
 from tests.corpus import VALID_CONFIG, VALID_POLICY, ConfigCase, PolicyCase, config_cases, policy_cases
 
 LOCATION = "claim ns/c (allocation config[0]).opaque.parameters"
 CONFIGS = config_cases()
 POLICIES = policy_cases()
+DEVICE = Device(
+    name="pci-0000-5e-00-0",
+    if_name="enp0s10",
+    shared=True,
+    attributes={"netclaim.dev/ifName": "enp0s10", "netclaim.dev/mtu": 1500},
+)
+
+
+def _claim(parameters: object) -> Claim:
+    return Claim(
+        namespace="ns",
+        name="c",
+        uid="uid-1",
+        resource_version="1",
+        allocated=True,
+        results=(AllocatedDevice("net", "netclaim.dev", "node-1", DEVICE.name, "s1", {}),),
+        configs=(DeviceConfig("FromClaim", (), "netclaim.dev", parameters),),
+        reserved_for=(PodRef("p", "pod-uid"),),
+        devices_status=(),
+    )
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> CniRunner:
+    """A plugin directory holding the plugins admission allows (empty executables: nothing runs here)."""
+    bin_dir = tmp_path_factory.mktemp("cni-bin")
+    for name in ALLOWED_PLUGINS:
+        (bin_dir / name).write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / name).chmod(0o755)
+    return CniRunner(bin_dir)
+
+
+def prepare_refusal(parameters: object, cni: CniRunner) -> str | None:
+    """None when the agent's planning accepts `parameters` as a claim's config, else its error message."""
+    try:
+        [planned] = plan_claim(
+            _claim(parameters), driver="netclaim.dev", node="node-1", device={DEVICE.name: DEVICE}.get
+        )
+        for kind in plugin_types(planned.plan.conflist):
+            cni.plugin_path(kind)
+    except ConfigError as err:
+        return str(err)
+    return None
+
+
+def named_fields(message: str) -> Iterator[str]:
+    """The top-level field of the parameters each line of an error message names."""
+    for line in message.splitlines():
+        path = line.removeprefix(f"{LOCATION}.")
+        if path.startswith(("config", "plugin type")):
+            yield "config"
+        else:
+            yield re.split(r"[.\[:]", path, maxsplit=1)[0]
 
 
 def test_the_corpus_is_big_enough() -> None:
@@ -30,31 +91,19 @@ def test_the_corpus_is_big_enough() -> None:
     assert len({c.name for c in CONFIGS}) == len(CONFIGS)
 
 
-def test_the_valid_originals_pass(tmp_path: Path) -> None:
-    decode(VALID_CONFIG, LOCATION)
+def test_the_valid_originals_pass(tmp_path: Path, installed: CniRunner) -> None:
+    assert prepare_refusal(VALID_CONFIG, installed) is None
     path = tmp_path / "policy.yaml"
     path.write_text(VALID_POLICY)
     load_policy(path)
 
 
 @pytest.mark.parametrize("case", CONFIGS, ids=lambda c: c.name)
-def test_every_bad_config_is_refused_naming_where(case: ConfigCase) -> None:
-    with pytest.raises(ConfigError) as err:
-        _decode_and_render(case.parameters)
-    message = str(err.value)
+def test_every_bad_config_is_refused_at_prepare_naming_where(case: ConfigCase, installed: CniRunner) -> None:
+    """Whether or not admission catches it first (tests/cluster/test_admission.py), the agent does."""
+    message = prepare_refusal(case.parameters, installed)
+    assert message is not None, f"{case.name} was accepted"
     assert message.startswith((LOCATION, "config", "plugin type")), message
-
-
-def _decode_and_render(parameters: object) -> None:
-    """What prepare does with parameters before any plugin runs; a plugin outside the allow-list stands for
-    one that is not installed on the node."""
-    config = decode(parameters, LOCATION)
-    if config.config is not None:
-        rendered = render(as_conflist(config.config), {"device.ifName": "enp0s10"}, "config")
-        check_host_reach(rendered, "enp0s10")
-        for kind in plugin_types(rendered):
-            if kind not in ALLOWED_PLUGINS:
-                raise ConfigError(f"plugin type {kind!r}: no such plugin in /opt/cni/bin")
 
 
 @pytest.mark.parametrize("case", POLICIES, ids=lambda c: c.name)
@@ -77,14 +126,27 @@ JSON = st.recursive(
 
 @settings(max_examples=400, deadline=None)
 @given(JSON)
-def test_arbitrary_parameters_never_crash_the_decoder(parameters: object) -> None:
-    with contextlib.suppress(ConfigError):
-        _decode_and_render(parameters)
+def test_arbitrary_parameters_are_refused_naming_the_location(
+    installed: CniRunner, parameters: object
+) -> None:
+    """Random JSON is never a CNIConfig (its apiVersion alone is 21 characters): always a ConfigError
+    that names where the parameters came from, never another exception."""
+    message = prepare_refusal(parameters, installed)
+    assert message is not None
+    assert message.startswith(LOCATION), message
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.sampled_from(list(VALID_CONFIG)), JSON, max_size=5))
-def test_mutated_top_level_fields_never_crash(fields: dict[str, object]) -> None:
-    parameters = {**VALID_CONFIG, **fields}
-    with contextlib.suppress(ConfigError):
-        _decode_and_render(json.loads(json.dumps(parameters)))
+def test_a_mutation_is_refused_naming_a_changed_field_or_kept_as_sent(
+    installed: CniRunner, fields: dict[str, object]
+) -> None:
+    """Starting from a valid config, any refusal must be about one of the fields the mutation changed;
+    an accepted config must decode to exactly what was sent (strict: nothing coerced or dropped)."""
+    parameters = json.loads(json.dumps({**VALID_CONFIG, **fields}))
+    changed = {key for key, value in fields.items() if value != VALID_CONFIG[key]}
+    message = prepare_refusal(parameters, installed)
+    if message is None:
+        assert decode(parameters, LOCATION).model_dump(exclude_none=True) == parameters
+    else:
+        assert changed and set(named_fields(message)) <= changed, (message, changed)
