@@ -175,3 +175,345 @@ class FakeLinkEvents:
 
     async def next_batch(self) -> list[str]:
         return await self.netlink.batches.get()
+
+
+# --- configure/ fakes: CNI plugins and pods' network namespaces in memory; sample devices, claims, rows ---
+
+import contextlib  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from netclaim.adapters.cni import CniRunner, Invocation  # noqa: E402
+from netclaim.adapters.kube import AllocatedDevice, DeviceConfig, PodRef  # noqa: E402
+from netclaim.adapters.netlink import InterfaceState  # noqa: E402
+from netclaim.adapters.nri import PodSandbox  # noqa: E402
+from netclaim.configure import attach as attach_module  # noqa: E402
+from netclaim.configure.attach import Attacher, PodLocks  # noqa: E402
+from netclaim.configure.hooks import PodHooks  # noqa: E402
+from netclaim.configure.plan import AttachPlan  # noqa: E402
+from netclaim.configure.prepare import Preparer  # noqa: E402
+from netclaim.configure.status import ClaimRef, StatusWriter  # noqa: E402
+from netclaim.configure.store import Attachment, State, Store  # noqa: E402
+from netclaim.publish.devices import BANDWIDTH, Capacity, Device, DeviceCatalog  # noqa: E402
+
+SAMPLE_NODE = "node-1"
+SAMPLE_DRIVER = "netclaim.dev"
+CNI_VERSIONS_SPOKEN = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+
+
+@dataclass
+class FakePodNetlink:
+    """Stands in for the `netlink` module inside netclaim.configure.attach (monkeypatch it there): the
+    interfaces of the node (netns None) and of pods' namespaces (their path), keyed (netns, name)."""
+
+    interfaces: dict[tuple[str | None, str], InterfaceState] = field(default_factory=dict)
+    shaped: list[tuple[str, int, str]] = field(default_factory=list)  # (name, bits/s, netns)
+    removed_ifbs: list[tuple[str, str]] = field(default_factory=list)  # (name, netns)
+    links_set: list[tuple[str, int | None, str | None]] = field(default_factory=list)  # (name, mtu, mac)
+    fail_shape: list[Exception] = field(default_factory=list)
+
+    async def interface(self, name: str, netns: str | None = None) -> InterfaceState | None:
+        return self.interfaces.get((netns, name))
+
+    async def shape(self, name: str, bits_per_second: int, netns: str) -> None:
+        if self.fail_shape:
+            raise self.fail_shape.pop(0)
+        self.shaped.append((name, bits_per_second, netns))
+
+    async def remove_ifb(self, name: str, netns: str) -> None:
+        self.removed_ifbs.append((name, netns))
+
+    async def set_link(
+        self,
+        name: str,
+        *,
+        new_name: str | None = None,
+        mtu: int | None = None,
+        mac: str | None = None,
+        netns: str | None = None,
+    ) -> None:
+        self.links_set.append((name, mtu, mac))
+        current = self.interfaces[(netns, name)]
+        self.interfaces[(netns, name)] = replace(current, mtu=mtu or current.mtu, mac=mac or current.mac)
+
+    def add_host_nic(self, device: Device, *, mtu: int, mac: str) -> None:
+        self.interfaces[(None, device.if_name)] = InterfaceState(device.if_name, 2, mac, mtu, ())
+
+    def remove_namespace(self, netns: str) -> None:
+        """The namespace went (with its interfaces), as when a sandbox is torn down."""
+        for key in [k for k in self.interfaces if k[0] == netns]:
+            del self.interfaces[key]
+        Path(netns).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class CniCall:
+    command: str  # ADD or DEL
+    network: str  # the config list's name
+    cni_version: str
+    invocation: Invocation
+    prev_result: dict[str, Any] | None  # what DEL was given as the ADD result (None for ADD)
+
+
+class FakeCni(CniRunner):
+    """CNI plugins in memory. ADD leases an address (keyed like host-local's: container ID and interface),
+    puts the interface into the pod's namespace of `netlink`, then raises what `fail_add` holds first (a
+    chain failing half-way; None: that ADD succeeds). DEL raises what `fail_delete` holds first (None: that
+    DEL succeeds), else releases the lease and removes
+    the interface, also when the namespace is gone (netns ""). While `gate` (`delete_gate`) is an unset
+    Event, every ADD (DEL) waits for it: a slow plugin; `adding` (`deleting`) tells that one started."""
+
+    def __init__(self, netlink: FakePodNetlink) -> None:
+        super().__init__(Path("/nonexistent/cni/bin"), timeout=5.0)
+        self.netlink = netlink
+        self.supported: dict[str, list[str]] = {}  # plugin type -> versions; others speak CNI_VERSIONS_SPOKEN
+        self.calls: list[CniCall] = []
+        self.version_queries: list[str] = []
+        self.leases: dict[tuple[str, str], str] = {}  # (container ID, ifName) -> address
+        self.fail_add: list[Exception | None] = []
+        self.fail_delete: list[Exception | None] = []
+        self.fail_versions: list[Exception] = []
+        self.create_interface = True
+        self.gate: asyncio.Event | None = None
+        self.adding = asyncio.Event()
+        self.delete_gate: asyncio.Event | None = None
+        self.deleting = asyncio.Event()
+        self._hosts = 10
+
+    def commands(self) -> list[tuple[str, str, str]]:
+        """(command, container ID, netns) of every call, in order."""
+        return [(c.command, c.invocation.container_id, c.invocation.netns) for c in self.calls]
+
+    async def versions(self, kind: str) -> list[str]:
+        self.version_queries.append(kind)
+        if self.fail_versions:
+            raise self.fail_versions.pop(0)
+        return list(self.supported.get(kind, CNI_VERSIONS_SPOKEN))
+
+    async def add(
+        self,
+        conflist: dict[str, Any],
+        invocation: Invocation,
+        deadline: float,
+        runtime_config: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        self.calls.append(CniCall("ADD", conflist["name"], conflist["cniVersion"], invocation, None))
+        self.adding.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        lease = (invocation.container_id, invocation.if_name)
+        if lease not in self.leases:
+            self.leases[lease] = f"10.90.0.{self._hosts}/24"
+            self._hosts += 1
+        address = self.leases[lease]
+        mac = f"02:00:0a:5a:00:{int(address.split('.')[3].split('/')[0]):02x}"
+        if self.create_interface:
+            self.netlink.interfaces[(invocation.netns, invocation.if_name)] = InterfaceState(
+                invocation.if_name, 3, mac, 1500, (address,)
+            )
+        failure = self.fail_add.pop(0) if self.fail_add else None
+        if failure is not None:
+            raise failure
+        return {
+            "cniVersion": conflist["cniVersion"],
+            "interfaces": [{"name": invocation.if_name, "mac": mac, "sandbox": invocation.netns}],
+            "ips": [{"address": address, "interface": 0}],
+        }
+
+    async def delete(
+        self,
+        conflist: dict[str, Any],
+        invocation: Invocation,
+        result: dict[str, Any] | None,
+        deadline: float,
+        quiet: bool = False,
+    ) -> None:
+        self.calls.append(CniCall("DEL", conflist["name"], conflist["cniVersion"], invocation, result))
+        self.deleting.set()
+        if self.delete_gate is not None:
+            await self.delete_gate.wait()
+        failure = self.fail_delete.pop(0) if self.fail_delete else None
+        if failure is not None:
+            raise failure
+        self.leases.pop((invocation.container_id, invocation.if_name), None)
+        if invocation.netns:
+            self.netlink.interfaces.pop((invocation.netns, invocation.if_name), None)
+
+
+def sample_device(
+    if_name: str = "enp1s0", *, shared: bool = True, mtu: int = 1500, mac: str = "52:54:00:12:34:56"
+) -> Device:
+    """A NIC as this node publishes it: shared (macvlan and the like) or exclusive (moved into the pod)."""
+    bandwidth = (
+        Capacity(10_000_000_000, default=1_000_000_000, minimum=1_000_000, step=1_000_000)
+        if shared
+        else Capacity(10_000_000_000)
+    )
+    return Device(
+        name=f"dev-{if_name}",
+        if_name=if_name,
+        shared=shared,
+        attributes={
+            "netclaim.dev/ifName": if_name,
+            "netclaim.dev/mtu": mtu,
+            "netclaim.dev/mac": mac,
+            "netclaim.dev/shared": shared,
+        },
+        capacity={BANDWIDTH: bandwidth},
+    )
+
+
+def sample_conflist(network: str = "lan", master: str = "enp1s0") -> dict[str, Any]:
+    return {
+        "cniVersion": "1.0.0",
+        "name": network,
+        "plugins": [
+            {
+                "type": "macvlan",
+                "master": master,
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.90.0.0/24"}]]},
+            }
+        ],
+    }
+
+
+def sample_row(
+    device: Device | None = None,
+    *,
+    claim_uid: str = "claim-uid-1",
+    claim_name: str = "claim-1",
+    pod_uid: str = "pod-uid-1",
+    request: str = "net",
+    interface_name: str = "net1",
+    share_id: str = "",
+    bandwidth_bps: int | None = None,
+    state: State = State.PREPARED,
+) -> Attachment:
+    """A stored attachment as prepare writes it (state PREPARED unless told)."""
+    device = device or sample_device()
+    plan = AttachPlan(
+        interface_name=interface_name,
+        conflist=sample_conflist(master=device.if_name),
+        bandwidth_bps=bandwidth_bps,
+        device=device,
+    )
+    return Attachment(
+        claim_uid=claim_uid,
+        pool=SAMPLE_NODE,
+        device=device.name,
+        share_id=share_id,
+        claim_namespace="team-a",
+        claim_name=claim_name,
+        request=request,
+        pod_uid=pod_uid,
+        plan=plan,
+        state=state,
+    )
+
+
+def sample_config(
+    parameters: object, source: str = "FromClaim", requests: tuple[str, ...] = ()
+) -> DeviceConfig:
+    return DeviceConfig(source, requests, SAMPLE_DRIVER, parameters)
+
+
+def sample_allocation(
+    device: Device,
+    request: str = "net",
+    *,
+    pool: str = SAMPLE_NODE,
+    share_id: str = "",
+    bandwidth: str | None = None,
+    driver: str = SAMPLE_DRIVER,
+) -> AllocatedDevice:
+    consumed = {BANDWIDTH: bandwidth} if bandwidth is not None else {}
+    return AllocatedDevice(request, driver, pool, device.name, share_id, consumed)
+
+
+def sample_claim(
+    results: tuple[AllocatedDevice, ...],
+    configs: tuple[DeviceConfig, ...],
+    *,
+    name: str = "claim-1",
+    uid: str = "claim-uid-1",
+    reserved_for: tuple[PodRef, ...] = (PodRef("pod-1", "pod-uid-1"),),
+    allocated: bool = True,
+    devices_status: tuple[dict[str, Any], ...] = (),
+) -> Claim:
+    return Claim(
+        namespace="team-a",
+        name=name,
+        uid=uid,
+        resource_version="1",
+        allocated=allocated,
+        results=results,
+        configs=configs,
+        reserved_for=reserved_for,
+        devices_status=devices_status,
+    )
+
+
+@dataclass
+class ConfigureRig:
+    """configure/ wired as the agent wires it, on a real Store, with the API, CNI and netlink faked."""
+
+    root: Path
+    api: FakeKubeApi
+    store: Store
+    netlink: FakePodNetlink
+    cni: FakeCni
+    locks: PodLocks
+    attacher: Attacher
+    status: StatusWriter
+    hooks: PodHooks
+    catalog: DeviceCatalog
+    preparer: Preparer
+
+    def sandbox(
+        self, sandbox_id: str = "sandbox-1", uid: str = "pod-uid-1", name: str = "pod-1"
+    ) -> PodSandbox:
+        """A running pod sandbox whose network namespace exists (a file under the rig's root)."""
+        netns = self.root / "netns" / sandbox_id
+        netns.parent.mkdir(exist_ok=True)
+        netns.touch()
+        return PodSandbox(id=sandbox_id, uid=uid, name=name, namespace="team-a", netns=str(netns))
+
+    async def settle(self) -> None:
+        """Let the work hooks leave for later finish: queued Events, rollbacks, then the claims' status."""
+        while self.status._events or self.attacher._undoing:
+            await asyncio.gather(*self.status._events, *self.attacher._undoing)
+        while not self.status._queue.empty():
+            claim = self.status._queue.get_nowait()
+            self.status._pending.discard(claim.uid)
+            with contextlib.suppress(GoneError):  # as StatusWriter.run: a deleted claim is dropped
+                await self.status.write(claim)
+
+    def entries(self, claim: ClaimRef) -> list[dict[str, Any]]:
+        """status.devices of the claim as the API server has it now, netclaim's entries only."""
+        found = self.api.claims[(claim.namespace, claim.name)]
+        return [d for d in found.devices_status if d["driver"] == SAMPLE_DRIVER]
+
+
+def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureRig:
+    netlink = FakePodNetlink()
+    monkeypatch.setattr(attach_module, "netlink", netlink)
+    api = FakeKubeApi()
+    store = Store(tmp_path / "state")
+    cni = FakeCni(netlink)
+    locks = PodLocks()
+    attacher = Attacher(store, cni, locks)
+    status = StatusWriter(api, SAMPLE_DRIVER, store)
+    catalog = DeviceCatalog()
+    preparer = Preparer(
+        driver=SAMPLE_DRIVER,
+        node=SAMPLE_NODE,
+        api=api,
+        store=store,
+        catalog=catalog,
+        cni=cni,
+        attacher=attacher,
+        status=status,
+    )
+    hooks = PodHooks(store, attacher, status, locks)
+    return ConfigureRig(tmp_path, api, store, netlink, cni, locks, attacher, status, hooks, catalog, preparer)

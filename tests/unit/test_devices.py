@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
 
-from netclaim.api.publishpolicy import Bandwidth, Match, PublishPolicy, Rule
+from netclaim.api.publishpolicy import DEFAULT_POLICY, Bandwidth, Match, PublishPolicy, Rule
 from netclaim.names import device_name, is_dns_label
-from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, decide
+from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, Capacity, Device, DeviceCatalog, decide
 from netclaim.publish.inventory import NetworkInterface
-from netclaim.publish.policy import rule_problems
+from netclaim.publish.policy import load_policy, rule_problems
 
 DRIVER = "netclaim.dev"
 
@@ -109,3 +110,152 @@ def test_admin_attributes_cannot_replace_standard_ones() -> None:
         "rules[0].attributes.netclaim.dev/ifName: is a standard attribute netclaim sets itself",
         "rules[0].attributes.shared: is a standard attribute netclaim sets itself",
     ]
+
+
+def test_a_shared_nic_without_a_speed_gets_no_bandwidth_and_a_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="netclaim.publish.devices"):
+        [shared] = decide([nic("enp1s0", speed_bps=None)], policy(Rule()), DRIVER)
+    assert shared.device is not None and set(shared.device.capacity) == {ATTACHMENTS}
+    [record] = caplog.records
+    assert record.getMessage() == (
+        "interface enp1s0: no link speed and no bandwidth.total in the policy: no bandwidth published"
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="netclaim.publish.devices"):
+        [exclusive] = decide([nic("enp1s0", speed_bps=None)], policy(Rule(mode="exclusive")), DRIVER)
+    assert exclusive.device is not None and exclusive.device.capacity == {}
+    assert caplog.records == [], "an exclusive NIC needs no bandwidth"
+
+
+def test_the_policy_total_replaces_the_link_speed_and_caps_the_default() -> None:
+    rule = Rule(bandwidth=Bandwidth(total="50Mi", default="100Mi", min="1Mi"))
+    [decision] = decide([nic("enp1s0", speed_bps=None)], policy(rule), DRIVER)
+    assert decision.device is not None
+    assert decision.device.capacity[BANDWIDTH] == Capacity(50 * 2**20, 50 * 2**20, 2**20, 2**20)
+
+
+def test_an_inventory_value_over_64_characters_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        [decision] = decide([nic("enp1s0", driver="d" * 65)], policy(Rule()), DRIVER)
+    assert decision.device is not None and "netclaim.dev/driver" not in decision.device.attributes
+    assert decision.device.attributes["netclaim.dev/ifName"] == "enp1s0"
+    assert [r.getMessage() for r in caplog.records] == [
+        "device enp1s0: attribute netclaim.dev/driver dropped: 65 characters > 64"
+    ]
+
+
+def test_two_interfaces_with_one_device_name_publish_only_the_first(caplog: pytest.LogCaptureFixture) -> None:
+    first = nic("enp94s0", pci_address="0000:5e:00.0")
+    renamed = nic("eth7", index=7, pci_address="0000:5e:00.0")  # e.g. a declared override gone wrong
+    other = nic("enp95s0", pci_address="0000:5f:00.0")
+    with caplog.at_level(logging.WARNING):
+        decisions = decide([first, renamed, other], policy(Rule()), DRIVER)
+    assert [d.device.name if d.device else None for d in decisions] == [
+        "pci-0000-5e-00-0",
+        None,
+        "pci-0000-5f-00-0",
+    ]
+    assert decisions[1].reason == "device name pci-0000-5e-00-0 already taken"
+    assert decisions[0].device is not None and decisions[0].device.if_name == "enp94s0"
+    assert [r.getMessage() for r in caplog.records] == [
+        "two interfaces map to device pci-0000-5e-00-0 (enp94s0, eth7); keeping the first"
+    ]
+
+
+@pytest.mark.parametrize("mode", ["shared", "exclusive"])
+def test_a_device_survives_its_store_record(mode: str) -> None:
+    rule = Rule(mode=mode, attributes={"example.com/rack": "r1", "example.com/tier": 2})  # type: ignore[arg-type]
+    [decision] = decide([nic("enp1s0", pci_address="0000:5e:00.0")], policy(rule), DRIVER)
+    assert decision.device is not None
+    record = json.loads(json.dumps(decision.device.to_record()))  # the store keeps JSON
+    restored = Device.from_record(record)
+    assert restored == decision.device
+    assert restored.to_api() == decision.device.to_api()
+
+
+def test_a_schema_1_record_reads_back_as_a_device() -> None:
+    record = {  # as a schema-1 store row keeps `deviceRecord` (JSON: lists, no tuples)
+        "name": "pci-0000-5e-00-0",
+        "ifName": "enp94s0",
+        "shared": True,
+        "attributes": {
+            "netclaim.dev/ifName": "enp94s0",
+            "netclaim.dev/shared": True,
+            "netclaim.dev/mtu": 9000,
+        },
+        "capacity": {
+            BANDWIDTH: [10 * 2**30, 2**30, 2**20, 2**20],
+            ATTACHMENTS: [32, 1, 1, 1],
+        },
+    }
+    device = Device.from_record(record)
+    assert device == Device(
+        name="pci-0000-5e-00-0",
+        if_name="enp94s0",
+        shared=True,
+        attributes={"netclaim.dev/ifName": "enp94s0", "netclaim.dev/shared": True, "netclaim.dev/mtu": 9000},
+        capacity={
+            BANDWIDTH: Capacity(10 * 2**30, default=2**30, minimum=2**20, step=2**20),
+            ATTACHMENTS: Capacity(32, default=1, minimum=1, step=1),
+        },
+    )
+    assert device.to_api()["attributes"]["netclaim.dev/mtu"] == {"int": 9000}
+    exclusive = Device.from_record(
+        {**record, "shared": False, "capacity": {BANDWIDTH: [10**9, None, None, None]}}
+    )
+    assert exclusive.to_api()["capacity"] == {BANDWIDTH: {"value": "1G"}}
+    assert "allowMultipleAllocations" not in exclusive.to_api()
+    record["attributes"]["netclaim.dev/mtu"] = 1500  # type: ignore[index]
+    assert device.attributes["netclaim.dev/mtu"] == 9000, "the device does not share the record's dict"
+
+
+def test_the_catalog_holds_exactly_the_last_published_devices() -> None:
+    catalog = DeviceCatalog()
+    assert catalog.get("enp1s0") is None
+    decisions = decide([nic("enp1s0"), nic("enp2s0")], policy(Rule()), DRIVER)
+    catalog.update([d.device for d in decisions if d.device is not None])
+    enp1s0 = catalog.get("enp1s0")
+    assert enp1s0 is not None and enp1s0.if_name == "enp1s0"
+    [enp2s0] = [d.device for d in decisions if d.device is not None and d.device.name == "enp2s0"]
+    catalog.update([enp2s0])
+    assert catalog.get("enp1s0") is None and catalog.get("enp2s0") is enp2s0
+
+
+# --- policy.py: what test_policy.py leaves out -------------------------------------------------------
+
+
+def test_without_a_policy_file_physical_nics_are_shared() -> None:
+    assert load_policy(None) is DEFAULT_POLICY
+    decisions = decide([nic("enp1s0"), nic("veth0", virtual=True)], load_policy(None), DRIVER)
+    assert [(d.interface.name, d.device is not None and d.device.shared) for d in decisions] == [
+        ("enp1s0", True),
+        ("veth0", False),
+    ]
+    assert decisions[1].reason == "no policy rule matches"
+
+
+def test_rule_problems_name_unknown_match_attributes_and_kubernetes_own_domain() -> None:
+    rules = policy(
+        Rule(match=Match(attributes={"speed": 10000, "colour": "red", "rack": "r1"})),
+        Rule(attributes={"resource.kubernetes.io/pcieRoot": "pci0000:00", "example.com/rack": "r1"}),
+    )
+    problems = list(rule_problems(rules))
+    assert len(problems) == 2
+    assert problems[0].startswith(
+        "rules[0].match.attributes: unknown attributes ['colour', 'rack']; known: ["
+    )
+    assert "'speed'" in problems[0]
+    assert problems[1] == (
+        "rules[1].attributes.resource.kubernetes.io/pcieRoot: "
+        "the resource.kubernetes.io domain is Kubernetes' own"
+    )
+
+
+def test_match_attributes_select_by_equality() -> None:
+    rules = policy(Rule(match=Match(attributes={"speed": 25000})), Rule(mode="ignore"))
+    fast, slow = nic("enp1s0", speed_bps=25 * 10**9), nic("enp2s0", speed_bps=10**10)
+    decisions = decide([fast, slow], rules, DRIVER)
+    assert decisions[0].reason == "policy rule 0: shared"
+    assert decisions[1].reason == "policy rule 1 ignores it"

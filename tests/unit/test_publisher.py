@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from netclaim import metrics
+from netclaim.adapters.kube import Slice
+from netclaim.errors import ApiUnavailableError
 from netclaim.publish.devices import Capacity, Device
-from netclaim.publish.publisher import chunk, normalized_device
+from netclaim.publish.publisher import SlicePublisher, chunk, normalized_device
+from tests.unit.fakes import FakeKubeApi
 
 
 def _device(name: str) -> Device:
@@ -40,3 +49,182 @@ def test_server_spelling_of_quantities_compares_equal() -> None:
     assert normalized_device(written) == normalized_device(read_back)
     read_back["capacity"]["netclaim.dev/bandwidth"]["value"] = "10G"  # type: ignore[index]
     assert normalized_device(written) != normalized_device(read_back)
+
+
+# --- SlicePublisher against an in-memory API server ---------------------------------------------------
+
+NODE, DRIVER = "node-a", "netclaim.dev"
+
+
+def _pool(api: FakeKubeApi, node: str = NODE) -> dict[str, dict[str, Any]]:
+    """The stored slices of `node`'s pool of this driver, by name."""
+    return {
+        name: body
+        for name, body in api.slices.items()
+        if body["spec"]["nodeName"] == node and body["spec"]["driver"] == DRIVER
+    }
+
+
+def _generations(api: FakeKubeApi) -> set[int]:
+    return {body["spec"]["pool"]["generation"] for body in _pool(api).values()}
+
+
+async def _published(devices: list[Device]) -> tuple[FakeKubeApi, SlicePublisher]:
+    api = FakeKubeApi(node_uids={NODE: "0b1c-node-uid"})
+    publisher = SlicePublisher(api, NODE, DRIVER)
+    await publisher.publish(devices)
+    api.calls.clear()
+    return api, publisher
+
+
+async def test_first_publish_writes_every_slice_owned_by_the_node() -> None:
+    api = FakeKubeApi(node_uids={NODE: "0b1c-node-uid"})
+    publisher = SlicePublisher(api, NODE, DRIVER)
+    devices = [_device(f"nic{i:03d}") for i in range(130)]
+    assert await publisher.publish(devices) == 2
+    assert api.calls == ["list_slices", "node_uid", "apply_slice", "apply_slice"]
+    assert sorted(api.slices) == [f"{NODE}-{DRIVER}-0", f"{NODE}-{DRIVER}-1"]
+    for index, name in enumerate(sorted(api.slices)):
+        body = api.slices[name]
+        assert body["apiVersion"] == "resource.k8s.io/v1" and body["kind"] == "ResourceSlice"
+        assert body["metadata"]["ownerReferences"] == [
+            {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "0b1c-node-uid", "controller": True}
+        ]
+        spec = body["spec"]
+        assert spec["driver"] == DRIVER and spec["nodeName"] == NODE
+        assert spec["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 2}
+        assert [d["name"] for d in spec["devices"]] == [d.name for d in chunk(devices)[index]]
+    assert metrics.REGISTRY.get_sample_value("netclaim_published_devices") == 130
+
+
+async def test_unchanged_devices_make_no_write() -> None:
+    devices = [_device(f"nic{i:03d}") for i in range(130)]
+    api, publisher = await _published(devices)
+    assert await publisher.publish(list(reversed(devices))) == 0
+    assert api.calls == ["list_slices"]
+    assert _generations(api) == {1}
+
+
+async def test_server_spelled_quantities_read_back_make_no_write() -> None:
+    api, publisher = await _published([_device("nic0")])
+    [stored] = api.slices.values()
+    bandwidth = stored["spec"]["devices"][0]["capacity"]["netclaim.dev/bandwidth"]
+    assert bandwidth["requestPolicy"]["default"] == "1Gi"
+    bandwidth["value"] = "10240Mi"
+    bandwidth["requestPolicy"]["default"] = "1024Mi"
+    assert await publisher.publish([_device("nic0")]) == 0
+    assert api.calls == ["list_slices"]
+
+
+async def test_any_change_bumps_the_generation_of_every_slice() -> None:
+    devices = [_device(f"nic{i:03d}") for i in range(130)]
+    api, publisher = await _published(devices)
+    changed = [*devices[:-1], replace(devices[-1], attributes={"netclaim.dev/ifName": "renamed"})]
+    assert await publisher.publish(changed) == 2  # the first slice is unchanged, yet rewritten
+    assert api.calls == ["list_slices", "apply_slice", "apply_slice"], "the node's uid is asked once"
+    assert _generations(api) == {2}
+    last = api.slices[f"{NODE}-{DRIVER}-1"]["spec"]["devices"][-1]
+    assert last["attributes"] == {"netclaim.dev/ifName": {"string": "renamed"}}
+
+
+async def test_shrinking_deletes_the_stale_slice() -> None:
+    api, publisher = await _published([_device(f"nic{i:03d}") for i in range(130)])
+    assert await publisher.publish([_device("nic000")]) == 2
+    assert api.calls == ["list_slices", "apply_slice", "delete_slice"]
+    assert list(_pool(api)) == [f"{NODE}-{DRIVER}-0"]
+    assert api.slices[f"{NODE}-{DRIVER}-0"]["spec"]["pool"] == {
+        "name": NODE,
+        "generation": 2,
+        "resourceSliceCount": 1,
+    }
+
+
+async def test_a_node_without_devices_publishes_one_empty_slice() -> None:
+    api, publisher = await _published([_device("nic0")])
+    assert await publisher.publish([]) == 1
+    [body] = api.slices.values()
+    assert body["spec"]["devices"] == [] and body["spec"]["pool"]["resourceSliceCount"] == 1
+
+
+@pytest.mark.parametrize(
+    ("what", "path", "value"),
+    [
+        ("mixed generations", ("pool", "generation"), 7),
+        ("another pool", ("pool", "name"), "node-b"),
+        ("a wrong slice count", ("pool", "resourceSliceCount"), 3),
+    ],
+)
+async def test_an_inconsistent_pool_is_rewritten_with_a_higher_generation(
+    what: str, path: tuple[str, str], value: object
+) -> None:
+    devices = [_device(f"nic{i:03d}") for i in range(130)]
+    api, publisher = await _published(devices)
+    api.slices[f"{NODE}-{DRIVER}-1"]["spec"][path[0]][path[1]] = value
+    assert await publisher.publish(devices) == 2, what
+    expected = 8 if what == "mixed generations" else 2  # above the highest generation seen
+    assert _generations(api) == {expected}
+    assert {b["spec"]["pool"]["name"] for b in _pool(api).values()} == {NODE}
+    assert {b["spec"]["pool"]["resourceSliceCount"] for b in _pool(api).values()} == {2}
+
+
+async def test_a_slice_deleted_by_someone_else_is_written_again() -> None:
+    devices = [_device(f"nic{i:03d}") for i in range(130)]
+    api, publisher = await _published(devices)
+    del api.slices[f"{NODE}-{DRIVER}-1"]
+    assert await publisher.publish(devices) == 2
+    assert len(_pool(api)) == 2 and _generations(api) == {2}
+
+
+def _slice(index: int, generation: int, count: int, pool: str, devices: list[Device]) -> Slice:
+    name = f"{NODE}-{DRIVER}-{index}" if index >= 0 else f"{NODE}-other-0"
+    return Slice(name, pool, generation, count, tuple(d.to_api() for d in devices))
+
+
+A, B = [_device("a")], [_device("b")]
+
+
+@pytest.mark.parametrize(
+    ("current", "expected"),
+    [
+        pytest.param([_slice(0, 3, 1, NODE, A)], True, id="current"),
+        pytest.param([], False, id="no slice"),
+        pytest.param([_slice(0, 3, 1, NODE, B)], False, id="other devices"),
+        pytest.param([_slice(0, 3, 1, "node-b", A)], False, id="other pool"),
+        pytest.param([_slice(0, 3, 2, NODE, A)], False, id="wrong count"),
+        pytest.param([_slice(0, 3, 1, NODE, A), _slice(1, 3, 1, NODE, [])], False, id="extra slice"),
+        pytest.param([_slice(-1, 3, 1, NODE, A)], False, id="other name"),
+    ],
+)
+def test_up_to_date(current: list[Slice], expected: bool) -> None:
+    publisher = SlicePublisher(FakeKubeApi(), NODE, DRIVER)
+    assert publisher.up_to_date(current, [A]) is expected
+
+
+def test_mixed_generations_are_never_current_even_with_the_right_devices() -> None:
+    publisher = SlicePublisher(FakeKubeApi(), NODE, DRIVER)
+    desired = chunk([_device(f"nic{i:03d}") for i in range(130)])
+    current = [_slice(i, 1 + i, 2, NODE, part) for i, part in enumerate(desired)]
+    assert not publisher.up_to_date(current, desired)
+    current[1] = replace(current[1], generation=1)
+    assert publisher.up_to_date(current, desired)
+
+
+async def test_remove_all_deletes_only_this_pool() -> None:
+    api, publisher = await _published([_device(f"nic{i:03d}") for i in range(130)])
+    await SlicePublisher(api, "node-b", DRIVER).publish([_device("nic0")])
+    await SlicePublisher(api, NODE, "other.example.com").publish([_device("nic0")])
+    await publisher.remove_all()
+    assert _pool(api) == {}
+    assert sorted(api.slices) == [f"{NODE}-other.example.com-0", f"node-b-{DRIVER}-0"]
+
+
+async def test_a_failed_write_is_an_error_and_the_next_publish_completes() -> None:
+    api, publisher = await _published([_device("nic0")])
+    api.fail_next.append(ApiUnavailableError("ResourceSlice: 503 unavailable"))
+    api.calls.clear()
+    with pytest.raises(ApiUnavailableError):
+        await publisher.publish([_device("nic1")])
+    assert await publisher.publish([_device("nic1")]) == 1
+    [body] = api.slices.values()
+    assert [d["name"] for d in body["spec"]["devices"]] == ["nic1"]
+    assert body["spec"]["pool"]["generation"] == 2

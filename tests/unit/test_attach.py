@@ -1,0 +1,319 @@
+"""Carrying out a stored plan in a pod's namespace, rolling it back when it fails, and undoing it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from netclaim.adapters.cni import Invocation, cni_args
+from netclaim.adapters.netlink import InterfaceState
+from netclaim.adapters.nri import PodSandbox
+from netclaim.configure.attach import PodLocks, holding
+from netclaim.configure.store import Attachment, Interface, Outcome, State
+from netclaim.errors import AttachError, CniError, KernelError, PodBusyError
+from tests.unit.fakes import ConfigureRig, configure_rig, sample_device, sample_row
+
+EXCLUSIVE_NIC = sample_device("enp7s0", shared=False, mtu=9000, mac="52:54:00:00:07:00")
+
+
+@pytest.fixture
+def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
+    built = configure_rig(tmp_path, monkeypatch)
+    yield built
+    built.store.close()
+
+
+def _later(seconds: float = 5.0) -> float:
+    return time.monotonic() + seconds
+
+
+async def _attached(rig: ConfigureRig, row: Attachment, sandbox: PodSandbox) -> Attachment:
+    rig.store.put(row)
+    return await rig.attacher.attach(row, sandbox, _later())
+
+
+async def test_attach_records_attaching_during_add_then_attached_with_what_add_did(rig: ConfigureRig) -> None:
+    row = sample_row()
+    rig.store.put(row)
+    sandbox = rig.sandbox()
+    rig.cni.gate = asyncio.Event()
+    attaching = asyncio.create_task(rig.attacher.attach(row, sandbox, _later()))
+    await rig.cni.adding.wait()
+    args = cni_args("team-a", "pod-1", "sandbox-1", "pod-uid-1")
+    # a crash now must leave a row that says an ADD may be half done, and with which CNI_ARGS
+    assert rig.store.get(row.key) == row.with_state(
+        State.ATTACHING, sandbox_id="sandbox-1", netns=sandbox.netns, outcome=Outcome(cni_args=args)
+    )
+    rig.cni.gate.set()
+    attached = await attaching
+    assert rig.cni.calls[0].invocation == Invocation("sandbox-1", sandbox.netns, "net1", args)
+    assert attached.state == State.ATTACHED
+    assert attached.outcome == Outcome(
+        cni_args=args,
+        cni_result={
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "net1", "mac": "02:00:0a:5a:00:0a", "sandbox": sandbox.netns}],
+            "ips": [{"address": "10.90.0.10/24", "interface": 0}],
+        },
+        interface=Interface(name="net1", mac="02:00:0a:5a:00:0a", mtu=1500, addresses=("10.90.0.10/24",)),
+    )
+    assert rig.store.get(row.key) == attached
+
+
+async def test_attach_into_the_same_sandbox_again_changes_nothing(rig: ConfigureRig) -> None:
+    sandbox = rig.sandbox()
+    attached = await _attached(rig, sample_row(), sandbox)
+    assert await rig.attacher.attach(attached, sandbox, _later()) == attached
+    assert [c.command for c in rig.cni.calls] == ["ADD"]
+
+
+async def test_attach_into_a_new_sandbox_deletes_the_old_attachment_first(rig: ConfigureRig) -> None:
+    old = rig.sandbox("sandbox-1")
+    attached = await _attached(rig, sample_row(), old)
+    new = rig.sandbox("sandbox-2")
+    again = await rig.attacher.attach(attached, new, _later())
+    assert rig.cni.commands() == [
+        ("ADD", "sandbox-1", old.netns),
+        ("DEL", "sandbox-1", old.netns),
+        ("ADD", "sandbox-2", new.netns),
+    ]
+    assert rig.cni.calls[1].prev_result == attached.outcome.cni_result
+    assert list(rig.cni.leases) == [("sandbox-2", "net1")]  # the old sandbox's address was released
+    assert (again.state, again.sandbox_id) == (State.ATTACHED, "sandbox-2")
+
+
+async def test_attach_redoes_an_attachment_whose_interface_is_gone(rig: ConfigureRig) -> None:
+    sandbox = rig.sandbox()
+    attached = await _attached(rig, sample_row(), sandbox)
+    del rig.netlink.interfaces[(sandbox.netns, "net1")]
+    await rig.attacher.attach(attached, sandbox, _later())
+    assert [c.command for c in rig.cni.calls] == ["ADD", "DEL", "ADD"]
+    assert (sandbox.netns, "net1") in rig.netlink.interfaces
+
+
+@pytest.mark.parametrize("bandwidth_bps", [None, 300_000_000])
+async def test_the_interface_is_shaped_only_when_the_plan_has_a_bandwidth(
+    rig: ConfigureRig, bandwidth_bps: int | None
+) -> None:
+    sandbox = rig.sandbox()
+    await _attached(rig, sample_row(bandwidth_bps=bandwidth_bps), sandbox)
+    expected = [("net1", bandwidth_bps, sandbox.netns)] if bandwidth_bps else []
+    assert rig.netlink.shaped == expected
+
+
+@pytest.mark.parametrize(
+    ("failure", "cause"),
+    [
+        (
+            CniError("macvlan", "ADD", 7, "master enp1s0 is down"),
+            "CNI ADD macvlan: code 7: master enp1s0 is down",
+        ),
+        (KernelError("no interface net1"), "no interface net1"),
+        (RuntimeError("a bug in the plugin runner"), "a bug in the plugin runner"),
+    ],
+    ids=["cni", "kernel-on-shaping", "bug"],
+)
+async def test_a_failed_add_is_rolled_back_and_the_row_is_prepared_again_with_the_error(
+    rig: ConfigureRig, failure: Exception, cause: str
+) -> None:
+    row = sample_row(bandwidth_bps=100_000_000)
+    rig.store.put(row)
+    sandbox = rig.sandbox()
+    if isinstance(failure, KernelError):
+        rig.netlink.fail_shape.append(failure)  # after a successful ADD: shaping is part of attaching
+    else:
+        rig.cni.fail_add.append(failure)
+    with pytest.raises(AttachError) as raised:
+        await rig.attacher.attach(row, sandbox, _later())
+    message = f"claim team-a/claim-1 device {row.device}: {cause}"
+    assert str(raised.value) == message
+    assert raised.value.__cause__ is failure
+    add, rollback = rig.cni.calls
+    assert rollback.command == "DEL"
+    assert rollback.invocation == add.invocation  # same container ID, netns, ifName and CNI_ARGS
+    assert rig.cni.leases == {}
+    assert (sandbox.netns, "net1") not in rig.netlink.interfaces
+    assert rig.store.get(row.key) == row.with_state(State.PREPARED, error=message)
+
+
+async def test_an_add_that_leaves_no_interface_is_a_failure(rig: ConfigureRig) -> None:
+    row = sample_row()
+    rig.store.put(row)
+    rig.cni.create_interface = False
+    with pytest.raises(AttachError, match="CNI ADD succeeded but net1 is not in the pod's namespace"):
+        await rig.attacher.attach(row, rig.sandbox(), _later())
+    assert [c.command for c in rig.cni.calls] == ["ADD", "DEL"]
+    stored = rig.store.get(row.key)
+    assert stored is not None and stored.state == State.PREPARED
+
+
+async def test_a_rollback_out_of_time_leaves_attaching_and_is_finished_under_the_pods_lock(
+    rig: ConfigureRig,
+) -> None:
+    row = sample_row()
+    rig.store.put(row)
+    sandbox = rig.sandbox()
+    rig.cni.fail_add.append(CniError("macvlan", "ADD", 11, "timed out"))
+    rig.cni.fail_delete.append(CniError("macvlan", "DEL", 11, "no time left"))
+    async with rig.locks(row.pod_uid):  # as RunPodSandbox holds it
+        with pytest.raises(AttachError):
+            await rig.attacher.attach(row, sandbox, _later())
+        stored = rig.store.get(row.key)
+        assert stored is not None
+        assert (stored.state, stored.sandbox_id) == (State.ATTACHING, "sandbox-1")
+        assert "timed out" in stored.error
+        assert rig.cni.leases  # the address is still reserved: nothing has released it yet
+    await rig.settle()
+    assert [c.command for c in rig.cni.calls] == ["ADD", "DEL", "DEL"]
+    assert rig.cni.leases == {}
+    stored = rig.store.get(row.key)
+    assert stored is not None and stored.state == State.DETACHED
+
+
+async def test_detach_deletes_with_the_add_result_removes_the_ifb_and_is_safe_to_repeat(
+    rig: ConfigureRig,
+) -> None:
+    sandbox = rig.sandbox()
+    attached = await _attached(rig, sample_row(bandwidth_bps=100_000_000), sandbox)
+    detached = await rig.attacher.detach(attached, _later())
+    delete = rig.cni.calls[-1]
+    assert delete.command == "DEL"
+    assert delete.invocation == rig.cni.calls[0].invocation
+    assert delete.prev_result == attached.outcome.cni_result
+    assert rig.netlink.removed_ifbs == [("net1", sandbox.netns)]
+    assert rig.cni.leases == {}
+    assert detached == attached.with_state(State.DETACHED, netns="", outcome=Outcome())
+    assert rig.store.get(attached.key) == detached
+    assert await rig.attacher.detach(detached, _later()) == detached
+    assert await rig.attacher.detach(sample_row(), _later()) == sample_row()  # prepared: nothing added
+    assert [c.command for c in rig.cni.calls] == ["ADD", "DEL"]
+
+
+async def test_detach_after_the_sandbox_is_gone_still_releases_the_address(rig: ConfigureRig) -> None:
+    sandbox = rig.sandbox()
+    attached = await _attached(rig, sample_row(), sandbox)
+    rig.netlink.remove_namespace(sandbox.netns)
+    await rig.attacher.detach(attached, _later())
+    assert rig.cni.commands()[-1] == ("DEL", "sandbox-1", "")
+    assert rig.cni.calls[-1].invocation.args == attached.outcome.cni_args
+    assert rig.netlink.removed_ifbs == []
+    assert rig.cni.leases == {}
+
+
+async def test_a_failed_detach_keeps_the_row_so_it_is_tried_again(rig: ConfigureRig) -> None:
+    attached = await _attached(rig, sample_row(), rig.sandbox())
+    rig.cni.fail_delete.append(CniError("macvlan", "DEL", 999, "plugin crashed"))
+    with pytest.raises(CniError):
+        await rig.attacher.detach(attached, _later())
+    assert rig.store.get(attached.key) == attached
+    await rig.attacher.detach(attached, _later())
+    assert rig.cni.leases == {}
+
+
+@pytest.mark.parametrize(
+    ("on_node", "restored"),
+    [
+        (InterfaceState("enp7s0", 2, "02:11:22:33:44:55", 1500, ()), [("enp7s0", 9000, "52:54:00:00:07:00")]),
+        (InterfaceState("enp7s0", 2, "52:54:00:00:07:00", 9000, ()), []),
+        (None, []),
+    ],
+    ids=["changed", "as-published", "not-back-yet"],
+)
+async def test_an_exclusive_nic_is_restored_to_its_published_mtu_and_mac(
+    rig: ConfigureRig, on_node: InterfaceState | None, restored: list[tuple[str, int, str]]
+) -> None:
+    attached = await _attached(rig, sample_row(EXCLUSIVE_NIC), rig.sandbox())
+    if on_node is not None:
+        rig.netlink.interfaces[(None, "enp7s0")] = on_node
+    await rig.attacher.detach(attached, _later())
+    assert rig.netlink.links_set == restored
+    if restored:
+        assert rig.netlink.interfaces[(None, "enp7s0")].mtu == 9000
+
+
+async def test_a_rolled_back_exclusive_nic_is_restored_too(rig: ConfigureRig) -> None:
+    row = sample_row(EXCLUSIVE_NIC)
+    rig.store.put(row)
+    rig.netlink.add_host_nic(EXCLUSIVE_NIC, mtu=1500, mac="02:11:22:33:44:55")
+    rig.cni.fail_add.append(CniError("host-device", "ADD", 4, "failed"))
+    with pytest.raises(AttachError):
+        await rig.attacher.attach(row, rig.sandbox(), _later())
+    assert rig.netlink.links_set == [("enp7s0", 9000, "52:54:00:00:07:00")]
+
+
+async def test_a_shared_nic_is_never_reconfigured(rig: ConfigureRig) -> None:
+    device = sample_device("enp1s0", mtu=9000)
+    rig.netlink.add_host_nic(device, mtu=1500, mac="02:11:22:33:44:55")  # not ours to change
+    attached = await _attached(rig, sample_row(device), rig.sandbox())
+    await rig.attacher.detach(attached, _later())
+    assert rig.netlink.links_set == []
+
+
+async def test_release_detaches_and_forgets_every_row_of_the_claim(rig: ConfigureRig) -> None:
+    sandbox = rig.sandbox()
+    attached = await _attached(rig, sample_row(sample_device("enp1s0")), sandbox)
+    prepared = sample_row(sample_device("enp2s0"), request="net2", interface_name="net2")
+    rig.store.put(prepared)
+    await rig.attacher.release([attached, prepared], _later())
+    assert [c.command for c in rig.cni.calls] == ["ADD", "DEL"]  # the prepared one had nothing to undo
+    assert rig.store.all() == []
+    assert len(rig.locks) == 0
+    await rig.attacher.release([attached, prepared], _later())  # kubelet asks again: nothing left to do
+    assert [c.command for c in rig.cni.calls] == ["ADD", "DEL"]
+
+
+async def test_a_pods_lock_not_free_before_the_deadline_is_pod_busy() -> None:
+    lock = asyncio.Lock()
+    await lock.acquire()
+    with pytest.raises(PodBusyError, match="nothing was changed"):
+        async with holding(lock, time.monotonic()):
+            pytest.fail("entered without the lock")
+    assert lock.locked()  # still the first holder's
+    lock.release()
+    with pytest.raises(KernelError):
+        async with holding(lock, _later()):
+            assert lock.locked()
+            raise KernelError("inside")
+    assert not lock.locked()  # released on the way out, also after an error
+
+
+async def test_each_pod_has_one_lock_kept_while_held() -> None:
+    locks = PodLocks()
+    assert locks("pod-a") is locks("pod-a")
+    assert locks("pod-a") is not locks("pod-b")
+    held = locks("pod-a")
+    async with held:
+        locks.forget("pod-a")
+        assert locks("pod-a") is held
+    locks.forget("pod-a")
+    assert locks("pod-a") is not held
+
+
+async def test_a_pods_lock_is_kept_while_a_caller_waits_for_it(rig: ConfigureRig) -> None:
+    attached = await _attached(rig, sample_row(), rig.sandbox())
+    rig.cni.delete_gate = asyncio.Event()
+    unprepare = asyncio.create_task(rig.attacher.release([attached], _later()))
+    await rig.cni.deleting.wait()  # NodeUnprepareResources holds the pod's lock
+    queued, inside, leave = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def next_in_line() -> None:  # e.g. the repair of the pod's other claim after a restart
+        queued.set()
+        async with rig.locks(attached.pod_uid):
+            inside.set()
+            await leave.wait()
+
+    waiting = asyncio.create_task(next_in_line())
+    await queued.wait()
+    rig.cni.delete_gate.set()
+    await unprepare
+    await inside.wait()
+    try:
+        # a third caller must wait for the one inside; a fresh lock would let both act on the pod at once
+        assert rig.locks(attached.pod_uid).locked()
+    finally:
+        leave.set()
+        await waiting

@@ -1,0 +1,275 @@
+"""NRI pod hooks: attach all of a pod's devices or none, never fail Stop/Remove, repair after restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from netclaim.adapters.cni import cni_args
+from netclaim.adapters.nri import PodSandbox
+from netclaim.configure.status import ClaimRef
+from netclaim.configure.store import Attachment, Outcome, State
+from netclaim.errors import AttachError, CniError, HostNetworkPodError, PodBusyError
+from tests.unit.fakes import ConfigureRig, configure_rig, sample_claim, sample_device, sample_row
+
+CLAIM = ClaimRef("team-a", "claim-1", "claim-uid-1")
+FIRST = sample_row(sample_device("enp1s0"))
+SECOND = sample_row(sample_device("enp2s0"), request="net2", interface_name="net2")
+BUDGET = 30.0
+
+
+@pytest.fixture
+def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
+    built = configure_rig(tmp_path, monkeypatch)
+    built.api.add_claim(sample_claim((), ()))
+    yield built
+    built.store.close()
+
+
+def _state(rig: ConfigureRig, row: Attachment) -> tuple[State, str]:
+    stored = rig.store.get(row.key)
+    assert stored is not None
+    return stored.state, stored.sandbox_id
+
+
+def _conditions(rig: ConfigureRig) -> list[tuple[str, str, str]]:
+    """(device, Ready status, reason) of the claim's entries as the API server has them."""
+    return [
+        (e["device"], e["conditions"][0]["status"], e["conditions"][0]["reason"]) for e in rig.entries(CLAIM)
+    ]
+
+
+async def test_a_pod_without_claims_is_left_alone(rig: ConfigureRig) -> None:
+    rig.store.put(FIRST)
+    await rig.hooks.run_pod_sandbox(rig.sandbox(uid="another-pod"), BUDGET)
+    await rig.hooks.stop_pod_sandbox(rig.sandbox(uid="another-pod"), BUDGET)
+    assert rig.cni.calls == []
+    assert len(rig.locks) == 0
+
+
+async def test_run_pod_sandbox_attaches_every_device_of_the_pod_and_reports_them(rig: ConfigureRig) -> None:
+    rig.store.put(FIRST, SECOND)
+    sandbox = rig.sandbox()
+    await rig.hooks.run_pod_sandbox(sandbox, BUDGET)
+    assert [_state(rig, r) for r in (FIRST, SECOND)] == [(State.ATTACHED, "sandbox-1")] * 2
+    assert rig.api.calls == []  # the claim's status is written off the runtime's path
+    await rig.settle()
+    assert _conditions(rig) == [
+        (FIRST.device, "True", "InterfaceAttached"),
+        (SECOND.device, "True", "InterfaceAttached"),
+    ]
+
+
+async def test_a_pod_on_the_host_network_fails_with_a_warning_event_written_later(rig: ConfigureRig) -> None:
+    rig.store.put(FIRST)
+    host_network = PodSandbox(id="sandbox-1", uid="pod-uid-1", name="pod-1", namespace="team-a", netns="")
+    with pytest.raises(HostNetworkPodError, match="pod team-a/pod-1 uses the host network"):
+        await rig.hooks.run_pod_sandbox(host_network, BUDGET)
+    assert rig.api.calls == []
+    await rig.settle()
+    assert [(e.pod, e.reason) for e in rig.api.events] == [("pod-1", "NetclaimAttachFailed")]
+    assert rig.cni.calls == []
+
+
+async def test_when_one_device_fails_none_stays_attached_and_the_retry_starts_clean(
+    rig: ConfigureRig,
+) -> None:
+    rig.store.put(FIRST, SECOND)
+    failure = CniError("macvlan", "ADD", 7, "master enp2s0 is down")
+    rig.cni.fail_add += [None, failure]
+    first_sandbox = rig.sandbox("sandbox-1")
+    with pytest.raises(AttachError, match="master enp2s0 is down") as raised:
+        await rig.hooks.run_pod_sandbox(first_sandbox, BUDGET)
+    assert raised.value.__cause__ is failure
+    assert rig.cni.commands() == [
+        ("ADD", "sandbox-1", first_sandbox.netns),
+        ("ADD", "sandbox-1", first_sandbox.netns),
+        ("DEL", "sandbox-1", first_sandbox.netns),  # the rollback of the failed one
+        ("DEL", "sandbox-1", first_sandbox.netns),  # all or nothing: the one that worked
+    ]
+    assert rig.cni.leases == {}
+    assert _state(rig, FIRST)[0] == State.DETACHED
+    assert _state(rig, SECOND)[0] == State.PREPARED
+    assert rig.api.calls == []  # no API call inside the runtime's budget: the Event is queued
+    await rig.settle()
+    assert [(e.reason, e.message) for e in rig.api.events] == [
+        ("NetclaimAttachFailed", f"claim team-a/claim-1 device {SECOND.device}: {failure}")
+    ]
+    assert _conditions(rig) == [
+        (FIRST.device, "False", "Detached"),
+        (SECOND.device, "False", "AttachFailed"),
+    ]
+    await rig.hooks.run_pod_sandbox(rig.sandbox("sandbox-2"), BUDGET)  # kubelet's retry
+    assert [_state(rig, r) for r in (FIRST, SECOND)] == [(State.ATTACHED, "sandbox-2")] * 2
+
+
+async def test_a_busy_pod_is_pod_busy_and_nothing_changes(rig: ConfigureRig) -> None:
+    rig.store.put(FIRST)
+    async with rig.locks(FIRST.pod_uid):  # an earlier operation on the pod still runs
+        with pytest.raises(PodBusyError):
+            await rig.hooks.run_pod_sandbox(rig.sandbox(), 0.0)
+    assert rig.store.all() == [FIRST]
+    assert rig.cni.calls == []
+    await rig.settle()
+    assert rig.api.calls == []  # transient: no Event, no condition
+
+
+async def test_stop_detaches_and_remove_after_it_has_nothing_left_to_do(rig: ConfigureRig) -> None:
+    rig.store.put(FIRST, SECOND)
+    sandbox = rig.sandbox()
+    await rig.hooks.run_pod_sandbox(sandbox, BUDGET)
+    await rig.hooks.stop_pod_sandbox(sandbox, BUDGET)
+    assert [_state(rig, r)[0] for r in (FIRST, SECOND)] == [State.DETACHED] * 2
+    assert rig.cni.leases == {}
+    await rig.hooks.remove_pod_sandbox(sandbox, BUDGET)
+    assert [c.command for c in rig.cni.calls] == ["ADD", "ADD", "DEL", "DEL"]
+    await rig.settle()
+    assert _conditions(rig) == [(FIRST.device, "False", "Detached"), (SECOND.device, "False", "Detached")]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [CniError("macvlan", "DEL", 999, "plugin crashed"), RuntimeError("a bug")],
+    ids=["cni", "bug"],
+)
+async def test_stop_never_fails_and_remove_tries_again(rig: ConfigureRig, failure: Exception) -> None:
+    rig.store.put(FIRST)
+    sandbox = rig.sandbox()
+    await rig.hooks.run_pod_sandbox(sandbox, BUDGET)
+    rig.cni.fail_delete.append(failure)
+    await rig.hooks.stop_pod_sandbox(sandbox, BUDGET)
+    assert _state(rig, FIRST)[0] == State.ATTACHED
+    await rig.hooks.remove_pod_sandbox(sandbox, BUDGET)
+    assert _state(rig, FIRST)[0] == State.DETACHED
+    assert rig.cni.leases == {}
+
+
+async def test_stop_of_a_busy_pod_does_not_fail(rig: ConfigureRig) -> None:
+    rig.store.put(FIRST)
+    sandbox = rig.sandbox()
+    await rig.hooks.run_pod_sandbox(sandbox, BUDGET)
+    async with rig.locks(FIRST.pod_uid):
+        await rig.hooks.stop_pod_sandbox(sandbox, 0.0)
+    assert _state(rig, FIRST)[0] == State.ATTACHED  # RemovePodSandbox or NodeUnprepareResources will
+
+
+async def test_a_retried_sandbox_sees_what_the_run_before_it_attached(rig: ConfigureRig) -> None:
+    # RunPodSandbox of sandbox-1 outlives the runtime's patience: the runtime gives up on it and kubelet
+    # makes sandbox-2, whose RunPodSandbox waits for the pod's lock while the first still runs
+    rig.store.put(FIRST)
+    first, second = rig.sandbox("sandbox-1"), rig.sandbox("sandbox-2")
+    rig.cni.gate = asyncio.Event()
+    slow = asyncio.create_task(rig.hooks.run_pod_sandbox(first, BUDGET))
+    await rig.cni.adding.wait()
+    waiting = asyncio.Event()
+
+    async def retry() -> None:
+        waiting.set()
+        await rig.hooks.run_pod_sandbox(second, BUDGET)
+
+    retried = asyncio.create_task(retry())
+    await waiting.wait()
+    rig.cni.gate.set()
+    await slow
+    await retried
+    # sandbox-1's address must be released before sandbox-2 gets one
+    assert rig.cni.commands() == [
+        ("ADD", "sandbox-1", first.netns),
+        ("DEL", "sandbox-1", first.netns),
+        ("ADD", "sandbox-2", second.netns),
+    ]
+    assert list(rig.cni.leases) == [("sandbox-2", "net1")]
+
+
+def _attaching(row: Attachment, sandbox: PodSandbox) -> Attachment:
+    """The row as a crash inside ADD left it."""
+    args = cni_args(sandbox.namespace, sandbox.name, sandbox.id, sandbox.uid)
+    return row.with_state(
+        State.ATTACHING, sandbox_id=sandbox.id, netns=sandbox.netns, outcome=Outcome(cni_args=args)
+    )
+
+
+async def test_synchronize_undoes_a_half_done_add_then_attaches_into_the_running_sandbox(
+    rig: ConfigureRig,
+) -> None:
+    sandbox = rig.sandbox()
+    rig.store.put(_attaching(FIRST, sandbox))
+    rig.cni.leases[("sandbox-1", "net1")] = "10.90.0.99/24"  # what the interrupted ADD had reserved
+    await rig.hooks.synchronize([sandbox])
+    assert rig.cni.commands() == [("DEL", "sandbox-1", sandbox.netns), ("ADD", "sandbox-1", sandbox.netns)]
+    assert rig.cni.calls[0].invocation.args == cni_args("team-a", "pod-1", "sandbox-1", "pod-uid-1")
+    assert "10.90.0.99/24" not in rig.cni.leases.values()
+    assert _state(rig, FIRST) == (State.ATTACHED, "sandbox-1")
+    await rig.settle()
+    assert _conditions(rig) == [(FIRST.device, "True", "InterfaceAttached")]
+
+
+@pytest.mark.parametrize("still_listed", [False, True], ids=["sandbox-gone", "netns-gone"])
+async def test_synchronize_releases_what_a_sandbox_gone_while_away_held(
+    rig: ConfigureRig, still_listed: bool
+) -> None:
+    sandbox = rig.sandbox()
+    rig.store.put(FIRST, SECOND)
+    await rig.hooks.run_pod_sandbox(sandbox, BUDGET)
+    rig.netlink.remove_namespace(sandbox.netns)
+    await rig.hooks.synchronize([sandbox] if still_listed else [])
+    assert rig.cni.commands()[2:] == [("DEL", "sandbox-1", ""), ("DEL", "sandbox-1", "")]
+    assert rig.cni.leases == {}
+    assert [_state(rig, r)[0] for r in (FIRST, SECOND)] == [State.DETACHED] * 2
+
+
+async def test_synchronize_moves_an_attachment_to_the_pods_new_sandbox(rig: ConfigureRig) -> None:
+    old, new = rig.sandbox("sandbox-1"), rig.sandbox("sandbox-2")
+    rig.store.put(FIRST)
+    await rig.hooks.run_pod_sandbox(old, BUDGET)
+    await rig.hooks.synchronize([new])
+    assert rig.cni.commands()[1:] == [("DEL", "sandbox-1", old.netns), ("ADD", "sandbox-2", new.netns)]
+    assert _state(rig, FIRST) == (State.ATTACHED, "sandbox-2")
+
+
+async def test_synchronize_attaches_into_a_sandbox_whose_run_was_missed(rig: ConfigureRig) -> None:
+    rig.store.put(FIRST)
+    await rig.hooks.synchronize([rig.sandbox()])
+    assert _state(rig, FIRST) == (State.ATTACHED, "sandbox-1")
+
+
+async def test_synchronize_leaves_what_is_in_order_alone(rig: ConfigureRig) -> None:
+    sandbox = rig.sandbox()
+    unused = sample_row(sample_device("enp3s0"), claim_uid="claim-uid-2", pod_uid="gone-pod")
+    rig.store.put(FIRST, unused)
+    await rig.hooks.run_pod_sandbox(sandbox, BUDGET)
+    await rig.hooks.synchronize([sandbox])
+    assert [c.command for c in rig.cni.calls] == ["ADD"]
+    assert rig.store.get(unused.key) == unused
+
+
+async def test_a_repair_that_fails_is_logged_and_the_others_go_on(rig: ConfigureRig) -> None:
+    rig.store.put(FIRST, SECOND)
+    rig.cni.fail_add.append(CniError("macvlan", "ADD", 7, "master enp1s0 is down"))
+    await rig.hooks.synchronize([rig.sandbox()])
+    assert _state(rig, FIRST)[0] == State.PREPARED
+    assert _state(rig, SECOND) == (State.ATTACHED, "sandbox-1")
+    await rig.settle()
+    assert _conditions(rig) == [
+        (FIRST.device, "False", "AttachFailed"),
+        (SECOND.device, "True", "InterfaceAttached"),
+    ]
+
+
+async def test_synchronize_skips_rows_deleted_meanwhile(rig: ConfigureRig) -> None:
+    rig.store.put(FIRST)
+    started = asyncio.Event()
+
+    async def synchronize() -> None:
+        started.set()
+        await rig.hooks.synchronize([rig.sandbox()])
+
+    async with rig.locks(FIRST.pod_uid):  # NodeUnprepareResources of the claim runs
+        syncing = asyncio.create_task(synchronize())
+        await started.wait()
+        rig.store.delete(FIRST)
+    await syncing
+    assert rig.cni.calls == []

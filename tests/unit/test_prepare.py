@@ -1,0 +1,174 @@
+"""NodePrepareResources/NodeUnprepareResources behind the kubelet plugin: claim → stored plans, and back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from netclaim.adapters.kube import Claim, PodRef
+from netclaim.adapters.kubeletplugin import PreparedDevice
+from netclaim.configure.status import ClaimRef
+from netclaim.configure.store import State
+from netclaim.errors import CniError, ConfigError, GoneError
+from tests.corpus import VALID_CONFIG
+from tests.unit.fakes import (
+    SAMPLE_DRIVER,
+    ConfigureRig,
+    configure_rig,
+    sample_allocation,
+    sample_claim,
+    sample_config,
+    sample_device,
+)
+
+NIC = sample_device("enp1s0")
+SECOND_NIC = sample_device("enp2s0")
+SECOND_CONFIG = {**VALID_CONFIG, "interfaceName": "net2"}
+CLAIM = sample_claim(
+    (
+        sample_allocation(NIC, "net", share_id="share-1", bandwidth="100M"),
+        sample_allocation(SECOND_NIC, "net2"),
+        sample_allocation(NIC, "gpu", driver="gpu.example.com"),
+    ),
+    (sample_config(VALID_CONFIG, requests=("net",)), sample_config(SECOND_CONFIG, requests=("net2",))),
+)
+REF = ClaimRef(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+
+
+@pytest.fixture
+def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
+    built = configure_rig(tmp_path, monkeypatch)
+    built.catalog.update([NIC, SECOND_NIC])
+    built.api.add_claim(CLAIM)
+    yield built
+    built.store.close()
+
+
+async def _prepare(rig: ConfigureRig, claim: Claim = CLAIM) -> list[PreparedDevice]:
+    return await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)
+
+
+async def test_prepare_stores_one_plan_per_device_of_this_driver(rig: ConfigureRig) -> None:
+    prepared = await _prepare(rig)
+    assert prepared == [
+        PreparedDevice("net", "node-1", NIC.name, "share-1"),
+        PreparedDevice("net2", "node-1", SECOND_NIC.name, None),
+    ]
+    rows = rig.store.for_claim(CLAIM.uid)
+    assert [(r.device, r.share_id, r.request, r.pod_uid, r.state) for r in rows] == [
+        (NIC.name, "share-1", "net", "pod-uid-1", State.PREPARED),
+        (SECOND_NIC.name, "", "net2", "pod-uid-1", State.PREPARED),
+    ]
+    assert [(r.plan.interface_name, r.plan.bandwidth_bps) for r in rows] == [
+        ("net1", 100_000_000),
+        ("net2", None),
+    ]
+    assert rig.cni.version_queries == ["host-local", "macvlan"]  # once per plugin of all the chains
+    await rig.settle()
+    assert [e["conditions"][0]["reason"] for e in rig.entries(REF)] == ["WaitingForPodSandbox"] * 2
+
+
+async def test_a_second_prepare_answers_from_the_store_without_an_api_call(rig: ConfigureRig) -> None:
+    first = await _prepare(rig)
+    rig.api.calls.clear()
+    assert await _prepare(rig) == first
+    assert rig.api.calls == []
+
+
+async def test_the_cni_version_is_lowered_to_what_the_installed_plugins_speak(rig: ConfigureRig) -> None:
+    rig.cni.supported["macvlan"] = ["0.4.0"]
+    await _prepare(rig)
+    assert {r.plan.conflist["cniVersion"] for r in rig.store.for_claim(CLAIM.uid)} == {"0.4.0"}
+
+
+async def test_a_claim_recreated_under_the_same_name_is_gone(rig: ConfigureRig) -> None:
+    with pytest.raises(GoneError, match="has UID claim-uid-1, kubelet asked for old-uid"):
+        await rig.preparer.prepare(CLAIM.namespace, CLAIM.name, "old-uid")
+    assert rig.store.all() == []
+
+
+@pytest.mark.parametrize(
+    ("break_it", "error"),
+    [
+        ("config", ConfigError),
+        ("plugin", CniError),
+        ("version", ConfigError),
+    ],
+)
+async def test_a_claim_that_cannot_work_stores_nothing(
+    rig: ConfigureRig, break_it: str, error: type[Exception]
+) -> None:
+    if break_it == "config":
+        rig.api.add_claim(sample_claim(CLAIM.results, (sample_config({**VALID_CONFIG, "bandwidth": "x"}),)))
+    elif break_it == "plugin":
+        rig.cni.fail_versions.append(CniError("macvlan", "VERSION", 999, "cannot run"))
+    else:
+        rig.cni.supported["macvlan"] = ["0.3.1"]
+    with pytest.raises(error):
+        await _prepare(rig)
+    assert rig.store.all() == []
+
+
+async def test_a_failure_is_reported_on_the_claims_devices_and_its_pod(rig: ConfigureRig) -> None:
+    await rig.preparer.report_failure(CLAIM.namespace, CLAIM.name, CLAIM.uid, "config.plugins[0].master: no")
+    assert [(e.pod, e.pod_uid, e.reason, e.message) for e in rig.api.events] == [
+        ("pod-1", "pod-uid-1", "NetclaimPrepareFailed", "config.plugins[0].master: no")
+    ]
+    await rig.settle()
+    assert [
+        (e["device"], e.get("shareID"), e["conditions"][0]["status"], e["conditions"][0]["reason"])
+        for e in rig.entries(REF)
+    ] == [
+        (NIC.name, "share-1", "False", "PrepareFailed"),  # the other driver's device is not ours to report
+        (SECOND_NIC.name, None, "False", "PrepareFailed"),
+    ]
+
+
+async def test_a_failure_of_a_claim_replaced_meanwhile_is_not_reported(rig: ConfigureRig) -> None:
+    await rig.preparer.report_failure(CLAIM.namespace, CLAIM.name, "old-uid", "no")
+    await rig.settle()
+    assert rig.api.events == []
+    assert rig.entries(REF) == []
+
+
+async def test_unprepare_releases_the_addresses_and_forgets_the_claim(rig: ConfigureRig) -> None:
+    await _prepare(rig)
+    await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
+    assert len(rig.cni.leases) == 2
+    await rig.settle()
+    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert [c.command for c in rig.cni.calls] == ["ADD", "ADD", "DEL", "DEL"]
+    assert rig.cni.leases == {}
+    assert rig.store.all() == []
+    await rig.settle()
+    assert rig.entries(REF) == []
+    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)  # kubelet asks again: fine
+    assert [c.command for c in rig.cni.calls] == ["ADD", "ADD", "DEL", "DEL"]
+
+
+async def test_unprepare_that_cannot_delete_keeps_the_rows_for_kubelets_retry(rig: ConfigureRig) -> None:
+    await _prepare(rig)
+    await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
+    rig.cni.fail_delete.append(CniError("macvlan", "DEL", 999, "plugin crashed"))
+    with pytest.raises(CniError):
+        await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert len(rig.store.for_claim(CLAIM.uid)) == 2
+    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert rig.store.all() == []
+    assert rig.cni.leases == {}
+
+
+async def test_a_claim_of_another_pod_is_planned_for_its_own_pod(rig: ConfigureRig) -> None:
+    other = sample_claim(
+        (sample_allocation(NIC, share_id="share-2"),),
+        (sample_config(VALID_CONFIG),),
+        name="claim-2",
+        uid="claim-uid-2",
+        reserved_for=(PodRef("pod-2", "pod-uid-2"),),
+    )
+    rig.api.add_claim(other)
+    await _prepare(rig, other)
+    assert [r.pod_uid for r in rig.store.for_claim("claim-uid-2")] == ["pod-uid-2"]
+    assert rig.store.for_pod("pod-uid-1") == []

@@ -1,0 +1,319 @@
+"""The supervised publish loop: what wakes a comparison, what one pass publishes, the retry after a failure.
+
+No test waits on the clock: the settle time and the backoff are 0, every wait is for an event the code
+under test causes, and every loop is cancelled at the end (they run forever).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from netclaim import backoff, metrics
+from netclaim.api.publishpolicy import DEFAULT_POLICY
+from netclaim.errors import ApiUnavailableError, ConfigError
+from netclaim.publish import loop
+from netclaim.publish.devices import Device, DeviceCatalog
+from netclaim.publish.inventory import NetworkInterface, NodeInventory, Sysfs
+from netclaim.publish.loop import Trigger, periodic, publish_loop, watch_inventory, watch_slices
+from netclaim.publish.publisher import SlicePublisher
+from tests.unit.fakes import FakeInventory, FakeKubeApi, FakeNetlink
+
+NODE, DRIVER = "node-a", "netclaim.dev"
+T = TypeVar("T")
+
+
+@pytest.fixture(autouse=True)
+def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No settle time and no backoff delay: passes and retries follow each other at once."""
+    monkeypatch.setattr(loop, "SETTLE_SECONDS", 0)
+    monkeypatch.setattr(backoff.Backoff.__init__, "__defaults__", (0.0, 0.0))
+
+
+async def within(awaitable: Awaitable[T]) -> T:
+    """Await what the code under test must cause; the timeout only turns a hang into a failure."""
+    async with asyncio.timeout(10):
+        return await awaitable
+
+
+@pytest.fixture
+async def tasks() -> AsyncIterator[list[asyncio.Task[Any]]]:
+    """Tasks started by a test, cancelled (and awaited) when it ends."""
+    started: list[asyncio.Task[Any]] = []
+    yield started
+    for task in started:
+        task.cancel()
+    for task in started:
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+def start(tasks: list[asyncio.Task[Any]], coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    task = asyncio.create_task(coroutine)
+    tasks.append(task)
+    return task
+
+
+class CountingTrigger(Trigger):
+    """A Trigger that also counts its fire() calls and lets a test await the next one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fired = 0
+        self.fires: asyncio.Queue[int] = asyncio.Queue()
+
+    def fire(self) -> None:
+        super().fire()
+        self.fired += 1
+        self.fires.put_nowait(self.fired)
+
+
+def nic(name: str, index: int, **facts: object) -> NetworkInterface:
+    base: dict[str, object] = {
+        "kind": "physical",
+        "mac": f"02:00:00:00:00:{index:02x}",
+        "mtu": 1500,
+        "up": True,
+        "virtual": False,
+        "speed_bps": 10 * 2**30,
+    }
+    base.update(facts)
+    return NetworkInterface(name=name, index=index, **base)  # type: ignore[arg-type]
+
+
+def held(name: str) -> Device:
+    return Device(name=name, if_name=name, shared=False, attributes={"netclaim.dev/ifName": name})
+
+
+async def yield_to_loop(times: int = 20) -> None:
+    """Let every ready task run a few steps (a zero sleep is a yield, not a wait on the clock)."""
+    for _ in range(times):
+        await asyncio.sleep(0)
+
+
+# --- Trigger -------------------------------------------------------------------------------------------
+
+
+async def test_many_fires_before_a_wait_make_one_pass(tasks: list[asyncio.Task[Any]]) -> None:
+    trigger = Trigger()
+    passes: asyncio.Queue[int] = asyncio.Queue()
+
+    async def consumer() -> None:
+        count = 0
+        while True:
+            await trigger.wait()
+            count += 1
+            passes.put_nowait(count)
+
+    for _ in range(50):
+        trigger.fire()
+    start(tasks, consumer())
+    assert await within(passes.get()) == 1
+    await yield_to_loop()
+    assert passes.empty(), "fires before the pass must not cause a second one"
+    trigger.fire()
+    assert await within(passes.get()) == 2
+    await yield_to_loop()
+    assert passes.empty()
+
+
+async def test_a_fire_during_a_pass_makes_another_pass(tasks: list[asyncio.Task[Any]]) -> None:
+    trigger = Trigger()
+    seen: asyncio.Queue[str] = asyncio.Queue()
+    state = ["old"]
+
+    async def consumer() -> None:
+        while True:
+            await trigger.wait()
+            seen.put_nowait(state[0])
+            if state[0] == "old":  # a change lands while this pass works on the old state
+                state[0] = "new"
+                trigger.fire()
+
+    trigger.fire()
+    start(tasks, consumer())
+    assert await within(seen.get()) == "old"
+    assert await within(seen.get()) == "new"
+
+
+# --- publish_loop --------------------------------------------------------------------------------------
+
+
+class Published:
+    """on_published for the loop: counts the passes that published, and lets a test await the next."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.events: asyncio.Queue[int] = asyncio.Queue()
+
+    def __call__(self) -> None:
+        self.count += 1
+        self.events.put_nowait(self.count)
+
+
+async def test_a_pass_publishes_the_scanned_and_held_devices(tasks: list[asyncio.Task[Any]]) -> None:
+    source = FakeInventory([nic("enp1s0", 2), nic("enp2s0", 3), nic("veth9", 9, virtual=True)])
+    api = FakeKubeApi()
+    catalog = DeviceCatalog()
+    trigger = Trigger()
+    published = Published()
+    asked: list[set[str]] = []
+
+    def held_devices(present: set[str]) -> list[Device]:
+        asked.append(set(present))
+        return [held("enp7s0")]
+
+    publisher = SlicePublisher(api, NODE, DRIVER)
+    start(tasks, publish_loop(source, DEFAULT_POLICY, publisher, trigger, catalog, held_devices, published))
+    trigger.fire()
+    assert await within(published.events.get()) == 1
+    assert asked == [{"enp1s0", "enp2s0"}], "held devices are asked with the names present (no virtual NIC)"
+    [body] = api.slices.values()
+    assert [d["name"] for d in body["spec"]["devices"]] == ["enp1s0", "enp2s0", "enp7s0"]
+    for name in ("enp1s0", "enp2s0", "enp7s0"):
+        assert catalog.get(name) is not None
+    assert catalog.get("veth9") is None
+    enp1s0 = catalog.get("enp1s0")
+    assert (
+        enp1s0 is not None and enp1s0.shared and enp1s0.attributes["netclaim.dev/mac"] == "02:00:00:00:00:02"
+    )
+
+    source.interfaces = [nic("enp1s0", 2)]  # enp2s0 went away: the next pass drops it everywhere
+    trigger.fire()
+    assert await within(published.events.get()) == 2
+    assert source.scans == 2
+    [body] = api.slices.values()
+    assert [d["name"] for d in body["spec"]["devices"]] == ["enp1s0", "enp7s0"]
+    assert body["spec"]["pool"]["generation"] == 2
+    assert catalog.get("enp2s0") is None
+
+
+async def test_a_failed_publish_is_retried_until_it_succeeds(
+    tasks: list[asyncio.Task[Any]], caplog: pytest.LogCaptureFixture
+) -> None:
+    source = FakeInventory([nic("enp1s0", 2)])
+    api = FakeKubeApi(fail_next=[ApiUnavailableError("ResourceSlices of node node-a: 503 busy")])
+    trigger = Trigger()
+    published = Published()
+    errors_before = metrics.REGISTRY.get_sample_value("netclaim_publish_errors_total") or 0.0
+    publisher = SlicePublisher(api, NODE, DRIVER)
+    with caplog.at_level(logging.WARNING, logger="netclaim.backoff"):
+        start(
+            tasks,
+            publish_loop(
+                source, DEFAULT_POLICY, publisher, trigger, DeviceCatalog(), lambda _: [], published
+            ),
+        )
+        trigger.fire()  # the only fire: the retry must not need another one
+        assert await within(published.events.get()) == 1
+    assert api.calls == ["list_slices", "list_slices", "node_uid", "apply_slice"]
+    assert source.scans == 2
+    assert list(api.slices) == [f"{NODE}-{DRIVER}-0"]
+    assert metrics.REGISTRY.get_sample_value("netclaim_publish_errors_total") == errors_before + 1
+    [warning] = [r for r in caplog.records if r.name == "netclaim.backoff"]
+    assert warning.levelno == logging.WARNING and warning.getMessage().startswith("publish failed")
+    await yield_to_loop()
+    assert published.count == 1 and source.scans == 2, "after the success the loop waits for a fire"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ConfigError("inventory.yaml: expected a list of interfaces"), RuntimeError("a bug")],
+    ids=["netclaim error", "bug"],
+)
+async def test_a_failed_scan_is_retried(
+    tasks: list[asyncio.Task[Any]], caplog: pytest.LogCaptureFixture, error: Exception
+) -> None:
+    source = FakeInventory([nic("enp1s0", 2)], fail_next=[error])
+    api = FakeKubeApi()
+    trigger = Trigger()
+    published = Published()
+    publisher = SlicePublisher(api, NODE, DRIVER)
+    with caplog.at_level(logging.WARNING, logger="netclaim.backoff"):
+        start(
+            tasks,
+            publish_loop(
+                source, DEFAULT_POLICY, publisher, trigger, DeviceCatalog(), lambda _: [], published
+            ),
+        )
+        trigger.fire()
+        await within(published.events.get())
+    assert source.scans == 2 and len(api.slices) == 1
+    [record] = [r for r in caplog.records if r.name == "netclaim.backoff"]
+    assert (record.exc_info is not None) is isinstance(error, RuntimeError), "a traceback only for a bug"
+
+
+# --- what fires the trigger ----------------------------------------------------------------------------
+
+
+async def test_the_slice_watch_fires_on_connect_and_on_each_event(tasks: list[asyncio.Task[Any]]) -> None:
+    api = FakeKubeApi()
+    trigger = CountingTrigger()
+    start(tasks, watch_slices(api, NODE, DRIVER, trigger))
+    assert await within(trigger.fires.get()) == 1  # connected
+    await yield_to_loop()
+    assert api.calls == ["slice_changes"] and trigger.fires.empty()
+    for event in ("DELETED", "ADDED", "MODIFIED"):
+        api.slice_events.put_nowait(event)
+    assert [await within(trigger.fires.get()) for _ in range(3)] == [2, 3, 4]
+
+
+async def test_the_slice_watch_fires_again_when_it_reconnects(tasks: list[asyncio.Task[Any]]) -> None:
+    api = FakeKubeApi(fail_next=[ApiUnavailableError("watch of node node-a's ResourceSlices: 503")])
+    trigger = CountingTrigger()
+    start(tasks, watch_slices(api, NODE, DRIVER, trigger))
+    assert [await within(trigger.fires.get()) for _ in range(2)] == [1, 2]
+    await yield_to_loop()
+    assert api.calls == ["slice_changes", "slice_changes"] and trigger.fired == 2
+
+
+async def test_slices_deleted_by_kubelet_are_published_again(tasks: list[asyncio.Task[Any]]) -> None:
+    source = FakeInventory([nic("enp1s0", 2)])
+    api = FakeKubeApi()
+    trigger = Trigger()
+    published = Published()
+    publisher = SlicePublisher(api, NODE, DRIVER)
+    start(
+        tasks,
+        publish_loop(source, DEFAULT_POLICY, publisher, trigger, DeviceCatalog(), lambda _: [], published),
+    )
+    start(tasks, watch_slices(api, NODE, DRIVER, trigger))
+    assert await within(published.events.get()) == 1  # the watch's connect fired the first pass
+    api.slices.clear()  # kubelet restarted and removed the node's slices
+    api.slice_events.put_nowait("DELETED")
+    assert await within(published.events.get()) == 2
+    assert list(api.slices) == [f"{NODE}-{DRIVER}-0"]
+
+
+async def test_the_inventory_watch_fires_once_per_change(tasks: list[asyncio.Task[Any]]) -> None:
+    source = FakeInventory()
+    trigger = CountingTrigger()
+    start(tasks, watch_inventory(source, trigger))
+    for _ in range(3):
+        source.change_events.put_nowait(None)
+    assert [await within(trigger.fires.get()) for _ in range(3)] == [1, 2, 3]
+    await yield_to_loop()
+    assert trigger.fired == 3
+
+
+async def test_netlink_events_of_the_node_inventory_fire_the_trigger(
+    tasks: list[asyncio.Task[Any]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    netlink = FakeNetlink()
+    monkeypatch.setattr("netclaim.publish.inventory.netlink", netlink)
+    trigger = CountingTrigger()
+    start(tasks, watch_inventory(NodeInventory(sysfs=Sysfs(tmp_path)), trigger))
+    netlink.batches.put_nowait(["RTM_NEWLINK", "RTM_NEWADDR"])
+    assert await within(trigger.fires.get()) == 1
+    assert netlink.subscriptions == ["open"]
+
+
+async def test_the_periodic_resync_keeps_firing(tasks: list[asyncio.Task[Any]]) -> None:
+    trigger = CountingTrigger()
+    start(tasks, periodic(trigger, seconds=0))
+    assert [await within(trigger.fires.get()) for _ in range(3)] == [1, 2, 3]

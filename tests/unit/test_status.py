@@ -1,0 +1,310 @@
+"""ResourceClaim.status.devices entries for each state, the patch written, and the writer's retries."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netclaim.adapters.kube import Claim
+from netclaim.configure import status as status_module
+from netclaim.configure.status import ClaimRef, Failure, StatusWriter, device_entry
+from netclaim.configure.store import Interface, Outcome, State, Store
+from netclaim.errors import ApiUnavailableError, GoneError
+from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
+
+CLAIM = ClaimRef("team-a", "claim-1", "claim-uid-1")
+ROW = sample_row(sample_device("enp1s0"), share_id="share-1")
+CNI_RESULT = {"cniVersion": "1.0.0", "ips": [{"address": "10.90.0.10/24"}]}
+ATTACHED = ROW.with_state(
+    State.ATTACHED,
+    sandbox_id="sandbox-1",
+    outcome=Outcome(
+        cni_args="IgnoreUnknown=1",
+        cni_result=CNI_RESULT,
+        interface=Interface(
+            name="net1",
+            mac="02:00:0a:5a:00:0a",
+            mtu=1500,
+            addresses=("fd00:0:0:0::a/64", "10.90.0.10/24", "10.90.0.10/24"),
+        ),
+    ),
+)
+OTHER_DRIVERS_ENTRY = {
+    "driver": "gpu.example.com",
+    "pool": "node-1",
+    "device": "gpu-0",
+    "conditions": [
+        {"type": "Ready", "status": "True", "reason": "Up", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    ],
+    "data": {"kept": ["as", "written"]},
+}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = Store(tmp_path / "state")
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def api() -> FakeKubeApi:
+    found = FakeKubeApi()
+    found.add_claim(sample_claim((), (), devices_status=(OTHER_DRIVERS_ENTRY,)))
+    return found
+
+
+@pytest.fixture
+def writer(api: FakeKubeApi, store: Store) -> StatusWriter:
+    return StatusWriter(api, SAMPLE_DRIVER, store)
+
+
+def _ready(entry: dict[str, Any]) -> tuple[str, str, str]:
+    [condition] = entry["conditions"]
+    assert condition["type"] == "Ready"
+    assert condition["lastTransitionTime"].endswith("Z")
+    return condition["status"], condition["reason"], condition["message"]
+
+
+def test_an_attached_device_is_ready_with_its_network_data_and_cni_result() -> None:
+    entry = device_entry(SAMPLE_DRIVER, ATTACHED)
+    assert _ready(entry) == ("True", "InterfaceAttached", "net1 is configured in the pod")
+    assert entry["networkData"] == {
+        "interfaceName": "net1",
+        "ips": ["10.90.0.10/24", "fd00::a/64"],  # canonical, once each, sorted
+        "hardwareAddress": "02:00:0a:5a:00:0a",
+    }
+    assert entry["data"] == CNI_RESULT
+    assert (entry["driver"], entry["pool"], entry["device"], entry["shareID"]) == (
+        SAMPLE_DRIVER,
+        "node-1",
+        ROW.device,
+        "share-1",
+    )
+
+
+def test_an_attached_device_without_a_cni_result_has_no_data() -> None:
+    row = replace(ATTACHED, outcome=ATTACHED.outcome.model_copy(update={"cni_result": None}))
+    assert "data" not in device_entry(SAMPLE_DRIVER, row)
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        (State.PREPARED, "WaitingForPodSandbox"),
+        (State.ATTACHING, "Attaching"),
+        (State.DETACHED, "Detached"),
+        (State.ATTACHED, "Attaching"),  # no interface read back yet: not ready
+    ],
+)
+def test_a_device_not_attached_is_not_ready_with_its_states_reason(state: State, reason: str) -> None:
+    entry = device_entry(SAMPLE_DRIVER, sample_row().with_state(state))
+    assert _ready(entry)[:2] == ("False", reason)
+    assert "networkData" not in entry
+    assert "shareID" not in entry  # only for a share of a shared device
+
+
+def test_a_failed_attach_is_not_ready_with_its_error() -> None:
+    row = ROW.with_state(State.PREPARED, error="claim team-a/claim-1 device d: CNI ADD macvlan: code 7: down")
+    assert _ready(device_entry(SAMPLE_DRIVER, row)) == (
+        "False",
+        "AttachFailed",
+        "claim team-a/claim-1 device d: CNI ADD macvlan: code 7: down",
+    )
+
+
+async def test_the_patch_replaces_our_entries_and_keeps_other_drivers_verbatim(
+    api: FakeKubeApi, store: Store, writer: StatusWriter
+) -> None:
+    stale_ours = {"driver": SAMPLE_DRIVER, "pool": "node-1", "device": "gone-device", "conditions": []}
+    claim = api.claims[("team-a", "claim-1")]
+    api.add_claim(replace(claim, devices_status=(OTHER_DRIVERS_ENTRY, stale_ours)))
+    store.put(ATTACHED)
+    await writer.write(CLAIM)
+    written = api.claims[("team-a", "claim-1")].devices_status
+    assert written[0] == OTHER_DRIVERS_ENTRY
+    assert [e["device"] for e in written] == ["gpu-0", ROW.device]
+    assert written[1] == {**device_entry(SAMPLE_DRIVER, ATTACHED), "conditions": written[1]["conditions"]}
+    assert api.calls == ["get_claim", "write_claim_devices", "get_claim"]
+
+
+async def test_nothing_is_written_when_the_entries_did_not_change(
+    api: FakeKubeApi, store: Store, writer: StatusWriter
+) -> None:
+    store.put(ATTACHED)
+    await writer.write(CLAIM)
+    api.calls.clear()
+    await writer.write(CLAIM)  # the timestamps differ, the entries do not
+    assert api.calls == ["get_claim"]
+    store.put(ATTACHED.with_state(State.DETACHED, outcome=Outcome()))
+    await writer.write(CLAIM)
+    assert "write_claim_devices" in api.calls
+
+
+async def test_a_claim_replaced_by_another_of_the_same_name_is_not_written(
+    api: FakeKubeApi, store: Store, writer: StatusWriter
+) -> None:
+    store.put(ATTACHED)
+    api.add_claim(sample_claim((), (), uid="another-uid"))
+    await writer.write(CLAIM)
+    assert api.calls == ["get_claim"]
+
+
+async def test_a_claim_that_failed_to_prepare_reports_each_of_its_devices_until_forgotten(
+    api: FakeKubeApi, store: Store, writer: StatusWriter
+) -> None:
+    failure = Failure(
+        (("node-1", "dev-a", ""), ("node-1", "dev-b", "share-9")), "PrepareFailed", "bad config"
+    )
+    writer.fail(CLAIM, failure)
+    await writer.write(CLAIM)
+    ours = [e for e in api.claims[("team-a", "claim-1")].devices_status if e["driver"] == SAMPLE_DRIVER]
+    assert [(e["device"], e.get("shareID"), _ready(e)) for e in ours] == [
+        ("dev-a", None, ("False", "PrepareFailed", "bad config")),
+        ("dev-b", "share-9", ("False", "PrepareFailed", "bad config")),
+    ]
+    store.put(ROW)  # prepared after all (kubelet retried): the rows speak, not the old failure
+    assert [_ready(e)[1] for e in writer.desired(CLAIM)] == ["WaitingForPodSandbox"]
+    store.delete(ROW)
+    writer.forget(CLAIM)  # unprepared
+    await writer.write(CLAIM)
+    assert api.claims[("team-a", "claim-1")].devices_status == (OTHER_DRIVERS_ENTRY,)
+
+
+def test_a_claim_queued_twice_is_written_once(writer: StatusWriter) -> None:
+    writer.enqueue(CLAIM)
+    writer.enqueue(CLAIM)
+    writer.forget(CLAIM)
+    assert writer._queue.qsize() == 1
+
+
+class _Backoff:
+    """Stands in for netclaim.backoff.Backoff in the status writer: counts the waits, waits for nothing."""
+
+    waits = 0
+
+    async def wait(self) -> None:
+        type(self).waits += 1
+
+
+class _RacingApi(FakeKubeApi):
+    """Another writer changes the claim between our read and our write, `races` times; `on_read` runs
+    before each read of a claim."""
+
+    races = 1
+    written = asyncio.Event()
+    on_read: Callable[[], None] | None = None
+
+    async def get_claim(self, namespace: str, name: str) -> Claim:
+        if self.on_read is not None:
+            self.on_read()
+        return await super().get_claim(namespace, name)
+
+    async def write_claim_devices(self, claim: Claim, devices: list[dict[str, Any]]) -> None:
+        if self.races:
+            self.races -= 1
+            current = self.claims[(claim.namespace, claim.name)]
+            theirs = {**copy.deepcopy(OTHER_DRIVERS_ENTRY), "device": "gpu-1"}
+            self.add_claim(
+                replace(current, resource_version="7", devices_status=(*current.devices_status, theirs))
+            )
+        await super().write_claim_devices(claim, devices)
+        self.written.set()
+
+
+@pytest.fixture
+def backoff(monkeypatch: pytest.MonkeyPatch) -> type[_Backoff]:
+    _Backoff.waits = 0
+    monkeypatch.setattr(status_module, "Backoff", _Backoff)
+    return _Backoff
+
+
+async def _run_until_written(writer: StatusWriter, api: _RacingApi) -> None:
+    api.written = asyncio.Event()
+    running = asyncio.create_task(writer.run())
+    try:
+        await api.written.wait()
+    finally:
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+
+async def test_a_conflicting_write_is_retried_on_the_claim_as_it_is_now(
+    store: Store, backoff: type[_Backoff]
+) -> None:
+    api = _RacingApi()
+    api.add_claim(sample_claim((), (), devices_status=(OTHER_DRIVERS_ENTRY,)))
+    writer = StatusWriter(api, SAMPLE_DRIVER, store)
+    store.put(ATTACHED)
+    writer.enqueue(CLAIM)
+    await _run_until_written(writer, api)
+    written = api.claims[("team-a", "claim-1")].devices_status
+    assert [e["device"] for e in written] == ["gpu-0", "gpu-1", ROW.device]  # the other writer's entry kept
+    assert backoff.waits == 1
+
+
+async def test_a_gone_claim_is_dropped_and_an_unavailable_api_retried(
+    store: Store, backoff: type[_Backoff]
+) -> None:
+    api = _RacingApi()
+    api.races = 0
+    api.add_claim(sample_claim((), ()))
+    writer = StatusWriter(api, SAMPLE_DRIVER, store)
+    store.put(ATTACHED)
+    writer.enqueue(ClaimRef("team-a", "deleted-claim", "uid-x"))
+    writer.enqueue(CLAIM)
+    api.fail_next = [GoneError("deleted"), ApiUnavailableError("503"), ApiUnavailableError("503")]
+    await _run_until_written(writer, api)
+    assert backoff.waits == 2  # for the unavailable API only: nothing is retried for a deleted claim
+    assert [e["device"] for e in api.claims[("team-a", "claim-1")].devices_status] == [ROW.device]
+
+
+async def test_a_write_failing_on_a_bug_is_retried(store: Store, backoff: type[_Backoff]) -> None:
+    api = _RacingApi()
+    api.races = 0
+    api.add_claim(sample_claim((), ()))
+    writer = StatusWriter(api, SAMPLE_DRIVER, store)
+    store.put(ATTACHED)
+    writer.enqueue(CLAIM)
+    api.fail_next = [KeyError("bug")]  # type: ignore[list-item]
+    await _run_until_written(writer, api)
+    assert backoff.waits == 1
+
+
+async def test_a_claim_queued_again_while_retrying_is_written_from_the_new_request(
+    store: Store, backoff: type[_Backoff]
+) -> None:
+    api = _RacingApi()
+    api.races = 0
+    api.add_claim(sample_claim((), ()))
+    writer = StatusWriter(api, SAMPLE_DRIVER, store)
+    writer.enqueue(CLAIM)
+
+    def a_hook_asks_again() -> None:  # while the first write is failing
+        writer.enqueue(CLAIM)
+        api.on_read = None
+
+    api.on_read = a_hook_asks_again
+    api.fail_next = [ApiUnavailableError("503")]
+    store.put(ATTACHED)
+    await _run_until_written(writer, api)
+    assert backoff.waits == 0  # no wait: the newer request goes straight on
+
+
+async def test_a_warning_event_failing_to_be_written_is_not_an_error(
+    writer: StatusWriter, api: FakeKubeApi
+) -> None:
+    api.fail_next = [ApiUnavailableError("503")]
+    await writer.warn("team-a", "pod-1", "pod-uid-1", "NetclaimPrepareFailed", "bad config")
+    assert api.events == []
+    await writer.warn("team-a", "pod-1", "pod-uid-1", "NetclaimPrepareFailed", "bad config")
+    assert [(e.pod_uid, e.reason, e.message) for e in api.events] == [
+        ("pod-uid-1", "NetclaimPrepareFailed", "bad config")
+    ]

@@ -1,0 +1,241 @@
+"""The state database: rows survive restarts and move through their states; what it cannot read is refused."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from netclaim.configure.store import SCHEMA_VERSION, Interface, Outcome, State, Store
+from netclaim.errors import PrerequisiteError, StateStoreError
+from netclaim.publish.devices import BANDWIDTH, Capacity
+from tests.unit.fakes import sample_device, sample_row
+
+ATTACHED_OUTCOME = Outcome(
+    cni_args="IgnoreUnknown=1;K8S_POD_NAME=pod-1",
+    cni_result={"cniVersion": "1.0.0", "ips": [{"address": "10.90.0.10/24"}]},
+    interface=Interface(name="net1", mac="02:00:0a:5a:00:0a", mtu=1500, addresses=("10.90.0.10/24",)),
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = Store(tmp_path / "state")
+    yield opened
+    opened.close()
+
+
+def test_a_row_reads_back_as_written_also_after_a_restart(tmp_path: Path) -> None:
+    row = sample_row(bandwidth_bps=250_000_000, share_id="share-1").with_state(
+        State.ATTACHED, sandbox_id="sandbox-1", netns="/run/netns/a", outcome=ATTACHED_OUTCOME, error="x"
+    )
+    first = Store(tmp_path / "state")
+    first.put(row)
+    assert first.get(row.key) == row
+    first.close()
+    again = Store(tmp_path / "state")
+    assert again.get(row.key) == row
+    assert again.get(("other-claim", *row.key[1:])) is None
+    again.close()
+
+
+def test_the_state_directory_and_database_are_private(tmp_path: Path) -> None:
+    Store(tmp_path / "state").close()
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "state" / "netclaim.db").stat().st_mode) == 0o600
+
+
+def test_a_row_moves_prepared_attaching_attached_detached(store: Store) -> None:
+    row = sample_row()
+    store.put(row)
+    seen = [store.get(row.key)]
+    for state in (State.ATTACHING, State.ATTACHED, State.DETACHED):
+        store.put(row.with_state(state, sandbox_id="sandbox-1"))
+        seen.append(store.get(row.key))
+    assert [r.state for r in seen if r is not None] == [
+        State.PREPARED,
+        State.ATTACHING,
+        State.ATTACHED,
+        State.DETACHED,
+    ]
+    assert len(store.all()) == 1  # the key stays; the row is replaced
+
+
+def test_rows_are_found_by_claim_and_by_pod_and_deleted_one_by_one(store: Store) -> None:
+    a1 = sample_row(sample_device("enp1s0"), claim_uid="claim-a", pod_uid="pod-1")
+    a2 = sample_row(sample_device("enp2s0"), claim_uid="claim-a", pod_uid="pod-1", request="net2")
+    b = sample_row(sample_device("enp1s0"), claim_uid="claim-b", pod_uid="pod-2", share_id="s2")
+    store.put(b, a2, a1)
+    assert store.for_claim("claim-a") == [a1, a2]
+    assert store.for_pod("pod-2") == [b]
+    assert store.all() == [a1, a2, b]
+    assert store.for_claim("nobody") == []
+    store.delete(a1, b)
+    assert store.all() == [a2]
+    store.delete(a1)  # already gone: nothing to do
+    assert store.all() == [a2]
+
+
+def test_held_devices_are_exclusive_nics_inside_pods_and_missing_from_the_node(store: Store) -> None:
+    inside = sample_device("enp1s0", shared=False)
+    half_moved = sample_device("enp2s0", shared=False)
+    returned = sample_device("enp3s0", shared=False)
+    not_yet = sample_device("enp4s0", shared=False)
+    shared = sample_device("enp5s0")
+    store.put(
+        sample_row(inside, claim_uid="c1", state=State.ATTACHED),
+        sample_row(half_moved, claim_uid="c2", state=State.ATTACHING),
+        sample_row(returned, claim_uid="c3", state=State.DETACHED),
+        sample_row(not_yet, claim_uid="c4", state=State.PREPARED),
+        sample_row(shared, claim_uid="c5", state=State.ATTACHED),
+    )
+    assert store.held_devices(present={shared.name, returned.name, not_yet.name}) == [inside, half_moved]
+    # a NIC seen on the node again is not held, whatever its row says
+    assert store.held_devices(present={inside.name, half_moved.name}) == []
+
+
+def _schema_1_database(directory: Path, rows: list[tuple[str, str, str, str]]) -> None:
+    """A database as the agent of schema 1 wrote it: (claim UID, state, plan JSON, result JSON or "")."""
+    directory.mkdir()
+    db = sqlite3.connect(directory / "netclaim.db")
+    db.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema', '1');
+        CREATE TABLE attachments (
+            claim_uid TEXT NOT NULL, pool TEXT NOT NULL, device TEXT NOT NULL, share_id TEXT NOT NULL,
+            claim_namespace TEXT NOT NULL, claim_name TEXT NOT NULL, request TEXT NOT NULL,
+            pod_uid TEXT NOT NULL, plan TEXT NOT NULL, state TEXT NOT NULL,
+            sandbox_id TEXT NOT NULL, netns TEXT NOT NULL, result TEXT NOT NULL, error TEXT NOT NULL,
+            updated REAL NOT NULL,
+            PRIMARY KEY (claim_uid, pool, device, share_id));
+        CREATE INDEX attachments_by_pod ON attachments (pod_uid);
+    """)
+    for claim_uid, state, plan, result in rows:
+        db.execute(
+            "INSERT INTO attachments VALUES (?, 'node-1', 'pci-0000-01-00-0', '', 'team-a', 'c', 'net', "
+            "'pod-uid-1', ?, ?, 'sandbox-1', '/run/netns/a', ?, '', 0)",
+            (claim_uid, plan, state, result),
+        )
+    db.commit()
+    db.close()
+
+
+SCHEMA_1_PLAN = {
+    "interfaceName": "net1",
+    "conflist": {"cniVersion": "1.0.0", "name": "lan", "plugins": [{"type": "host-device"}]},
+    "bandwidth": 500_000_000,
+    "shared": False,
+    "deviceRecord": {
+        "name": "pci-0000-01-00-0",
+        "ifName": "enp1s0",
+        "shared": False,
+        "attributes": {"netclaim.dev/mtu": 9000, "netclaim.dev/mac": "52:54:00:00:00:01"},
+        "capacity": {BANDWIDTH: [10_000_000_000, None, None, None]},
+    },
+    "host": {"ifName": "enp1s0", "mtu": 9000, "mac": "52:54:00:00:00:01"},
+}
+SCHEMA_1_RESULT = {
+    "args": "IgnoreUnknown=1;K8S_POD_NAME=p",
+    "cni": {"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/24"}]},
+    "interface": {"name": "net1", "mac": "02:00:00:00:00:05", "mtu": 9000, "addresses": ["10.1.0.5/24"]},
+}
+
+
+def test_a_schema_1_database_is_migrated_to_typed_plans(tmp_path: Path) -> None:
+    plan = json.dumps(SCHEMA_1_PLAN)
+    _schema_1_database(
+        tmp_path / "state",
+        [
+            ("prepared", "prepared", json.dumps({**SCHEMA_1_PLAN, "bandwidth": None}), ""),
+            ("attaching", "attaching", plan, json.dumps({"args": "IgnoreUnknown=1"})),
+            ("attached", "attached", plan, json.dumps(SCHEMA_1_RESULT)),
+        ],
+    )
+    store = Store(tmp_path / "state")
+    attached = store.for_claim("attached")[0]
+    assert attached.state == State.ATTACHED
+    assert attached.plan.interface_name == "net1"
+    assert attached.plan.bandwidth_bps == 500_000_000
+    assert attached.plan.conflist == SCHEMA_1_PLAN["conflist"]
+    assert not attached.plan.shared
+    assert attached.plan.device.if_name == "enp1s0"
+    assert attached.plan.device.attributes["netclaim.dev/mtu"] == 9000
+    assert attached.plan.device.capacity == {BANDWIDTH: Capacity(10_000_000_000)}
+    assert attached.outcome == Outcome(
+        cni_args="IgnoreUnknown=1;K8S_POD_NAME=p",
+        cni_result=SCHEMA_1_RESULT["cni"],
+        interface=Interface(name="net1", mac="02:00:00:00:00:05", mtu=9000, addresses=("10.1.0.5/24",)),
+    )
+    # an ADD cut short kept only its CNI_ARGS: DEL needs them to release the same reservation
+    assert store.for_claim("attaching")[0].outcome == Outcome(cni_args="IgnoreUnknown=1")
+    prepared = store.for_claim("prepared")[0]
+    assert prepared.outcome == Outcome()
+    assert prepared.plan.bandwidth_bps is None
+    store.close()
+    raw = sqlite3.connect(tmp_path / "state" / "netclaim.db")
+    assert raw.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (str(SCHEMA_VERSION),)
+    raw.close()
+    reopened = Store(tmp_path / "state")  # a migrated database opens as it is
+    assert reopened.for_claim("attached") == [attached]
+    reopened.close()
+
+
+def test_a_database_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    Store(tmp_path / "state").close()
+    raw = sqlite3.connect(tmp_path / "state" / "netclaim.db")
+    raw.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(SCHEMA_VERSION + 1),))
+    raw.commit()
+    raw.close()
+    with pytest.raises(PrerequisiteError, match=f"schema {SCHEMA_VERSION + 1}, newer than this agent's"):
+        Store(tmp_path / "state")
+
+
+def test_a_row_this_agent_cannot_read_is_refused_naming_it(store: Store) -> None:
+    row = sample_row(claim_uid="claim-x")
+    store.put(row)
+    newer_plan = {**json.loads(row.plan.model_dump_json()), "version": 2, "vlan": 7}
+    store._db.execute("UPDATE attachments SET plan = ?", (json.dumps(newer_plan),))
+    with pytest.raises(PrerequisiteError, match=f"row of claim claim-x device {row.device} is not a plan"):
+        store.all()
+
+
+def test_a_row_in_a_state_this_agent_does_not_know_is_refused(store: Store) -> None:
+    row = sample_row(claim_uid="claim-x")
+    store.put(row)
+    store._db.execute("UPDATE attachments SET state = 'quarantined'")
+    with pytest.raises(PrerequisiteError, match="claim-x"):
+        store.for_pod(row.pod_uid)
+
+
+def test_a_locked_database_is_a_transient_error_and_changes_nothing(store: Store) -> None:
+    store.put(sample_row(claim_uid="before"))
+    store._db.execute("PRAGMA busy_timeout = 0")  # sqlite would wait 5 s for the lock first
+    other = sqlite3.connect(store.path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(StateStoreError, match="locked"):
+        store.put(sample_row(claim_uid="during"), sample_row(claim_uid="during-2"))
+    with pytest.raises(StateStoreError, match="locked"):
+        store.delete(sample_row(claim_uid="before"))
+    other.execute("ROLLBACK")
+    other.close()
+    assert [r.claim_uid for r in store.all()] == ["before"]
+    store.put(sample_row(claim_uid="after"))  # the next write works once the lock is gone
+    assert [r.claim_uid for r in store.all()] == ["after", "before"]
+
+
+def test_a_failed_write_leaves_none_of_its_rows(store: Store) -> None:
+    store.put(sample_row(claim_uid="kept"))
+    with pytest.raises(sqlite3.IntegrityError):
+        # the second row breaks a NOT NULL column: the first one must not be written alone
+        store.put(sample_row(claim_uid="new"), sample_row(claim_uid=None))  # type: ignore[arg-type]
+    assert [r.claim_uid for r in store.all()] == ["kept"]
+
+
+def test_a_read_the_database_refuses_is_a_state_store_error(store: Store) -> None:
+    store._db.execute("DROP TABLE attachments")
+    with pytest.raises(StateStoreError, match="no such table"):
+        store.all()
