@@ -257,12 +257,3 @@ async def remove_ifb(name: str, netns: str) -> None:
         ifb = await _index(ipr, ifb_name(index)) if index is not None else None
         if ifb is not None:
             await ipr.link("del", index=ifb)
-
-
-async def qdiscs(name: str, netns: str) -> list[str]:
-    """Kinds of the qdiscs on an interface (tests read the shaping back)."""
-    async with _ipr(netns) as ipr:
-        index = [m["index"] async for m in await ipr.get_links() if m.get("ifname") == name]
-        if not index:
-            return []
-        return [str(m.get("kind")) async for m in await ipr.get_qdiscs(index=index[0])]

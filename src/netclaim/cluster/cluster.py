@@ -98,7 +98,7 @@ def up(spec_path: Path, log: TextIO = sys.stderr) -> ClusterHandle:
         )
     down(spec.name, log=io.StringIO())  # leftovers of a crashed run, quietly
     started = time.monotonic()
-    step = _Stepper(log, layout)
+    step = _Stepper(log)
     try:
         _bring_up(handle, step)
     except (NetclaimError, subprocess.CalledProcessError, OSError) as err:
@@ -112,7 +112,7 @@ def up(spec_path: Path, log: TextIO = sys.stderr) -> ClusterHandle:
 
 
 class _Stepper:
-    def __init__(self, log: TextIO, layout: ClusterLayout) -> None:
+    def __init__(self, log: TextIO) -> None:
         self.log = log
         self.current = "start"
         self.started = time.monotonic()
@@ -273,11 +273,3 @@ def status(name: str) -> dict[str, object]:
         "controlPlane": components,
         "nodes": nodes,
     }
-
-
-def handle_for(name: str) -> ClusterHandle:
-    layout = ClusterLayout.for_cluster(name)
-    spec = _recorded_spec(layout)
-    if spec is None or not _is_up(layout):
-        raise NetclaimError(f"cluster {name} is not up")
-    return ClusterHandle(spec, layout, binaries.built_bin_dir())

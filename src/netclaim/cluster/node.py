@@ -8,10 +8,8 @@ namespace; inside it /sys is remounted, so /sys/class/net lists the node's own i
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -412,11 +410,3 @@ state = "{root / "state"}"
   plugin_registration_timeout = "5s"
   plugin_request_timeout = "2s"
 """
-
-
-def remove_node_state(layout: NodeLayout) -> None:
-    shutil.rmtree(layout.root, ignore_errors=True)
-
-
-def management_network(spec: ClusterSpec) -> ipaddress.IPv4Interface:
-    return spec.management_gateway()

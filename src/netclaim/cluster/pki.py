@@ -73,10 +73,6 @@ class CertificateAuthority:
         self.pair.cert.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
         _write_private(self.pair.key, _key_pem(self._key))
 
-    @property
-    def pem(self) -> bytes:
-        return self._cert.public_bytes(serialization.Encoding.PEM)
-
     def issue(
         self,
         name: str,
