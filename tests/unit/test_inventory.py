@@ -367,7 +367,11 @@ async def test_file_inventory_changes_when_the_file_does(tmp_path: Path) -> None
     os.utime(path, ns=(2_000_000_000, 2_000_000_000))
     async with asyncio.timeout(10):
         await first
+    second = asyncio.ensure_future(anext(changes))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not second.done(), "a change is reported once"
     path.unlink()  # gone is a change too
     async with asyncio.timeout(10):
-        await anext(changes)
+        await second
     await changes.aclose()

@@ -121,7 +121,8 @@ async def test_any_change_bumps_the_generation_of_every_slice() -> None:
     api, publisher = await _published(devices)
     changed = [*devices[:-1], replace(devices[-1], attributes={"netclaim.dev/ifName": "renamed"})]
     assert await publisher.publish(changed) == 2  # the first slice is unchanged, yet rewritten
-    assert api.calls == ["list_slices", "apply_slice", "apply_slice"], "the node's uid is asked once"
+    # the Node's UID is asked on every write: a Node registered again has a new one
+    assert api.calls == ["list_slices", "node_uid", "apply_slice", "apply_slice"]
     assert _generations(api) == {2}
     last = api.slices[f"{NODE}-{DRIVER}-1"]["spec"]["devices"][-1]
     assert last["attributes"] == {"netclaim.dev/ifName": {"string": "renamed"}}
@@ -130,7 +131,7 @@ async def test_any_change_bumps_the_generation_of_every_slice() -> None:
 async def test_shrinking_deletes_the_stale_slice() -> None:
     api, publisher = await _published([_device(f"nic{i:03d}") for i in range(130)])
     assert await publisher.publish([_device("nic000")]) == 2
-    assert api.calls == ["list_slices", "apply_slice", "delete_slice"]
+    assert api.calls == ["list_slices", "node_uid", "apply_slice", "delete_slice"]
     assert list(_pool(api)) == [f"{NODE}-{DRIVER}-0"]
     assert api.slices[f"{NODE}-{DRIVER}-0"]["spec"]["pool"] == {
         "name": NODE,
@@ -228,3 +229,12 @@ async def test_a_failed_write_is_an_error_and_the_next_publish_completes() -> No
     [body] = api.slices.values()
     assert [d["name"] for d in body["spec"]["devices"]] == ["nic1"]
     assert body["spec"]["pool"]["generation"] == 2
+
+
+async def test_slices_written_after_the_node_registered_again_are_owned_by_the_new_node() -> None:
+    api, publisher = await _published([_device("nic0")])
+    api.node_uids[NODE] = "new-node-uid"  # the Node was deleted, and the garbage collector took its slices
+    api.slices.clear()
+    assert await publisher.publish([_device("nic0")]) == 1
+    [stored] = api.slices.values()
+    assert [owner["uid"] for owner in stored["metadata"]["ownerReferences"]] == ["new-node-uid"]

@@ -10,7 +10,7 @@ import asyncio
 import fnmatch
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -295,11 +295,19 @@ class FileInventory:
             raise ConfigError(f"{self.path}: cannot read the inventory: {err}") from err
         if not isinstance(raw, list):
             raise ConfigError(f"{self.path}: expected a list of interfaces")
-        known = set(NetworkInterface.__dataclass_fields__)
+        known = {f.name for f in fields(NetworkInterface)}
+        required = {
+            f.name for f in fields(NetworkInterface) if f.default is MISSING and f.default_factory is MISSING
+        }
         interfaces = []
         for position, entry in enumerate(raw):
-            if not isinstance(entry, dict) or set(entry) - known:
-                raise ConfigError(f"{self.path}: [{position}]: unknown fields {sorted(set(entry) - known)}")
+            where = f"{self.path}: [{position}]"
+            if not isinstance(entry, dict):
+                raise ConfigError(f"{where}: expected a mapping of interface facts, not {entry!r}")
+            if set(entry) - known:
+                raise ConfigError(f"{where}: unknown fields {sorted(set(entry) - known)}")
+            if required - set(entry):
+                raise ConfigError(f"{where}: missing fields {sorted(required - set(entry))}")
             for key in ("ipv4", "ipv6", "overridden"):
                 if key in entry:
                     entry[key] = tuple(entry[key])

@@ -56,7 +56,6 @@ class SlicePublisher:
         self.api = api
         self.node = node
         self.driver = driver
-        self._node_uid: str | None = None
 
     def slice_name(self, index: int) -> str:
         return f"{self.node}-{self.driver}-{index}"
@@ -77,15 +76,10 @@ class SlicePublisher:
                 return False
         return True
 
-    def slice_body(self, index: int, devices: list[Device], generation: int, count: int) -> dict[str, Any]:
-        assert self._node_uid is not None
-        owner = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "name": self.node,
-            "uid": self._node_uid,
-            "controller": True,
-        }
+    def slice_body(
+        self, index: int, devices: list[Device], generation: int, count: int, node_uid: str
+    ) -> dict[str, Any]:
+        owner = {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": node_uid, "controller": True}
         return {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
@@ -108,11 +102,13 @@ class SlicePublisher:
             metrics.LAST_PUBLISH.set_to_current_time()
             return 0
         generation = max((s.generation for s in current), default=0) + 1
-        if self._node_uid is None:
-            self._node_uid = await self.api.node_uid(self.node)
+        # asked on every write (they are rare): a Node deleted and registered again has a new UID, and
+        # slices owned by the old one would be collected as soon as they are written
+        node_uid = await self.api.node_uid(self.node)
         writes = 0
         for index, slice_devices in enumerate(desired):
-            await self.api.apply_slice(self.slice_body(index, slice_devices, generation, len(desired)))
+            body = self.slice_body(index, slice_devices, generation, len(desired), node_uid)
+            await self.api.apply_slice(body)
             metrics.SLICE_WRITES.labels("apply").inc()
             writes += 1
         wanted = {self.slice_name(i) for i in range(len(desired))}
