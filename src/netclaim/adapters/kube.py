@@ -158,7 +158,12 @@ class KubeApi:
             config = KubeConfig.from_service_account()
         else:
             config = KubeConfig.from_env()
-        client = AsyncClient(config, field_manager=field_manager, timeout=httpx.Timeout(10.0, read=60.0))
+        # HTTP/2, as client-go: every request and watch is a stream of one connection. Over HTTP/1.1 each
+        # concurrent request needs a connection of its own, so the pool (and the agent's descriptors)
+        # grew and shrank with how publish, status writes and claim reads happened to overlap.
+        client = AsyncClient(
+            config, field_manager=field_manager, timeout=httpx.Timeout(10.0, read=60.0), http2=True
+        )
         return cls(client, field_manager)
 
     async def close(self) -> None:

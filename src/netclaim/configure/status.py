@@ -25,9 +25,10 @@ from netclaim.adapters.kube import KubeApi
 from netclaim.adapters.nri import PodSandbox
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
-from netclaim.errors import GoneError, NetclaimError
+from netclaim.errors import ConflictError, GoneError, NetclaimError
 
 log = logging.getLogger(__name__)
+MAX_CONFLICT_RETRIES = 3  # immediate re-reads before backing off
 
 _REASONS = {
     State.PREPARED: ("WaitingForPodSandbox", "prepared; attached when the pod's sandbox starts"),
@@ -148,12 +149,18 @@ class StatusWriter:
             claim = await self._queue.get()
             self._pending.discard(claim.uid)
             backoff = Backoff()
+            conflicts = 0
             while True:
                 try:
                     await self.write(claim)
                     break
                 except GoneError:
                     break  # the claim is gone: nothing to report on
+                except ConflictError:
+                    conflicts += 1
+                    if conflicts <= MAX_CONFLICT_RETRIES:
+                        continue  # kubelet or the scheduler wrote the claim meanwhile: read it again
+                    log.warning("status write kept conflicting; retrying", extra={"claim": claim.name})
                 except NetclaimError as err:
                     log.warning(
                         "status write failed; retrying", extra={"claim": claim.name, "error": str(err)}
