@@ -36,8 +36,10 @@ class PodLocks:
         return self._locks.setdefault(pod_uid, asyncio.Lock())
 
     def forget(self, pod_uid: str) -> None:
+        """Drop the pod's lock when nobody holds it and nobody waits for it: a waiter woken by the last
+        release holds the old lock, and a new one would let the next caller run alongside it."""
         lock = self._locks.get(pod_uid)
-        if lock is not None and not lock.locked():
+        if lock is not None and not lock.locked() and not getattr(lock, "_waiters", None):  # no public count
             del self._locks[pod_uid]
 
     def __len__(self) -> int:

@@ -49,7 +49,9 @@ class PodHooks:
             done: list[Attachment] = []
             try:
                 for row in rows:
-                    done.append(await self.attacher.attach(row, pod, deadline))
+                    current = self.attacher.current(row)  # as it is now that we hold the pod's lock
+                    if current is not None:
+                        done.append(await self.attacher.attach(current, pod, deadline))
             except AttachError as err:
                 for attached in done:  # all or nothing: the retried sandbox starts from a clean slate
                     current = self.attacher.current(attached)

@@ -191,12 +191,13 @@ class Store:
             plan = AttachPlan.model_validate_json(data.pop("plan"))
             result = data.pop("result")
             outcome = Outcome.model_validate_json(result) if result else Outcome()
-        except ValidationError as err:
+            state = State(data.pop("state"))
+        except ValueError as err:  # pydantic's ValidationError is a ValueError too
+            problem = err.errors(include_url=False)[0]["msg"] if isinstance(err, ValidationError) else err
             raise PrerequisiteError(
-                f"{self.path}: row of claim {data['claim_uid']} device {data['device']} is not a plan this "
-                f"agent understands (written by a newer agent?): {err.errors(include_url=False)[0]['msg']}"
+                f"{self.path}: row of claim {data['claim_uid']} device {data['device']} is not a row this "
+                f"agent understands (written by a newer agent?): {problem}"
             ) from err
-        state = State(data.pop("state"))
         return Attachment(**data, plan=plan, outcome=outcome, state=state)
 
     def _select(self, where: str, parameters: tuple[Any, ...] = ()) -> list[Attachment]:
