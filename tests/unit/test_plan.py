@@ -53,7 +53,7 @@ def _config(**changes: Any) -> dict[str, Any]:
 
 def _cni(plugin_changes: dict[str, Any] | None = None, **ipam_changes: Any) -> dict[str, Any]:
     """VALID_CONFIG's CNI config with its plugin's (and that plugin's ipam's) fields changed."""
-    cni = copy.deepcopy(VALID_CONFIG["config"])
+    cni: dict[str, Any] = copy.deepcopy(VALID_CONFIG["config"])
     cni["plugins"][0].update(plugin_changes or {})
     cni["plugins"][0]["ipam"].update(ipam_changes)
     return cni
@@ -266,7 +266,7 @@ def test_a_malformed_config_names_its_source_and_field() -> None:
 
 
 def test_node_defaults_put_host_local_state_in_the_agents_directory() -> None:
-    conflist = {
+    conflist: dict[str, Any] = {
         "name": "lan",
         "plugins": [
             {"type": "macvlan", "ipam": {"type": "host-local", "ranges": []}},

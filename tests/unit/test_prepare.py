@@ -14,7 +14,6 @@ from netclaim.configure.store import State
 from netclaim.errors import CniError, ConfigError, GoneError
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
-    SAMPLE_DRIVER,
     ConfigureRig,
     configure_rig,
     sample_allocation,

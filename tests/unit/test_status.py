@@ -13,7 +13,7 @@ import pytest
 
 from netclaim.adapters.kube import Claim
 from netclaim.configure import status as status_module
-from netclaim.configure.status import ClaimRef, Failure, StatusWriter, device_entry
+from netclaim.configure.status import MAX_CONFLICT_RETRIES, ClaimRef, Failure, StatusWriter, device_entry
 from netclaim.configure.store import Interface, Outcome, State, Store
 from netclaim.errors import ApiUnavailableError, GoneError
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
@@ -210,9 +210,10 @@ class _RacingApi(FakeKubeApi):
         if self.races:
             self.races -= 1
             current = self.claims[(claim.namespace, claim.name)]
-            theirs = {**copy.deepcopy(OTHER_DRIVERS_ENTRY), "device": "gpu-1"}
+            theirs = {**copy.deepcopy(OTHER_DRIVERS_ENTRY), "device": f"gpu-{len(current.devices_status)}"}
+            version = str(int(current.resource_version) + 1)
             self.add_claim(
-                replace(current, resource_version="7", devices_status=(*current.devices_status, theirs))
+                replace(current, resource_version=version, devices_status=(*current.devices_status, theirs))
             )
         await super().write_claim_devices(claim, devices)
         self.written.set()
@@ -229,25 +230,31 @@ async def _run_until_written(writer: StatusWriter, api: _RacingApi) -> None:
     api.written = asyncio.Event()
     running = asyncio.create_task(writer.run())
     try:
-        await api.written.wait()
+        # a safety net, not a measurement: a writer that gave up would otherwise hang the test run
+        await asyncio.wait_for(api.written.wait(), timeout=30)
     finally:
         running.cancel()
         with pytest.raises(asyncio.CancelledError):
             await running
 
 
+@pytest.mark.parametrize(
+    ("races", "waits"), [(1, 0), (MAX_CONFLICT_RETRIES, 0), (MAX_CONFLICT_RETRIES + 1, 1)]
+)
 async def test_a_conflicting_write_is_retried_on_the_claim_as_it_is_now(
-    store: Store, backoff: type[_Backoff]
+    store: Store, backoff: type[_Backoff], races: int, waits: int
 ) -> None:
     api = _RacingApi()
+    api.races = races
     api.add_claim(sample_claim((), (), devices_status=(OTHER_DRIVERS_ENTRY,)))
     writer = StatusWriter(api, SAMPLE_DRIVER, store)
     store.put(ATTACHED)
     writer.enqueue(CLAIM)
     await _run_until_written(writer, api)
     written = api.claims[("team-a", "claim-1")].devices_status
-    assert [e["device"] for e in written] == ["gpu-0", "gpu-1", ROW.device]  # the other writer's entry kept
-    assert backoff.waits == 1
+    theirs = [f"gpu-{n}" for n in range(races + 1)]
+    assert [e["device"] for e in written] == [*theirs, ROW.device]  # every other writer's entry kept
+    assert backoff.waits == waits  # re-read at once a few times, then back off
 
 
 async def test_a_gone_claim_is_dropped_and_an_unavailable_api_retried(
