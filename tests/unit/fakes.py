@@ -228,7 +228,6 @@ class FakePodNetlink:
         self,
         name: str,
         *,
-        new_name: str | None = None,
         mtu: int | None = None,
         mac: str | None = None,
         netns: str | None = None,

@@ -183,27 +183,23 @@ async def interface(name: str, netns: str | None = None) -> InterfaceState | Non
 async def set_link(
     name: str,
     *,
-    new_name: str | None = None,
     mtu: int | None = None,
     mac: str | None = None,
     netns: str | None = None,
 ) -> None:
-    """Rename an interface and/or set its MTU and MAC (it is brought down for the rename, then up)."""
+    """Set an interface's MTU and/or MAC, and bring it up."""
     async with _ipr(netns) as ipr:
-        index = [m["index"] async for m in await ipr.get_links() if m.get("ifname") == name]
-        if not index:
+        index = await _index(ipr, name)
+        if index is None:
             raise KernelError(f"no interface {name}")
         changes: dict[str, Any] = {}
-        if new_name and new_name != name:
-            await ipr.link("set", index=index[0], state="down")
-            changes["ifname"] = new_name
         if mtu:
             changes["mtu"] = mtu
         if mac:
             changes["address"] = mac
         if changes:
-            await ipr.link("set", index=index[0], **changes)
-        await ipr.link("set", index=index[0], state="up")
+            await ipr.link("set", index=index, **changes)
+        await ipr.link("set", index=index, state="up")
 
 
 async def _index(ipr: AsyncIPRoute, name: str) -> int | None:
