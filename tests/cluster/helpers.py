@@ -248,6 +248,14 @@ def ready_entry(kube: Client, namespace: str, pod: str) -> dict[str, Any] | None
     return None
 
 
+def configured_and_running(kube: Client, namespace: str, pod: str) -> bool:
+    """The claim says Ready and the pod's container runs (the claim is Ready once the sandbox has its
+    interface, a moment before the container starts: only then can a test exec into it)."""
+    return ready_entry(kube, namespace, pod) is not None and any(
+        name_of(p) == pod for p in running(kube, namespace)
+    )
+
+
 def ping(cluster: ClusterHandle, namespace: str, pod: str, address: str, interface: str = "net1") -> None:
     output = cluster.kubectl(
         "exec", "-n", namespace, pod, "--", "ping", "-c", "2", "-W", "3", "-I", interface, address, timeout=30

@@ -25,6 +25,7 @@ from tests.cluster.helpers import (
     claim_devices,
     claim_template,
     cni_config,
+    configured_and_running,
     in_node,
     interface_in_pod,
     ipam_reservations,
@@ -32,7 +33,6 @@ from tests.cluster.helpers import (
     pod_claim_conditions,
     pod_claim_name,
     pod_manifest,
-    ready_entry,
     store_rows,
 )
 from tests.corpus import VALID_CONFIG, config_cases
@@ -268,7 +268,7 @@ def test_an_admin_class_config_may_name_another_interface(
         manifest = pod_manifest("admin-pod", "plain")
         manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-1"}
         apply(cluster, ns, claim_template("plain", class_name, "true", None), manifest)
-        wait_for(lambda: ready_entry(kube, ns, "admin-pod") is not None, 120, "the pod configured on ens1f0")
+        wait_for(lambda: configured_and_running(kube, ns, "admin-pod"), 120, "the pod configured on ens1f0")
         assert interface_in_pod(cluster, ns, "admin-pod", "net1")[1][0].startswith("10.92.0.")
     finally:
         delete(kube, Pod, "admin-pod", ns)

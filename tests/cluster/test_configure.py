@@ -21,6 +21,7 @@ from tests.cluster.helpers import (
     claim_devices,
     claim_template,
     cni_config,
+    configured_and_running,
     deployment,
     exists,
     in_node,
@@ -73,7 +74,7 @@ def test_admin_config_in_the_device_class(cluster: ClusterHandle, kube: Client, 
     kube.create(admin_device_class(class_name, ON_LAN1, admin))
     try:
         apply(cluster, ns, claim_template("plain", class_name, "true", None), pod_manifest("tenant", "plain"))
-        wait_for(lambda: ready_entry(kube, ns, "tenant") is not None, 120, "the tenant pod configured")
+        wait_for(lambda: configured_and_running(kube, ns, "tenant"), 120, "the tenant pod configured")
         mac, addresses, _ = interface_in_pod(cluster, ns, "tenant", "data0")
         assert ipaddress.ip_interface(addresses[0]).ip in ipaddress.ip_network("10.30.0.0/24")
         entry = ready_entry(kube, ns, "tenant")
@@ -104,7 +105,7 @@ def test_exclusive_nic_moves_into_the_pod_and_comes_back_restored(
         claim_template("whole", "netclaim-exclusive", on_enp7s0, cni_config([host_device], "wan0")),
         pod_manifest("owner", "whole"),
     )
-    wait_for(lambda: ready_entry(kube, ns, "owner") is not None, 120, "the owner pod configured")
+    wait_for(lambda: configured_and_running(kube, ns, "owner"), 120, "the owner pod configured")
     mac, _, mtu = interface_in_pod(cluster, ns, "owner", "wan0")
     assert (mac, mtu) == ("02:42:00:00:07:01", 9000)
     assert "enp7s0" not in in_node(cluster, "node-2", "ip", "-o", "link", "show")
