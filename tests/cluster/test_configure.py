@@ -183,7 +183,7 @@ BAD_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
     "unknown kind": ({"kind": "Macvlan"}, "kind: 'Macvlan' is not one of"),
     "plugin missing": (
         {"config": {"cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "nosuchplugin"}]}},
-        "plugin type 'nosuchplugin': no such plugin",
+        "plugins[0].type: 'nosuchplugin' is admin-only",
     ),
     "plugin with a slash": (
         {"config": {"cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "../macvlan"}]}},

@@ -166,8 +166,10 @@ def test_a_device_the_node_no_longer_publishes_is_a_config_error() -> None:
     ("cni", "field"),
     [
         (_cni({"master": "eth0"}), r"config\.plugins\[0\]\.master: 'eth0' is not the allocated device"),
-        (_cni({"device": "enp2s0"}), r"config\.plugins\[0\]\.device: 'enp2s0' is not the allocated"),
-        (_cni(dataDir="/var/lib/mine"), r"config\.plugins\[0\]\.ipam\.dataDir: only the DeviceClass"),
+        (_cni({"Master": "eth0"}), r"config\.plugins\[0\]\.Master: 'eth0' is not the allocated device"),
+        (_cni({"device": "enp2s0"}), r"config\.plugins\[0\]\.device: not a field a claim may set here"),
+        (_cni(dataDir="/var/lib/mine"), r"config\.plugins\[0\]\.ipam\.dataDir: not a field a claim may set"),
+        (_cni(datadir="/var/lib/mine"), r"config\.plugins\[0\]\.ipam\.datadir: not a field a claim may set"),
     ],
 )
 def test_a_users_config_may_not_reach_other_host_interfaces_or_choose_ipam_state(
@@ -220,7 +222,8 @@ def test_placeholders_are_filled_from_the_device_the_claim_and_the_consumed_band
             }
         ],
     }
-    claim = sample_claim((sample_allocation(NIC, bandwidth="2G"),), (sample_config(_config(config=cni)),))
+    admin = sample_config(_config(config=cni), "FromClass")  # any keys: a tenant's are allow-listed
+    claim = sample_claim((sample_allocation(NIC, bandwidth="2G"),), (admin,))
     plugin = _only_plan(claim).conflist["plugins"][0]
     assert _only_plan(claim).conflist["name"] == "net-team-a-claim-1"
     assert plugin["master"] == "enp1s0"

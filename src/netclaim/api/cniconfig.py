@@ -39,6 +39,11 @@ RESERVED_PLUGIN_KEYS = ("runtimeConfig", "args", "prevResult")
 DEFAULT_INTERFACE = "net1"
 
 
+Pinnable = Literal["config", "plugins", "ipam", "master", "interfaceName", "bandwidth"]
+# Per-plugin parts a DeviceClass can pin, and the keys they are in (compared as Go reads keys).
+PINNED_PLUGIN_KEYS: dict[str, tuple[str, ...]] = {"ipam": ("ipam",), "master": ("master", "device")}
+
+
 class CNIConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -47,6 +52,9 @@ class CNIConfig(BaseModel):
     interfaceName: str | None = Field(default=None, description="the interface name inside the pod")
     bandwidth: Literal["enforce", "none"] | None = Field(default=None, description="default: enforce")
     config: dict[str, Any] | None = Field(default=None, description="CNI network config (list) or plugin")
+    pinned: list[Pinnable] | None = Field(
+        default=None, description="DeviceClass configs only: the parts a claim's config may not change"
+    )
 
     @field_validator("interfaceName")
     @classmethod
@@ -122,8 +130,9 @@ def _plugin_problems(plugin: dict[str, Any], where: str) -> Iterator[str]:
     kind = plugin.get("type")
     if not isinstance(kind, str) or not PLUGIN_TYPE.fullmatch(kind):
         yield f"{where}type: {kind!r} must be a plugin name (letters, digits, '_', '.', '-'; no path)"
-    for key in RESERVED_PLUGIN_KEYS:
-        if key in plugin:
+    reserved = {key.lower() for key in RESERVED_PLUGIN_KEYS}
+    for key in plugin:
+        if key.lower() in reserved:  # CNI plugins read keys case-insensitively
             yield f"{where}{key}: is set by the runtime, not by a config"
     for key in plugin:
         if key.startswith("cni.dev/"):
@@ -221,6 +230,9 @@ class EffectiveConfig:
     bandwidth: str
     cni: dict[str, Any]
     cni_from_admin: bool
+    # parts of the DeviceClass's config a claim's config left out but the class pinned: filled in after the
+    # claim's own config passed the tenant checks (they are the admin's)
+    admin_parts: tuple[tuple[int, str, Any], ...] = ()
 
 
 def decode(parameters: object, location: str) -> CNIConfig:
@@ -255,10 +267,30 @@ def decode(parameters: object, location: str) -> CNIConfig:
 
 
 def merge(configs: list[SourcedConfig], request: str) -> EffectiveConfig:
-    """Apply configs in order (class before claim); a later config overrides the fields it sets."""
+    """Apply configs in order (class before claim); a later config overrides the fields it sets, except
+    what a DeviceClass config pinned: a claim may restate a pinned part unchanged or leave it out (it is
+    then the class's), never change it."""
     interface, bandwidth, cni, cni_source = None, None, None, ""
+    admin_cni: dict[str, Any] | None = None
+    pins: set[str] = set()
+    carried: list[tuple[int, str, Any]] = []
     for sourced in configs:
-        cfg = sourced.config
+        cfg, where = sourced.config, sourced.location
+        if sourced.source != "FromClass":
+            if cfg.pinned is not None:
+                raise ConfigError(f"{where}.pinned: only a DeviceClass config may pin parts of the config")
+            if "interfaceName" in pins and cfg.interfaceName not in (None, interface):
+                raise ConfigError(f"{where}.interfaceName: pinned by the DeviceClass to {interface!r}")
+            if "bandwidth" in pins and cfg.bandwidth not in (None, bandwidth):
+                raise ConfigError(f"{where}.bandwidth: pinned by the DeviceClass to {bandwidth!r}")
+            if cfg.config is not None and admin_cni is not None:
+                if "config" in pins:
+                    raise ConfigError(f"{where}.config: the DeviceClass pinned its whole config")
+                carried = _pinned_parts(as_conflist(cfg.config), admin_cni, pins, f"{where}.config")
+        else:
+            pins |= set(cfg.pinned or ())
+            if cfg.config is not None:
+                admin_cni = as_conflist(cfg.config)
         interface = cfg.interfaceName or interface
         bandwidth = cfg.bandwidth or bandwidth
         if cfg.config is not None:
@@ -273,4 +305,40 @@ def merge(configs: list[SourcedConfig], request: str) -> EffectiveConfig:
         bandwidth=bandwidth or "enforce",
         cni=as_conflist(cni),
         cni_from_admin=cni_source == "FromClass",
+        admin_parts=tuple(carried),
     )
+
+
+def _lookup(obj: dict[str, Any], key: str) -> tuple[str, Any] | None:
+    """(the key as written, its value) for `key` compared case-insensitively, as Go plugins read it."""
+    return next(((name, value) for name, value in obj.items() if name.lower() == key.lower()), None)
+
+
+def _pinned_parts(
+    claim: dict[str, Any], admin: dict[str, Any], pins: set[str], where: str
+) -> list[tuple[int, str, Any]]:
+    """Check a claim's config list against the class's pinned parts; return the parts to carry over
+    (plugin index, key, the class's value) where the claim left them out."""
+    claim_plugins, admin_plugins = claim.get("plugins", []), admin.get("plugins", [])
+    if "plugins" in pins:
+        claim_types = [p.get("type") for p in claim_plugins if isinstance(p, dict)]
+        admin_types = [p.get("type") for p in admin_plugins if isinstance(p, dict)]
+        if claim_types != admin_types:
+            raise ConfigError(
+                f"{where}.plugins: the DeviceClass pinned the plugin chain {admin_types}; got {claim_types}"
+            )
+    carried: list[tuple[int, str, Any]] = []
+    for part in sorted(pins & set(PINNED_PLUGIN_KEYS)):
+        for index, plugin in enumerate(claim_plugins):
+            admin_plugin = admin_plugins[index] if index < len(admin_plugins) else {}
+            for key in PINNED_PLUGIN_KEYS[part]:
+                theirs, ours = _lookup(plugin, key), _lookup(admin_plugin, key)
+                if theirs is None and ours is not None:
+                    carried.append((index, ours[0], ours[1]))
+                elif theirs is not None and (ours is None or theirs[1] != ours[1]):
+                    raise ConfigError(
+                        f"{where}.plugins[{index}].{theirs[0]}: pinned by the DeviceClass"
+                        + (f" to {ours[1]!r}" if ours is not None else " (it sets none)")
+                        + ": a claim may leave it out or restate it unchanged"
+                    )
+    return carried

@@ -1,10 +1,11 @@
 """`netclaim validate FILE...`: check manifests offline, before they reach a cluster.
 
 Every netclaim.dev opaque config in a ResourceClaim, ResourceClaimTemplate or DeviceClass is decoded as the
-agent decodes it at prepare time (strict fields, CNI shape, addresses, placeholders) and its plugin types
-are checked against the allow-list of the admission policy (deploy/admission.yaml; a test keeps the two
-lists equal). What needs the node (is the plugin installed? does the device have that attribute?) is
-left to prepare time.
+agent decodes it at prepare time (strict fields, CNI shape, addresses, placeholders). A claim's or
+template's config (a tenant's) is checked against the tenant allow-list (netclaim.api.tenancy) as far as it
+is decidable before placeholders are filled; a DeviceClass's plugin types against the allow-list of the
+admission policy (deploy/admission.yaml; a test keeps the two lists equal). What needs the node (is the
+plugin installed? does the device have that attribute? is it shared?) is left to prepare time.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import yaml
 
 from netclaim.api.cniconfig import as_conflist, decode, plugin_types
+from netclaim.api.tenancy import Target, tenant_problems
 from netclaim.errors import ConfigError
 
 DRIVER = "netclaim.dev"
@@ -54,7 +56,12 @@ def problems(manifest: dict[str, Any]) -> Iterator[str]:
         except ConfigError as err:
             yield from str(err).splitlines()
             continue
-        if config.config is not None:
+        if config.config is None:
+            continue
+        if manifest.get("kind") != "DeviceClass":  # a tenant's: the allow-list, as far as it is decidable
+            offline = Target(if_name="{{ device.ifName }}", shared=False, offline=True)
+            yield from tenant_problems(as_conflist(config.config), offline, f"{location}.config")
+        else:
             for kind in plugin_types(as_conflist(config.config)):
                 if kind not in ALLOWED_PLUGINS:
                     yield (

@@ -1,9 +1,10 @@
 """Planning: a claim, the node's published devices and the configs → one typed AttachPlan per device.
 
 Pure functions, no I/O: `plan_claim` decodes the configs (DeviceClass first, then claim), merges them,
-fills placeholders from the allocated device, checks what a user's config may reach on the host, and
-fills the node's defaults; `negotiate` then picks the CNI version every plugin of the chain speaks, from
-the versions the preparer asked the installed plugins for. Every error is a ConfigError naming the field.
+fills placeholders from the allocated device, checks a tenant's config against the allow-list
+(netclaim.api.tenancy) and every config against the device's sharing, and fills the node's defaults;
+`negotiate` then picks the CNI version every plugin of the chain speaks, from the versions the preparer
+asked the installed plugins for. Every error is a ConfigError naming the field.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ from pydantic import BaseModel, ConfigDict
 from netclaim.adapters.kube import AllocatedDevice, Claim
 from netclaim.api.cniconfig import EffectiveConfig, SourcedConfig, decode, merge, plugin_types
 from netclaim.api.placeholders import ScalarValue, render
+from netclaim.api.tenancy import Target, exclusive_problems, tenant_problems
 from netclaim.errors import ConfigError
 from netclaim.names import DRIVER_DOMAIN
 from netclaim.publish.devices import BANDWIDTH, Device
 from netclaim.quantity import parse_quantity
 
 PLAN_VERSION = 1
-# CNI fields that name a host interface; a user's config may only point them at the allocated device.
-HOST_INTERFACE_FIELDS = ("master", "device")
 
 
 class AttachPlan(BaseModel):
@@ -134,38 +134,24 @@ def _plan(
     node: str,
     ipam_data_dir: Path | None,
 ) -> AttachPlan:
-    conflist = render(effective.cni, placeholder_values(claim, allocated, device, node), "config")
-    if not effective.cni_from_admin:
-        check_host_reach(conflist, device.if_name)
+    values = placeholder_values(claim, allocated, device, node)
+    conflist = render(effective.cni, values, "config")
+    target = Target(if_name=device.if_name, shared=device.shared)
+    problems = [] if effective.cni_from_admin else list(tenant_problems(conflist, target))
+    for index, key, value in effective.admin_parts:  # the class's pinned parts, after the tenant's checks
+        conflist["plugins"][index][key] = render(value, values, f"config.plugins[{index}].{key}")
+    problems += exclusive_problems(conflist, target, device.name)
+    if problems:
+        raise ConfigError("\n".join(problems))
     consumed = allocated.consumed_capacity.get(BANDWIDTH)
     return AttachPlan(
         interface_name=effective.interface_name,
         conflist=with_node_defaults(conflist, ipam_data_dir),
-        bandwidth_bps=int(parse_quantity(consumed))
-        if consumed and effective.bandwidth == "enforce"
-        else None,
+        bandwidth_bps=(
+            int(parse_quantity(consumed)) if consumed and effective.bandwidth == "enforce" else None
+        ),
         device=device,
     )
-
-
-def check_host_reach(conflist: dict[str, Any], if_name: str) -> None:
-    """A user's CNI config must not reach for host interfaces other than the allocated one (`if_name`), nor
-    choose where IPAM writes on the node."""
-    for index, plugin in enumerate(conflist["plugins"]):
-        ipam = plugin.get("ipam")
-        if isinstance(ipam, dict) and "dataDir" in ipam:
-            raise ConfigError(
-                f"config.plugins[{index}].ipam.dataDir: only the DeviceClass (admin) config may choose "
-                "where IPAM keeps its state on the node"
-            )
-        for key in HOST_INTERFACE_FIELDS:
-            value = plugin.get(key)
-            if value is not None and value != if_name:
-                raise ConfigError(
-                    f"config.plugins[{index}].{key}: {value!r} is not the allocated device's "
-                    f"interface {if_name!r}; only the DeviceClass (admin) config may name other "
-                    "host interfaces (use {{ device.ifName }})"
-                )
 
 
 def with_node_defaults(conflist: dict[str, Any], ipam_data_dir: Path | None) -> dict[str, Any]:
