@@ -115,3 +115,68 @@ def test_validate_applies_the_allow_list_offline_to_claims_not_to_device_classes
     ]
     assert list(problems(manifest("ResourceClaim", macvlan(mtu="{{ device.mtu }}")))) == []
     assert list(problems(manifest("DeviceClass", uplink))) == []
+
+
+ADMIN_IPAM = {"type": "host-local", "ranges": [[{"subnet": "10.10.1.0/24", "rangeStart": "10.10.1.100"}]]}
+
+
+def _pinned_plan(pins: list[str], claim_parameters: dict[str, object]) -> dict[str, object]:
+    """The planned conflist of a claim whose DeviceClass config pins `pins`."""
+    admin = {
+        "apiVersion": "netclaim.dev/v1alpha1",
+        "kind": "CNIConfig",
+        "pinned": pins,
+        "config": chain({"type": "macvlan", "master": "{{ device.ifName }}", "ipam": ADMIN_IPAM}),
+    }
+    claim = dataclasses.replace(
+        _claim({}, "FromClass", SHARED),
+        configs=(
+            DeviceConfig("FromClass", (), "netclaim.dev", admin),
+            DeviceConfig(
+                "FromClaim",
+                (),
+                "netclaim.dev",
+                {"apiVersion": "netclaim.dev/v1alpha1", "kind": "CNIConfig", **claim_parameters},
+            ),
+        ),
+    )
+    [planned] = plan_claim(claim, driver="netclaim.dev", node="node-1", device={SHARED.name: SHARED}.get)
+    return {"interface": planned.plan.interface_name, **planned.plan.conflist}
+
+
+def test_a_claim_overriding_a_pinned_ipam_is_refused_naming_the_field() -> None:
+    own_ipam = {"type": "host-local", "ranges": [[{"subnet": "10.10.1.0/24", "rangeStart": "10.10.1.1"}]]}
+    with pytest.raises(ConfigError, match=r"config\.plugins\[0\]\.ipam: pinned by the DeviceClass"):
+        _pinned_plan(["ipam"], {"config": chain(macvlan(ipam=own_ipam))})
+
+
+def test_a_pinned_part_left_out_is_the_classs_and_may_be_restated() -> None:
+    left_out = _pinned_plan(["ipam", "master"], {"config": chain({"type": "macvlan", "mode": "private"})})
+    assert left_out["plugins"] == [
+        {"type": "macvlan", "mode": "private", "ipam": ADMIN_IPAM, "master": "enp0s10"}
+    ]
+    restated = _pinned_plan(["ipam"], {"config": chain(macvlan(ipam=ADMIN_IPAM))})
+    assert restated["plugins"][0]["ipam"] == ADMIN_IPAM  # type: ignore[index]
+
+
+def test_changing_the_interface_name_still_works_under_pins() -> None:
+    assert _pinned_plan(["config", "ipam"], {"interfaceName": "data0"})["interface"] == "data0"
+
+
+@pytest.mark.parametrize(
+    ("pins", "claim_parameters", "field"),
+    [
+        (["config"], {"config": chain(macvlan())}, "config: the DeviceClass pinned its whole config"),
+        (
+            ["plugins"],
+            {"config": chain(macvlan(), {"type": "tuning"})},
+            "config.plugins: the DeviceClass pinned",
+        ),
+        (["interfaceName"], {"interfaceName": "data0"}, "interfaceName: pinned by the DeviceClass"),
+        (["bandwidth"], {"bandwidth": "none"}, "bandwidth: pinned by the DeviceClass"),
+        ([], {"pinned": ["ipam"]}, "pinned: only a DeviceClass config may pin"),
+    ],
+)
+def test_other_pins_are_kept(pins: list[str], claim_parameters: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        _pinned_plan(pins, claim_parameters)

@@ -250,8 +250,14 @@ def _address_families(ipam: dict[str, Any], path: str) -> Iterator[str]:
                     yield f"{path}.ranges[{i}][{j}].{key}: {address} is outside the subnet {subnet}"
 
 
-def tenant_problems(conflist: dict[str, Any], target: Target, path: str = "config") -> Iterator[str]:
-    """Everything in a tenant's rendered config list that the allow-list does not allow."""
+def tenant_problems(
+    conflist: dict[str, Any],
+    target: Target,
+    path: str = "config",
+    from_admin: frozenset[tuple[int, str]] = frozenset(),
+) -> Iterator[str]:
+    """Everything in a tenant's rendered config list that the allow-list does not allow. `from_admin`:
+    (plugin index, key) the DeviceClass's pinned config fills in afterwards."""
     yield from case_duplicates(conflist, path)
     for key in conflist:
         if key.lower() not in LIST_KEYS:
@@ -270,7 +276,7 @@ def tenant_problems(conflist: dict[str, Any], target: Target, path: str = "confi
             continue
         yield from _object({k: v for k, v in plugin.items() if k.lower() != "type"}, where, fields, target)
         for required in REQUIRED.get(kind, ()):
-            if _get(plugin, required) is None:
+            if _get(plugin, required) is None and (index, required) not in from_admin:
                 yield (
                     f"{where}.{required}: required: the allocated device's interface "
                     f"({{{{ device.ifName }}}}); without it {kind} falls back to one of the node's choosing"

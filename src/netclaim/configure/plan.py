@@ -137,7 +137,10 @@ def _plan(
     values = placeholder_values(claim, allocated, device, node)
     conflist = render(effective.cni, values, "config")
     target = Target(if_name=device.if_name, shared=device.shared)
-    problems = [] if effective.cni_from_admin else list(tenant_problems(conflist, target))
+    from_admin = frozenset((index, key.lower()) for index, key, _ in effective.admin_parts)
+    problems = (
+        [] if effective.cni_from_admin else list(tenant_problems(conflist, target, "config", from_admin))
+    )
     for index, key, value in effective.admin_parts:  # the class's pinned parts, after the tenant's checks
         conflist["plugins"][index][key] = render(value, values, f"config.plugins[{index}].{key}")
     problems += exclusive_problems(conflist, target, device.name)
