@@ -1,4 +1,4 @@
-"""A bounded atheris run over the config decoder and the placeholder renderer: 0 crashes."""
+"""Bounded atheris runs over what the agent parses from outside: claim configs and the NRI wire; 0 crashes."""
 
 from __future__ import annotations
 
@@ -6,15 +6,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-FUZZER = Path(__file__).resolve().parents[1] / "fuzz" / "fuzz_config.py"
+import pytest
+
+FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 RUNS = 100_000
 
 
-def test_fuzzing_the_decoder_finds_no_crash(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", ["fuzz_config.py", "fuzz_nri.py"])
+def test_fuzzing_finds_no_crash(target: str, tmp_path: Path) -> None:
     result = subprocess.run(
         [
             sys.executable,
-            str(FUZZER),
+            str(FUZZ / target),
             f"-atheris_runs={RUNS}",
             "-max_len=512",
             "-seed=1",
@@ -28,4 +31,4 @@ def test_fuzzing_the_decoder_finds_no_crash(tmp_path: Path) -> None:
     tail = result.stderr[-3000:]
     assert result.returncode == 0, tail
     assert f"Done {RUNS} in" in result.stderr, tail
-    print(tail.splitlines()[-1])
+    print(f"{target}: {tail.splitlines()[-1]}")

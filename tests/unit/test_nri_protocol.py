@@ -12,12 +12,14 @@ import contextlib
 import socket
 import struct
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import pytest
 from google.protobuf.message import Message
 
 from netclaim._proto import nri_pb2, ttrpc_pb2
 from netclaim.adapters import nri
-from netclaim.errors import AttachError
+from netclaim.errors import AttachError, ProtocolError
 
 REGISTER_FRAME = bytes.fromhex(
     "00000002"
@@ -69,9 +71,11 @@ def test_frames_split_across_mux_frames_are_reassembled() -> None:
 @dataclass
 class Hooks:
     calls: list[str] = field(default_factory=list)
+    synchronized: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def synchronize(self, pods: list[nri.PodSandbox]) -> None:
         self.calls.append(f"synchronize {sorted(p.name for p in pods)}")
+        self.synchronized.set()
 
     async def run_pod_sandbox(self, pod: nri.PodSandbox, budget: float) -> None:
         self.calls.append(f"run {pod.name} {budget:.2f}")
@@ -162,7 +166,8 @@ def test_a_whole_session_with_a_scripted_runtime() -> None:
                 "StateChange", nri_pb2.StateChangeEvent(event=nri_pb2.STOP_POD_SANDBOX, pod=pod)
             ),
         ]
-        await asyncio.sleep(0.05)  # the background synchronize
+
+        await asyncio.wait_for(hooks.synchronized.wait(), 10)  # Synchronize hands over in the background
         theirs.close()
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             await running  # the runtime hung up: run() ends with the connection
@@ -184,3 +189,49 @@ def test_a_whole_session_with_a_scripted_runtime() -> None:
         "states [True]",
     ]  # budget: 3/4 of the 2 s timeout
     assert "synchronize ['db', 'web']" in calls  # both parts of Synchronize, handed over once
+
+
+def test_a_frame_longer_than_any_message_is_refused_before_it_is_read() -> None:
+    decoder = nri.MuxDecoder()
+    with pytest.raises(ProtocolError, match="exceeds"):
+        decoder.feed(struct.pack(">II", 1, 0xFFFFFFF0))  # a 4 GiB length, no payload behind it
+
+
+def test_a_response_that_does_not_decode_is_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError):
+        nri.parse_response(b"\xff\xff\xff")
+
+
+def test_a_malformed_frame_drops_the_connection_and_the_plugin_dials_again(tmp_path: Path) -> None:
+    """The agent never dies of what the runtime sends: the first connection gets garbage, the plugin
+    reconnects and registers again on the second."""
+    socket_path = tmp_path / "nri.sock"
+
+    async def scenario() -> int:
+        connections: list[bytes] = []
+        registered = asyncio.Event()
+
+        async def runtime(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            connections.append(await reader.read(4096))  # the plugin's RegisterPlugin
+            if len(connections) == 1:
+                writer.write(struct.pack(">II", 2, 0xFFFFFFF0))  # garbage: a frame no runtime sends
+                await writer.drain()
+            else:
+                registered.set()
+            with contextlib.suppress(ConnectionError):
+                await reader.read()
+            writer.close()
+
+        server = await asyncio.start_unix_server(runtime, path=str(socket_path))
+        plugin = asyncio.create_task(nri.run_plugin(socket_path, Hooks()))
+        try:
+            await asyncio.wait_for(registered.wait(), 30)
+            assert not plugin.done()
+        finally:
+            plugin.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await plugin
+            server.close()
+        return len(connections)
+
+    assert asyncio.run(scenario()) == 2

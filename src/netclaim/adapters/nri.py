@@ -46,6 +46,7 @@ CODE_UNKNOWN, CODE_UNIMPLEMENTED = 2, 12
 MAX_MESSAGE = 4 << 20
 _MUX = struct.Struct(">II")
 _TTRPC = struct.Struct(">IIBB")
+MAX_MUX_FRAME = MAX_MESSAGE + _TTRPC.size
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,40 @@ class TtrpcStream:
         return frames
 
 
+def parse_response(data: bytes) -> ttrpc_pb2.Response:
+    try:
+        return ttrpc_pb2.Response.FromString(data)
+    except DecodeError as err:
+        raise ProtocolError(f"a ttrpc response that does not decode: {err}") from err
+
+
+class MuxDecoder:
+    """The socket's byte stream → (mux connection, ttrpc stream, type, flags, payload), bounded: a frame
+    longer than any message the runtime may send is a ProtocolError (the connection is dropped and
+    dialled again), never an allocation of what its length field says."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._streams = {PLUGIN_CONN: TtrpcStream(), RUNTIME_CONN: TtrpcStream()}
+
+    def feed(self, data: bytes) -> list[tuple[int, int, int, int, bytes]]:
+        self._buffer += data
+        frames = []
+        while len(self._buffer) >= _MUX.size:
+            conn, length = _MUX.unpack_from(self._buffer)
+            if length > MAX_MUX_FRAME:
+                raise ProtocolError(f"mux frame of {length} bytes exceeds {MAX_MUX_FRAME}")
+            if len(self._buffer) < _MUX.size + length:
+                break
+            payload = bytes(self._buffer[_MUX.size : _MUX.size + length])
+            del self._buffer[: _MUX.size + length]
+            stream = self._streams.get(conn)
+            if stream is None:
+                continue  # unknown connection ids are dropped, as the runtime's mux does
+            frames += [(conn, *frame) for frame in stream.feed(payload)]
+        return frames
+
+
 class Connection:
     """One registered session with the runtime; ends when the socket closes."""
 
@@ -123,7 +158,7 @@ class Connection:
         self.name, self.index = name, index
         self.on_state = on_state  # told True once the runtime configured us, False when the link is lost
         self.request_timeout = 2.0  # seconds; replaced by the runtime's value in Configure
-        self._streams = {PLUGIN_CONN: TtrpcStream(), RUNTIME_CONN: TtrpcStream()}
+        self._decoder = MuxDecoder()
         self._write_lock = asyncio.Lock()
         self._next_stream = 1
         self._pending: dict[int, asyncio.Future[ttrpc_pb2.Response]] = {}
@@ -159,17 +194,25 @@ class Connection:
     async def run(self) -> None:
         """Read until the runtime closes the connection, dispatching its calls and our responses."""
         reading = asyncio.create_task(self._read_loop())
-        try:
-            await self.call_runtime(
+        registering = asyncio.create_task(
+            self.call_runtime(
                 "RegisterPlugin",
                 nri_pb2.RegisterPluginRequest(
                     plugin_name=self.name, plugin_idx=self.index, NRI_version="v0.12.3"
                 ),
                 seconds=5.0,
             )
+        )
+        try:
+            # a broken connection ends the registration at once, not after its time-out
+            await asyncio.wait({reading, registering}, return_when=asyncio.FIRST_COMPLETED)
+            if reading.done():
+                reading.result()
+            registering.result()
             await reading
         finally:
             reading.cancel()
+            registering.cancel()
             for task in self._tasks:
                 task.cancel()
             self.writer.close()
@@ -178,13 +221,10 @@ class Connection:
 
     async def _read_loop(self) -> None:
         while True:
-            header = await self.reader.readexactly(_MUX.size)
-            conn, length = _MUX.unpack(header)
-            payload = await self.reader.readexactly(length)
-            stream = self._streams.get(conn)
-            if stream is None:
-                continue  # unknown connection ids are dropped, as the runtime's mux does
-            for stream_id, kind, _flags, data in stream.feed(payload):
+            received = await self.reader.read(64 * 1024)
+            if not received:
+                raise ConnectionError("the runtime closed the connection")
+            for conn, stream_id, kind, _flags, data in self._decoder.feed(received):
                 if conn == RUNTIME_CONN and kind == RESPONSE:
                     self._resolve(stream_id, data)
                 elif conn == PLUGIN_CONN and kind == REQUEST:
@@ -195,9 +235,7 @@ class Connection:
     def _resolve(self, stream_id: int, data: bytes) -> None:
         future = self._pending.get(stream_id)
         if future is not None and not future.done():
-            response = ttrpc_pb2.Response()
-            response.ParseFromString(data)
-            future.set_result(response)
+            future.set_result(parse_response(data))
 
     async def _serve(self, stream_id: int, data: bytes) -> None:
         request = ttrpc_pb2.Request()
@@ -325,6 +363,8 @@ async def run_plugin(
             await connection.run()
         except (asyncio.IncompleteReadError, ConnectionError, ProtocolError, TimeoutError) as err:
             log.warning("NRI connection lost; reconnecting", extra={"error": repr(err)})
+        except Exception:  # whatever the runtime sent, the agent stays and dials again
+            log.exception("NRI connection failed (a bug); reconnecting")
         if on_state is not None:
             on_state(False)
         backoff.reset()
