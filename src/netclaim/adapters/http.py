@@ -42,36 +42,55 @@ def _response(status: str, content_type: str, body: bytes) -> bytes:
     return head.encode() + b"\r\n\r\n" + body
 
 
-async def _handle(health: Health, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        request = await asyncio.wait_for(reader.readline(), 5)
-        path = request.split()[1].decode() if len(request.split()) > 1 else "/"
+MAX_CONNECTIONS = 16  # a scraper and two probes need three; the rest are answered by closing
+MAX_REQUEST_LINE = 4096  # bytes; /metrics, /healthz and /readyz need a few dozen
+READ_SECONDS = 5.0
+
+
+class _Server:
+    def __init__(self, health: Health) -> None:
+        self.health = health
+        self.open = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.open >= MAX_CONNECTIONS:
+            writer.close()  # over the cap: nothing is read, nothing is held
+            return
+        self.open += 1
+        try:
+            request = await asyncio.wait_for(reader.readline(), READ_SECONDS)
+            words = request.split()
+            path = words[1].decode(errors="replace") if len(words) > 1 else "/"
+            writer.write(self._reply(path))
+            await writer.drain()
+        except (TimeoutError, ConnectionError, ValueError):  # ValueError: a line over MAX_REQUEST_LINE
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    def _reply(self, path: str) -> bytes:
         if path == "/metrics":
-            reply = _response("200 OK", CONTENT_TYPE_LATEST, generate_latest(REGISTRY))
-        elif path == "/healthz":
-            reply = _response("200 OK", "text/plain", b"ok\n")
-        elif path == "/readyz":
-            body = json.dumps(health.parts, sort_keys=True).encode() + b"\n"
-            reply = _response(
-                "200 OK" if health.ready else "503 Service Unavailable", "application/json", body
+            return _response("200 OK", CONTENT_TYPE_LATEST, generate_latest(REGISTRY))
+        if path == "/healthz":
+            return _response("200 OK", "text/plain", b"ok\n")
+        if path == "/readyz":
+            body = json.dumps(self.health.parts, sort_keys=True).encode() + b"\n"
+            return _response(
+                "200 OK" if self.health.ready else "503 Service Unavailable", "application/json", body
             )
-        else:
-            reply = _response("404 Not Found", "text/plain", b"try /metrics, /healthz or /readyz\n")
-        writer.write(reply)
-        await writer.drain()
-    except (TimeoutError, ConnectionError, IndexError):
-        pass
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
+        return _response("404 Not Found", "text/plain", b"try /metrics, /healthz or /readyz\n")
 
 
 async def serve(address: str, health: Health) -> asyncio.Server | None:
-    """Listen on host:port ('' disables); returns the server (closed by the caller)."""
+    """Listen on host:port ('' disables); returns the server (closed by the caller). At most
+    MAX_CONNECTIONS at once, request lines of at most MAX_REQUEST_LINE bytes, READ_SECONDS to send one."""
     if not address:
         return None
     host, _, port = address.rpartition(":")
-    server = await asyncio.start_server(lambda r, w: _handle(health, r, w), host or None, int(port))
+    handler = _Server(health)
+    server = await asyncio.start_server(handler.handle, host or None, int(port), limit=MAX_REQUEST_LINE)
     log.info("serving /metrics, /healthz, /readyz", extra={"address": address})
     return server
