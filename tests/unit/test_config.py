@@ -117,3 +117,12 @@ def test_placeholders_render_typed_and_name_missing_attributes() -> None:
         ConfigError, match=r"plugins\[0\]\.master: the allocated device has no attribute 'vlan'"
     ):
         render({"plugins": [{"master": "{{ device.vlan }}"}]}, values)
+
+
+def test_a_config_nested_two_thousand_deep_is_a_clear_error_naming_it() -> None:
+    deep: object = "x"
+    for _ in range(2000):
+        deep = {"a": [deep]}
+    parameters = {**VALID_CONFIG, "config": {**VALID_CONFIG["config"], "extra": deep}}
+    with pytest.raises(ConfigError, match=r"^claim ns/c: nested deeper than 32 levels$"):
+        decode(parameters, "claim ns/c")

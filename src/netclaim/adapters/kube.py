@@ -24,7 +24,7 @@ from lightkube.resources.core_v1 import Event, Node
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
-from netclaim.errors import ApiRejectedError, ApiUnavailableError, ConflictError, GoneError
+from netclaim.errors import ApiRejectedError, ApiUnavailableError, ConfigError, ConflictError, GoneError
 
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
@@ -47,6 +47,8 @@ def translated(what: str) -> Iterator[None]:
         raise ApiRejectedError(f"{what}: {code} {message}") from err
     except (httpx.TransportError, httpx.TimeoutException, OSError) as err:
         raise ApiUnavailableError(f"{what}: the API server did not answer ({err!r})") from err
+    except RecursionError as err:  # the JSON decoder's answer to an object nested thousands deep
+        raise ConfigError(f"{what}: nested too deeply to read") from err
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from netclaim.names import API_VERSION, PLUGIN_TYPE, check_interface_name
 KINDS = ("CNIConfig",)
 MAX_PARAMETERS_BYTES = 10 * 1024
 MAX_PLUGINS = 16
+MAX_DEPTH = 32  # objects and lists inside each other; a CNI config needs 6
 CNI_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 RESERVED_PLUGIN_KEYS = ("runtimeConfig", "args", "prevResult")
 DEFAULT_INTERFACE = "net1"
@@ -235,10 +236,26 @@ class EffectiveConfig:
     admin_parts: tuple[tuple[int, str, Any], ...] = ()
 
 
+def nesting_depth(value: object) -> int:
+    """How deep objects and lists are nested in `value`, counted without recursion."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if depth <= MAX_DEPTH:  # past it the answer is known
+            pending.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def decode(parameters: object, location: str) -> CNIConfig:
     """Strictly decode one opaque `parameters` object; the error names `location` and the field."""
     if not isinstance(parameters, dict):
         raise ConfigError(f"{location}: parameters must be an object with apiVersion: {API_VERSION}")
+    if nesting_depth(parameters) > MAX_DEPTH:
+        raise ConfigError(f"{location}: nested deeper than {MAX_DEPTH} levels")
     if parameters.get("apiVersion") != API_VERSION:
         raise ConfigError(f"{location}.apiVersion: {parameters.get('apiVersion')!r} is not {API_VERSION!r}")
     nulls = sorted(str(key) for key, value in parameters.items() if value is None)
