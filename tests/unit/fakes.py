@@ -224,6 +224,9 @@ class FakePodNetlink:
     async def remove_ifb(self, name: str, netns: str) -> None:
         self.removed_ifbs.append((name, netns))
 
+    async def delete_link(self, name: str, netns: str) -> None:
+        self.interfaces.pop((netns, name), None)
+
     async def set_link(
         self,
         name: str,
@@ -338,6 +341,11 @@ class FakeCni(CniRunner):
         self.leases.pop((invocation.container_id, invocation.if_name), None)
         if invocation.netns:
             self.netlink.interfaces.pop((invocation.netns, invocation.if_name), None)
+
+    def release_host_local(self, conflist: dict[str, Any], container_id: str) -> list[str]:
+        released = [address for (owner, _), address in self.leases.items() if owner == container_id]
+        self.leases = {lease: a for lease, a in self.leases.items() if lease[0] != container_id}
+        return released
 
 
 def sample_device(

@@ -77,3 +77,22 @@ def test_host_local_without_a_data_dir_keeps_reservations_where_the_node_says(tm
     ]
     assert "dataDir" not in chain["plugins"][0]["ipam"]  # type: ignore[index]  # the input is not changed
     assert with_node_defaults(chain, None) == chain  # no setting: the plugin's own default
+
+
+def test_host_local_reservations_of_one_container_are_released_by_hand(tmp_path: Path) -> None:
+    """When host-local's own DEL cannot run: its files hold the container ID on their first line."""
+    network = tmp_path / "ipam" / "lan1"
+    network.mkdir(parents=True)
+    (network / "10.10.1.2").write_text("sandbox-1\r\nnet1")
+    (network / "10.10.1.3").write_text("sandbox-2\r\nnet1")
+    (network / "last_reserved_ip.0").write_text("10.10.1.3")
+    (network / "lock").write_text("")
+    conflist = {
+        "cniVersion": "1.0.0",
+        "name": "lan1",
+        "plugins": [{"type": "macvlan", "ipam": {"type": "host-local", "dataDir": str(tmp_path / "ipam")}}],
+    }
+    runner = CniRunner(tmp_path)
+    assert runner.release_host_local(conflist, "sandbox-1") == ["10.10.1.2"]
+    assert sorted(p.name for p in network.iterdir()) == ["10.10.1.3", "last_reserved_ip.0", "lock"]
+    assert runner.release_host_local(conflist, "") == []

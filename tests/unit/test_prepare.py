@@ -11,7 +11,7 @@ from netclaim.adapters.kube import Claim, PodRef
 from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.configure.status import ClaimRef
 from netclaim.configure.store import State
-from netclaim.errors import CniError, ConfigError, GoneError
+from netclaim.errors import CniError, ConfigError, GoneError, StateStoreError
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     ConfigureRig,
@@ -147,16 +147,39 @@ async def test_unprepare_releases_the_addresses_and_forgets_the_claim(rig: Confi
     assert [c.command for c in rig.cni.calls] == ["ADD", "ADD", "DEL", "DEL"]
 
 
-async def test_unprepare_that_cannot_delete_keeps_the_rows_for_kubelets_retry(rig: ConfigureRig) -> None:
+async def test_unprepare_that_fails_for_a_moment_keeps_the_rows_for_kubelets_retry(rig: ConfigureRig) -> None:
     await _prepare(rig)
     await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
-    rig.cni.fail_delete.append(CniError("macvlan", "DEL", 999, "plugin crashed"))
-    with pytest.raises(CniError):
+    rig.cni.fail_delete.append(StateStoreError("database is locked"))
+    with pytest.raises(StateStoreError):
         await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert len(rig.store.for_claim(CLAIM.uid)) == 2
     await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert rig.store.all() == []
     assert rig.cni.leases == {}
+
+
+async def test_unprepare_whose_del_can_never_succeed_still_lets_the_claim_go(rig: ConfigureRig) -> None:
+    """A plugin that refuses its own config on DEL (or is gone, or no longer allowed) must not keep the
+    claim and its pod for ever: the interface and the addresses are removed by hand, the rows forgotten,
+    and the claim's status says what happened."""
+    await _prepare(rig)
+    sandbox = rig.sandbox()
+    await rig.hooks.run_pod_sandbox(sandbox, 30.0)
+    refused = CniError("macvlan", "DEL", 7, "invalid network config")
+    rig.cni.fail_delete += [refused, refused]
+    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert rig.store.all() == []
+    assert rig.cni.leases == {}
+    assert not [key for key in rig.netlink.interfaces if key[0] == sandbox.netns]
+    await rig.settle()
+    [entry, *_] = [d for d in rig.api.claims[(CLAIM.namespace, CLAIM.name)].devices_status]
+    condition = entry["conditions"][0]
+    assert (condition["status"], condition["reason"]) == ("False", "TeardownIncomplete")
+    assert (
+        "invalid network config" in condition["message"]
+        and "released host-local addresses" in condition["message"]
+    )
 
 
 async def test_a_claim_of_another_pod_is_planned_for_its_own_pod(rig: ConfigureRig) -> None:

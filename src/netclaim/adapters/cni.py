@@ -25,6 +25,7 @@ from netclaim.names import PLUGIN_TYPE
 log = logging.getLogger(__name__)
 
 DEFAULT_BIN_DIR = Path("/usr/lib/cni")
+HOST_LOCAL_DATA_DIR = Path("/var/lib/cni/networks")  # host-local's default dataDir
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,28 @@ class CniRunner:
         self.allowed = allowed
         self.timeout = timeout
         self._versions: dict[str, tuple[float, list[str]]] = {}
+
+    def release_host_local(self, conflist: dict[str, Any], container_id: str) -> list[str]:
+        """Remove host-local's reservations of `container_id` by hand, when its own DEL cannot run: one
+        file per address in <dataDir>/<network name>/, whose first line is the container ID. Returns
+        the addresses released."""
+        released: list[str] = []
+        if not container_id:
+            return released
+        for plugin in conflist.get("plugins", []):
+            ipam = plugin.get("ipam") if isinstance(plugin, dict) else None
+            if not isinstance(ipam, dict) or ipam.get("type") != "host-local":
+                continue
+            network = Path(str(ipam.get("dataDir") or HOST_LOCAL_DATA_DIR)) / str(conflist.get("name", ""))
+            for reservation in sorted(network.glob("*")) if network.is_dir() else []:
+                try:
+                    owner = reservation.read_text().splitlines()[:1]
+                except (OSError, UnicodeDecodeError):
+                    continue
+                if owner == [container_id]:
+                    reservation.unlink(missing_ok=True)
+                    released.append(reservation.name)
+        return released
 
     def plugin_path(self, kind: str) -> Path:
         """The binary for plugin `kind`, or a ConfigError saying why it cannot run."""

@@ -244,6 +244,15 @@ async def shape(name: str, bits_per_second: int, netns: str) -> None:
             )
 
 
+async def delete_link(name: str, netns: str) -> None:
+    """Delete an interface in a pod's namespace (the ifb of its ingress shaping goes with it)."""
+    await remove_ifb(name, netns)
+    async with _ipr(netns) as ipr:
+        index = await _index(ipr, name)
+        if index is not None:
+            await ipr.link("del", index=index)
+
+
 async def remove_ifb(name: str, netns: str) -> None:
     """Delete the ingress-shaping ifb of an interface, if the namespace and the device still exist."""
     if not os.path.exists(netns):  # noqa: PTH110, ASYNC240 - one stat: the namespace went, so did its ifb

@@ -21,7 +21,7 @@ from netclaim.adapters.cni import CniRunner, Invocation, cni_args
 from netclaim.adapters.nri import PodSandbox
 from netclaim.configure.plan import host_nic
 from netclaim.configure.store import Attachment, Interface, Outcome, State, Store
-from netclaim.errors import AttachError, NetclaimError, PodBusyError
+from netclaim.errors import AttachError, NetclaimError, PodBusyError, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -184,15 +184,42 @@ class Attacher:
         log.info("detached", extra={"claim": row.claim_name, "device": row.device})
         return row
 
-    async def release(self, rows: list[Attachment], deadline: float) -> None:
-        """Detach each row under its pod's lock and forget it (NodeUnprepareResources)."""
+    async def release(self, rows: list[Attachment], deadline: float) -> list[str]:
+        """Detach each row under its pod's lock and forget it (NodeUnprepareResources); returns what could
+        not be released cleanly. A DEL that can never succeed (the plugin refuses its own config, is gone
+        or no longer allowed) does not keep the claim and its pod for ever: what the ADD left is removed
+        by hand and the row is forgotten. A transient failure is raised: kubelet calls again."""
+        problems: list[str] = []
         for row in rows:
             async with self.locks(row.pod_uid):
                 current = self.current(row)
-                if current is not None:
+                if current is None:
+                    continue
+                try:
                     await self.detach(current, deadline)
-                    self.store.delete(current)
+                except TransientError:
+                    raise
+                except NetclaimError as err:
+                    problems.append(f"device {row.device}: {err}; {await self._clean_up(current)}")
+                self.store.delete(current)
             self.locks.forget(row.pod_uid)
+        return problems
+
+    async def _clean_up(self, row: Attachment) -> str:
+        """After a DEL that failed for good: remove what the ADD may have left, and say what was found."""
+        found: list[str] = []
+        try:
+            left = row.plan.shared and netns_exists(row.netns)
+            if left and await netlink.interface(row.plan.interface_name, row.netns) is not None:
+                await netlink.delete_link(row.plan.interface_name, row.netns)
+                found.append(f"removed {row.plan.interface_name} from the pod")
+            released = self.cni.release_host_local(row.plan.conflist, row.sandbox_id)
+            if released:
+                found.append(f"released host-local addresses {released}")
+            await self._restore_host_nic(row)
+        except NetclaimError as err:
+            found.append(f"clean-up failed: {err}")
+        return "; ".join(found) or "nothing was left behind"
 
     async def _restore_host_nic(self, row: Attachment) -> None:
         """After a whole NIC came back from a pod: its name, MTU and MAC as they were before."""

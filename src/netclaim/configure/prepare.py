@@ -123,6 +123,13 @@ class Preparer:
         """Make sure every interface of the claim was DELeted (IPAM released), then forget the claim."""
         rows = self.store.for_claim(uid)
         faults.point("before-unprepare")
-        await self.attacher.release(rows, time.monotonic() + UNPREPARE_SECONDS)
-        self.status.forget(ClaimRef(namespace, name, uid))
+        problems = await self.attacher.release(rows, time.monotonic() + UNPREPARE_SECONDS)
+        ref = ClaimRef(namespace, name, uid)
+        self.status.forget(ref)
+        if problems:  # the claim and its pod go all the same; the claim's status says what happened
+            devices = tuple((r.pool, r.device, r.share_id) for r in rows)
+            self.status.fail(ref, Failure(devices, "TeardownIncomplete", "; ".join(problems)))
+            log.warning(
+                "unprepared with problems", extra={"claim": f"{namespace}/{name}", "problems": problems}
+            )
         log.info("unprepared", extra={"claim": f"{namespace}/{name}", "devices": [r.device for r in rows]})

@@ -155,6 +155,7 @@ class StatusWriter:
                     await self.write(claim)
                     break
                 except GoneError:
+                    self._failures.pop(claim.uid, None)
                     break  # the claim is gone: nothing to report on
                 except ConflictError:
                     conflicts += 1
