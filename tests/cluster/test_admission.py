@@ -15,7 +15,8 @@ import yaml
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod, Secret
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimStatus, ResourceSlice
+from lightkube.types import PatchType
 
 from netclaim.cluster.cluster import ClusterHandle
 from netclaim.cluster.layout import REPO_ROOT
@@ -33,6 +34,7 @@ from tests.cluster.helpers import (
     pod_claim_conditions,
     pod_claim_name,
     pod_manifest,
+    ready_entry,
     store_rows,
 )
 from tests.corpus import VALID_CONFIG, config_cases
@@ -201,7 +203,7 @@ def test_an_agent_token_cannot_write_another_nodes_slices(cluster: ClusterHandle
     config = KubeConfig.from_file(cluster.node("node-1").layout.root / "agent.kubeconfig")
     with Client(config, field_manager="netclaim.dev") as agent:
 
-        def slice_for(node: str) -> ResourceSlice:
+        def slice_for(node: str, driver: str = "netclaim.dev") -> ResourceSlice:
             return typed(
                 ResourceSlice,
                 {
@@ -209,7 +211,7 @@ def test_an_agent_token_cannot_write_another_nodes_slices(cluster: ClusterHandle
                     "kind": "ResourceSlice",
                     "metadata": {"name": f"probe-{node}"},
                     "spec": {
-                        "driver": "netclaim.dev",
+                        "driver": driver,
                         "nodeName": node,
                         "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
                         "devices": [],
@@ -221,14 +223,52 @@ def test_an_agent_token_cannot_write_another_nodes_slices(cluster: ClusterHandle
         with pytest.raises(ApiError) as err:
             agent.create(slice_for("node-2"), dry_run=True)
         assert "may only write ResourceSlices of its own node, not of node-2" in str(err.value.status.message)
+        with pytest.raises(ApiError) as err:
+            agent.create(slice_for("node-1", "gpu.example.com"), dry_run=True)
+        assert err.value.status.code == 403
+        assert "of driver netclaim.dev, not of gpu.example.com" in str(err.value.status.message)
         for forbidden in (
             lambda: list(agent.list(Secret, namespace="kube-system")),
             lambda: agent.delete(ResourceClaim, "anything", namespace="default"),
             lambda: list(agent.list(Pod, namespace="default")),
+            lambda: list(agent.list(ResourceClaim, namespace="default")),  # it GETs the claim kubelet names
         ):
             with pytest.raises(ApiError) as denied:
                 forbidden()
             assert denied.value.status.code == 403
+
+
+def test_an_agent_token_cannot_write_the_status_of_another_nodes_claim(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    config = cni_config([macvlan("10.93.0.0/24")], name="status-net")
+    manifest = pod_manifest("p", "t")
+    manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-2"}
+    apply(cluster, ns, claim_template("t", "netclaim-shared", ON_ENP0S10, config), manifest)
+    wait_for(lambda: ready_entry(kube, ns, "p") is not None, 120, "the claim on node-2 configured")
+    claim = pod_claim_name(kube, ns, "p")
+    tamper = [{"op": "replace", "path": "/status/devices/0/conditions/0/message", "value": "tampered"}]
+    touch = [{"op": "test", "path": "/metadata/name", "value": claim}]  # an UPDATE that changes nothing
+
+    def patch_as(node: str, patch: list[dict[str, Any]]) -> None:
+        agent_config = KubeConfig.from_file(cluster.node(node).layout.root / "agent.kubeconfig")
+        with Client(agent_config, field_manager="netclaim.dev") as agent:
+            agent.patch(
+                ResourceClaimStatus, claim, patch, namespace=ns, patch_type=PatchType.JSON, dry_run=True
+            )
+
+    patch_as("node-2", tamper)  # the claim's own node: allowed
+    patch_as("node-2", touch)
+    # status.devices: kube-apiserver 1.37's own check (resourceclaims/driver, associated-node verbs)
+    with pytest.raises(ApiError) as denied:
+        patch_as("node-1", tamper)
+    assert denied.value.status.code in (403, 422), denied.value.status
+    assert 'requires resource="resourceclaims/driver"' in str(denied.value.status.message)
+    # the rest of the status, and every version: the netclaim-claim-status-own-node policy
+    with pytest.raises(ApiError) as denied:
+        patch_as("node-1", touch)
+    assert denied.value.status.code == 403, denied.value.status
+    assert "may only write the status of claims allocated on its own node" in str(denied.value.status.message)
 
 
 def test_user_config_cannot_reach_for_another_host_interface(

@@ -47,6 +47,41 @@ ON_LAN1 = (
 )
 
 
+def test_a_pinned_ipam_holds_and_the_interface_name_stays_free(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    class_name = f"lan1-pinned-{ns}"
+    admin = {**cni_config([macvlan("10.31.0.0/24")], name="pinned-net"), "pinned": ["ipam", "master"]}
+    kube.create(admin_device_class(class_name, ON_LAN1, admin))
+    try:
+        own_ipam = cni_config([macvlan("10.10.1.0/24")], name="pinned-net")  # the demo LAN's range
+        renamed = {"apiVersion": "netclaim.dev/v1alpha1", "kind": "CNIConfig", "interfaceName": "data1"}
+        apply(
+            cluster,
+            ns,
+            claim_template("steal", class_name, "true", own_ipam),
+            pod_manifest("thief", "steal"),
+            claim_template("rename", class_name, "true", renamed),
+            pod_manifest("renamer", "rename"),
+        )
+
+        def refused() -> bool:
+            return any(
+                c["reason"] == "PrepareFailed" and ".ipam: pinned by the DeviceClass" in c["message"]
+                for c in pod_claim_conditions(kube, ns, "thief")
+            )
+
+        wait_for(refused, 120, "the claim overriding the pinned IPAM refused, naming the field")
+        wait_for(lambda: configured_and_running(kube, ns, "renamer"), 120, "the renamed interface configured")
+        _, addresses, _ = interface_in_pod(cluster, ns, "renamer", "data1")
+        assert ipaddress.ip_interface(addresses[0]).ip in ipaddress.ip_network("10.31.0.0/24")
+    finally:
+        for pod in ("thief", "renamer"):
+            delete(kube, Pod, pod, ns)
+        wait_for(lambda: not list(kube.list(Pod, namespace=ns)), 120, "the pods gone")
+        delete(kube, DeviceClass, class_name)
+
+
 def test_one_template_on_nics_with_different_names(cluster: ClusterHandle, kube: Client, ns: str) -> None:
     """node-1 reaches lan1 through ens1f0, node-2 through enp94s0; `master` comes from the placeholder."""
     on_lan1 = ON_LAN1

@@ -180,3 +180,16 @@ def test_changing_the_interface_name_still_works_under_pins() -> None:
 def test_other_pins_are_kept(pins: list[str], claim_parameters: dict[str, object], field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         _pinned_plan(pins, claim_parameters)
+
+
+def test_validate_refuses_pins_outside_a_device_class() -> None:
+    parameters = {"apiVersion": "netclaim.dev/v1alpha1", "kind": "CNIConfig", "pinned": ["ipam"]}
+    claim = {
+        "kind": "ResourceClaim",
+        "metadata": {"name": "x"},
+        "spec": {"devices": {"config": [{"opaque": {"driver": "netclaim.dev", "parameters": parameters}}]}},
+    }
+    assert list(problems(claim)) == [
+        "spec.devices.config[0].opaque.parameters.pinned: "
+        "only a DeviceClass config may pin parts of the config"
+    ]

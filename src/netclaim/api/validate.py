@@ -56,6 +56,8 @@ def problems(manifest: dict[str, Any]) -> Iterator[str]:
         except ConfigError as err:
             yield from str(err).splitlines()
             continue
+        if config.pinned is not None and manifest.get("kind") != "DeviceClass":
+            yield f"{location}.pinned: only a DeviceClass config may pin parts of the config"
         if config.config is None:
             continue
         if manifest.get("kind") != "DeviceClass":  # a tenant's: the allow-list, as far as it is decidable

@@ -1,0 +1,34 @@
+"""The plugin lists of the admission policy are the agent's: one source of truth checked both ways."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from netclaim.api.tenancy import IPAM, PLUGINS
+from netclaim.api.validate import ALLOWED_PLUGINS
+from netclaim.cluster.layout import REPO_ROOT
+
+
+def _admission_plugin_lists() -> tuple[set[str], set[str]]:
+    """(DeviceClass list, claim list) from the allowedPlugins variable of deploy/admission.yaml."""
+    documents = list(yaml.safe_load_all((REPO_ROOT / "deploy" / "admission.yaml").read_text()))
+    policy = next(
+        d
+        for d in documents
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "netclaim-config"
+    )
+    expression = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "allowedPlugins")
+    admin, tenant = (
+        set(re.findall(r"'([a-z-]+)'", names)) for names in re.findall(r"\[([^\]]*)\]", expression)
+    )
+    return admin, tenant
+
+
+def test_device_classes_may_use_what_netclaim_validate_allows() -> None:
+    assert _admission_plugin_lists()[0] == set(ALLOWED_PLUGINS)
+
+
+def test_claims_may_use_exactly_the_tenant_allow_list() -> None:
+    assert _admission_plugin_lists()[1] == set(PLUGINS) | set(IPAM)
