@@ -96,7 +96,14 @@ def test_no_tenant_config_of_the_attack_corpus_reaches_the_node(
         slowest_delete = max(slowest_delete, time.monotonic() - started)
         at_prepare += len(batch)
     after = {node: _normalized(node_state(cluster, node)) for node in NODES}
-    changed = {node: [k for k in before[node] if before[node][k] != after[node][k]] for node in NODES}
+    changed = {
+        node: [
+            f"{kind}: {sorted(set(before[node][kind]) ^ set(after[node][kind]))}"
+            for kind in before[node]
+            if before[node][kind] != after[node][kind]
+        ]
+        for node in NODES
+    }
     print(
         f"attack corpus: {len(corpus)} cases, {at_admission + at_prepare - len(accepted)} refused "
         f"({at_admission} at admission, {at_prepare - len(accepted)} at prepare), {len(accepted)} accepted, "
