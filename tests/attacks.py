@@ -107,11 +107,15 @@ def attacks() -> list[Attack]:
             "ipam whereabouts",
             chain(macvlan(ipam={"type": "whereabouts", "range": "10.0.0.0/24"})),
             "whereabouts",
+            admin_may=False,  # not in the default admin allow-list either (deploy/admission.yaml)
         ),
         # host routing and firewall: admin-only plugins
         *(
             Attack(
-                f"plugin {kind} {sorted(fields)}", chain({"type": kind, **fields}), f"'{kind}' is admin-only"
+                f"plugin {kind} {sorted(fields)}",
+                chain({"type": kind, **fields}),
+                f"'{kind}' is admin-only",
+                admin_may=kind.islower(),  # plugin names are file names: `Bridge` is no plugin
             )
             for kind, fields in (
                 ("bridge", {"bridge": "cni0", "isGateway": True, "ipMasq": True, "ipam": HOST_LOCAL}),

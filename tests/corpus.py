@@ -2,7 +2,7 @@
 
 Each config case says where it must be caught: `admission` (the ValidatingAdmissionPolicy of
 deploy/admission.yaml refuses it when the object is written) or `prepare` (only the agent can: placeholders,
-reserved keys, details admission does not look at). The agent's decoder must refuse every case.
+details admission does not look at). The agent's decoder must refuse every case.
 """
 
 from __future__ import annotations
@@ -200,14 +200,14 @@ def _config_mutations() -> Iterator[tuple[str, tuple[Any, ...], Any, str]]:
         "{{ device. }}",
     ):
         yield "placeholder", (*PLUGIN, "master"), value, "prepare"
-    for key in ("runtimeConfig", "args", "prevResult", "cni.dev/attachments"):
-        yield f"reserved key {key}", (*PLUGIN, key), {}, "prepare"
+    for key in ("runtimeConfig", "args", "prevResult", "cni.dev/attachments"):  # not a claim's macvlan key
+        yield f"reserved key {key}", (*PLUGIN, key), {}, "admission"
     for value in (["2.0.0"], ["1.0.0", "9"], ["x"]):
         yield "cniVersions", ("config", "cniVersions"), value, "prepare"
     yield "rangeStart", (*IPAM, "ranges", 0, 0, "rangeStart"), "10.90.0.x", "prepare"
     yield "route gw", (*IPAM, "routes", 0, "gw"), "gateway", "prepare"
     for value in ("/etc", "/var/lib/cni/networks", ""):
-        yield "ipam dataDir (admin only)", (*IPAM, "dataDir"), value, "prepare"
+        yield "ipam dataDir (admin only)", (*IPAM, "dataDir"), value, "admission"
     yield "master (not the allocated NIC)", (*PLUGIN, "master"), "eth0", "prepare"
 
 

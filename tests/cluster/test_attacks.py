@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import time
 from typing import Any
@@ -44,9 +46,16 @@ def node_state(cluster: ClusterHandle, node: str) -> dict[str, str]:
 
 
 def _normalized(state: dict[str, str]) -> dict[str, list[str]]:
-    """Link lines without their counters and flags that change by themselves (carrier, state)."""
+    """Without what other pods' churn on the primary network changes by itself: the host ends of their
+    veths, the bridge's carrier and link-local addresses, `linkdown` and `tentative` marks."""
+    churn = re.compile(r"<[^>]*>|\b(linkdown|tentative|state \S+)\b")
     return {
-        kind: sorted(line.split(" state ")[0] for line in text.splitlines()) for kind, text in state.items()
+        kind: sorted(
+            churn.sub("", line).split("valid_lft")[0].strip()
+            for line in text.splitlines()
+            if "veth" not in line and "fe80:" not in line and "ff00::" not in line
+        )
+        for kind, text in state.items()
     }
 
 
@@ -121,3 +130,27 @@ def test_no_tenant_config_of_the_attack_corpus_reaches_the_node(
         assert status is not None
         assert [c.status for c in status.conditions or [] if c.type == "Ready"] == ["True"], node
         in_node(cluster, node, "python3", "-c", APISERVER_PROBE, server, str(cluster.spec.ports.apiserver))
+
+
+def test_the_corpus_as_admin_device_class_configs_is_admitted_where_admins_may(
+    cluster: ClusterHandle,
+) -> None:
+    """The boundary is who writes it: what a tenant may not do, a DeviceClass may (docs/security.md)."""
+    admitted, refused = 0, []
+    for index, attack in enumerate(attacks()):
+        config = {"apiVersion": "netclaim.dev/v1alpha1", "kind": "CNIConfig", "config": attack.config}
+        device_class = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"admin-{index}"},
+            "spec": {"config": [{"opaque": {"driver": "netclaim.dev", "parameters": config}}]},
+        }
+        try:
+            cluster.kubectl("create", "--dry-run=server", "-f", "-", input_text=json.dumps(device_class))
+            admitted += 1
+        except subprocess.CalledProcessError as err:
+            if attack.admin_may:
+                refused.append(f"{attack.name}: {err.stderr}")
+    print(f"attack corpus as DeviceClass configs: {admitted} admitted, {len(refused)} wrongly refused")
+    assert refused == []
+    assert admitted >= sum(1 for a in attacks() if a.admin_may)

@@ -32,3 +32,23 @@ def test_device_classes_may_use_what_netclaim_validate_allows() -> None:
 
 def test_claims_may_use_exactly_the_tenant_allow_list() -> None:
     assert _admission_plugin_lists()[1] == set(PLUGINS) | set(IPAM)
+
+
+def _cel_map(name: str) -> dict[str, set[str]]:
+    """A variable of netclaim-config that is a CEL map of lists of strings, as Python."""
+    documents = list(yaml.safe_load_all((REPO_ROOT / "deploy" / "admission.yaml").read_text()))
+    policy = next(
+        d
+        for d in documents
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "netclaim-config"
+    )
+    expression = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == name)
+    return {
+        key: set(re.findall(r"'([a-z-]+)'", names))
+        for key, names in re.findall(r"'([a-z-]+)':\s*\[([^\]]*)\]", expression)
+    }
+
+
+def test_claims_may_set_the_keys_the_agent_allows() -> None:
+    assert _cel_map("tenantKeys") == {kind: {"type", *fields} for kind, fields in PLUGINS.items()}
+    assert _cel_map("tenantIpamKeys") == {kind: set(fields) for kind, fields in IPAM.items()}
