@@ -126,3 +126,9 @@ def test_a_config_nested_two_thousand_deep_is_a_clear_error_naming_it() -> None:
     parameters = {**VALID_CONFIG, "config": {**VALID_CONFIG["config"], "extra": deep}}
     with pytest.raises(ConfigError, match=r"^claim ns/c: nested deeper than 32 levels$"):
         decode(parameters, "claim ns/c")
+
+
+@pytest.mark.parametrize("name", ["net1\n", "net1\r", "\nnet1", "net1\t"])
+def test_names_are_matched_whole_a_trailing_newline_is_no_name(name: str) -> None:
+    with pytest.raises(ConfigError, match=r"interfaceName: .* is not a usable interface name"):
+        decode({**VALID_CONFIG, "interfaceName": name}, "claim ns/c")
