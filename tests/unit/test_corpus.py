@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netclaim.adapters.cni import CniRunner
-from netclaim.adapters.kube import AllocatedDevice, Claim, DeviceConfig, PodRef
+from netclaim.adapters.kube import Claim
 from netclaim.api.cniconfig import decode, plugin_types
 from netclaim.api.validate import ALLOWED_PLUGINS
 from netclaim.configure.plan import plan_claim
@@ -25,8 +25,9 @@ from netclaim.errors import ConfigError
 from netclaim.publish.devices import Device
 from netclaim.publish.policy import load_policy
 from tests.corpus import VALID_CONFIG, VALID_POLICY, ConfigCase, PolicyCase, config_cases, policy_cases
+from tests.unit.fakes import sample_allocation, sample_claim, sample_config
 
-LOCATION = "claim ns/c (allocation config[0]).opaque.parameters"
+LOCATION = "claim team-a/claim-1 (allocation config[0]).opaque.parameters"
 CONFIGS = config_cases()
 POLICIES = policy_cases()
 DEVICE = Device(
@@ -38,17 +39,7 @@ DEVICE = Device(
 
 
 def _claim(parameters: object) -> Claim:
-    return Claim(
-        namespace="ns",
-        name="c",
-        uid="uid-1",
-        resource_version="1",
-        allocated=True,
-        results=(AllocatedDevice("net", "netclaim.dev", "node-1", DEVICE.name, "s1", {}),),
-        configs=(DeviceConfig("FromClaim", (), "netclaim.dev", parameters),),
-        reserved_for=(PodRef("p", "pod-uid"),),
-        devices_status=(),
-    )
+    return sample_claim((sample_allocation(DEVICE, share_id="s1"),), (sample_config(parameters),))
 
 
 @pytest.fixture(scope="module")

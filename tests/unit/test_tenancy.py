@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from netclaim.adapters.kube import AllocatedDevice, Claim, DeviceConfig, PodRef
+from netclaim.adapters.kube import Claim, DeviceConfig
 from netclaim.api.cniconfig import plugin_types
 from netclaim.api.tenancy import Target, case_duplicates, tenant_problems
 from netclaim.api.validate import ALLOWED_PLUGINS, problems
@@ -14,6 +14,7 @@ from netclaim.configure.plan import plan_claim
 from netclaim.errors import ConfigError
 from netclaim.publish.devices import Device
 from tests.attacks import Attack, attacks, chain, macvlan
+from tests.unit.fakes import sample_allocation, sample_claim, sample_config
 
 ATTACKS = attacks()
 SHARED = Device(
@@ -27,17 +28,7 @@ EXCLUSIVE = dataclasses.replace(SHARED, shared=False)
 
 def _claim(config: dict[str, object], source: str, device: Device) -> Claim:
     parameters = {"apiVersion": "netclaim.dev/v1alpha1", "kind": "CNIConfig", "config": config}
-    return Claim(
-        namespace="tenant",
-        name="c",
-        uid="uid-1",
-        resource_version="1",
-        allocated=True,
-        results=(AllocatedDevice("net", "netclaim.dev", "node-1", device.name, "", {}),),
-        configs=(DeviceConfig(source, (), "netclaim.dev", parameters),),
-        reserved_for=(PodRef("p", "pod-uid"),),
-        devices_status=(),
-    )
+    return sample_claim((sample_allocation(device),), (sample_config(parameters, source),))
 
 
 def _plan(config: dict[str, object], source: str, device: Device) -> None:
