@@ -44,7 +44,9 @@ anything else (a bug)
     loops    traceback logged, retried with backoff
 
 Stop/RemovePodSandbox never raise: what they could not detach, RemovePodSandbox and
-NodeUnprepareResources try again.
+NodeUnprepareResources try again. NodeUnprepareResources raises only a TransientError (kubelet calls
+again); a DEL that can never succeed (CniError, KernelError, ConfigError) is cleaned up by hand, the
+claim's status says TeardownIncomplete, and the claim and its pod go.
 """
 
 from __future__ import annotations
