@@ -52,7 +52,7 @@ def _processes() -> set[tuple[int, str]]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
             parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
-            continue
+            continue  # the process exited between listing /proc and reading it: nothing left to count
         if cmdline and int(entry.name) not in mine and parent not in mine:
             found.add((int(entry.name), cmdline))
     return found
