@@ -50,16 +50,18 @@ def _rows(handle: ClusterHandle, node: str) -> int:
 
 
 def snapshot(handle: ClusterHandle, nodes: list[str]) -> Snapshot:
-    reservations = handle.layout.ipam_data_dir / NETWORK
+    directories = [handle.node(n).layout.ipam_data_dir / NETWORK for n in nodes]
     entries = json.loads(handle.kubectl("get", "resourceclaims", "-A", "-o", "json"))["items"]
     return Snapshot(
         links={
             n: len(processes.run([*handle.node(n).enter(), "ip", "-o", "link", "show"]).splitlines())
             for n in nodes
         },
-        reservations=len([p for p in reservations.iterdir() if p.name[0].isdigit()])
-        if reservations.exists()
-        else 0,
+        reservations=sum(
+            len([p for p in directory.iterdir() if p.name[0].isdigit()])
+            for directory in directories
+            if directory.exists()
+        ),
         rows={n: _rows(handle, n) for n in nodes},
         fds={n: len(list(Path(f"/proc/{_agent_pid(handle, n)}/fd").iterdir())) for n in nodes},
         rss_mib={

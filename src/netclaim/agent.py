@@ -7,10 +7,7 @@ configure: kubelet gRPC ─▶ prepare ─▶ store ◀─ NRI hooks ─▶ atta
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
-from collections.abc import AsyncIterator
 from typing import Any
 
 from netclaim.adapters import kubeletplugin, nri
@@ -25,11 +22,13 @@ from netclaim.configure.hooks import PodHooks
 from netclaim.configure.prepare import Preparer
 from netclaim.configure.status import StatusWriter
 from netclaim.configure.store import Store
+from netclaim.ipam.addresses import AddressBook
 from netclaim.publish.devices import Device, DeviceCatalog
 from netclaim.publish.inventory import FileInventory, InventorySource, NodeInventory
 from netclaim.publish.loop import Trigger, periodic, publish_loop, watch_inventory, watch_slices
 from netclaim.publish.policy import load_policy
 from netclaim.publish.publisher import SlicePublisher
+from netclaim.stopping import until_stopped
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +37,6 @@ def inventory_source(settings: AgentSettings) -> InventorySource:
     if settings.inventory_file is not None:
         return FileInventory(settings.inventory_file)
     return NodeInventory(settings.nic_overrides, settings.cni_conf_dir)
-
-
-@contextlib.asynccontextmanager
-async def _stopping_on_signals() -> AsyncIterator[asyncio.Event]:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        yield stop
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
 
 
 def _allowed_plugins(settings: AgentSettings) -> frozenset[str] | None:
@@ -79,6 +65,7 @@ async def _start_configure_path(
             cni=cni,
             attacher=attacher,
             status=status,
+            addresses=AddressBook(api, node),
             ipam_data_dir=settings.ipam_data_dir,
         )
         health.expect("kubelet")
@@ -134,12 +121,7 @@ async def run(settings: AgentSettings) -> None:
         configure_tasks, plugin = await _start_configure_path(settings, api, store, catalog, health)
         tasks += configure_tasks
     try:
-        async with _stopping_on_signals() as stop:
-            stopper = asyncio.create_task(stop.wait(), name="stop")
-            tasks.append(stopper)
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in done - {stopper}:  # the loops run forever: an end is a bug worth stopping for
-                raise task.exception() or RuntimeError(f"{task.get_name()} ended unexpectedly")
+        await until_stopped(tasks)
     finally:
         if plugin is not None:
             await plugin.stop()

@@ -55,6 +55,24 @@ def _agent(args: argparse.Namespace) -> int:
     return 0
 
 
+def _controller(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from netclaim import controller, logs
+    from netclaim.api.settings import ControllerSettings
+    from netclaim.files import validate_strict
+
+    flags = {
+        name: getattr(args, name)
+        for name in ControllerSettings.model_fields
+        if getattr(args, name, None) is not None
+    }
+    settings = validate_strict(ControllerSettings, flags, "controller settings")
+    logs.configure(settings.log_level)
+    asyncio.run(controller.run(settings))
+    return 0
+
+
 def _inventory(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -188,6 +206,20 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--remove-slices-on-exit", type=_flag, help="delete this node's slices when stopping")
     agent.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     agent.set_defaults(handler=_agent)
+
+    control = commands.add_parser(
+        "controller", help="the cluster's controller (IP pools, address reconciler)"
+    )
+    control.add_argument(
+        "--kubeconfig", type=Path, help="default: in-cluster ServiceAccount, else $KUBECONFIG"
+    )
+    control.add_argument("--driver-name", help="DRA driver name (default netclaim.dev)")
+    control.add_argument(
+        "--resync-seconds", type=float, help="full reconcile at least this often (default 30)"
+    )
+    control.add_argument("--metrics-address", help="host:port for /metrics (default 127.0.0.1:9178)")
+    control.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    control.set_defaults(handler=_controller)
 
     demo = commands.add_parser("demo", help="the KubeCon demo on a local cluster, with a report")
     demo.add_argument("-f", "--file", type=Path, default=DEFAULT_CLUSTER_FILE)

@@ -7,6 +7,8 @@
     ├── TransientError       a peer is not ready or not reachable; the same call may succeed later
     │   ├── ApiUnavailableError   the Kubernetes API: transport failure, timeout, 429, 5xx
     │   ├── ConflictError         someone else wrote first (409, a failed resourceVersion test)
+    │   │   └── AlreadyExistsError    a create found the name taken (an address another claim holds)
+    │   ├── PoolExhaustedError    an IP pool had no free address at prepare (one is being released)
     │   ├── PodBusyError          an earlier operation on the same pod still holds its lock
     │   └── StateStoreError       the state database is locked or cannot be written
     ├── ApiRejectedError     the Kubernetes API refused a request (a 4xx but 404/409): a bug or RBAC
@@ -25,7 +27,7 @@ ConfigError, CniError (the claim's config, or the node cannot run its plugins)
     kubelet  the claim's error; Ready=False PrepareFailed on its devices; a Warning Event on its pod
 GoneError
     kubelet  the claim's error, nothing written;          loops  the claim is dropped
-TransientError (ApiUnavailable, Conflict, PodBusy, StateStore)
+TransientError (ApiUnavailable, Conflict, PoolExhausted, PodBusy, StateStore)
     kubelet  the claim's error only: kubelet retries, the user is not blamed (no condition, no Event)
     NRI      the sandbox fails, nothing recorded (kubelet retries);    loops  retried with backoff
 AttachError (any cause, after the rollback)
@@ -80,6 +82,14 @@ class ApiUnavailableError(TransientError):
 
 class ConflictError(TransientError):
     """A write lost a race with another writer: read again, then write."""
+
+
+class AlreadyExistsError(ConflictError):
+    """A create found the name taken: for an IPAllocation, another claim holds the address."""
+
+
+class PoolExhaustedError(TransientError):
+    """An IP pool had no free address when a claim was prepared (a release is still on its way)."""
 
 
 class PodBusyError(TransientError):

@@ -1,7 +1,8 @@
 """Named fault points for crash tests: `NETCLAIM_FAULTS=run-pod-sandbox,inside-add` makes the agent
 kill itself (SIGKILL, as a crash would) when it reaches one of them. Off unless that variable is set.
 
-Points: after-prepare, run-pod-sandbox, inside-add, before-detach, before-unprepare, before-status.
+Points: after-address, after-prepare, run-pod-sandbox, inside-add, before-detach, before-unprepare,
+before-status.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import signal
 
 log = logging.getLogger(__name__)
 POINTS = (
+    "after-address",
     "after-prepare",
     "run-pod-sandbox",
     "inside-add",

@@ -40,3 +40,17 @@ NRI_HOOK_SECONDS = Histogram(
     registry=REGISTRY,
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0),
 )
+ADDRESS_ALLOCATION_SECONDS = Histogram(
+    "netclaim_address_allocation_duration_seconds",
+    "Taking a claim's addresses from one IP pool at prepare (API round trips)",
+    registry=REGISTRY,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+ADDRESSES_RECLAIMED = Counter(
+    "netclaim_addresses_reclaimed_total",
+    "Addresses the controller freed because their claim was gone",
+    registry=REGISTRY,
+)
+POOL_FREE = Gauge(
+    "netclaim_ippool_free_claims", "Claims an IP pool can still take", ["pool"], registry=REGISTRY
+)

@@ -167,15 +167,17 @@ def store_rows(cluster: ClusterHandle, node: str) -> list[dict[str, Any]]:
 
 
 def ipam_reservations(cluster: ClusterHandle, network: str) -> set[str]:
-    """host-local reservations of a network (the cluster's agents keep them in one directory)."""
-    directory = cluster.layout.ipam_data_dir / network
-    if not directory.is_dir():
-        return set()
-    return {
-        p.name
-        for p in directory.iterdir()
-        if p.name not in {"lock"} and not p.name.startswith("last_reserved")
-    }
+    """host-local reservations of a network on every node (each node keeps its own directory)."""
+    found = set()
+    for node in (n.name for n in cluster.spec.nodes if n.kubelet):
+        directory = cluster.node(node).layout.ipam_data_dir / network
+        if directory.is_dir():
+            found |= {
+                f"{node}/{p.name}"
+                for p in directory.iterdir()
+                if p.name not in {"lock"} and not p.name.startswith("last_reserved")
+            }
+    return found
 
 
 def claim_devices(kube: Client, namespace: str, name: str) -> list[dict[str, Any]]:

@@ -283,7 +283,7 @@ def test_a_hanging_plugin_fails_the_sandbox_instead_of_timing_out(
     inside containerd's 2 s budget with an error (the sandbox fails, kubelet retries), never time out (the
     pod would start without net1). Released, the retried sandbox gets its interface."""
     network = "hanging-ipam"
-    lock_dir = cluster.layout.ipam_data_dir / network
+    lock_dir = cluster.node("node-2").layout.ipam_data_dir / network
     lock_dir.mkdir(parents=True, exist_ok=True)
     agent_log = cluster.layout.logs / "node-2" / f"{agents.AGENT}.log"
     offset = len(agent_log.read_text())

@@ -12,7 +12,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from netclaim.api.cniconfig import as_conflist, decode
+    from netclaim.api.cniconfig import CNIConfig, as_conflist, decode
     from netclaim.api.placeholders import render
     from netclaim.errors import ConfigError
 
@@ -30,7 +30,7 @@ def one_input(data: bytes) -> None:
         }
     try:
         config = decode(parameters, "fuzz")
-        if config.config is not None:
+        if isinstance(config, CNIConfig) and config.config is not None:
             render(as_conflist(config.config), {"device.ifName": "e", "consumed.bandwidth": 1}, "config")
     except ConfigError as err:  # the one outcome besides success; it must say where
         assert str(err).startswith(("fuzz", "config")), str(err)

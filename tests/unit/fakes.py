@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from netclaim.adapters.kube import Claim, KubeApi, Slice
-from netclaim.errors import ConflictError, GoneError, NetclaimError
+from netclaim.adapters.kube import Claim, IPAllocation, KubeApi, Slice
+from netclaim.errors import AlreadyExistsError, ConflictError, GoneError, NetclaimError
 
 
 @dataclass
@@ -33,6 +33,11 @@ class FakeKubeApi(KubeApi):
     fail_next: list[NetclaimError] = field(default_factory=list)
     slice_events: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     field_manager: str = "netclaim.dev"
+    ippools: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → the object as the API has it
+    ippool_status: dict[str, dict[str, Any]] = field(default_factory=dict)
+    allocations: dict[str, IPAllocation] = field(default_factory=dict)  # name → object (uid set)
+    pods: list[dict[str, Any]] = field(default_factory=list)  # unschedulable pods
+    _uids: int = 0
 
     def _call(self, name: str) -> None:
         self.calls.append(name)
@@ -99,6 +104,84 @@ class FakeKubeApi(KubeApi):
         self._call("slice_changes")
         while True:
             yield await self.slice_events.get()
+
+    async def list_driver_slices(self, driver: str, pool: str) -> list[Slice]:
+        self._call("list_driver_slices")
+        return [
+            Slice(
+                name=name,
+                pool=body["spec"]["pool"]["name"],
+                generation=body["spec"]["pool"]["generation"],
+                slice_count=body["spec"]["pool"]["resourceSliceCount"],
+                devices=tuple(copy.deepcopy(body["spec"]["devices"])),
+            )
+            for name, body in sorted(self.slices.items())
+            if body["spec"]["pool"]["name"] == pool and body["spec"]["driver"] == driver
+        ]
+
+    def add_pool(self, name: str, spec: dict[str, Any]) -> None:
+        self.ippools[name] = {
+            "apiVersion": "netclaim.dev/v1alpha1",
+            "kind": "IPPool",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+
+    async def get_ippool(self, name: str) -> dict[str, Any]:
+        self._call("get_ippool")
+        if name not in self.ippools:
+            raise GoneError(f"IPPool {name}: not found")
+        return copy.deepcopy(self.ippools[name])
+
+    async def list_ippools(self) -> list[dict[str, Any]]:
+        self._call("list_ippools")
+        return [copy.deepcopy(p) for _, p in sorted(self.ippools.items())]
+
+    async def write_ippool_status(self, name: str, status: dict[str, Any]) -> None:
+        self._call("write_ippool_status")
+        self.ippool_status[name] = copy.deepcopy(status)
+
+    async def list_ip_allocations(
+        self, *, pool: str | None = None, claim_uid: str | None = None
+    ) -> list[IPAllocation]:
+        self._call("list_ip_allocations")
+        return [
+            a
+            for _, a in sorted(self.allocations.items())
+            if (pool is None or a.pool == pool) and (claim_uid is None or a.claim_uid == claim_uid)
+        ]
+
+    async def get_ip_allocation(self, name: str) -> IPAllocation:
+        self._call("get_ip_allocation")
+        if name not in self.allocations:
+            raise GoneError(f"IPAllocation {name}: not found")
+        return self.allocations[name]
+
+    async def create_ip_allocation(self, allocation: IPAllocation) -> IPAllocation:
+        self._call("create_ip_allocation")
+        if allocation.name in self.allocations:
+            raise AlreadyExistsError(f"IPAllocation {allocation.name}: already exists")
+        self._uids += 1
+        created = replace(allocation, uid=f"alloc-uid-{self._uids}")
+        self.allocations[allocation.name] = created
+        return created
+
+    async def delete_ip_allocation(self, allocation: IPAllocation) -> None:
+        self._call("delete_ip_allocation")
+        current = self.allocations.get(allocation.name)
+        if current is None:
+            return
+        if current.uid != allocation.uid:
+            raise ConflictError(f"IPAllocation {allocation.name}: Precondition failed: UID")
+        del self.allocations[allocation.name]
+
+    async def list_claims(self) -> list[Claim]:
+        self._call("list_claims")
+        return list(self.claims.values())
+
+    async def unschedulable_pods(self) -> list[dict[str, Any]]:
+        self._call("unschedulable_pods")
+        return copy.deepcopy(self.pods)
 
 
 # --- publish/ fakes: an inventory source, and netlink as netclaim.publish.inventory calls it ---------------
@@ -195,6 +278,7 @@ from netclaim.configure.plan import AttachPlan  # noqa: E402
 from netclaim.configure.prepare import Preparer  # noqa: E402
 from netclaim.configure.status import ClaimRef, StatusWriter  # noqa: E402
 from netclaim.configure.store import Attachment, State, Store  # noqa: E402
+from netclaim.ipam.addresses import AddressBook  # noqa: E402
 from netclaim.publish.devices import BANDWIDTH, Capacity, Device, DeviceCatalog  # noqa: E402
 
 SAMPLE_NODE = "node-1"
@@ -521,6 +605,7 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
         cni=cni,
         attacher=attacher,
         status=status,
+        addresses=AddressBook(api, SAMPLE_NODE),
     )
     hooks = PodHooks(store, attacher, status, locks)
     return ConfigureRig(tmp_path, api, store, netlink, cni, locks, attacher, status, hooks, catalog, preparer)

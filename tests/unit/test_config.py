@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from netclaim.api.cniconfig import SourcedConfig, decode, merge
+from netclaim.api.cniconfig import CNIConfig, SourcedConfig, decode, merge
 from netclaim.api.placeholders import ScalarValue, render
 from netclaim.errors import ConfigError
 from tests.corpus import DELETE, VALID_CONFIG, mutated
@@ -20,6 +20,7 @@ def _with(path: list[str | int], value: Any) -> dict[str, Any]:
 
 def test_good_config_decodes() -> None:
     config = decode(VALID_CONFIG, LOCATION)
+    assert isinstance(config, CNIConfig)
     assert config.interfaceName == "net1" and config.config is not None
 
 
@@ -27,7 +28,10 @@ def test_good_config_decodes() -> None:
     ("parameters", "expected"),
     [
         (_with(["apiVersion"], "netclaim.dev/v1"), f"{LOCATION}.apiVersion: 'netclaim.dev/v1' is not"),
-        (_with(["kind"], "Macvlan"), f"{LOCATION}.kind: 'Macvlan' is not one of ['CNIConfig']"),
+        (
+            _with(["kind"], "Macvlan"),
+            f"{LOCATION}.kind: 'Macvlan' is not one of ['CNIConfig', 'AddressConfig']",
+        ),  # noqa: E501
         (_with(["colour"], "red"), f"{LOCATION}.colour: unknown field"),
         (_with(["interfaceName"], "a/b"), f"{LOCATION}.interfaceName: 'a/b' is not a usable interface name"),
         (_with(["interfaceName"], "lo"), f"{LOCATION}.interfaceName: 'lo' is not"),

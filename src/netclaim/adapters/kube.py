@@ -18,15 +18,28 @@ import httpx2 as httpx
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.client import FieldSelector
 from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_global_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Event, Node
+from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
-from netclaim.errors import ApiRejectedError, ApiUnavailableError, ConfigError, ConflictError, GoneError
+from netclaim.errors import (
+    AlreadyExistsError,
+    ApiRejectedError,
+    ApiUnavailableError,
+    ConfigError,
+    ConflictError,
+    GoneError,
+)
+from netclaim.names import DRIVER_DOMAIN
 
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+IPPoolResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPPool", "ippools")
+IPAllocationResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPAllocation", "ipallocations")
+POOL_LABEL = f"{DRIVER_DOMAIN}/pool"
+CLAIM_UID_LABEL = f"{DRIVER_DOMAIN}/claim-uid"
 
 
 @contextlib.contextmanager
@@ -38,6 +51,8 @@ def translated(what: str) -> Iterator[None]:
         code, message = err.status.code, str(err.status.message)
         if code == 404 or (code == 422 and "no longer" in message):
             raise GoneError(f"{what}: {message}") from err
+        if code == 409 and err.status.reason == "AlreadyExists":
+            raise AlreadyExistsError(f"{what}: {message}") from err
         if code == 409 or "test failed" in message or "testing value" in message:
             raise ConflictError(f"{what}: {message}") from err
         if code == 429 or (code is not None and code >= 500):
@@ -45,6 +60,13 @@ def translated(what: str) -> Iterator[None]:
         if code in (401, 403):
             raise ApiRejectedError(f"{what}: {message} (check the agent's RBAC)") from err
         raise ApiRejectedError(f"{what}: {code} {message}") from err
+    except httpx.HTTPStatusError as err:  # a watch refused before it streams (lightkube raises it as is)
+        code = err.response.status_code
+        if code == 404:
+            raise GoneError(f"{what}: 404") from err
+        if code == 429 or code >= 500:
+            raise ApiUnavailableError(f"{what}: {code}") from err
+        raise ApiRejectedError(f"{what}: {code}") from err
     except (httpx.TransportError, httpx.TimeoutException, OSError) as err:
         raise ApiUnavailableError(f"{what}: the API server did not answer ({err!r})") from err
     except RecursionError as err:  # the JSON decoder's answer to an object nested thousands deep
@@ -80,6 +102,29 @@ class PodRef:
 
 
 @dataclass(frozen=True)
+class RequestSpec:
+    """One request (or subrequest) of a claim's spec: its DeviceClass and CEL selectors."""
+
+    name: str
+    device_class: str
+    selectors: tuple[str, ...]
+
+
+def _request_specs(spec: dict[str, Any]) -> tuple[RequestSpec, ...]:
+    found = []
+    for request in (spec.get("devices") or {}).get("requests") or []:
+        name = str(request.get("name", ""))
+        options = [(name, request["exactly"])] if request.get("exactly") else []
+        options += [(f"{name}/{sub.get('name', '')}", sub) for sub in request.get("firstAvailable") or []]
+        for full_name, option in options:
+            selectors = tuple(
+                str((s.get("cel") or {}).get("expression", "")) for s in option.get("selectors") or []
+            )
+            found.append(RequestSpec(full_name, str(option.get("deviceClassName", "")), selectors))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
 class Claim:
     """A ResourceClaim as netclaim reads it."""
 
@@ -92,6 +137,8 @@ class Claim:
     configs: tuple[DeviceConfig, ...]
     reserved_for: tuple[PodRef, ...]  # pods only
     devices_status: tuple[dict[str, Any], ...]  # status.devices, every driver's, as the API has them
+    owned_by_pod: bool = False  # generated from a ResourceClaimTemplate: it lives as long as its pod
+    requests: tuple[RequestSpec, ...] = ()
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> Claim:
@@ -130,6 +177,10 @@ class Claim:
                 if r.get("resource") == "pods"
             ),
             devices_status=tuple(status.get("devices") or ()),
+            owned_by_pod=any(
+                o.get("kind") == "Pod" and o.get("controller") for o in meta.get("ownerReferences") or []
+            ),
+            requests=_request_specs(data.get("spec") or {}),
         )
 
 
@@ -144,12 +195,63 @@ class Slice:
     devices: tuple[dict[str, Any], ...]
 
 
+def _data(obj: Any) -> dict[str, Any]:
+    """A generic (custom) resource's object as JSON data."""
+    return dict(obj.to_dict())
+
+
+@dataclass(frozen=True)
+class IPAllocation:
+    """An IPAllocation object: one address of a pool, held by one claim (the object's name is the lock)."""
+
+    name: str
+    uid: str
+    pool: str
+    address: str  # with the prefix length of its range, e.g. 10.10.3.7/24
+    claim_namespace: str
+    claim_name: str
+    claim_uid: str
+    node: str
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> IPAllocation:
+        meta, spec = data.get("metadata") or {}, data.get("spec") or {}
+        claim = spec.get("claim") or {}
+        return cls(
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            pool=str(spec.get("pool", "")),
+            address=str(spec.get("address", "")),
+            claim_namespace=str(claim.get("namespace", "")),
+            claim_name=str(claim.get("name", "")),
+            claim_uid=str(claim.get("uid", "")),
+            node=str(spec.get("node", "")),
+        )
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{DRIVER_DOMAIN}/v1alpha1",
+            "kind": "IPAllocation",
+            "metadata": {
+                "name": self.name,
+                "labels": {POOL_LABEL: self.pool, CLAIM_UID_LABEL: self.claim_uid},
+            },
+            "spec": {
+                "pool": self.pool,
+                "address": self.address,
+                "claim": {"namespace": self.claim_namespace, "name": self.claim_name, "uid": self.claim_uid},
+                "node": self.node,
+            },
+        }
+
+
 class KubeApi:
     """The calls the agent makes, each translated (see the module docstring)."""
 
-    def __init__(self, client: AsyncClient, field_manager: str) -> None:
+    def __init__(self, client: AsyncClient, field_manager: str, config: KubeConfig | None = None) -> None:
         self._client = client
         self.field_manager = field_manager
+        self._config = config
 
     @classmethod
     def connect(cls, kubeconfig: Path | None, field_manager: str) -> KubeApi:
@@ -160,13 +262,28 @@ class KubeApi:
             config = KubeConfig.from_service_account()
         else:
             config = KubeConfig.from_env()
-        # HTTP/2, as client-go: every request and watch is a stream of one connection. Over HTTP/1.1 each
+        # HTTP/2, as client-go: every request is a stream of one connection. Over HTTP/1.1 each
         # concurrent request needs a connection of its own, so the pool (and the agent's descriptors)
         # grew and shrank with how publish, status writes and claim reads happened to overlap.
         client = AsyncClient(
             config, field_manager=field_manager, timeout=httpx.Timeout(10.0, read=60.0), http2=True
         )
-        return cls(client, field_manager)
+        return cls(client, field_manager, config)
+
+    @contextlib.asynccontextmanager
+    async def _watching(self) -> AsyncIterator[AsyncClient]:
+        """A connection of the watch's own: on the shared HTTP/2 connection, idle watches keep httpcore's
+        read lock and a request behind them waits until some watch gets an event (seen with three)."""
+        if self._config is None:  # a test's client
+            yield self._client
+            return
+        client = AsyncClient(
+            self._config, field_manager=self.field_manager, timeout=httpx.Timeout(10.0, read=60.0)
+        )
+        try:
+            yield client
+        finally:
+            await client.close()
 
     async def close(self) -> None:
         await self._client.close()
@@ -247,6 +364,112 @@ class KubeApi:
     async def slice_changes(self, node: str, driver: str) -> AsyncIterator[str]:
         """The event types (ADDED, MODIFIED, DELETED) of this node's slices, as they happen."""
         selector: FieldSelector = {"spec.nodeName": node, "spec.driver": driver}
-        with translated(f"watch of node {node}'s ResourceSlices"):
-            async for event, _ in self._client.watch(ResourceSlice, fields=selector):
-                yield str(event)
+        async with self._watching() as client:
+            with translated(f"watch of node {node}'s ResourceSlices"):
+                async for event, _ in client.watch(ResourceSlice, fields=selector):
+                    yield str(event)
+
+    async def list_driver_slices(self, driver: str, pool: str) -> list[Slice]:
+        """The slices of `driver`'s pool `pool` (a pool of no node: the IP pools' devices)."""
+        selector: FieldSelector = {"spec.driver": driver}
+        with translated(f"ResourceSlices of driver {driver}"):
+            found = [s.to_dict() async for s in self._client.list(ResourceSlice, fields=selector)]
+        return [
+            Slice(
+                name=str(s["metadata"]["name"]),
+                pool=str(s["spec"]["pool"]["name"]),
+                generation=int(s["spec"]["pool"]["generation"]),
+                slice_count=int(s["spec"]["pool"]["resourceSliceCount"]),
+                devices=tuple(s["spec"].get("devices") or ()),
+            )
+            for s in found
+            if s["spec"]["pool"]["name"] == pool
+        ]
+
+    async def get_ippool(self, name: str) -> dict[str, Any]:
+        with translated(f"IPPool {name}"):
+            found = await self._client.get(IPPoolResource, name)
+        return _data(found)
+
+    async def list_ippools(self) -> list[dict[str, Any]]:
+        with translated("IPPools"):
+            return [_data(p) async for p in self._client.list(IPPoolResource)]
+
+    async def write_ippool_status(self, name: str, status: dict[str, Any]) -> None:
+        with translated(f"status of IPPool {name}"):
+            await self._client.patch(
+                IPPoolResource.Status,
+                name,
+                {"status": status},
+                patch_type=PatchType.MERGE,
+            )
+
+    async def list_ip_allocations(
+        self, *, pool: str | None = None, claim_uid: str | None = None
+    ) -> list[IPAllocation]:
+        labels: dict[str, Any] = {
+            k: v for k, v in ((POOL_LABEL, pool), (CLAIM_UID_LABEL, claim_uid)) if v is not None
+        }
+        with translated("IPAllocations"):
+            found = [_data(a) async for a in self._client.list(IPAllocationResource, labels=labels or None)]
+        return [IPAllocation.from_api(a) for a in found]
+
+    async def get_ip_allocation(self, name: str) -> IPAllocation:
+        with translated(f"IPAllocation {name}"):
+            found = await self._client.get(IPAllocationResource, name)
+        return IPAllocation.from_api(_data(found))
+
+    async def create_ip_allocation(self, allocation: IPAllocation) -> IPAllocation:
+        """Take the address: AlreadyExistsError when another claim (or this one, earlier) holds it."""
+        body = IPAllocationResource.from_dict(allocation.to_api())
+        with translated(f"IPAllocation {allocation.name}"):
+            created = await self._client.create(body)
+        return IPAllocation.from_api(_data(created))
+
+    async def delete_ip_allocation(self, allocation: IPAllocation) -> None:
+        """Release the address, only if the object is still the one read (same UID); gone already is fine."""
+        generic: Any = self._client._client  # lightkube's delete() sends no body: no preconditions
+        request = generic.prepare_request("delete", res=IPAllocationResource, name=allocation.name)
+        request.data = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"uid": allocation.uid},
+        }
+        with contextlib.suppress(GoneError), translated(f"IPAllocation {allocation.name}"):
+            response = await generic.send(generic.build_adapter_request(request))
+            generic.handle_response("delete", response, request)
+
+    async def list_claims(self) -> list[Claim]:
+        """Every ResourceClaim of the cluster (the controller's view)."""
+        with translated("ResourceClaims"):
+            return [
+                Claim.from_api(c.to_dict()) async for c in self._client.list(ResourceClaim, namespace="*")
+            ]
+
+    async def changes(self, kind: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """(event type, object) of every `kind` (ippools, ipallocations, resourceclaims, pods)."""
+        resource: Any = {
+            "ippools": IPPoolResource,
+            "ipallocations": IPAllocationResource,
+            "resourceclaims": ResourceClaim,
+            "pods": Pod,
+        }[kind]
+        namespace = "*" if kind in ("resourceclaims", "pods") else None
+        async with self._watching() as client:
+            with translated(f"watch of {kind}"):
+                async for event, obj in client.watch(resource, namespace=namespace):
+                    yield str(event), _data(obj)
+
+    async def unschedulable_pods(self) -> list[dict[str, Any]]:
+        """Pending pods the scheduler could not place, with their resource claims."""
+        selector: FieldSelector = {"status.phase": "Pending"}
+        with translated("pending pods"):
+            pods = [p.to_dict() async for p in self._client.list(Pod, namespace="*", fields=selector)]
+        return [
+            p
+            for p in pods
+            if any(
+                c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                for c in (p.get("status") or {}).get("conditions") or []
+            )
+        ]

@@ -27,11 +27,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from netclaim.api.ippool import AddressConfig
 from netclaim.api.placeholders import check_placeholders
 from netclaim.errors import ConfigError, field_path
 from netclaim.names import API_VERSION, PLUGIN_TYPE, check_interface_name
 
-KINDS = ("CNIConfig",)
+KINDS = ("CNIConfig", "AddressConfig")
 MAX_PARAMETERS_BYTES = 10 * 1024
 MAX_PLUGINS = 16
 MAX_DEPTH = 32  # objects and lists inside each other; a CNI config needs 6
@@ -220,9 +221,10 @@ def _is_placeholder(value: Any) -> bool:
 class SourcedConfig:
     """One decoded config and where it came from (FromClass: the admin; FromClaim: the user)."""
 
-    config: CNIConfig
+    config: CNIConfig | AddressConfig
     source: str
     location: str  # how an error message points at it
+    requests: tuple[str, ...] = ()  # the requests it names (none: every request)
 
 
 @dataclass(frozen=True)
@@ -250,7 +252,7 @@ def nesting_depth(value: object) -> int:
     return deepest
 
 
-def decode(parameters: object, location: str) -> CNIConfig:
+def decode(parameters: object, location: str) -> CNIConfig | AddressConfig:
     """Strictly decode one opaque `parameters` object; the error names `location` and the field."""
     if not isinstance(parameters, dict):
         raise ConfigError(f"{location}: parameters must be an object with apiVersion: {API_VERSION}")
@@ -263,8 +265,9 @@ def decode(parameters: object, location: str) -> CNIConfig:
         raise ConfigError(f"{location}.{nulls[0]}: must not be null (leave the field out for its default)")
     if parameters.get("kind") not in KINDS:
         raise ConfigError(f"{location}.kind: {parameters.get('kind')!r} is not one of {list(KINDS)}")
+    model: type[CNIConfig | AddressConfig] = CNIConfig if parameters["kind"] == "CNIConfig" else AddressConfig
     try:
-        return CNIConfig.model_validate_json(json.dumps(parameters), strict=True)
+        return model.model_validate_json(json.dumps(parameters), strict=True)
     except ValidationError as err:
         lines = []
         for problem in err.errors(include_url=False):
@@ -293,6 +296,8 @@ def merge(configs: list[SourcedConfig], request: str) -> EffectiveConfig:
     carried: list[tuple[int, str, Any]] = []
     for sourced in configs:
         cfg, where = sourced.config, sourced.location
+        if not isinstance(cfg, CNIConfig):
+            continue  # an AddressConfig meant for the claim's pool requests
         if sourced.source != "FromClass":
             if cfg.pinned is not None:
                 raise ConfigError(f"{where}.pinned: only a DeviceClass config may pin parts of the config")

@@ -41,6 +41,20 @@ class AgentSettings(BaseModel):
 FIELDS = tuple(AgentSettings.model_fields)
 
 
+class ControllerSettings(BaseModel):
+    """`netclaim controller`: one per cluster (IP pools' devices, the address reconciler)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kubeconfig: Path | None = None
+    driver_name: str = Field(
+        default="netclaim.dev", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=63
+    )
+    resync_seconds: float = Field(default=30.0, gt=0)
+    metrics_address: str = "127.0.0.1:9178"
+    log_level: str = Field(default="info", pattern=r"^(debug|info|warning|error)$")
+
+
 def load_settings(flags: dict[str, object], config_file: Path | None) -> AgentSettings:
     """Flags (non-None) override NETCLAIM_* variables, which override the file, which overrides defaults."""
     merged: dict[str, object] = {}

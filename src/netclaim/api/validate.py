@@ -5,7 +5,8 @@ agent decodes it at prepare time (strict fields, CNI shape, addresses, placehold
 template's config (a tenant's) is checked against the tenant allow-list (netclaim.api.tenancy) as far as it
 is decidable before placeholders are filled; a DeviceClass's plugin types against the allow-list of the
 admission policy (deploy/admission.yaml; a test keeps the two lists equal). What needs the node (is the
-plugin installed? does the device have that attribute? is it shared?) is left to prepare time.
+plugin installed? does the device have that attribute? is it shared?) is left to prepare time. An IPPool
+is checked as the controller and the agents read it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from netclaim.api.cniconfig import as_conflist, decode, plugin_types
+from netclaim.api.cniconfig import CNIConfig, as_conflist, decode, plugin_types
+from netclaim.api.ippool import IPPool
 from netclaim.api.tenancy import Target, tenant_problems
 from netclaim.errors import ConfigError
 
@@ -45,6 +47,12 @@ def config_paths(manifest: dict[str, Any]) -> tuple[str, list[Any]]:
 
 def problems(manifest: dict[str, Any]) -> Iterator[str]:
     """Every problem of one manifest, each naming the field."""
+    if manifest.get("kind") == "IPPool":
+        try:
+            IPPool.from_api(manifest)
+        except ConfigError as err:
+            yield from str(err).splitlines()
+        return
     path, configs = config_paths(manifest)
     for index, entry in enumerate(configs):
         opaque = entry.get("opaque") if isinstance(entry, dict) else None
@@ -56,6 +64,8 @@ def problems(manifest: dict[str, Any]) -> Iterator[str]:
         except ConfigError as err:
             yield from str(err).splitlines()
             continue
+        if not isinstance(config, CNIConfig):
+            continue  # an AddressConfig: decoding is all there is to check offline
         if config.pinned is not None and manifest.get("kind") != "DeviceClass":
             yield f"{location}.pinned: only a DeviceClass config may pin parts of the config"
         if config.config is None:

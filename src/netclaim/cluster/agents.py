@@ -1,8 +1,9 @@
 """Deploy netclaim into the local cluster as in production, with the agents as node processes.
 
-The manifests of `deploy/` are applied as they are (RBAC, DeviceClasses…); each kubelet node then runs
-`netclaim agent` inside its namespaces with a real bound ServiceAccount token (bound to its Node object,
-so the token carries the node name, as a DaemonSet pod's token would).
+The manifests of `deploy/` are applied as they are (CRDs, RBAC, DeviceClasses…); each kubelet node then
+runs `netclaim agent` inside its namespaces with a real bound ServiceAccount token (bound to its Node
+object, so the token carries the node name, as a DaemonSet pod's token would), and the machine runs one
+`netclaim controller` with its own ServiceAccount's token.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from netclaim.cluster import processes
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim.cluster.cluster import CONTROLLER, ClusterHandle
 from netclaim.cluster.controlplane import write_kubeconfig
 from netclaim.cluster.layout import REPO_ROOT
 from netclaim.cluster.node import LocalNode
@@ -23,15 +24,20 @@ from netclaim.errors import TransientError
 
 AGENT = "netclaim-agent"
 METRICS_PORT = 9177
+CONTROLLER_METRICS_PORT = 9178
 NAMESPACE = "netclaim-system"
 SERVICE_ACCOUNT = "netclaim-agent"
 DEPLOY_DIR = REPO_ROOT / "deploy"
-CLUSTER_MANIFESTS = ("rbac.yaml", "deviceclasses.yaml", "policy.yaml", "admission.yaml")
+CLUSTER_MANIFESTS = ("crds.yaml", "rbac.yaml", "deviceclasses.yaml", "policy.yaml", "admission.yaml")
+CRDS = ("ippools.netclaim.dev", "ipallocations.netclaim.dev")
 
 
 def apply_manifests(handle: ClusterHandle, names: tuple[str, ...] = CLUSTER_MANIFESTS) -> None:
     for name in names:
         handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(DEPLOY_DIR / name))
+        if name == "crds.yaml":
+            for crd in CRDS:
+                handle.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
 
 
 def policy_from_configmap(handle: ClusterHandle) -> Path:
@@ -45,18 +51,16 @@ def policy_from_configmap(handle: ClusterHandle) -> Path:
 
 
 def agent_kubeconfig(handle: ClusterHandle, node: str, path: Path) -> None:
-    token = handle.kubectl(
-        "create",
-        "token",
-        SERVICE_ACCOUNT,
-        "-n",
-        NAMESPACE,
-        "--duration=48h",
-        "--bound-object-kind=Node",
-        f"--bound-object-name={node}",
-    ).strip()
+    bound = ("--bound-object-kind=Node", f"--bound-object-name={node}")
+    service_account_kubeconfig(handle, SERVICE_ACCOUNT, path, bound)
+
+
+def service_account_kubeconfig(
+    handle: ClusterHandle, account: str, path: Path, bound: tuple[str, ...] = ()
+) -> None:
+    token = handle.kubectl("create", "token", account, "-n", NAMESPACE, "--duration=48h", *bound).strip()
     server = f"https://{handle.spec.management_gateway().ip}:{handle.spec.ports.apiserver}"
-    write_kubeconfig(path, server, handle.layout.pki / "ca.crt", SERVICE_ACCOUNT, {"token": token})
+    write_kubeconfig(path, server, handle.layout.pki / "ca.crt", account, {"token": token})
 
 
 def agent_command(
@@ -78,7 +82,7 @@ def agent_command(
         f"--state-dir={layout.root / 'netclaim'}",
         f"--metrics-address={node.address.ip}:{METRICS_PORT}",
         "--cni-bin-dir=/usr/lib/cni",
-        f"--ipam-data-dir={handle.layout.ipam_data_dir}",
+        f"--ipam-data-dir={layout.ipam_data_dir}",
         *extra,
     ]
 
@@ -101,10 +105,56 @@ def agent_running(handle: ClusterHandle, node_name: str) -> bool:
     return processes.running(handle.node(node_name).pid_dir, AGENT)
 
 
+def controller_address(handle: ClusterHandle) -> str:
+    return f"{handle.spec.management_gateway().ip}:{CONTROLLER_METRICS_PORT}"
+
+
+def start_controller(handle: ClusterHandle) -> None:
+    kubeconfig = handle.layout.root / "controller.kubeconfig"
+    service_account_kubeconfig(handle, CONTROLLER, kubeconfig)
+    command = [
+        sys.executable,
+        "-m",
+        "netclaim",
+        "controller",
+        f"--kubeconfig={kubeconfig}",
+        f"--metrics-address={controller_address(handle)}",
+    ]
+    processes.start(
+        CONTROLLER,
+        command,
+        pid_dir=handle.layout.pids,
+        log_dir=handle.layout.logs,
+        env={"PYTHONUNBUFFERED": "1"},
+    )
+
+
+def stop_controller(handle: ClusterHandle, *, kill: bool = False) -> None:
+    processes.stop(handle.layout.pids, CONTROLLER, grace=0 if kill else 10)
+
+
+def controller_ready(handle: ClusterHandle, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not processes.running(handle.layout.pids, CONTROLLER):
+            raise TransientError(f"the netclaim controller exited; see {handle.layout.logs / CONTROLLER}.log")
+        try:
+            with urllib.request.urlopen(f"http://{controller_address(handle)}/readyz", timeout=2) as answer:
+                if all(json.loads(answer.read()).values()):
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise TransientError(f"the netclaim controller is not ready after {timeout:.0f} s")
+
+
 def deploy(handle: ClusterHandle, policy: Path | None = None, extra: tuple[str, ...] = ()) -> None:
-    """Manifests, then one agent per kubelet node (policy: a file, else deploy/'s ConfigMap); waits until
-    every agent is ready."""
+    """Manifests, the controller, then one agent per kubelet node (policy: a file, else deploy/'s
+    ConfigMap); waits until the controller and every agent are ready."""
     apply_manifests(handle)
+    if not processes.running(handle.layout.pids, CONTROLLER):
+        start_controller(handle)
+    controller_ready(handle)
     policy = policy or policy_from_configmap(handle)
     nodes = [n.name for n in handle.spec.nodes if n.kubelet]
     for name in nodes:

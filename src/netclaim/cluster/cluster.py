@@ -24,6 +24,7 @@ from netclaim.errors import NetclaimError, PrerequisiteError, TransientError
 
 CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
 KEEPER = "node-keeper"
+CONTROLLER = "netclaim-controller"  # netclaim's own, on the machine (netclaim.cluster.agents)
 _READY_JSONPATH = (
     "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=='Ready')].status}{'\\n'}{end}"
 )
@@ -217,6 +218,7 @@ def down(name: str, log: TextIO = sys.stderr, keep_logs: bool = False) -> None:
     spec = _recorded_spec(layout)
     bin_dir = binaries.bin_dir()
     processes.stop(layout.pids, KEEPER, grace=2)
+    processes.stop(layout.pids, CONTROLLER, grace=2)
     if spec is not None:
         for index, node_spec in enumerate(spec.nodes):
             if node_spec.kubelet:

@@ -48,6 +48,11 @@ class NodeLayout:
         return self.root / "cni" / "networks"
 
     @property
+    def ipam_data_dir(self) -> Path:
+        """host-local reservations of the node's claims: the node's own, as on a real node."""
+        return self.root / "ipam"
+
+    @property
     def nic_overrides(self) -> Path:
         """Declared NIC properties (speed, NUMA, PCI…) the inventory reads, since veths have none."""
         return self.root / "nic-overrides.yaml"
@@ -97,11 +102,6 @@ class ClusterLayout:
     @property
     def audit_log(self) -> Path:
         return self.logs / "audit.log"
-
-    @property
-    def ipam_data_dir(self) -> Path:
-        """host-local reservations of claims: shared by the nodes (one range spans them), gone with `down`."""
-        return self.root / "ipam"
 
     def node(self, name: str) -> NodeLayout:
         return NodeLayout(self.name, name, self.root / "nodes" / name)

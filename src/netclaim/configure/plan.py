@@ -1,8 +1,10 @@
 """Planning: a claim, the node's published devices and the configs → one typed AttachPlan per device.
 
-Pure functions, no I/O: `plan_claim` decodes the configs (DeviceClass first, then claim), merges them,
-fills placeholders from the allocated device, checks a tenant's config against the allow-list
-(netclaim.api.tenancy) and every config against the device's sharing, and fills the node's defaults;
+Pure functions, no I/O: `address_requests` reads which IP pools the claim was allocated and what it asks of
+them; `plan_claim` decodes the configs (DeviceClass first, then claim), merges them, fills placeholders
+from the allocated device, checks a tenant's config against the allow-list (netclaim.api.tenancy) and every
+config against the device's sharing, configures the granted pool addresses (static IPAM) and fills the
+node's defaults;
 `negotiate` then picks the CNI version every plugin of the chain speaks, from the versions the preparer
 asked the installed plugins for. Every error is a ConfigError naming the field.
 """
@@ -18,14 +20,28 @@ from pydantic import BaseModel, ConfigDict
 
 from netclaim.adapters.kube import AllocatedDevice, Claim
 from netclaim.api.cniconfig import EffectiveConfig, SourcedConfig, decode, merge, plugin_types
+from netclaim.api.ippool import POOLS_POOL, AddressConfig
 from netclaim.api.placeholders import ScalarValue, render
 from netclaim.api.tenancy import Target, exclusive_problems, tenant_problems
 from netclaim.errors import ConfigError
+from netclaim.ipam.addresses import AddressRequest, Grant
 from netclaim.names import DRIVER_DOMAIN
 from netclaim.publish.devices import BANDWIDTH, Device
 from netclaim.quantity import parse_quantity
 
-PLAN_VERSION = 1
+NETWORK = f"{DRIVER_DOMAIN}/network"
+
+
+class PoolAddresses(BaseModel):
+    """Addresses granted from one IP pool's device of the claim (its status entry shows them)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    request: str
+    pool: str  # the DRA pool of the device (POOLS_POOL)
+    device: str  # = the IPPool's name
+    share_id: str
+    ips: tuple[str, ...]
 
 
 class AttachPlan(BaseModel):
@@ -33,11 +49,13 @@ class AttachPlan(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    version: Literal[1] = 1  # PLAN_VERSION; a newer agent reads older versions, never the reverse
+    # a newer agent reads older versions, never the reverse; 2 added pool_addresses
+    version: Literal[1, 2] = 2
     interface_name: str  # inside the pod
     conflist: dict[str, Any]  # rendered, node defaults filled, cniVersion negotiated
     bandwidth_bps: int | None  # cap both ways; None: not shaped
     device: Device  # as published: a whole NIC inside a pod is published from it meanwhile
+    pool_addresses: tuple[PoolAddresses, ...] = ()
 
     @property
     def shared(self) -> bool:
@@ -52,16 +70,55 @@ class PlannedDevice:
     plan: AttachPlan
 
 
+def _where(claim: Claim) -> str:
+    return f"claim {claim.namespace}/{claim.name}"
+
+
+def address_requests(claim: Claim, driver: str) -> list[AddressRequest]:
+    """The claim's IP pool devices, each with the addresses its AddressConfig asks for and the interface
+    request that gets them (the claim's only interface request, unless `interfaceRequest` says)."""
+    interfaces = sorted({r.request for r in claim.results if r.driver == driver and r.pool != POOLS_POOL})
+    found = []
+    for allocated in (r for r in claim.results if r.driver == driver and r.pool == POOLS_POOL):
+        static: dict[int, Any] = {}
+        target = None
+        for sourced in configs_for(claim, allocated.request, driver):
+            if isinstance(sourced.config, AddressConfig):
+                static.update(sourced.config.static())
+                target = sourced.config.interfaceRequest or target
+            elif allocated.request in sourced.requests or allocated.request.split("/")[0] in sourced.requests:
+                raise ConfigError(
+                    f"{sourced.location}.kind: request {allocated.request} takes addresses from IPPool "
+                    f"{allocated.device}: its config is an AddressConfig, not a CNIConfig"
+                )
+        if target is None:
+            if len(interfaces) != 1:
+                raise ConfigError(
+                    f"{_where(claim)}: request {allocated.request} takes addresses from IPPool "
+                    f"{allocated.device}, the claim has {len(interfaces)} interface requests "
+                    f"{interfaces}: say which in its AddressConfig's interfaceRequest"
+                )
+            target = interfaces[0]
+        elif target not in interfaces:
+            raise ConfigError(
+                f"{_where(claim)}: AddressConfig.interfaceRequest {target!r} of request {allocated.request} "
+                f"is not one of the claim's interface requests {interfaces}"
+            )
+        found.append(AddressRequest(allocated, static, target))
+    return found
+
+
 def plan_claim(
     claim: Claim,
     *,
     driver: str,
     node: str,
     device: Callable[[str], Device | None],
+    grants: list[Grant] = [],  # noqa: B006 - read only
     ipam_data_dir: Path | None = None,
 ) -> list[PlannedDevice]:
     """Plans for every device of `driver` allocated to the claim (negotiation still to do)."""
-    where = f"claim {claim.namespace}/{claim.name}"
+    where = _where(claim)
     if not claim.allocated:
         raise ConfigError(f"{where} is not allocated")
     if len(claim.reserved_for) != 1:
@@ -71,7 +128,7 @@ def plan_claim(
         )
     planned: list[PlannedDevice] = []
     interface_names: dict[str, str] = {}
-    for allocated in (r for r in claim.results if r.driver == driver):
+    for allocated in (r for r in claim.results if r.driver == driver and r.pool != POOLS_POOL):
         if allocated.pool != node:
             raise ConfigError(f"{where}: device {allocated.pool}/{allocated.device} is not on node {node}")
         effective = merge(configs_for(claim, allocated.request, driver), allocated.request)
@@ -85,8 +142,45 @@ def plan_claim(
         if published is None:
             raise ConfigError(f"device {allocated.device} is not published by this node (any more)")
         plan = _plan(claim, allocated, effective, published, node, ipam_data_dir)
+        mine = [g for g in grants if g.interface_request == allocated.request]
+        if mine:
+            plan = with_pool_addresses(plan, mine, f"{where}: request {allocated.request}")
         planned.append(PlannedDevice(allocated, plan))
     return planned
+
+
+def with_pool_addresses(plan: AttachPlan, grants: list[Grant], where: str) -> AttachPlan:
+    """The plan with the granted addresses configured by `static` IPAM on the chain's first plugin (the
+    one creating the interface), which must name no IPAM of its own."""
+    for grant in grants:
+        network = plan.device.attributes.get(NETWORK)
+        if grant.pool.spec.network is not None and network != grant.pool.spec.network:
+            raise ConfigError(
+                f"{where}: IPPool {grant.pool.name} serves network {grant.pool.spec.network!r}, device "
+                f"{plan.device.name} is on {network!r} (add a matchAttribute constraint on {NETWORK})"
+            )
+    first = plan.conflist["plugins"][0]
+    if any(key.lower() == "ipam" for key in first):
+        raise ConfigError(
+            f"{where}: config.plugins[0].ipam: the claim takes its addresses from IPPool "
+            f"{', '.join(g.pool.name for g in grants)}; leave ipam out"
+        )
+    ipam: dict[str, Any] = {"type": "static", "addresses": [a for g in grants for a in g.static_addresses()]}
+    routes = [r for g in grants for r in g.routes()]
+    if routes:
+        ipam["routes"] = routes
+    conflist = {**plan.conflist, "plugins": [{**first, "ipam": ipam}, *plan.conflist["plugins"][1:]]}
+    pool_addresses = tuple(
+        PoolAddresses(
+            request=g.allocated.request,
+            pool=g.allocated.pool,
+            device=g.allocated.device,
+            share_id=g.allocated.share_id,
+            ips=g.addresses,
+        )
+        for g in grants
+    )
+    return plan.model_copy(update={"conflist": conflist, "pool_addresses": pool_addresses})
 
 
 def configs_for(claim: Claim, request: str, driver: str) -> list[SourcedConfig]:
@@ -102,7 +196,9 @@ def configs_for(claim: Claim, request: str, driver: str) -> list[SourcedConfig]:
             "DeviceClass config" if entry.source == "FromClass" else f"claim {claim.namespace}/{claim.name}"
         )
         location = f"{owner} (allocation config[{index}]).opaque.parameters"
-        configs.append(SourcedConfig(decode(entry.parameters, location), entry.source, location))
+        configs.append(
+            SourcedConfig(decode(entry.parameters, location), entry.source, location, entry.requests)
+        )
     return configs
 
 

@@ -1,9 +1,14 @@
 """NodePrepareResources/NodeUnprepareResources: claim → typed attach plans in the store, and back.
 
 Prepare does the slow, fallible work ahead of the pod's sandbox: read the claim (by name, checked by UID),
-plan it (netclaim.configure.plan: decode, merge, render, check), ask the installed plugins which CNI
-versions they speak and settle one per chain, then persist one row per allocated device. RunPodSandbox
-only carries out a stored plan. Both calls are idempotent; a claim's failure is that claim's only.
+take its addresses from the IP pools it was allocated (netclaim.ipam.addresses: API calls, outside the
+runtime's budget), plan it (netclaim.configure.plan: decode, merge, render, check), ask the installed
+plugins which CNI versions they speak and settle one per chain, then persist one row per allocated
+device. RunPodSandbox only carries out a stored plan. Both calls are idempotent; a claim's failure is that
+claim's only, and leaves no address taken.
+
+Unprepare DELetes the interfaces, then releases the claim's pool addresses when the claim ends with its
+pod (generated from a template) or is gone; a standalone claim keeps them for its next pod.
 """
 
 from __future__ import annotations
@@ -14,14 +19,16 @@ from pathlib import Path
 
 from netclaim import faults
 from netclaim.adapters.cni import CniRunner
-from netclaim.adapters.kube import KubeApi
+from netclaim.adapters.kube import Claim, KubeApi
 from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.api.cniconfig import plugin_types
+from netclaim.api.ippool import POOLS_POOL
 from netclaim.configure.attach import Attacher
-from netclaim.configure.plan import negotiate, plan_claim
+from netclaim.configure.plan import address_requests, negotiate, plan_claim
 from netclaim.configure.status import ClaimRef, Failure, StatusWriter
 from netclaim.configure.store import Attachment, Store
-from netclaim.errors import GoneError
+from netclaim.errors import GoneError, NetclaimError
+from netclaim.ipam.addresses import AddressBook, Grant
 from netclaim.publish.devices import DeviceCatalog
 
 log = logging.getLogger(__name__)
@@ -29,7 +36,13 @@ UNPREPARE_SECONDS = 10.0
 
 
 def _prepared(rows: list[Attachment]) -> list[PreparedDevice]:
-    return [PreparedDevice(r.request, r.pool, r.device, r.share_id or None) for r in rows]
+    interfaces = [PreparedDevice(r.request, r.pool, r.device, r.share_id or None) for r in rows]
+    pools = [
+        PreparedDevice(a.request, a.pool, a.device, a.share_id or None)
+        for r in rows
+        for a in r.plan.pool_addresses
+    ]
+    return interfaces + pools
 
 
 class Preparer:
@@ -44,6 +57,7 @@ class Preparer:
         cni: CniRunner,
         attacher: Attacher,
         status: StatusWriter,
+        addresses: AddressBook,
         ipam_data_dir: Path | None = None,
     ) -> None:
         self.driver = driver
@@ -54,6 +68,7 @@ class Preparer:
         self.cni = cni
         self.attacher = attacher
         self.status = status
+        self.addresses = addresses
         self.ipam_data_dir = ipam_data_dir
 
     async def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
@@ -67,11 +82,30 @@ class Preparer:
                 f"claim {namespace}/{name} has UID {claim.uid}, kubelet asked for {uid}: "
                 "it was deleted and recreated"
             )
+        requests = address_requests(claim, self.driver)
+        try:
+            grants = await self.addresses.allocate(claim, requests)
+            faults.point("after-address")
+            rows = await self._plan(claim, grants)
+            self.store.put(*rows)
+        except BaseException:
+            if requests:  # nothing left behind: the retry takes them again
+                await self._release(claim.uid)
+            raise
+        faults.point("after-prepare")
+        self.status.enqueue(ClaimRef(namespace, name, uid))
+        elapsed_ms = round((time.monotonic() - started) * 1000, 1)
+        devices = [r.device for r in rows]
+        log.info("prepared", extra={"claim": f"{namespace}/{name}", "devices": devices, "ms": elapsed_ms})
+        return _prepared(rows)
+
+    async def _plan(self, claim: Claim, grants: list[Grant]) -> list[Attachment]:
         planned = plan_claim(
             claim,
             driver=self.driver,
             node=self.node,
             device=self.catalog.get,
+            grants=grants,
             ipam_data_dir=self.ipam_data_dir,
         )
         kinds = {kind for p in planned for kind in plugin_types(p.plan.conflist)}
@@ -97,13 +131,21 @@ class Preparer:
                     plan=p.plan.model_copy(update={"conflist": conflist}),
                 )
             )
-        self.store.put(*rows)
-        faults.point("after-prepare")
-        self.status.enqueue(ClaimRef(namespace, name, uid))
-        elapsed_ms = round((time.monotonic() - started) * 1000, 1)
-        devices = [r.device for r in rows]
-        log.info("prepared", extra={"claim": f"{namespace}/{name}", "devices": devices, "ms": elapsed_ms})
-        return _prepared(rows)
+        return rows
+
+    async def _addresses_end(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether the claim's pool addresses go now: it ends with its pod, or it is gone already."""
+        try:
+            claim = await self.api.get_claim(namespace, name)
+        except GoneError:
+            return True
+        return claim.uid != uid or claim.owned_by_pod
+
+    async def _release(self, claim_uid: str) -> None:
+        try:
+            await self.addresses.release(claim_uid)
+        except NetclaimError as err:  # the retry reuses them; the reconciler frees them if the claim goes
+            log.warning("could not release addresses", extra={"claim_uid": claim_uid, "error": str(err)})
 
     async def report_failure(self, namespace: str, name: str, uid: str, message: str) -> None:
         """A claim whose config cannot work: Ready=False on its devices and a Warning Event on its pod."""
@@ -113,7 +155,7 @@ class Preparer:
         devices = tuple(
             (r.pool, r.device, r.share_id)
             for r in claim.results
-            if r.driver == self.driver and r.pool == self.node
+            if r.driver == self.driver and r.pool in (self.node, POOLS_POOL)
         )
         self.status.fail(ClaimRef(namespace, name, uid), Failure(devices, "PrepareFailed", message))
         for pod in claim.reserved_for:
@@ -124,6 +166,8 @@ class Preparer:
         rows = self.store.for_claim(uid)
         faults.point("before-unprepare")
         problems = await self.attacher.release(rows, time.monotonic() + UNPREPARE_SECONDS)
+        if await self._addresses_end(namespace, name, uid):
+            await self.addresses.release(uid)
         ref = ClaimRef(namespace, name, uid)
         self.status.forget(ref)
         if problems:  # the claim and its pod go all the same; the claim's status says what happened

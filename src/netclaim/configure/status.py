@@ -67,6 +67,21 @@ def _condition(status: str, reason: str, message: str) -> dict[str, Any]:
     }
 
 
+def address_entries(driver: str, row: Attachment) -> list[dict[str, Any]]:
+    """The entries of the claim's IP pool devices: their addresses, from the moment they are prepared."""
+    entries = []
+    for granted in row.plan.pool_addresses:
+        entry: dict[str, Any] = {"driver": driver, "pool": granted.pool, "device": granted.device}
+        if granted.share_id:
+            entry["shareID"] = granted.share_id
+        entry["conditions"] = [
+            _condition("True", "AddressAllocated", f"held for the claim from IPPool {granted.device}")
+        ]
+        entry["networkData"] = {"interfaceName": row.plan.interface_name, "ips": list(granted.ips)}
+        entries.append(entry)
+    return entries
+
+
 def device_entry(driver: str, row: Attachment) -> dict[str, Any]:
     entry: dict[str, Any] = {"driver": driver, "pool": row.pool, "device": row.device}
     if row.share_id:
@@ -129,6 +144,7 @@ class StatusWriter:
     def desired(self, claim: ClaimRef) -> list[dict[str, Any]]:
         rows = self.store.for_claim(claim.uid)
         entries = [device_entry(self.driver, row) for row in rows]
+        entries += [entry for row in rows for entry in address_entries(self.driver, row)]
         failure = self._failures.get(claim.uid)
         if failure is not None and not rows:
             for pool, device, share_id in failure.devices:

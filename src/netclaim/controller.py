@@ -1,0 +1,162 @@
+"""`netclaim controller`: the cluster's one controller. Only wiring and supervision: the work is in ipam/.
+
+IPPools, IPAllocations, ResourceClaims ──changes──▶ Trigger ──▶ reconcile:
+    free the addresses of claims that are gone ─▶ publish each pool as a device with its capacity
+    ─▶ the pools' status ─▶ a Warning Event on Pending pods whose pool is full
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from netclaim import metrics
+from netclaim.adapters.http import Health
+from netclaim.adapters.http import serve as serve_health
+from netclaim.adapters.kube import Claim, KubeApi
+from netclaim.api.ippool import ADDRESSES, IPPool
+from netclaim.api.settings import ControllerSettings
+from netclaim.backoff import supervise
+from netclaim.ipam.pools import (
+    PoolPublisher,
+    PoolUse,
+    exhausted_message,
+    orphans,
+    pool_device,
+    pool_use,
+    read_pools,
+)
+from netclaim.publish.loop import Trigger, periodic
+from netclaim.stopping import until_stopped
+
+log = logging.getLogger(__name__)
+ADDRESS_CLASS = "netclaim-address"  # deploy/deviceclasses.yaml
+WATCHED = ("ippools", "ipallocations", "resourceclaims")
+
+
+class Reconciler:
+    def __init__(self, api: KubeApi, driver: str) -> None:
+        self.api = api
+        self.publisher = PoolPublisher(api, driver)
+        self.statuses: dict[str, dict[str, Any]] = {}
+        self.warned: set[tuple[str, str]] = set()  # (pod UID, message) already reported
+
+    async def once(self) -> dict[str, PoolUse]:
+        allocations = await self.api.list_ip_allocations()  # before the claims: see netclaim.ipam.pools
+        claims = {c.uid: c for c in await self.api.list_claims()}
+        for orphan in orphans(allocations, set(claims)):
+            await self.api.delete_ip_allocation(orphan)
+            metrics.ADDRESSES_RECLAIMED.inc()
+            log.info(
+                "address of a deleted claim freed",
+                extra={
+                    "pool": orphan.pool,
+                    "address": orphan.address,
+                    "claim": f"{orphan.claim_namespace}/{orphan.claim_name}",
+                    "node": orphan.node,
+                },
+            )
+        live = [a for a in allocations if a.claim_uid in claims]
+        objects = await self.api.list_ippools()
+        pools, problems = read_pools(objects)
+        for name, problem in problems.items():
+            log.warning("IPPool not published: invalid", extra={"pool": name, "problem": problem})
+        uses = {pool.name: pool_use(pool, live, claims) for pool in pools}
+        await self.publisher.publish([pool_device(pool, uses[pool.name]) for pool in pools])
+        for pool in pools:
+            metrics.POOL_FREE.labels(pool.name).set(uses[pool.name].free)
+            await self._status(pool, uses[pool.name])
+        for name, problem in problems.items():
+            await self._write_status(name, {"conditions": [_condition("False", "Invalid", problem)]})
+        await self._warn_pending(claims, uses)
+        return uses
+
+    async def _status(self, pool: IPPool, use: PoolUse) -> None:
+        families = pool.families()
+        status = {
+            "capacity": use.capacity,
+            "allocatedClaims": use.allocated_claims,
+            "free": use.free,
+            "addresses": {
+                f"ipv{version}": {"size": family.size, "held": use.addresses.get(version, 0)}
+                for version, family in sorted(families.items())
+            },
+            "conditions": [_condition("True", "Published", f"published with capacity {ADDRESSES}")],
+        }
+        await self._write_status(pool.name, status)
+
+    async def _write_status(self, name: str, status: dict[str, Any]) -> None:
+        if self.statuses.get(name) == status:
+            return
+        await self.api.write_ippool_status(name, status)
+        self.statuses[name] = status
+
+    async def _warn_pending(self, claims: dict[str, Claim], uses: dict[str, PoolUse]) -> None:
+        if not any(use.free == 0 for use in uses.values()):
+            return
+        by_name = {(c.namespace, c.name): c for c in claims.values()}
+        for pod in await self.api.unschedulable_pods():
+            meta = pod["metadata"]
+            for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+                claim = by_name.get((meta["namespace"], entry.get("resourceClaimName")))
+                if claim is None:
+                    continue
+                selectors = [
+                    s for r in claim.requests if r.device_class == ADDRESS_CLASS for s in r.selectors
+                ]
+                if not any(r.device_class == ADDRESS_CLASS for r in claim.requests):
+                    continue
+                message = exhausted_message(selectors, uses)
+                if message is None or (meta["uid"], message) in self.warned:
+                    continue
+                self.warned.add((meta["uid"], message))
+                await self.api.create_pod_event(
+                    meta["namespace"], meta["name"], meta["uid"], "IPPoolExhausted", message
+                )
+
+
+def _condition(status: str, reason: str, message: str) -> dict[str, str]:
+    return {"type": "Ready", "status": status, "reason": reason, "message": message[:1024]}
+
+
+async def _watch(api: KubeApi, kind: str, trigger: Trigger) -> None:
+    async def once() -> None:
+        trigger.fire()  # (re)connected: whatever happened meanwhile, reconcile once
+        async for _ in api.changes(kind):
+            trigger.fire()
+
+    await supervise(f"{kind} watch", once, lambda: None)
+
+
+async def run(settings: ControllerSettings) -> None:
+    health = Health()
+    health.expect("reconciled")
+    http = await serve_health(settings.metrics_address, health)
+    api = KubeApi.connect(settings.kubeconfig, f"{settings.driver_name}-controller")
+    reconciler = Reconciler(api, settings.driver_name)
+    trigger = Trigger()
+
+    async def reconcile() -> None:
+        await trigger.wait()
+        try:
+            await reconciler.once()
+            health.set("reconciled", True)
+        except BaseException:
+            trigger.fire()
+            raise
+
+    tasks = [asyncio.create_task(supervise("reconcile", reconcile, lambda: None), name="reconcile")]
+    tasks += [asyncio.create_task(_watch(api, kind, trigger), name=f"{kind}-watch") for kind in WATCHED]
+    tasks.append(asyncio.create_task(periodic(trigger, settings.resync_seconds), name="resync"))
+    log.info("controller starting", extra={"driver": settings.driver_name})
+    try:
+        await until_stopped(tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if http is not None:
+            http.close()
+        await api.close()
+        log.info("controller stopped")

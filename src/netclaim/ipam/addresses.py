@@ -1,0 +1,179 @@
+"""Cluster-wide addresses for a claim, taken at NodePrepareResources and recorded in Kubernetes.
+
+An address is held by an `IPAllocation` object named after the pool and the address: creating it is the
+lock (the apiserver lets one create of a name succeed), so agents on every node can allocate at once
+without a shared lock or a read-modify-write of one big object. The object names the claim by UID; it is
+released by the agent when the claim's pod goes (claims from a template) or by the controller's reconciler
+once the claim is gone, whatever happened to the node (netclaim.ipam.pools.orphans).
+
+A claim prepared again (kubelet retrying, the agent restarted after a crash, a standalone claim moving to
+another node) finds its objects by the claim-UID label and keeps its addresses.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+from dataclasses import dataclass
+
+from netclaim import metrics
+from netclaim.adapters.kube import AllocatedDevice, Claim, IPAllocation, KubeApi
+from netclaim.api.ippool import IPAddress, IPPool, allocation_name, claim_seed
+from netclaim.errors import AlreadyExistsError, ConfigError, GoneError, PoolExhaustedError
+
+log = logging.getLogger(__name__)
+MAX_RACES = 16  # creates lost to another claim taking the same address at the same moment
+
+
+@dataclass(frozen=True)
+class AddressRequest:
+    """A pool device allocated to the claim, what the claim's AddressConfig asks of it."""
+
+    allocated: AllocatedDevice  # the pool's device: device name = pool name
+    static: dict[int, IPAddress]  # family → the address asked for
+    interface_request: str  # the claim's request whose interface gets the addresses
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The addresses a claim holds from one pool, and how the interface is to be configured with them."""
+
+    allocated: AllocatedDevice
+    pool: IPPool
+    addresses: tuple[str, ...]  # with prefix length, e.g. 10.10.3.7/24
+    interface_request: str
+
+    def static_addresses(self) -> list[dict[str, str]]:
+        """The entries of a `static` IPAM section for these addresses (any CNI chain can carry it)."""
+        entries = []
+        for text in self.addresses:
+            interface = ipaddress.ip_interface(text)
+            entry = {"address": text}
+            pool_range = self.pool.families()[interface.version].range_of(interface.ip)
+            if pool_range is not None and pool_range.gateway is not None:
+                entry["gateway"] = pool_range.gateway
+            entries.append(entry)
+        return entries
+
+    def routes(self) -> list[dict[str, str]]:
+        return [r.model_dump(exclude_none=True) for r in self.pool.spec.routes]
+
+
+class AddressBook:
+    def __init__(self, api: KubeApi, node: str) -> None:
+        self.api = api
+        self.node = node
+
+    async def allocate(self, claim: Claim, requests: list[AddressRequest]) -> list[Grant]:
+        """One address per family of each requested pool, held for the claim (reusing what it holds)."""
+        held = await self.api.list_ip_allocations(claim_uid=claim.uid) if requests else []
+        grants = []
+        for request in requests:
+            started = time.monotonic()
+            pool = await self._pool(claim, request.allocated.device)
+            addresses = []
+            for version in sorted(pool.families()):
+                mine = [
+                    a
+                    for a in held
+                    if a.pool == pool.name and ipaddress.ip_interface(a.address).version == version
+                ]
+                if mine:
+                    addresses.append(mine[0].address)
+                    continue
+                wanted = request.static.get(version)
+                taken = await self._take(claim, pool, version, wanted)
+                addresses.append(taken.address)
+            for version in request.static:
+                if version not in pool.families():
+                    raise ConfigError(
+                        f"claim {claim.namespace}/{claim.name}: asks for an IPv{version} address; "
+                        f"IPPool {pool.name} has no IPv{version} range"
+                    )
+            metrics.ADDRESS_ALLOCATION_SECONDS.observe(time.monotonic() - started)
+            log.info(
+                "addresses allocated",
+                extra={
+                    "claim": f"{claim.namespace}/{claim.name}",
+                    "pool": pool.name,
+                    "addresses": addresses,
+                    "ms": round((time.monotonic() - started) * 1000, 1),
+                },
+            )
+            grants.append(Grant(request.allocated, pool, tuple(addresses), request.interface_request))
+        return grants
+
+    async def _pool(self, claim: Claim, name: str) -> IPPool:
+        try:
+            pool = IPPool.from_api(await self.api.get_ippool(name))
+        except GoneError:
+            raise ConfigError(
+                f"claim {claim.namespace}/{claim.name}: IPPool {name} no longer exists"
+            ) from None
+        if not pool.serves(claim.namespace):
+            raise ConfigError(
+                f"claim {claim.namespace}/{claim.name}: IPPool {name} does not serve namespace "
+                f"{claim.namespace} (spec.namespaces)"
+            )
+        return pool
+
+    async def _take(self, claim: Claim, pool: IPPool, version: int, wanted: IPAddress | None) -> IPAllocation:
+        family = pool.families()[version]
+        if wanted is not None:
+            if not family.hands_out(wanted):
+                raise ConfigError(
+                    f"claim {claim.namespace}/{claim.name}: address {wanted} is not handed out by IPPool "
+                    f"{pool.name} (outside its ranges, or excluded, or a gateway)"
+                )
+            try:
+                return await self._create(claim, pool, wanted)
+            except AlreadyExistsError:
+                holder = await self.api.get_ip_allocation(allocation_name(pool.name, wanted))
+                raise ConfigError(
+                    f"claim {claim.namespace}/{claim.name}: address {wanted} of IPPool {pool.name} is held "
+                    f"by claim {holder.claim_namespace}/{holder.claim_name}"
+                ) from None
+        existing = await self.api.list_ip_allocations(pool=pool.name)
+        taken = {
+            int(ipaddress.ip_interface(a.address).ip)
+            for a in existing
+            if ipaddress.ip_interface(a.address).version == version
+        }
+        seed = claim_seed(claim.uid)
+        for _ in range(MAX_RACES):
+            address = family.pick(taken, seed)
+            if address is None:
+                raise PoolExhaustedError(
+                    f"IPPool {pool.name}: no free IPv{version} address ({family.size} handed out, all held)"
+                )
+            try:
+                return await self._create(claim, pool, address)
+            except AlreadyExistsError:
+                taken.add(int(address))  # another claim took it meanwhile: the next one
+        raise PoolExhaustedError(f"IPPool {pool.name}: lost {MAX_RACES} races for an address; retrying")
+
+    async def _create(self, claim: Claim, pool: IPPool, address: IPAddress) -> IPAllocation:
+        pool_range = pool.families()[address.version].range_of(address)
+        assert pool_range is not None  # hands_out() said it is in a range
+        record = IPAllocation(
+            name=allocation_name(pool.name, address),
+            uid="",
+            pool=pool.name,
+            address=f"{address}/{pool_range.network.prefixlen}",
+            claim_namespace=claim.namespace,
+            claim_name=claim.name,
+            claim_uid=claim.uid,
+            node=self.node,
+        )
+        return await self.api.create_ip_allocation(record)
+
+    async def release(self, claim_uid: str) -> list[str]:
+        """Free every address the claim holds; returns them."""
+        freed = []
+        for allocation in await self.api.list_ip_allocations(claim_uid=claim_uid):
+            await self.api.delete_ip_allocation(allocation)
+            freed.append(allocation.address)
+        if freed:
+            log.info("addresses released", extra={"claim_uid": claim_uid, "addresses": freed})
+        return freed

@@ -1,0 +1,183 @@
+"""The controller's side of cluster-wide IPAM: IP pools as DRA devices, and the reconciler.
+
+Every valid IPPool is one device of the cluster-wide pool `netclaim.dev/ip-pools` (a ResourceSlice of all
+nodes), shared by many claims, with the consumable capacity `netclaim.dev/addresses`: the scheduler then
+allocates a claim only while its pool has an address left, and a pod whose pool is full stays Pending.
+
+The reconciler frees the addresses of claims that are gone (deleted while their node was lost, the agent
+was down or its state directory was wiped) and nothing else. It lists the IPAllocations before the claims:
+an allocation is only made for a claim that exists, so one whose claim is missing from the later list
+belongs to a deleted claim. It deletes with the allocation's UID as precondition, so an address released
+and taken again by another claim meanwhile is never freed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from netclaim import metrics
+from netclaim.adapters.kube import Claim, IPAllocation, KubeApi
+from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, capacity
+from netclaim.errors import ConfigError
+from netclaim.names import DRIVER_DOMAIN
+from netclaim.publish.publisher import MAX_DEVICES_PER_SLICE, normalized_device
+
+log = logging.getLogger(__name__)
+SLICE_PREFIX = "netclaim.dev-ip-pools"
+
+
+def read_pools(objects: Iterable[dict[str, Any]]) -> tuple[list[IPPool], dict[str, str]]:
+    """The valid pools, and each invalid pool's problems (it publishes no device)."""
+    pools, problems = [], {}
+    for data in objects:
+        try:
+            pools.append(IPPool.from_api(data))
+        except ConfigError as err:
+            problems[str((data.get("metadata") or {}).get("name", ""))] = str(err)
+    return pools, problems
+
+
+@dataclass(frozen=True)
+class PoolUse:
+    """A pool's addresses in use, as the controller sees them."""
+
+    capacity: int  # what its device publishes
+    allocated_claims: int  # claims the scheduler allocated from it (consuming one unit each)
+    holders: int  # claims holding addresses
+    addresses: dict[int, int]  # family → addresses held
+
+    @property
+    def free(self) -> int:
+        return max(self.capacity - self.allocated_claims, 0)
+
+
+def allocated_from(claim: Claim, pool: str) -> bool:
+    return any(r.pool == POOLS_POOL and r.device == pool and r.driver == DRIVER_DOMAIN for r in claim.results)
+
+
+def pool_use(pool: IPPool, allocations: list[IPAllocation], claims: dict[str, Claim]) -> PoolUse:
+    families = pool.families()
+    mine = [a for a in allocations if a.pool == pool.name]
+    inside: dict[int, int] = defaultdict(int)
+    held: dict[int, int] = defaultdict(int)
+    for allocation in mine:
+        address = ipaddress.ip_interface(allocation.address).ip
+        held[address.version] += 1
+        family = families.get(address.version)
+        if family is not None and family.hands_out(address):
+            inside[address.version] += 1
+    live_holders = {
+        a.claim_uid for a in mine if a.claim_uid in claims and allocated_from(claims[a.claim_uid], pool.name)
+    }
+    allocated = sum(1 for c in claims.values() if allocated_from(c, pool.name))
+    return PoolUse(
+        capacity=capacity(pool, len(live_holders), dict(inside)),
+        allocated_claims=allocated,
+        holders=len({a.claim_uid for a in mine}),
+        addresses=dict(held),
+    )
+
+
+def pool_device(pool: IPPool, use: PoolUse) -> dict[str, Any]:
+    families = pool.families()
+    attributes: dict[str, Any] = {
+        f"{DRIVER_DOMAIN}/pool": {"string": pool.name},
+        f"{DRIVER_DOMAIN}/ipv4": {"bool": 4 in families},
+        f"{DRIVER_DOMAIN}/ipv6": {"bool": 6 in families},
+    }
+    if pool.spec.network is not None:
+        attributes[f"{DRIVER_DOMAIN}/network"] = {"string": pool.spec.network}
+    return {
+        "name": pool.name,
+        "attributes": attributes,
+        "capacity": {
+            ADDRESSES: {
+                "value": str(use.capacity),
+                "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "1"}},
+            }
+        },
+        "allowMultipleAllocations": True,
+    }
+
+
+def orphans(allocations: list[IPAllocation], live_claim_uids: set[str]) -> list[IPAllocation]:
+    """The allocations whose claim is gone (`allocations` listed before the claims)."""
+    return [a for a in allocations if a.claim_uid not in live_claim_uids]
+
+
+def slice_bodies(driver: str, devices: list[dict[str, Any]], generation: int) -> list[dict[str, Any]]:
+    ordered = sorted(devices, key=lambda d: str(d["name"]))
+    chunks = [ordered[i : i + MAX_DEVICES_PER_SLICE] for i in range(0, len(ordered), MAX_DEVICES_PER_SLICE)]
+    chunks = chunks or [[]]
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{SLICE_PREFIX}-{index}"},
+            "spec": {
+                "driver": driver,
+                "allNodes": True,
+                "pool": {"name": POOLS_POOL, "generation": generation, "resourceSliceCount": len(chunks)},
+                "devices": chunk,
+            },
+        }
+        for index, chunk in enumerate(chunks)
+    ]
+
+
+class PoolPublisher:
+    """The pools' ResourceSlices: written only when a device or a capacity changes."""
+
+    def __init__(self, api: KubeApi, driver: str) -> None:
+        self.api = api
+        self.driver = driver
+
+    async def publish(self, devices: list[dict[str, Any]]) -> int:
+        current = await self.api.list_driver_slices(self.driver, POOLS_POOL)
+        generation = max((s.generation for s in current), default=0)
+        desired = slice_bodies(self.driver, devices, generation)
+        stored = {s.name: s for s in current}
+        same = set(stored) == {b["metadata"]["name"] for b in desired} and all(
+            [normalized_device(d) for d in stored[b["metadata"]["name"]].devices]
+            == [normalized_device(d) for d in b["spec"]["devices"]]
+            and stored[b["metadata"]["name"]].slice_count == len(desired)
+            for b in desired
+        )
+        if same:
+            return 0
+        writes = 0
+        for body in slice_bodies(self.driver, devices, generation + 1):
+            await self.api.apply_slice(body)
+            metrics.SLICE_WRITES.labels("apply").inc()
+            writes += 1
+        for stale in set(stored) - {b["metadata"]["name"] for b in desired}:
+            await self.api.delete_slice(stale)
+            metrics.SLICE_WRITES.labels("delete").inc()
+            writes += 1
+        log.info("IP pools published", extra={"pools": len(devices), "writes": writes})
+        return writes
+
+
+_QUOTED = re.compile(r"""["']([a-z0-9]([-a-z0-9]*[a-z0-9])?)["']""")
+
+
+def exhausted_message(claim_selectors: list[str], uses: dict[str, PoolUse]) -> str | None:
+    """Why a Pending pod whose claim asks for an address may wait: the full pools its selectors name (or
+    every full pool when they name none). None when no pool is full."""
+    full = {name: use for name, use in uses.items() if use.free == 0}
+    named = {m.group(1) for text in claim_selectors for m in _QUOTED.finditer(text)} & set(full)
+    chosen = sorted(named or full)
+    if not chosen:
+        return None
+    parts = [
+        f"IPPool {name} has no free address: {full[name].allocated_claims} of {full[name].capacity} "
+        f"({ADDRESSES}) are allocated"
+        for name in chosen
+    ]
+    return "; ".join(parts) + ". The pod is scheduled when a claim of the pool is released."
