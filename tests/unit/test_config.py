@@ -31,7 +31,7 @@ def test_good_config_decodes() -> None:
         (
             _with(["kind"], "Macvlan"),
             f"{LOCATION}.kind: 'Macvlan' is not one of ['CNIConfig', 'AddressConfig']",
-        ),  # noqa: E501
+        ),
         (_with(["colour"], "red"), f"{LOCATION}.colour: unknown field"),
         (_with(["interfaceName"], "a/b"), f"{LOCATION}.interfaceName: 'a/b' is not a usable interface name"),
         (_with(["interfaceName"], "lo"), f"{LOCATION}.interfaceName: 'lo' is not"),

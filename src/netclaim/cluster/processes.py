@@ -23,6 +23,13 @@ class Daemon:
     log: Path
 
 
+class CommandFailed(subprocess.CalledProcessError):
+    """A failed command whose message carries its stderr (CalledProcessError's own leaves it out)."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.stderr}"
+
+
 def run(command: list[str], *, check: bool = True, timeout: float = 60, input_text: str | None = None) -> str:
     """Run a short program (no shell) and return stdout; the error names the command and its stderr."""
     try:
@@ -32,7 +39,7 @@ def run(command: list[str], *, check: bool = True, timeout: float = 60, input_te
     except FileNotFoundError as err:
         raise PrerequisiteError(f"{command[0]}: not installed (run `make deps`)") from err
     if check and result.returncode != 0:
-        raise subprocess.CalledProcessError(
+        raise CommandFailed(
             result.returncode, command, output=result.stdout, stderr=result.stderr.strip()[-2000:]
         )
     return result.stdout
