@@ -176,7 +176,9 @@ def test_dual_stack_addresses_reach_the_pod_and_ping_over_both_families(
         pools,
         ip_pool("dual", {"subnet": "10.63.0.0/24", "gateway": "10.63.0.1"}, {"subnet": "fd00:63::/64"}),
     )
-    apply(cluster, ns, pool_template("t", "dual"), pod_on("left", "t", "node-1"), pod_on("right", "t", "node-2"))
+    apply(
+        cluster, ns, pool_template("t", "dual"), pod_on("left", "t", "node-1"), pod_on("right", "t", "node-2")
+    )
     wait_for(lambda: _all_running(kube, ns, 2), 120, "both pods running")
     shown = pod_addresses(cluster, ns)
     for pod in ("left", "right"):
