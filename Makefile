@@ -54,7 +54,7 @@ typecheck: deps
 # Unit tests alone, with the line coverage of the code they exercise (configure/ and publish/ >= 90 %).
 unit: deps
 	$(BIN)/pytest -m 'not cluster' -p no:cacheprovider --cov=netclaim.configure \
-	  --cov=netclaim.publish --cov-report=term-missing --cov-fail-under=90 tests
+	  --cov=netclaim.publish --cov=netclaim.ipam --cov-report=term-missing --cov-fail-under=90 tests
 
 test: deps bins proto-check lint typecheck
 	$(BIN)/pytest tests

@@ -1,4 +1,5 @@
-"""The plugin lists of the admission policy are the agent's: one source of truth checked both ways."""
+"""The plugin lists and config fields of the admission policy are the agent's: one source of truth, checked
+both ways."""
 
 from __future__ import annotations
 
@@ -6,20 +7,27 @@ import re
 
 import yaml
 
+from netclaim.api.cniconfig import KINDS, CNIConfig
+from netclaim.api.ippool import AddressConfig
 from netclaim.api.tenancy import IPAM, PLUGINS
 from netclaim.api.validate import ALLOWED_PLUGINS
 from netclaim.cluster.layout import REPO_ROOT
 
 
-def _admission_plugin_lists() -> tuple[set[str], set[str]]:
-    """(DeviceClass list, claim list) from the allowedPlugins variable of deploy/admission.yaml."""
+def _variable(name: str) -> str:
+    """The CEL expression of a variable of the netclaim-config policy in deploy/admission.yaml."""
     documents = list(yaml.safe_load_all((REPO_ROOT / "deploy" / "admission.yaml").read_text()))
     policy = next(
         d
         for d in documents
         if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "netclaim-config"
     )
-    expression = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "allowedPlugins")
+    return str(next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == name))
+
+
+def _admission_plugin_lists() -> tuple[set[str], set[str]]:
+    """(DeviceClass list, claim list) from the allowedPlugins variable of deploy/admission.yaml."""
+    expression = _variable("allowedPlugins")
     admin, tenant = (
         set(re.findall(r"'([a-z-]+)'", names)) for names in re.findall(r"\[([^\]]*)\]", expression)
     )
@@ -36,13 +44,7 @@ def test_claims_may_use_exactly_the_tenant_allow_list() -> None:
 
 def _cel_map(name: str) -> dict[str, set[str]]:
     """A variable of netclaim-config that is a CEL map of lists of strings, as Python."""
-    documents = list(yaml.safe_load_all((REPO_ROOT / "deploy" / "admission.yaml").read_text()))
-    policy = next(
-        d
-        for d in documents
-        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "netclaim-config"
-    )
-    expression = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == name)
+    expression = _variable(name)
     return {
         key: set(re.findall(r"'([a-z-]+)'", names))
         for key, names in re.findall(r"'([a-z-]+)':\s*\[([^\]]*)\]", expression)
@@ -52,3 +54,25 @@ def _cel_map(name: str) -> dict[str, set[str]]:
 def test_claims_may_set_the_keys_the_agent_allows() -> None:
     assert _cel_map("tenantKeys") == {kind: {"type", *fields} for kind, fields in PLUGINS.items()}
     assert _cel_map("tenantIpamKeys") == {kind: set(fields) for kind, fields in IPAM.items()}
+
+
+def _fields_of() -> dict[str, set[str]]:
+    """The fieldsOf variable of netclaim-config (kind -> the fields a config of that kind may have)."""
+    expression = _variable("fieldsOf")
+    return {
+        kind: set(re.findall(r"'([A-Za-z]+)'", names))
+        for kind, names in re.findall(r"'([A-Za-z]+)':\s*\[([^\]]*)\]", expression)
+    }
+
+
+def test_address_configs_may_have_exactly_the_fields_the_agent_decodes() -> None:
+    assert _fields_of()["AddressConfig"] == set(AddressConfig.model_fields)
+
+
+def test_cni_configs_may_have_the_fields_the_agent_decodes_but_pinned() -> None:
+    """`pinned` is allowed in a DeviceClass only, by its own clause of unknownFields."""
+    assert _fields_of()["CNIConfig"] == set(CNIConfig.model_fields) - {"pinned"}
+
+
+def test_admission_knows_the_kinds_the_agent_decodes() -> None:
+    assert set(_fields_of()) == set(KINDS)

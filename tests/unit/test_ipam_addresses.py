@@ -1,0 +1,301 @@
+"""AddressBook: a claim's addresses taken by creating IPAllocation objects, kept on a retry, released."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from netclaim.adapters.kube import AllocatedDevice, Claim, IPAllocation
+from netclaim.api.ippool import POOLS_POOL, IPAddress, IPPool, allocation_name, claim_seed
+from netclaim.errors import AlreadyExistsError, ConfigError, PoolExhaustedError, TransientError
+from netclaim.ipam.addresses import MAX_RACES, AddressBook, AddressRequest, Grant
+from tests.unit.fakes import SAMPLE_DRIVER, SAMPLE_NODE, FakeKubeApi, sample_claim
+
+LAN3: dict[str, Any] = {
+    "network": "lan3",
+    "ranges": [
+        {"subnet": "10.10.3.0/24", "start": "10.10.3.10", "end": "10.10.3.250", "gateway": "10.10.3.1"},
+        {"subnet": "fd00:10:3::/64", "gateway": "fd00:10:3::1"},
+    ],
+    "exclude": ["10.10.3.64/28", "10.10.3.99"],
+    "routes": [{"dst": "0.0.0.0/0", "gw": "10.10.3.1"}],
+}
+V4_ONLY: dict[str, Any] = {"ranges": [{"subnet": "10.10.4.0/24"}]}
+TINY: dict[str, Any] = {"ranges": [{"subnet": "10.10.5.0/30"}]}  # 10.10.5.1 and .2
+CLAIM = sample_claim((), (), name="claim-1", uid="claim-uid-1")
+OTHER = sample_claim((), (), name="claim-2", uid="claim-uid-2")
+
+
+@pytest.fixture
+def api() -> FakeKubeApi:
+    found = FakeKubeApi()
+    found.add_pool("lan3", LAN3)
+    found.add_pool("v4only", V4_ONLY)
+    found.add_pool("tiny", TINY)
+    return found
+
+
+@pytest.fixture
+def book(api: FakeKubeApi) -> AddressBook:
+    return AddressBook(api, SAMPLE_NODE)
+
+
+def _request(pool: str = "lan3", *static: str, request: str = "addr") -> AddressRequest:
+    allocated = AllocatedDevice(request, SAMPLE_DRIVER, POOLS_POOL, pool, f"share-{request}", {})
+    wanted: dict[int, IPAddress] = {a.version: a for a in (ipaddress.ip_address(s) for s in static)}
+    return AddressRequest(allocated, wanted, "net")
+
+
+def _pool(api: FakeKubeApi, name: str) -> IPPool:
+    return IPPool.from_api(api.ippools[name])
+
+
+def _held(api: FakeKubeApi, claim: Claim) -> list[str]:
+    return sorted(a.address for a in api.allocations.values() if a.claim_uid == claim.uid)
+
+
+def _holding(claim: Claim, pool: str, address: str, prefix: int = 24) -> IPAllocation:
+    return IPAllocation(
+        name=allocation_name(pool, ipaddress.ip_address(address)),
+        uid="",
+        pool=pool,
+        address=f"{address}/{prefix}",
+        claim_namespace=claim.namespace,
+        claim_name=claim.name,
+        claim_uid=claim.uid,
+        node="node-2",
+    )
+
+
+async def test_a_claim_gets_one_address_of_each_family_of_the_pool(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    [grant] = await book.allocate(CLAIM, [_request()])
+    v4, v6 = (ipaddress.ip_interface(a) for a in grant.addresses)
+    assert (v4.version, v4.network.prefixlen, v6.version, v6.network.prefixlen) == (4, 24, 6, 64)
+    families = _pool(api, "lan3").families()
+    assert families[4].hands_out(v4.ip) and families[6].hands_out(v6.ip)
+    assert grant.pool.name == "lan3" and grant.interface_request == "net"
+    assert grant.allocated.device == "lan3"
+    # each address is an object named after it, naming the claim and the node
+    objects = {a.name: a for a in api.allocations.values()}
+    assert set(objects) == {allocation_name("lan3", v4.ip), allocation_name("lan3", v6.ip)}
+    for allocation in objects.values():
+        assert (allocation.pool, allocation.claim_uid, allocation.node) == ("lan3", CLAIM.uid, SAMPLE_NODE)
+        assert (allocation.claim_namespace, allocation.claim_name) == ("team-a", "claim-1")
+        assert allocation.address in grant.addresses
+
+
+async def test_the_first_address_is_where_the_claims_seed_points(api: FakeKubeApi, book: AddressBook) -> None:
+    [grant] = await book.allocate(CLAIM, [_request("v4only")])
+    expected = _pool(api, "v4only").families()[4].pick(set(), claim_seed(CLAIM.uid))
+    assert grant.addresses == (f"{expected}/24",)
+
+
+async def test_two_claims_get_different_addresses(api: FakeKubeApi, book: AddressBook) -> None:
+    [first] = await book.allocate(CLAIM, [_request("tiny")])
+    [second] = await book.allocate(OTHER, [_request("tiny")])
+    assert {first.addresses[0], second.addresses[0]} == {"10.10.5.1/30", "10.10.5.2/30"}
+    assert len(api.allocations) == 2
+
+
+async def test_an_address_taken_by_another_claim_is_skipped(api: FakeKubeApi, book: AddressBook) -> None:
+    family = _pool(api, "v4only").families()[4]
+    seeded = family.pick(set(), claim_seed(CLAIM.uid))
+    assert seeded is not None
+    await api.create_ip_allocation(_holding(OTHER, "v4only", str(seeded)))
+    api.calls.clear()
+    [grant] = await book.allocate(CLAIM, [_request("v4only")])
+    assert grant.addresses == (f"{family.pick({int(seeded)}, claim_seed(CLAIM.uid))}/24",)
+    assert api.calls.count("create_ip_allocation") == 1  # listed as taken: not even tried
+
+
+@dataclass
+class RacingApi(FakeKubeApi):
+    """Another agent creates `rivals` between our list of the pool and our create."""
+
+    rivals: list[IPAllocation] = field(default_factory=list)
+
+    async def create_ip_allocation(self, allocation: IPAllocation) -> IPAllocation:
+        while self.rivals:
+            rival = self.rivals.pop(0)
+            self.allocations[rival.name] = rival
+        return await super().create_ip_allocation(allocation)
+
+
+async def test_a_lost_race_moves_on_to_the_next_free_address() -> None:
+    api = RacingApi()
+    api.add_pool("v4only", V4_ONLY)
+    family = _pool(api, "v4only").families()[4]
+    seed = claim_seed(CLAIM.uid)
+    seeded = family.pick(set(), seed)
+    assert seeded is not None
+    api.rivals.append(_holding(OTHER, "v4only", str(seeded)))
+    [grant] = await AddressBook(api, SAMPLE_NODE).allocate(CLAIM, [_request("v4only")])
+    assert grant.addresses == (f"{family.pick({int(seeded)}, seed)}/24",)
+    assert grant.addresses[0] != f"{seeded}/24"
+    assert api.calls.count("create_ip_allocation") == 2
+    assert api.allocations[allocation_name("v4only", seeded)].claim_uid == OTHER.uid  # the rival's, untouched
+
+
+@dataclass
+class AlwaysTakenApi(FakeKubeApi):
+    """Every create loses to another agent."""
+
+    async def create_ip_allocation(self, allocation: IPAllocation) -> IPAllocation:
+        self._call("create_ip_allocation")
+        raise AlreadyExistsError(f"IPAllocation {allocation.name}: already exists")
+
+
+async def test_losing_every_race_is_a_transient_error_after_a_bounded_number_of_tries() -> None:
+    api = AlwaysTakenApi()
+    api.add_pool("v4only", V4_ONLY)
+    with pytest.raises(PoolExhaustedError, match=f"lost {MAX_RACES} races"):
+        await AddressBook(api, SAMPLE_NODE).allocate(CLAIM, [_request("v4only")])
+    assert api.calls.count("create_ip_allocation") == MAX_RACES
+
+
+async def test_a_static_address_is_granted_with_its_gateway_and_the_pools_routes(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    [grant] = await book.allocate(CLAIM, [_request("lan3", "10.10.3.17", "fd00:10:3::7")])
+    assert grant.addresses == ("10.10.3.17/24", "fd00:10:3::7/64")
+    assert sorted(api.allocations) == ["lan3.10.10.3.17", "lan3.fd00-0010-0003-0000-0000-0000-0000-0007"]
+    assert grant.static_addresses() == [
+        {"address": "10.10.3.17/24", "gateway": "10.10.3.1"},
+        {"address": "fd00:10:3::7/64", "gateway": "fd00:10:3::1"},
+    ]
+    assert grant.routes() == [{"dst": "0.0.0.0/0", "gw": "10.10.3.1"}]
+
+
+async def test_one_static_family_and_one_dynamic(api: FakeKubeApi, book: AddressBook) -> None:
+    [grant] = await book.allocate(CLAIM, [_request("lan3", "fd00:10:3::7")])
+    v4, v6 = grant.addresses
+    assert v6 == "fd00:10:3::7/64"
+    assert _pool(api, "lan3").families()[4].hands_out(ipaddress.ip_interface(v4).ip)
+
+
+def test_a_range_without_gateway_gives_an_address_without_one() -> None:
+    pool = IPPool.from_api({"metadata": {"name": "v4only"}, "spec": V4_ONLY})
+    grant = Grant(_request("v4only").allocated, pool, ("10.10.4.9/24",), "net")
+    assert grant.static_addresses() == [{"address": "10.10.4.9/24"}]
+    assert grant.routes() == []
+
+
+async def test_a_static_address_held_by_another_claim_names_that_claim(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    holder = replace(sample_claim((), (), name="web-0", uid="claim-uid-9"), namespace="team-b")
+    await api.create_ip_allocation(_holding(holder, "v4only", "10.10.4.7"))
+    with pytest.raises(ConfigError) as caught:
+        await book.allocate(CLAIM, [_request("v4only", "10.10.4.7")])
+    message = str(caught.value)
+    assert "claim team-a/claim-1" in message
+    assert "address 10.10.4.7 of IPPool v4only is held by claim team-b/web-0" in message
+    assert (
+        api.allocations[allocation_name("v4only", ipaddress.ip_address("10.10.4.7"))].claim_uid == holder.uid
+    )
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "10.10.9.7",  # outside every range
+        "10.10.3.5",  # in the subnet, before start
+        "10.10.3.251",  # after end
+        "10.10.3.70",  # in an excluded network
+        "10.10.3.99",  # an excluded address
+        "10.10.3.1",  # the gateway
+        "fd00:10:3::1",  # the IPv6 gateway
+        "fd00:10:3::",  # the subnet-router anycast address
+    ],
+)
+async def test_a_static_address_the_pool_does_not_hand_out_is_a_config_error(
+    api: FakeKubeApi, book: AddressBook, address: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"address {address} is not handed out by IPPool lan3"):
+        await book.allocate(CLAIM, [_request("lan3", address)])
+    assert allocation_name("lan3", ipaddress.ip_address(address)) not in api.allocations
+
+
+async def test_an_ipv6_address_from_a_pool_without_ipv6_is_a_config_error(book: AddressBook) -> None:
+    with pytest.raises(ConfigError, match="asks for an IPv6 address; IPPool v4only has no IPv6 range"):
+        await book.allocate(CLAIM, [_request("v4only", "fd00::7")])
+
+
+async def test_a_pool_that_is_gone_is_a_config_error(api: FakeKubeApi, book: AddressBook) -> None:
+    with pytest.raises(ConfigError, match="claim team-a/claim-1: IPPool lan9 no longer exists"):
+        await book.allocate(CLAIM, [_request("lan9")])
+    assert api.allocations == {}
+
+
+async def test_a_pool_that_became_invalid_is_a_config_error(api: FakeKubeApi, book: AddressBook) -> None:
+    api.add_pool("broken", {"ranges": [{"subnet": "10.10.3.1/24"}]})
+    with pytest.raises(ConfigError, match=r"IPPool broken: spec.ranges\[0\]"):
+        await book.allocate(CLAIM, [_request("broken")])
+
+
+async def test_a_pool_serves_only_the_namespaces_it_lists(api: FakeKubeApi, book: AddressBook) -> None:
+    api.add_pool("team-b-only", {**V4_ONLY, "namespaces": ["team-b", "team-c"]})
+    with pytest.raises(ConfigError, match="IPPool team-b-only does not serve namespace team-a"):
+        await book.allocate(CLAIM, [_request("team-b-only")])
+    assert api.allocations == {}
+    api.add_pool("team-a-too", {**V4_ONLY, "namespaces": ["team-b", "team-a"]})
+    [grant] = await book.allocate(CLAIM, [_request("team-a-too")])
+    assert len(grant.addresses) == 1
+
+
+async def test_a_full_pool_is_a_transient_error(api: FakeKubeApi, book: AddressBook) -> None:
+    await book.allocate(OTHER, [_request("tiny")])
+    await book.allocate(sample_claim((), (), name="claim-3", uid="claim-uid-3"), [_request("tiny")])
+    with pytest.raises(
+        PoolExhaustedError, match=r"IPPool tiny: no free IPv4 address \(2 handed out, all held\)"
+    ):
+        await book.allocate(CLAIM, [_request("tiny")])
+    assert issubclass(PoolExhaustedError, TransientError)
+    assert _held(api, CLAIM) == []
+
+
+async def test_a_claim_prepared_again_keeps_its_addresses_without_creating(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    [first] = await book.allocate(CLAIM, [_request()])
+    api.calls.clear()
+    again = AddressBook(api, "node-2")  # the agent restarted, or a standalone claim moved
+    [second] = await again.allocate(CLAIM, [_request()])
+    assert second.addresses == first.addresses
+    assert "create_ip_allocation" not in api.calls
+    assert len(api.allocations) == 2
+
+
+async def test_a_claim_holding_only_one_family_takes_the_other(api: FakeKubeApi, book: AddressBook) -> None:
+    await api.create_ip_allocation(_holding(CLAIM, "lan3", "10.10.3.17"))
+    [grant] = await book.allocate(CLAIM, [_request()])
+    assert grant.addresses[0] == "10.10.3.17/24"
+    assert ipaddress.ip_interface(grant.addresses[1]).version == 6
+    assert len(_held(api, CLAIM)) == 2
+
+
+async def test_two_pools_give_a_grant_each(api: FakeKubeApi, book: AddressBook) -> None:
+    grants = await book.allocate(CLAIM, [_request("lan3"), _request("v4only", "10.10.4.7", request="addr2")])
+    assert [g.pool.name for g in grants] == ["lan3", "v4only"]
+    assert grants[1].addresses == ("10.10.4.7/24",)
+    assert grants[1].allocated.request == "addr2"
+    assert len(_held(api, CLAIM)) == 3
+
+
+async def test_no_request_makes_no_api_call(api: FakeKubeApi, book: AddressBook) -> None:
+    assert await book.allocate(CLAIM, []) == []
+    assert api.calls == []
+
+
+async def test_release_deletes_only_the_claims_own_addresses(api: FakeKubeApi, book: AddressBook) -> None:
+    [mine] = await book.allocate(CLAIM, [_request()])
+    [theirs] = await book.allocate(OTHER, [_request()])
+    assert sorted(await book.release(CLAIM.uid)) == sorted(mine.addresses)
+    assert _held(api, CLAIM) == []
+    assert _held(api, OTHER) == sorted(theirs.addresses)
+    assert await book.release(CLAIM.uid) == []  # again: nothing left, fine

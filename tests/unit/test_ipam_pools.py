@@ -1,0 +1,413 @@
+"""The controller's side of IPAM: pools as DRA devices, their capacity, orphans, status and Events."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+
+from netclaim.adapters.kube import AllocatedDevice, Claim, IPAllocation, RequestSpec
+from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, allocation_name
+from netclaim.controller import ADDRESS_CLASS, Reconciler
+from netclaim.errors import ConflictError
+from netclaim.ipam.pools import (
+    SLICE_PREFIX,
+    PoolPublisher,
+    PoolUse,
+    exhausted_message,
+    orphans,
+    pool_device,
+    pool_use,
+    read_pools,
+    slice_bodies,
+)
+from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim
+
+SIX: dict[str, Any] = {"ranges": [{"subnet": "10.10.3.0/29"}]}  # 10.10.3.1 .. .6
+TWO: dict[str, Any] = {"network": "lan3", "ranges": [{"subnet": "10.10.3.0/30"}]}  # .1 and .2
+WIDE: dict[str, Any] = {"ranges": [{"subnet": "10.20.0.0/24"}, {"subnet": "fd00:20::/64"}]}
+SLICE = f"{SLICE_PREFIX}-0"
+
+
+def _pool(name: str, spec: dict[str, Any]) -> IPPool:
+    return IPPool.from_api({"metadata": {"name": name}, "spec": spec})
+
+
+def _result(
+    pool: str, request: str = "addr", *, dra_pool: str = POOLS_POOL, driver: str = SAMPLE_DRIVER
+) -> AllocatedDevice:
+    return AllocatedDevice(request, driver, dra_pool, pool, f"share-{request}", {ADDRESSES: "1"})
+
+
+def _claim(name: str, *results: AllocatedDevice, requests: tuple[RequestSpec, ...] = ()) -> Claim:
+    claim = sample_claim(results, (), name=name, uid=f"uid-{name}", allocated=bool(results))
+    return replace(claim, requests=requests)
+
+
+def _held(claim: Claim, pool: str, address: str, uid: str = "") -> IPAllocation:
+    interface = ipaddress.ip_interface(address)
+    return IPAllocation(
+        name=allocation_name(pool, interface.ip),
+        uid=uid or f"alloc-of-{claim.name}",
+        pool=pool,
+        address=address,
+        claim_namespace=claim.namespace,
+        claim_name=claim.name,
+        claim_uid=claim.uid,
+        node="node-1",
+    )
+
+
+# --- read_pools, pool_use, pool_device -----------------------------------------------------------------
+
+
+def test_read_pools_sets_invalid_pools_aside_with_their_problems() -> None:
+    pools, problems = read_pools(
+        [
+            {"metadata": {"name": "good"}, "spec": SIX},
+            {"metadata": {"name": "bad"}, "spec": {"ranges": [{"subnet": "10.10.3.1/24"}]}},
+            {"metadata": {"name": "Bad"}, "spec": SIX},
+        ]
+    )
+    assert [p.name for p in pools] == ["good"]
+    assert set(problems) == {"bad", "Bad"}
+    assert problems["bad"].startswith("IPPool bad: spec.ranges[0]: '10.10.3.1/24' is not a network")
+    assert problems["Bad"].startswith("IPPool Bad: name: ")
+
+
+def test_pool_use_counts_the_claims_the_scheduler_allocated_from_the_pool() -> None:
+    pool = _pool("p", SIX)
+    holding = _claim("holding", _result("p"))  # allocated, holds .1
+    waiting = _claim("waiting", _result("p"))  # allocated, not prepared yet
+    standalone = _claim("standalone")  # its pod went, not allocated now, keeps .2
+    outside = _claim("outside", _result("p"))  # holds .9: the admin narrowed the pool meanwhile
+    others = [
+        _claim("other-pool", _result("q")),
+        _claim("a-nic-named-p", _result("p", dra_pool="node-1")),
+        _claim("other-driver", _result("p", driver="gpu.example.com")),
+    ]
+    claims = {c.uid: c for c in [holding, waiting, standalone, outside, *others]}
+    allocations = [
+        _held(holding, "p", "10.10.3.1/29"),
+        _held(standalone, "p", "10.10.3.2/29"),
+        _held(outside, "p", "10.10.3.9/29"),
+        _held(others[0], "q", "10.10.3.3/29"),  # another pool's (same address, other pool)
+    ]
+    use = pool_use(pool, allocations, claims)
+    assert use.allocated_claims == 3  # holding, waiting, outside
+    assert use.holders == 3  # holding, standalone, outside
+    assert use.addresses == {4: 3}
+    # live holders (holding, outside) + what still fits inside: 6 - 2 (.1 and .2)
+    assert use.capacity == 2 + 4
+    assert use.free == 3  # waiting takes one of the 4 left: 3 more claims fit
+
+
+def test_a_pool_with_no_claims_publishes_its_size() -> None:
+    use = pool_use(_pool("p", SIX), [], {})
+    assert (use.capacity, use.allocated_claims, use.holders, use.addresses, use.free) == (6, 0, 0, {}, 6)
+
+
+def test_free_never_goes_below_zero() -> None:
+    assert PoolUse(capacity=2, allocated_claims=3, holders=2, addresses={4: 2}).free == 0
+
+
+def test_a_pool_device_is_shared_and_consumes_one_address_per_claim() -> None:
+    device = pool_device(_pool("lan3", TWO), PoolUse(2, 0, 0, {}))
+    assert device == {
+        "name": "lan3",
+        "attributes": {
+            "netclaim.dev/pool": {"string": "lan3"},
+            "netclaim.dev/ipv4": {"bool": True},
+            "netclaim.dev/ipv6": {"bool": False},
+            "netclaim.dev/network": {"string": "lan3"},
+        },
+        "capacity": {
+            "netclaim.dev/addresses": {
+                "value": "2",
+                "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "1"}},
+            }
+        },
+        "allowMultipleAllocations": True,
+    }
+
+
+def test_a_dual_stack_pool_without_network_says_both_families_and_no_network() -> None:
+    device = pool_device(_pool("wide", WIDE), PoolUse(7, 1, 1, {4: 1, 6: 1}))
+    assert device["attributes"] == {
+        "netclaim.dev/pool": {"string": "wide"},
+        "netclaim.dev/ipv4": {"bool": True},
+        "netclaim.dev/ipv6": {"bool": True},
+    }
+    assert device["capacity"][ADDRESSES]["value"] == "7"
+
+
+def test_orphans_are_the_allocations_of_claims_that_are_gone() -> None:
+    live, gone = _claim("live"), _claim("gone")
+    allocations = [
+        _held(live, "p", "10.10.3.1/29"),
+        _held(gone, "p", "10.10.3.2/29"),
+        _held(gone, "q", "fd00::2/64"),
+    ]
+    assert orphans(allocations, {live.uid}) == allocations[1:]
+    assert orphans(allocations, {live.uid, gone.uid}) == []
+    assert orphans([], set()) == []
+
+
+def test_slice_bodies_cut_the_devices_into_slices_of_all_nodes() -> None:
+    devices = [pool_device(_pool(f"p{i:03d}", SIX), PoolUse(6, 0, 0, {})) for i in reversed(range(130))]
+    bodies = slice_bodies(SAMPLE_DRIVER, devices, 4)
+    assert [b["metadata"]["name"] for b in bodies] == [f"{SLICE_PREFIX}-0", f"{SLICE_PREFIX}-1"]
+    assert [len(b["spec"]["devices"]) for b in bodies] == [128, 2]
+    assert bodies[0]["spec"]["devices"][0]["name"] == "p000"
+    for body in bodies:
+        assert body["spec"]["allNodes"] is True
+        assert "nodeName" not in body["spec"]
+        assert body["spec"]["pool"] == {"name": POOLS_POOL, "generation": 4, "resourceSliceCount": 2}
+    [empty] = slice_bodies(SAMPLE_DRIVER, [], 1)
+    assert empty["spec"]["devices"] == []  # no pool: still published, "there is none"
+
+
+# --- PoolPublisher -------------------------------------------------------------------------------------
+
+
+def _device(name: str, capacity: int) -> dict[str, Any]:
+    return pool_device(_pool(name, SIX), PoolUse(capacity, 0, 0, {}))
+
+
+async def test_the_publisher_writes_once_then_not_while_nothing_changes() -> None:
+    api = FakeKubeApi()
+    publisher = PoolPublisher(api, SAMPLE_DRIVER)
+    assert await publisher.publish([_device("lan3", 6)]) == 1
+    stored = api.slices[SLICE]
+    assert stored["spec"]["driver"] == SAMPLE_DRIVER
+    assert stored["spec"]["pool"] == {"name": POOLS_POOL, "generation": 1, "resourceSliceCount": 1}
+    assert [d["name"] for d in stored["spec"]["devices"]] == ["lan3"]
+    api.calls.clear()
+    assert await publisher.publish([_device("lan3", 6)]) == 0
+    assert api.calls == ["list_driver_slices"]
+
+
+async def test_a_capacity_change_is_written_with_the_next_generation() -> None:
+    api = FakeKubeApi()
+    publisher = PoolPublisher(api, SAMPLE_DRIVER)
+    await publisher.publish([_device("lan3", 6)])
+    assert await publisher.publish([_device("lan3", 5)]) == 1
+    stored = api.slices[SLICE]
+    assert stored["spec"]["pool"]["generation"] == 2
+    assert stored["spec"]["devices"][0]["capacity"][ADDRESSES]["value"] == "5"
+    assert (
+        await PoolPublisher(api, SAMPLE_DRIVER).publish([_device("lan3", 5)]) == 0
+    )  # a restarted controller
+
+
+async def test_a_new_pool_is_written_and_a_slice_no_longer_needed_deleted() -> None:
+    api = FakeKubeApi()
+    publisher = PoolPublisher(api, SAMPLE_DRIVER)
+    many = [_device(f"p{i:03d}", 6) for i in range(129)]
+    assert await publisher.publish(many) == 2
+    assert sorted(api.slices) == [f"{SLICE_PREFIX}-0", f"{SLICE_PREFIX}-1"]
+    assert await publisher.publish(many[:3]) == 2  # one written, one deleted
+    assert sorted(api.slices) == [SLICE]
+    assert api.slices[SLICE]["spec"]["pool"] == {"name": POOLS_POOL, "generation": 2, "resourceSliceCount": 1}
+
+
+async def test_a_slice_of_the_nodes_pool_is_not_the_pools_publishers() -> None:
+    api = FakeKubeApi()
+    await api.apply_slice(
+        {
+            "metadata": {"name": "node-1-netclaim.dev-0"},
+            "spec": {
+                "driver": SAMPLE_DRIVER,
+                "nodeName": "node-1",
+                "pool": {"name": "node-1", "generation": 9, "resourceSliceCount": 1},
+                "devices": [],
+            },
+        }
+    )
+    assert await PoolPublisher(api, SAMPLE_DRIVER).publish([_device("lan3", 6)]) == 1
+    assert api.slices[SLICE]["spec"]["pool"]["generation"] == 1
+    assert "node-1-netclaim.dev-0" in api.slices
+
+
+# --- exhausted_message ---------------------------------------------------------------------------------
+
+FULL = PoolUse(capacity=2, allocated_claims=2, holders=2, addresses={4: 2})
+ROOM = PoolUse(capacity=6, allocated_claims=1, holders=1, addresses={4: 1})
+
+
+def test_the_message_names_the_full_pool_the_selector_quotes() -> None:
+    uses = {"lan3": FULL, "lan4": FULL, "lan5": ROOM}
+    message = exhausted_message(['device.attributes["netclaim.dev"].pool == "lan3"'], uses)
+    assert message == (
+        "IPPool lan3 has no free address: 2 of 2 (netclaim.dev/addresses) are allocated. "
+        "The pod is scheduled when a claim of the pool is released."
+    )
+    assert exhausted_message(["device.name in ['lan4', 'lan3']"], uses) == (
+        "IPPool lan3 has no free address: 2 of 2 (netclaim.dev/addresses) are allocated; "
+        "IPPool lan4 has no free address: 2 of 2 (netclaim.dev/addresses) are allocated. "
+        "The pod is scheduled when a claim of the pool is released."
+    )
+
+
+def test_without_a_quoted_pool_every_full_pool_is_named() -> None:
+    uses = {"lan4": FULL, "lan3": FULL, "lan5": ROOM}
+    for selectors in ([], ["device.attributes['netclaim.dev'].ipv6"]):
+        message = exhausted_message(selectors, uses)
+        assert message is not None
+        assert message.startswith("IPPool lan3 has no free address")
+        assert "; IPPool lan4 has no free address" in message
+        assert "lan5" not in message
+
+
+def test_no_message_when_no_pool_is_full() -> None:
+    assert exhausted_message(['device.name == "lan5"'], {"lan5": ROOM}) is None
+    assert exhausted_message([], {"lan5": ROOM}) is None
+    assert exhausted_message([], {}) is None
+
+
+# --- Reconciler.once -----------------------------------------------------------------------------------
+
+ASKS_LAN3 = (RequestSpec("addr", ADDRESS_CLASS, ('device.attributes["netclaim.dev"].pool == "lan3"',)),)
+
+
+def _pending_pod(name: str, uid: str, claim: str) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "team-a", "name": name, "uid": uid},
+        "status": {"resourceClaimStatuses": [{"name": "addr", "resourceClaimName": claim}]},
+    }
+
+
+@pytest.fixture
+def cluster() -> FakeKubeApi:
+    """lan3 full (two claims hold its two addresses), wide with room, broken invalid; a gone claim still
+    holds an address of wide; a pod waits for lan3."""
+    api = FakeKubeApi()
+    api.add_pool("lan3", TWO)
+    api.add_pool("wide", WIDE)
+    api.add_pool("broken", {"ranges": [{"subnet": "10.30.0.0/24", "gateway": "10.31.0.1"}]})
+    first, second = _claim("first", _result("lan3")), _claim("second", _result("lan3"))
+    waiting = _claim("waiting", requests=ASKS_LAN3)
+    nic_only = _claim("nic-only", requests=(RequestSpec("net", "netclaim-nic", ()),))
+    for claim in (first, second, waiting, nic_only):
+        api.add_claim(claim)
+    gone = _claim("gone")
+    for allocation in (
+        _held(first, "lan3", "10.10.3.1/30"),
+        _held(second, "lan3", "10.10.3.2/30"),
+        _held(gone, "wide", "10.20.0.7/24"),
+        _held(gone, "wide", "fd00:20::7/64"),
+    ):
+        api.allocations[allocation.name] = allocation
+    api.pods = [
+        _pending_pod("web-2", "pod-uid-2", "waiting"),
+        _pending_pod("db-0", "pod-uid-3", "nic-only"),  # asks no address: not the pools' doing
+        _pending_pod("x-0", "pod-uid-4", "unknown-claim"),
+    ]
+    return api
+
+
+async def test_a_reconcile_frees_only_the_addresses_of_claims_that_are_gone(cluster: FakeKubeApi) -> None:
+    await Reconciler(cluster, SAMPLE_DRIVER).once()
+    assert sorted(a.claim_name for a in cluster.allocations.values()) == ["first", "second"]
+    assert cluster.calls.count("delete_ip_allocation") == 2
+    # allocations are listed before the claims: a claim created meanwhile cannot look gone
+    assert cluster.calls.index("list_ip_allocations") < cluster.calls.index("list_claims")
+
+
+async def test_a_reconcile_publishes_the_valid_pools_with_their_capacity(cluster: FakeKubeApi) -> None:
+    uses = await Reconciler(cluster, SAMPLE_DRIVER).once()
+    assert set(uses) == {"lan3", "wide"}
+    assert (uses["lan3"].capacity, uses["lan3"].allocated_claims, uses["lan3"].free) == (2, 2, 0)
+    assert (uses["wide"].capacity, uses["wide"].holders) == (254, 0)  # the gone claim's address is free again
+    devices = {d["name"]: d for d in cluster.slices[SLICE]["spec"]["devices"]}
+    assert sorted(devices) == ["lan3", "wide"]  # broken publishes no device
+    assert devices["lan3"]["capacity"][ADDRESSES]["value"] == "2"
+    assert devices["wide"]["capacity"][ADDRESSES]["value"] == "254"
+
+
+async def test_a_reconcile_writes_each_pools_status_once(cluster: FakeKubeApi) -> None:
+    reconciler = Reconciler(cluster, SAMPLE_DRIVER)
+    await reconciler.once()
+    assert cluster.calls.count("write_ippool_status") == 3
+    lan3 = cluster.ippool_status["lan3"]
+    assert {k: v for k, v in lan3.items() if k != "conditions"} == {
+        "capacity": 2,
+        "allocatedClaims": 2,
+        "free": 0,
+        "addresses": {"ipv4": {"size": 2, "held": 2}},
+    }
+    [ready] = lan3["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "Published")
+    assert cluster.ippool_status["wide"]["addresses"] == {
+        "ipv4": {"size": 254, "held": 0},
+        "ipv6": {"size": 2**64 - 1, "held": 0},
+    }
+    [invalid] = cluster.ippool_status["broken"]["conditions"]
+    assert (invalid["type"], invalid["status"], invalid["reason"]) == ("Ready", "False", "Invalid")
+    assert invalid["message"].startswith("IPPool broken: spec.ranges[0]: gateway: 10.31.0.1 is not in subnet")
+
+    cluster.calls.clear()
+    await reconciler.once()  # nothing changed: nothing written
+    assert "write_ippool_status" not in cluster.calls
+    assert "apply_slice" not in cluster.calls
+    assert "delete_ip_allocation" not in cluster.calls
+
+
+async def test_a_released_address_rewrites_the_status_not_the_slice(cluster: FakeKubeApi) -> None:
+    reconciler = Reconciler(cluster, SAMPLE_DRIVER)
+    await reconciler.once()
+    del cluster.claims[("team-a", "second")]  # deleted while its node was lost
+    cluster.calls.clear()
+    uses = await reconciler.once()
+    assert sorted(a.claim_name for a in cluster.allocations.values()) == ["first"]
+    assert (uses["lan3"].capacity, uses["lan3"].free) == (2, 1)  # one holder + one free: the same capacity
+    assert cluster.calls.count("write_ippool_status") == 1
+    assert cluster.ippool_status["lan3"]["free"] == 1
+    assert "apply_slice" not in cluster.calls
+
+
+async def test_a_pending_pod_of_a_full_pool_gets_one_event(cluster: FakeKubeApi) -> None:
+    reconciler = Reconciler(cluster, SAMPLE_DRIVER)
+    await reconciler.once()
+    assert [(e.namespace, e.pod, e.pod_uid, e.reason) for e in cluster.events] == [
+        ("team-a", "web-2", "pod-uid-2", "IPPoolExhausted")
+    ]
+    assert cluster.events[0].message.startswith("IPPool lan3 has no free address: 2 of 2")
+    await reconciler.once()
+    await reconciler.once()
+    assert len(cluster.events) == 1
+
+
+async def test_no_event_and_no_pod_list_while_no_pool_is_full(cluster: FakeKubeApi) -> None:
+    del cluster.claims[("team-a", "second")]
+    await Reconciler(cluster, SAMPLE_DRIVER).once()
+    assert cluster.events == []
+    assert "unschedulable_pods" not in cluster.calls
+
+
+@dataclass
+class RetakenApi(FakeKubeApi):
+    """Between the controller's list of allocations and of claims, the gone claim's address is released by
+    its agent and taken by a new claim (a new object of the same name)."""
+
+    retaken: IPAllocation | None = None
+
+    async def list_claims(self) -> list[Claim]:
+        if self.retaken is not None:
+            self.allocations[self.retaken.name] = self.retaken
+        return await super().list_claims()
+
+
+async def test_an_address_taken_again_meanwhile_is_never_freed() -> None:
+    api = RetakenApi()
+    api.add_pool("lan3", TWO)
+    gone, new = _claim("gone"), _claim("new", _result("lan3"))
+    old = _held(gone, "lan3", "10.10.3.1/30", uid="old-uid")
+    api.allocations[old.name] = old
+    api.retaken = _held(new, "lan3", "10.10.3.1/30", uid="new-uid")
+    api.add_claim(new)
+    with pytest.raises(ConflictError):  # the reconcile is retried; the new holder keeps the address
+        await Reconciler(api, SAMPLE_DRIVER).once()
+    assert api.allocations[old.name].claim_uid == new.uid
