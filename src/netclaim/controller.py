@@ -39,8 +39,8 @@ class Reconciler:
     def __init__(self, api: KubeApi, driver: str) -> None:
         self.api = api
         self.publisher = PoolPublisher(api, driver)
-        self.statuses: dict[str, dict[str, Any]] = {}
-        self.warned: set[tuple[str, str]] = set()  # (pod UID, message) already reported
+        self.warned: set[tuple[str, str]] = set()  # (pod UID, message) reported, of pods still waiting
+        self.published: set[str] = set()  # pools with a free-claims gauge
 
     async def once(self) -> dict[str, PoolUse]:
         allocations = await self.api.list_ip_allocations()  # before the claims: see netclaim.ipam.pools
@@ -64,39 +64,33 @@ class Reconciler:
             log.warning("IPPool not published: invalid", extra={"pool": name, "problem": problem})
         uses = {pool.name: pool_use(pool, live, claims) for pool in pools}
         await self.publisher.publish([pool_device(pool, uses[pool.name]) for pool in pools])
+        current = {str(o["metadata"]["name"]): o.get("status") for o in objects}
+        for gone in self.published - set(uses):
+            metrics.POOL_FREE.remove(gone)
+        self.published = set(uses)
         for pool in pools:
             metrics.POOL_FREE.labels(pool.name).set(uses[pool.name].free)
-            await self._status(pool, uses[pool.name])
+            await self._write_status(pool.name, _status(pool, uses[pool.name]), current)
         for name, problem in problems.items():
-            await self._write_status(name, {"conditions": [_condition("False", "Invalid", problem)]})
+            invalid = {"conditions": [_condition("False", "Invalid", problem)]}
+            await self._write_status(name, invalid, current)
         await self._warn_pending(claims, uses)
         return uses
 
-    async def _status(self, pool: IPPool, use: PoolUse) -> None:
-        families = pool.families()
-        status = {
-            "capacity": use.capacity,
-            "allocatedClaims": use.allocated_claims,
-            "free": use.free,
-            "addresses": {
-                f"ipv{version}": {"size": family.size, "held": use.addresses.get(version, 0)}
-                for version, family in sorted(families.items())
-            },
-            "conditions": [_condition("True", "Published", f"published with capacity {ADDRESSES}")],
-        }
-        await self._write_status(pool.name, status)
-
-    async def _write_status(self, name: str, status: dict[str, Any]) -> None:
-        if self.statuses.get(name) == status:
-            return
-        await self.api.write_ippool_status(name, status)
-        self.statuses[name] = status
+    async def _write_status(
+        self, name: str, status: dict[str, Any], current: dict[str, dict[str, Any] | None]
+    ) -> None:
+        if current.get(name) != status:  # as the API has it: a recreated pool or a cleared status is seen
+            await self.api.write_ippool_status(name, status)
 
     async def _warn_pending(self, claims: dict[str, Claim], uses: dict[str, PoolUse]) -> None:
         if not any(use.free == 0 for use in uses.values()):
             return
         by_name = {(c.namespace, c.name): c for c in claims.values()}
-        for pod in await self.api.unschedulable_pods():
+        waiting = await self.api.unschedulable_pods()
+        uids = {pod["metadata"]["uid"] for pod in waiting}
+        self.warned = {(uid, message) for uid, message in self.warned if uid in uids}
+        for pod in waiting:
             meta = pod["metadata"]
             for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
                 claim = by_name.get((meta["namespace"], entry.get("resourceClaimName")))
@@ -114,6 +108,19 @@ class Reconciler:
                 await self.api.create_pod_event(
                     meta["namespace"], meta["name"], meta["uid"], "IPPoolExhausted", message
                 )
+
+
+def _status(pool: IPPool, use: PoolUse) -> dict[str, Any]:
+    return {
+        "capacity": use.capacity,
+        "allocatedClaims": use.allocated_claims,
+        "free": use.free,
+        "addresses": {
+            f"ipv{version}": {"size": family.size, "held": use.addresses.get(version, 0)}
+            for version, family in sorted(pool.families().items())
+        },
+        "conditions": [_condition("True", "Published", f"published with capacity {ADDRESSES}")],
+    }
 
 
 def _condition(status: str, reason: str, message: str) -> dict[str, str]:

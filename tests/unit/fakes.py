@@ -140,6 +140,8 @@ class FakeKubeApi(KubeApi):
     async def write_ippool_status(self, name: str, status: dict[str, Any]) -> None:
         self._call("write_ippool_status")
         self.ippool_status[name] = copy.deepcopy(status)
+        if name in self.ippools:  # the status subresource, as the API keeps it with the object
+            self.ippools[name]["status"] = copy.deepcopy(status)
 
     async def list_ip_allocations(
         self, *, pool: str | None = None, claim_uid: str | None = None

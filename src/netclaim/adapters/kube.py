@@ -400,8 +400,8 @@ class KubeApi:
             await self._client.patch(
                 IPPoolResource.Status,
                 name,
-                {"status": status},
-                patch_type=PatchType.MERGE,
+                [{"op": "add", "path": "/status", "value": status}],  # the whole status, nothing stale
+                patch_type=PatchType.JSON,
             )
 
     async def list_ip_allocations(

@@ -72,6 +72,12 @@ class AddressBook:
         for request in requests:
             started = time.monotonic()
             pool = await self._pool(claim, request.allocated.device)
+            for version in request.static:
+                if version not in pool.families():
+                    raise ConfigError(
+                        f"claim {claim.namespace}/{claim.name}: asks for an IPv{version} address; "
+                        f"IPPool {pool.name} has no IPv{version} range"
+                    )
             addresses = []
             for version in sorted(pool.families()):
                 mine = [
@@ -85,12 +91,6 @@ class AddressBook:
                 wanted = request.static.get(version)
                 taken = await self._take(claim, pool, version, wanted)
                 addresses.append(taken.address)
-            for version in request.static:
-                if version not in pool.families():
-                    raise ConfigError(
-                        f"claim {claim.namespace}/{claim.name}: asks for an IPv{version} address; "
-                        f"IPPool {pool.name} has no IPv{version} range"
-                    )
             metrics.ADDRESS_ALLOCATION_SECONDS.observe(time.monotonic() - started)
             log.info(
                 "addresses allocated",

@@ -171,8 +171,8 @@ def exhausted_message(claim_selectors: list[str], uses: dict[str, PoolUse]) -> s
     """Why a Pending pod whose claim asks for an address may wait: the full pools its selectors name (or
     every full pool when they name none). None when no pool is full."""
     full = {name: use for name, use in uses.items() if use.free == 0}
-    named = {m.group(1) for text in claim_selectors for m in _QUOTED.finditer(text)} & set(full)
-    chosen = sorted(named or full)
+    named = {m.group(1) for text in claim_selectors for m in _QUOTED.finditer(text)} & set(uses)
+    chosen = sorted(set(full) & named if named else full)
     if not chosen:
         return None
     parts = [
