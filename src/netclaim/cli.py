@@ -129,7 +129,10 @@ def _demo(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     handle = cluster.up(args.file)
-    print(f"[{time.monotonic() - started:5.1f}s] deploying netclaim: RBAC, DeviceClasses, policy, agents")
+    print(
+        f"[{time.monotonic() - started:5.1f}s] deploying netclaim: CRDs, RBAC, DeviceClasses, policy, "
+        "the controller, agents"
+    )
     agents.deploy(handle)
     print(
         f"[{time.monotonic() - started:5.1f}s] the demo: Pod-A asks 10Gi, Deployment-B 3 x {args.b_request}"
@@ -145,6 +148,7 @@ def _demo(args: argparse.Namespace) -> int:
 Look around:
   export KUBECONFIG={handle.kubeconfig} PATH={handle.bin_dir}:$PATH
   kubectl get resourceslices,resourceclaims -A -o wide
+  kubectl get ippools,ipallocations
   kubectl -n {demo.NAMESPACE} get pods -o wide
   kubectl -n {demo.NAMESPACE} exec pod-a -- ip a show net1
 Tear down:

@@ -238,6 +238,37 @@ def test_an_agent_token_cannot_write_another_nodes_slices(cluster: ClusterHandle
             assert denied.value.status.code == 403
 
 
+def test_an_agent_token_takes_addresses_only_for_its_own_node(cluster: ClusterHandle) -> None:
+    def allocation(node: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "netclaim.dev/v1alpha1",
+            "kind": "IPAllocation",
+            "metadata": {"name": f"probe.10.250.0.{node[-1]}"},
+            "spec": {
+                "pool": "probe",
+                "address": f"10.250.0.{node[-1]}/24",
+                "claim": {"namespace": "default", "name": "c", "uid": "00000000-0000-0000-0000-000000000000"},
+                "node": node,
+            },
+        }
+
+    def create_as(agent_node: str, node: str) -> None:
+        path = cluster.node(agent_node).layout.root / "agent.kubeconfig"
+        cluster.kubectl(
+            f"--kubeconfig={path}",
+            "create",
+            "--dry-run=server",
+            "-f",
+            "-",
+            input_text=json.dumps(allocation(node)),
+        )
+
+    create_as("node-1", "node-1")  # its own node: allowed
+    with pytest.raises(subprocess.CalledProcessError) as denied:
+        create_as("node-1", "node-2")
+    assert "may only take addresses for its own node, not for node-2" in str(denied.value.stderr)
+
+
 def test_an_agent_token_cannot_write_the_status_of_another_nodes_claim(
     cluster: ClusterHandle, kube: Client, ns: str
 ) -> None:

@@ -14,7 +14,7 @@ from lightkube.resources.core_v1 import Namespace, Pod
 from netclaim.cluster import demo
 from netclaim.cluster.cluster import ClusterHandle
 from netclaim.cluster.layout import REPO_ROOT
-from tests.cluster.helpers import interface_in_pod, name_of, ping, ready_entry, running
+from tests.cluster.helpers import interface_in_pod, name_of, ping, pod_claim_entries, running
 from tests.kube import delete, wait_for
 
 DEPLOY = REPO_ROOT / "deploy"
@@ -44,6 +44,7 @@ def test_the_demo_report_shows_every_expectation_met(
     ):
         assert section in text
     assert "cannot allocate all claims" in text and " 0% packet loss" in text
+    assert "== IP pool demo-net" in text and "capacity 253 claims" in text
     used = {
         node: (total, used)
         for node, _, if_name, total, used in demo.nic_table(outcome)
@@ -52,8 +53,9 @@ def test_the_demo_report_shows_every_expectation_met(
     assert sorted(used.values()) == [(10 * 2**30, 10 * 2**30), (10 * 2**30, 10 * 2**30)]
 
     # Pod-A's claim status: networkData as `ip` shows it inside the pod, the CNI result in `data`
-    entry = ready_entry(kube, demo.NAMESPACE, "pod-a")
-    assert entry is not None
+    entries = [e for e in pod_claim_entries(kube, demo.NAMESPACE, "pod-a") if e["pool"] != demo.POOLS_POOL]
+    assert len(entries) == 1
+    entry = entries[0]
     mac, addresses, _ = interface_in_pod(cluster, demo.NAMESPACE, "pod-a", "net1")
     assert entry["networkData"] == {"interfaceName": "net1", "ips": addresses, "hardwareAddress": mac}
     assert ipaddress.ip_interface(addresses[0]).ip in ipaddress.ip_network("10.10.1.0/24")
@@ -83,6 +85,9 @@ def test_deploy_manifests_pass_a_server_side_dry_run(cluster: ClusterHandle) -> 
     output = cluster.kubectl("apply", "--dry-run=server", "-f", str(DEPLOY))
     for kind in (
         "daemonset.apps/netclaim-agent",
+        "deployment.apps/netclaim-controller",
+        "customresourcedefinition.apiextensions.k8s.io/ippools.netclaim.dev",
+        "deviceclass.resource.k8s.io/netclaim-address",
         "clusterrole.rbac.authorization.k8s.io/netclaim-agent",
         "deviceclass.resource.k8s.io/netclaim-shared",
         "configmap/netclaim-policy",

@@ -26,7 +26,7 @@ DRIVER = "netclaim.dev"
 # The CNI plugins admission lets claims name (deploy/admission.yaml, variable allowedPlugins).
 ALLOWED_PLUGINS = frozenset({
     "bandwidth", "bridge", "dhcp", "firewall", "host-device", "host-local", "ipvlan", "loopback",
-    "macvlan", "portmap", "ptp", "sbr", "static", "tuning", "vlan", "vrf",
+    "macvlan", "portmap", "ptp", "sbr", "static", "tuning", "vlan", "vrf", "whereabouts",
 })  # fmt: skip
 
 

@@ -1,8 +1,10 @@
 """The KubeCon demo on the local cluster: guaranteed bandwidth scheduling and a configured net1.
 
 Pod-A asks for 10Gi of an `enp0s10`, Deployment-B for 3 x 5Gi: Pod-A gets one node's NIC to itself, two B
-replicas share the other node's, the third waits (Pending, with the scheduler's reason). `ip a` in Pod-A
-shows the IP and MAC its claim's status reports, and pods ping each other across nodes over net1.
+replicas share the other node's, the third waits (Pending, with the scheduler's reason). Every claim also
+takes an address from the cluster-wide IPPool demo-net (each node keeps its own host-local directory, so
+only cluster IPAM gives pods on different nodes distinct addresses). `ip a` in Pod-A shows the IP and MAC
+its claim's status reports, and pods ping each other across nodes over net1.
 `run()` prints a report and raises ExpectationError listing every expectation that did not hold.
 """
 
@@ -23,6 +25,8 @@ from netclaim.quantity import format_quantity, parse_quantity
 
 DRIVER = "netclaim.dev"
 BANDWIDTH = "netclaim.dev/bandwidth"
+POOLS_POOL = "netclaim.dev/ip-pools"  # the DRA pool of the IP pools' devices
+POOL = "demo-net"
 EXAMPLES = REPO_ROOT / "examples" / "demo"
 NAMESPACE = "netclaim-demo"
 
@@ -32,6 +36,8 @@ class Outcome:
     pods: list[dict[str, Any]]
     claims: dict[str, dict[str, Any]]
     slices: list[dict[str, Any]]
+    pool: dict[str, Any] = field(default_factory=dict)  # the IPPool as the API has it
+    allocations: list[dict[str, Any]] = field(default_factory=list)  # its IPAllocations
     problems: list[str] = field(default_factory=list)
 
 
@@ -56,6 +62,7 @@ def apply(handle: ClusterHandle, b_request: str = "5Gi") -> None:
     deployment = (
         (EXAMPLES / "deployment-b.yaml").read_text().replace(f"{BANDWIDTH}: 5Gi", f"{BANDWIDTH}: {b_request}")
     )
+    handle.kubectl("apply", "-f", str(EXAMPLES / "ippool.yaml"))
     handle.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLES / "pod-a.yaml"))
     handle.kubectl("apply", "-n", NAMESPACE, "-f", "-", input_text=deployment)
 
@@ -86,7 +93,9 @@ def observe(handle: ClusterHandle, timeout: float = 180) -> Outcome:
         c["metadata"]["name"]: c for c in _json(handle, "get", "resourceclaims", "-n", NAMESPACE)["items"]
     }
     slices = [s for s in _json(handle, "get", "resourceslices")["items"] if s["spec"]["driver"] == DRIVER]
-    return Outcome(pods, claims, slices)
+    pool = _json(handle, "get", "ippool", POOL)
+    allocations = [a for a in _json(handle, "get", "ipallocations")["items"] if a["spec"]["pool"] == POOL]
+    return Outcome(pods, claims, slices, pool, allocations)
 
 
 def _claim_of(outcome: Outcome, pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -98,13 +107,15 @@ def _claim_of(outcome: Outcome, pod: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _our_results(claim: dict[str, Any]) -> list[dict[str, Any]]:
+    """The claim's NICs (not its address from the pool)."""
     results = claim.get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
-    return [r for r in results if r["driver"] == DRIVER]
+    return [r for r in results if r["driver"] == DRIVER and r["pool"] != POOLS_POOL]
 
 
 def _network(claim: dict[str, Any]) -> dict[str, Any]:
+    """networkData of the claim's NIC entry."""
     for entry in claim.get("status", {}).get("devices", []):
-        if entry["driver"] == DRIVER:
+        if entry["driver"] == DRIVER and entry["pool"] != POOLS_POOL:
             return dict(entry.get("networkData", {}))
     return {}
 
@@ -119,7 +130,8 @@ def nic_table(outcome: Outcome) -> list[tuple[str, str, str, int, int]]:
                 key = (result["pool"], result["device"])
                 used[key] = used.get(key, 0) + int(parse_quantity(amount))
     rows = []
-    for item in sorted(outcome.slices, key=lambda s: s["spec"]["nodeName"]):
+    node_slices = [s for s in outcome.slices if s["spec"].get("nodeName")]
+    for item in sorted(node_slices, key=lambda s: s["spec"]["nodeName"]):
         for device in item["spec"].get("devices", []):
             total = device.get("capacity", {}).get(BANDWIDTH, {}).get("value")
             if total:
@@ -206,6 +218,33 @@ def check(handle: ClusterHandle, outcome: Outcome, out: TextIO) -> list[str]:
         )
     if "node-3" in a_nodes + b_nodes:
         problems.append("a demo pod landed on node-3, which has no enp0s10")
+
+    print(f"\n== IP pool {POOL} (cluster-wide IPAM: IPPool, its IPAllocations)", file=out)
+    status = outcome.pool.get("status", {})
+    print(
+        f"  capacity {status.get('capacity', '?')} claims, {status.get('allocatedClaims', '?')} allocated, "
+        f"{status.get('free', '?')} free",
+        file=out,
+    )
+    _table(
+        [("ADDRESS", "CLAIM", "NODE")]
+        + [
+            (a["spec"]["address"], a["spec"]["claim"]["name"], a["spec"]["node"])
+            for a in sorted(outcome.allocations, key=lambda a: str(a["spec"]["address"]))
+        ],
+        out,
+    )
+    running_ips = [
+        ip
+        for pod in outcome.pods
+        if pod["spec"].get("nodeName")
+        for ip in _network(_claim_of(outcome, pod) or {}).get("ips", [])
+    ]
+    held = sorted(str(a["spec"]["address"]) for a in outcome.allocations)
+    if len(held) != 3 or sorted(running_ips) != held:
+        problems.append(
+            f"expected the 3 running pods' addresses {sorted(running_ips)} held in IPPool {POOL}, got {held}"
+        )
 
     print("\n== Pending", file=out)
     for pod in pending:
