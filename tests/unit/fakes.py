@@ -81,15 +81,9 @@ class FakeKubeApi(KubeApi):
     async def list_slices(self, node: str, driver: str) -> list[Slice]:
         self._call("list_slices")
         return [
-            Slice(
-                name=name,
-                pool=body["spec"]["pool"]["name"],
-                generation=body["spec"]["pool"]["generation"],
-                slice_count=body["spec"]["pool"]["resourceSliceCount"],
-                devices=tuple(copy.deepcopy(body["spec"]["devices"])),
-            )
-            for name, body in sorted(self.slices.items())
-            if body["spec"]["nodeName"] == node and body["spec"]["driver"] == driver
+            Slice.from_api(copy.deepcopy(body))
+            for _, body in sorted(self.slices.items())
+            if body["spec"].get("nodeName") == node and body["spec"]["driver"] == driver
         ]
 
     async def apply_slice(self, body: dict[str, Any]) -> None:
@@ -108,14 +102,8 @@ class FakeKubeApi(KubeApi):
     async def list_driver_slices(self, driver: str, pool: str) -> list[Slice]:
         self._call("list_driver_slices")
         return [
-            Slice(
-                name=name,
-                pool=body["spec"]["pool"]["name"],
-                generation=body["spec"]["pool"]["generation"],
-                slice_count=body["spec"]["pool"]["resourceSliceCount"],
-                devices=tuple(copy.deepcopy(body["spec"]["devices"])),
-            )
-            for name, body in sorted(self.slices.items())
+            Slice.from_api(copy.deepcopy(body))
+            for _, body in sorted(self.slices.items())
             if body["spec"]["pool"]["name"] == pool and body["spec"]["driver"] == driver
         ]
 

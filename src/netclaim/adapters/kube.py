@@ -194,6 +194,17 @@ class Slice:
     slice_count: int
     devices: tuple[dict[str, Any], ...]
 
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> Slice:
+        spec = data["spec"]
+        return cls(
+            name=str(data["metadata"]["name"]),
+            pool=str(spec["pool"]["name"]),
+            generation=int(spec["pool"]["generation"]),
+            slice_count=int(spec["pool"]["resourceSliceCount"]),
+            devices=tuple(spec.get("devices") or ()),
+        )
+
 
 def _data(obj: Any) -> dict[str, Any]:
     """A generic (custom) resource's object as JSON data."""
@@ -339,16 +350,7 @@ class KubeApi:
         selector: FieldSelector = {"spec.nodeName": node, "spec.driver": driver}
         with translated(f"ResourceSlices of node {node}"):
             found = [s.to_dict() async for s in self._client.list(ResourceSlice, fields=selector)]
-        return [
-            Slice(
-                name=str(s["metadata"]["name"]),
-                pool=str(s["spec"]["pool"]["name"]),
-                generation=int(s["spec"]["pool"]["generation"]),
-                slice_count=int(s["spec"]["pool"]["resourceSliceCount"]),
-                devices=tuple(s["spec"].get("devices") or ()),
-            )
-            for s in found
-        ]
+        return [Slice.from_api(s) for s in found]
 
     async def apply_slice(self, body: dict[str, Any]) -> None:
         resource = ResourceSlice.from_dict(body)
@@ -374,17 +376,7 @@ class KubeApi:
         selector: FieldSelector = {"spec.driver": driver}
         with translated(f"ResourceSlices of driver {driver}"):
             found = [s.to_dict() async for s in self._client.list(ResourceSlice, fields=selector)]
-        return [
-            Slice(
-                name=str(s["metadata"]["name"]),
-                pool=str(s["spec"]["pool"]["name"]),
-                generation=int(s["spec"]["pool"]["generation"]),
-                slice_count=int(s["spec"]["pool"]["resourceSliceCount"]),
-                devices=tuple(s["spec"].get("devices") or ()),
-            )
-            for s in found
-            if s["spec"]["pool"]["name"] == pool
-        ]
+        return [Slice.from_api(s) for s in found if s["spec"]["pool"]["name"] == pool]
 
     async def get_ippool(self, name: str) -> dict[str, Any]:
         with translated(f"IPPool {name}"):
