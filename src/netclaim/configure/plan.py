@@ -11,7 +11,7 @@ asked the installed plugins for. Every error is a ConfigError naming the field.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -114,7 +114,7 @@ def plan_claim(
     driver: str,
     node: str,
     device: Callable[[str], Device | None],
-    grants: list[Grant] = [],  # noqa: B006 - read only
+    grants: Sequence[Grant] = (),
     ipam_data_dir: Path | None = None,
 ) -> list[PlannedDevice]:
     """Plans for every device of `driver` allocated to the claim (negotiation still to do)."""
