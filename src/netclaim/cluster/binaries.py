@@ -27,7 +27,10 @@ from netclaim.errors import PrerequisiteError
 PROGRAMS = (
     "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
     "containerd", "containerd-shim-runc-v2", "ctr", "crictl", "etcd", "pause",
+    "whereabouts", "whereabouts-reconcile",
 )  # fmt: skip
+# The local cluster's agents run these CNI plugins beside Debian's (netclaim.cluster.agents.cni_bin_dir).
+CNI_PLUGINS = ("whereabouts",)
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class GoBuild:
     pinned_module: str
     version_flags: tuple[str, ...] = ()
     tags: str = ""
+    # (built as, installed as): a program whose package's last path element is not its name
+    renames: tuple[tuple[str, str], ...] = ()
 
 
 _BUILDS = (
@@ -67,6 +72,19 @@ _BUILDS = (
     ),
     GoBuild("etcd", (".",), "go.etcd.io/etcd/server/v3"),
     GoBuild("pause", (".",), ""),
+    # whereabouts' CNI plugin (its main package is .../cmd) and our one-pass reconciler around its library:
+    # the incumbent cluster-wide IPAM, for tests/cluster/test_ipam_comparison.py
+    GoBuild(
+        "whereabouts",
+        ("github.com/k8snetworkplumbingwg/whereabouts/cmd", "./whereabouts-reconcile"),
+        "github.com/k8snetworkplumbingwg/whereabouts",
+        (
+            "github.com/k8snetworkplumbingwg/whereabouts/pkg/version.Version={version}",
+            "github.com/k8snetworkplumbingwg/whereabouts/pkg/version.GitTreeState=clean",
+            "github.com/k8snetworkplumbingwg/whereabouts/pkg/version.ReleaseStatus=released",
+        ),
+        renames=(("cmd", "whereabouts"),),
+    ),
 )
 
 
@@ -170,5 +188,11 @@ def _go_build(step: GoBuild, output: Path, log: TextIO) -> None:
     print(f"building {step.module_dir}...", file=log, flush=True)
     result = subprocess.run(command, cwd=module_dir, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise PrerequisiteError(f"go build in {module_dir} failed:\n{result.stderr[-4000:]}")
+        raise PrerequisiteError(
+            f"go build in {module_dir} failed ({' '.join(step.packages)}). It needs Go ≥ 1.26 on PATH "
+            "(https://go.dev/dl) and the Go module proxy reachable (GOPROXY, or the modules already in "
+            f"GOMODCACHE); the pins are {module_dir / 'go.mod'} and go.sum. go said:\n{result.stderr[-4000:]}"
+        )
+    for built, name in step.renames:
+        (output / built).rename(output / name)
     print(f"  {step.module_dir}: {time.monotonic() - started:.0f} s", file=log, flush=True)
