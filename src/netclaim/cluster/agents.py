@@ -9,13 +9,15 @@ object, so the token carries the node name, as a DaemonSet pod's token would), a
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from netclaim.cluster import processes
+from netclaim.cluster import binaries, processes
 from netclaim.cluster.cluster import CONTROLLER, ClusterHandle
 from netclaim.cluster.controlplane import write_kubeconfig
 from netclaim.cluster.layout import REPO_ROOT
@@ -30,6 +32,7 @@ SERVICE_ACCOUNT = "netclaim-agent"
 DEPLOY_DIR = REPO_ROOT / "deploy"
 CLUSTER_MANIFESTS = ("crds.yaml", "rbac.yaml", "deviceclasses.yaml", "policy.yaml", "admission.yaml")
 CRDS = ("ippools.netclaim.dev", "ipallocations.netclaim.dev")
+DEBIAN_CNI_DIR = Path("/usr/lib/cni")  # containernetworking-plugins
 
 
 def apply_manifests(handle: ClusterHandle, names: tuple[str, ...] = CLUSTER_MANIFESTS) -> None:
@@ -63,6 +66,29 @@ def service_account_kubeconfig(
     write_kubeconfig(path, server, handle.layout.pki / "ca.crt", account, {"token": token})
 
 
+def cni_bin_dir(handle: ClusterHandle) -> Path:
+    """The agents' plugin directory, `<state>/cni-bin`: Debian's plugins and the pinned ones the cluster
+    programs include (binaries.CNI_PLUGINS: whereabouts), hard-linked (copied across file systems). Not
+    symlinks: the agent runs only plugins whose real file is in its --cni-bin-dir. Entries already there
+    are kept, so a test may wrap a plugin; `down` removes the directory with the rest of the state."""
+    directory = handle.layout.root / "cni-bin"
+    directory.mkdir(parents=True, exist_ok=True)
+    sources = [p for p in sorted(DEBIAN_CNI_DIR.iterdir()) if p.is_file()]
+    for source in sources + [handle.bin_dir / name for name in binaries.CNI_PLUGINS]:
+        target = directory / source.name
+        if target.exists():
+            continue
+        try:
+            os.link(source, target)
+        except FileExistsError:
+            pass  # another agent's start made it first
+        except OSError:  # another file system: a copy, renamed into place whole
+            partial = target.with_name(f".{target.name}.{os.getpid()}")
+            shutil.copy2(source, partial)
+            partial.rename(target)
+    return directory
+
+
 def agent_command(
     handle: ClusterHandle, node: LocalNode, policy: Path, extra: tuple[str, ...] = ()
 ) -> list[str]:
@@ -81,7 +107,7 @@ def agent_command(
         f"--nri-socket={layout.nri_socket}",
         f"--state-dir={layout.root / 'netclaim'}",
         f"--metrics-address={node.address.ip}:{METRICS_PORT}",
-        "--cni-bin-dir=/usr/lib/cni",
+        f"--cni-bin-dir={cni_bin_dir(handle)}",
         f"--ipam-data-dir={layout.ipam_data_dir}",
         *extra,
     ]
