@@ -106,8 +106,7 @@ def attacks() -> list[Attack]:
         Attack(
             "ipam whereabouts",
             chain(macvlan(ipam={"type": "whereabouts", "range": "10.0.0.0/24"})),
-            "whereabouts",
-            admin_may=False,  # not in the default admin allow-list either (deploy/admission.yaml)
+            "whereabouts",  # the admin's (a DeviceClass may use it: deploy/admission.yaml), never a tenant's
         ),
         # host routing and firewall: admin-only plugins
         *(

@@ -139,8 +139,9 @@ def claim_uids(cluster: ClusterHandle) -> set[str]:
     return {c["metadata"]["uid"] for c in kubectl_json(cluster, "get", "resourceclaims", "-A")["items"]}
 
 
-def pod_addresses(cluster: ClusterHandle, namespace: str) -> dict[str, list[str]]:
-    """pod → the addresses its claim's status shows for the pool device (the AddressAllocated entry)."""
+def pod_addresses(cluster: ClusterHandle, namespace: str, *, nic: bool = False) -> dict[str, list[str]]:
+    """pod → the addresses its claim's status shows for the pool device (the AddressAllocated entry), or
+    with `nic` for its NIC (what the CNI result configured: also other IPAMs' addresses)."""
     claims = {
         c["metadata"]["name"]: c
         for c in kubectl_json(cluster, "get", "resourceclaims", "-n", namespace)["items"]
@@ -150,8 +151,9 @@ def pod_addresses(cluster: ClusterHandle, namespace: str) -> dict[str, list[str]
         for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
             claim = claims.get(entry.get("resourceClaimName"))
             for device in ((claim or {}).get("status") or {}).get("devices") or []:
-                if device["pool"] == "netclaim.dev/ip-pools":
-                    found[pod["metadata"]["name"]] = list(device.get("networkData", {}).get("ips", []))
+                ips = device.get("networkData", {}).get("ips")
+                if ips and (device["pool"] != "netclaim.dev/ip-pools") == nic:
+                    found[pod["metadata"]["name"]] = list(ips)
     return found
 
 

@@ -292,22 +292,6 @@ def _whereabouts_template(name: str) -> dict[str, Any]:
     }
 
 
-def _nic_addresses(cluster: ClusterHandle, namespace: str) -> dict[str, list[str]]:
-    """pod → the addresses its claim's status shows for its NIC (the CNI result)."""
-    claims = {
-        c["metadata"]["name"]: c
-        for c in kubectl_json(cluster, "get", "resourceclaims", "-n", namespace)["items"]
-    }
-    found = {}
-    for pod in kubectl_json(cluster, "get", "pods", "-n", namespace)["items"]:
-        for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
-            claim = claims.get(entry.get("resourceClaimName"))
-            for device in ((claim or {}).get("status") or {}).get("devices") or []:
-                if device["pool"] in IPAM_NODES and device.get("networkData", {}).get("ips"):
-                    found[pod["metadata"]["name"]] = list(device["networkData"]["ips"])
-    return found
-
-
 def _duplicates(addresses: dict[str, list[str]]) -> int:
     counts = collections.Counter(str(ipaddress.ip_interface(a).ip) for ips in addresses.values() for a in ips)
     return sum(n - 1 for n in counts.values() if n > 1)
@@ -404,9 +388,11 @@ def test_netclaim_ipam_next_to_whereabouts(side: ClusterHandle, side_kube: Clien
 
     wb_seconds = _run_pods(cluster, kube, WHEREABOUTS_NS, _whereabouts_template("t"), *spread("p", "t", PODS))
     wait_for(
-        lambda: len(_nic_addresses(cluster, WHEREABOUTS_NS)) == PODS, 60, "60 claims showing their address"
+        lambda: len(pod_addresses(cluster, WHEREABOUTS_NS, nic=True)) == PODS,
+        60,
+        "60 claims showing their address",
     )
-    wb_addresses = _nic_addresses(cluster, WHEREABOUTS_NS)
+    wb_addresses = pod_addresses(cluster, WHEREABOUTS_NS, nic=True)
     wb_add = _add_times(wb_times_log, WHEREABOUTS_NS)
     assert len(wb_add.ms) == PODS, f"{len(wb_add.ms)} whereabouts ADDs timed for {PODS} pods"
     assert len(wb_addresses) == PODS and all(wb_addresses.values())
@@ -464,7 +450,7 @@ def test_netclaim_ipam_next_to_whereabouts(side: ClusterHandle, side_kube: Clien
     # one is left without, to see what the reconciler does to a live pod whose annotation is missing.
     live_wb = {
         name: ips
-        for name, ips in _nic_addresses(cluster, WHEREABOUTS_NS).items()
+        for name, ips in pod_addresses(cluster, WHEREABOUTS_NS, nic=True).items()
         if name not in lost[WHEREABOUTS_NS]
     }
     assert len(live_wb) == survivors, live_wb
