@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,3 +49,14 @@ def ns(kube: Client) -> Iterator[str]:
     yield name
     delete(kube, Namespace, name)
     wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, f"pods of {name} gone")
+
+
+@pytest.fixture
+def figures(capsys: pytest.CaptureFixture[str]) -> Callable[[str], None]:
+    """Print a measured figure into the run's output even while pytest captures it: CI's log keeps it."""
+
+    def show(text: str) -> None:
+        with capsys.disabled():
+            print(text, flush=True)
+
+    return show

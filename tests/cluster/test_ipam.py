@@ -10,7 +10,7 @@ import ipaddress
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from lightkube import Client
@@ -67,7 +67,7 @@ def _all_running(kube: Client, namespace: str, count: int) -> bool:
 
 
 def test_sixty_pods_at_once_from_one_pool_get_sixty_distinct_addresses(
-    cluster: ClusterHandle, kube: Client, ns: str, pools: list[str]
+    cluster: ClusterHandle, kube: Client, ns: str, pools: list[str], figures: Callable[[str], None]
 ) -> None:
     _create_pool(cluster, pools, ip_pool("sixty", {"subnet": "10.60.0.0/24", "gateway": "10.60.0.1"}))
     apply(cluster, ns, pool_template("t", "sixty"), *spread("p", "t", 60))
@@ -91,7 +91,7 @@ def test_sixty_pods_at_once_from_one_pool_get_sixty_distinct_addresses(
     times = allocation_ms(cluster, ns)
     assert len(times) == 60, f"{len(times)} allocations logged for 60 claims"
     p50, p99 = percentiles(times)
-    print(
+    figures(
         f"\n60 claims, 3 nodes, one pool: 60 distinct addresses; allocation p50 {p50:.1f} ms p99 {p99:.1f} ms"
     )
 
@@ -205,14 +205,16 @@ def test_dual_stack_addresses_reach_the_pod_and_ping_over_both_families(
     assert x4 != y4
 
 
-def _leak_line(scenario: str, cluster: ClusterHandle, ns: str, pool: str) -> None:
+def _leak_line(
+    scenario: str, cluster: ClusterHandle, ns: str, pool: str, figures: Callable[[str], None]
+) -> None:
     report = leak_report(cluster, ns, pool)
-    print(f"\n{scenario}: {report.line()}")
+    figures(f"\n{scenario}: {report.line()}")
     assert (report.leaked, report.duplicates, report.lost) == (0, 0, 0), report
 
 
 def test_an_agent_killed_while_allocating_neither_leaks_nor_duplicates(
-    cluster: ClusterHandle, kube: Client, ns: str, pools: list[str]
+    cluster: ClusterHandle, kube: Client, ns: str, pools: list[str], figures: Callable[[str], None]
 ) -> None:
     """SIGKILL right after the IPAllocation is created, before the claim is recorded: kubelet asks again,
     the restarted agent finds the address by the claim's UID and keeps it."""
@@ -233,13 +235,13 @@ def test_an_agent_killed_while_allocating_neither_leaks_nor_duplicates(
     wait_for(lambda: _all_running(kube, ns, 1), 120, "the pod running after the restart")
     assert allocations(cluster, "crash") == taken, "the retried prepare must keep the address"
     assert _ips_in_pod(cluster, ns, "k") == {taken[0].address}
-    _leak_line("agent kill -9 during allocation", cluster, ns, "crash")
+    _leak_line("agent kill -9 during allocation", cluster, ns, "crash", figures)
     kube.delete(Pod, "k", namespace=ns, grace_period=0)
     wait_for(lambda: not allocations(cluster, "crash"), 120, "the address released with the pod")
 
 
 def test_a_node_lost_for_good_gives_back_its_claims_addresses(
-    cluster: ClusterHandle, kube: Client, ns: str, pools: list[str]
+    cluster: ClusterHandle, kube: Client, ns: str, pools: list[str], figures: Callable[[str], None]
 ) -> None:
     """node-4 dies with its agent and never comes back (its Node is deleted): the pod garbage collector
     deletes its pods, their claims go, and the controller frees their addresses; pods elsewhere keep
@@ -259,13 +261,13 @@ def test_a_node_lost_for_good_gives_back_its_claims_addresses(
         after = {a.claim_uid: a.address for a in allocations(cluster, "loss")}
         assert after.items() <= before.items(), "a surviving claim lost or changed its address"
         assert set(after) <= claim_uids(cluster)
-        _leak_line("node lost for good", cluster, ns, "loss")
+        _leak_line("node lost for good", cluster, ns, "loss", figures)
     finally:
         restore_node(cluster, kube, "node-4")
 
 
 def test_a_wiped_state_directory_loses_no_address(
-    cluster: ClusterHandle, kube: Client, ns: str, pools: list[str]
+    cluster: ClusterHandle, kube: Client, ns: str, pools: list[str], figures: Callable[[str], None]
 ) -> None:
     """The agent of node-2 restarts with an empty state directory: pods deleted afterwards still give
     their addresses back (found by claim UID in the API), the others keep theirs."""
@@ -282,7 +284,7 @@ def test_a_wiped_state_directory_loses_no_address(
     wait_for(lambda: len(allocations(cluster, "wipe")) == 2, 120, "the deleted pods' addresses freed")
     after = {a.claim: a.address for a in allocations(cluster, "wipe")}
     assert after.items() <= before.items() and len(after) == 2
-    _leak_line("state directory wiped", cluster, ns, "wipe")
+    _leak_line("state directory wiped", cluster, ns, "wipe", figures)
 
 
 def test_narrowing_a_pool_never_takes_an_address_in_use(

@@ -23,7 +23,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -363,7 +363,9 @@ def _delete_half(cluster: ClusterHandle, kube: Client, namespace: str) -> None:
     )
 
 
-def test_netclaim_ipam_next_to_whereabouts(side: ClusterHandle, side_kube: Client) -> None:
+def test_netclaim_ipam_next_to_whereabouts(
+    side: ClusterHandle, side_kube: Client, figures: Callable[[str], None]
+) -> None:
     cluster, kube = side, side_kube
     wb_kubeconfig, wb_times_log = _install_whereabouts(cluster)
     apply(cluster, "default", ip_pool(POOL, {"subnet": POOL_SUBNET}))
@@ -499,7 +501,7 @@ def test_netclaim_ipam_next_to_whereabouts(side: ClusterHandle, side_kube: Clien
     table = "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows
     )
-    print(
+    figures(
         f"\n\nnetclaim IPAM vs whereabouts v0.9.2, {PODS} pods at once each ({PODS // len(IPAM_NODES)} per "
         f"node, one claim each): all running after {nc_seconds:.0f} s (netclaim) / {wb_seconds:.0f} s "
         f"(whereabouts); then {KEPT} of each kept, {LOST} lost for good with {len(lost[NETCLAIM_NS])} + "
