@@ -18,6 +18,7 @@ from netclaim.adapters.kube import KubeApi
 from netclaim.adapters.kubeletplugin import KubeletPlugin
 from netclaim.api.settings import AgentSettings
 from netclaim.configure.attach import Attacher, PodLocks
+from netclaim.configure.gate import CdiGate
 from netclaim.configure.hooks import PodHooks
 from netclaim.configure.prepare import Preparer
 from netclaim.configure.status import StatusWriter
@@ -66,6 +67,7 @@ async def _start_configure_path(
             attacher=attacher,
             status=status,
             addresses=AddressBook(api, node),
+            gate=CdiGate(settings.cdi_spec_dir) if settings.cdi_spec_dir is not None else None,
             ipam_data_dir=settings.ipam_data_dir,
         )
         health.expect("kubelet")

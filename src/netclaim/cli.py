@@ -205,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--inventory-file", type=Path, help="a synthetic inventory instead of netlink (tests)")
     agent.add_argument("--state-dir", type=Path, help="durable state (default /var/lib/netclaim)")
     agent.add_argument(
+        "--cdi-spec-dir",
+        help="containerd's CDI spec directory, for the fail-closed hook (default /var/run/cdi)",
+    )
+    agent.add_argument(
         "--metrics-address", help="host:port for /metrics (default 127.0.0.1:9177; '' disables)"
     )
     agent.add_argument("--remove-slices-on-exit", type=_flag, help="delete this node's slices when stopping")

@@ -37,6 +37,7 @@ class PreparedDevice:
     pool: str
     device: str
     share_id: str | None
+    cdi_device_ids: tuple[str, ...] = ()
 
 
 class ClaimPreparer(Protocol):
@@ -85,6 +86,7 @@ class _DraService:
             "request_names": [device.request],
             "pool_name": device.pool,
             "device_name": device.device,
+            "cdi_device_ids": list(device.cdi_device_ids),
         }
         if device.share_id and "share_id" in self.pb.Device.DESCRIPTOR.fields_by_name:
             fields["share_id"] = device.share_id

@@ -33,6 +33,10 @@ class AgentSettings(BaseModel):
     )
     inventory_file: Path | None = None
     state_dir: Path = Path("/var/lib/netclaim")
+    cdi_spec_dir: Path | None = Field(
+        default=Path("/var/run/cdi"),
+        description="where containerd reads CDI specs: each claim's fail-closed hook goes there; '' disables",
+    )
     metrics_address: str = "127.0.0.1:9177"
     remove_slices_on_exit: bool = False
     log_level: str = Field(default="info", pattern=r"^(debug|info|warning|error)$")
@@ -74,7 +78,7 @@ def load_settings(flags: dict[str, object], config_file: Path | None) -> AgentSe
         merged["node_name"] = os.environ["NODE_NAME"]
     merged.update({k: v for k, v in flags.items() if v is not None})
     merged = {k: (str(v) if isinstance(v, Path) else v) for k, v in merged.items()}
-    for name in ("nri_socket", "cni_conf_dir"):
+    for name in ("nri_socket", "cni_conf_dir", "cdi_spec_dir"):
         if merged.get(name) == "":
             merged[name] = None
     return validate_strict(AgentSettings, merged, "agent settings")

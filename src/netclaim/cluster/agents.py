@@ -106,6 +106,7 @@ def agent_command(
         f"--kubelet-root-dir={layout.kubelet_dir}",
         f"--nri-socket={layout.nri_socket}",
         f"--state-dir={layout.root / 'netclaim'}",
+        f"--cdi-spec-dir={layout.root / 'cdi'}",
         f"--metrics-address={node.address.ip}:{METRICS_PORT}",
         f"--cni-bin-dir={cni_bin_dir(handle)}",
         f"--ipam-data-dir={layout.ipam_data_dir}",

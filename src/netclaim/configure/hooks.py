@@ -37,6 +37,7 @@ class PodHooks:
         if not rows:
             return
         faults.point("run-pod-sandbox")
+        await faults.stall("stall-run-pod-sandbox")
         if not pod.netns:
             message = (
                 f"pod {pod.namespace}/{pod.name} uses the host network: netclaim.dev claims "

@@ -24,6 +24,7 @@ from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.api.cniconfig import plugin_types
 from netclaim.api.ippool import POOLS_POOL
 from netclaim.configure.attach import Attacher
+from netclaim.configure.gate import CdiGate
 from netclaim.configure.plan import address_requests, negotiate, plan_claim
 from netclaim.configure.status import ClaimRef, Failure, StatusWriter
 from netclaim.configure.store import Attachment, Store
@@ -35,8 +36,11 @@ log = logging.getLogger(__name__)
 UNPREPARE_SECONDS = 10.0
 
 
-def _prepared(rows: list[Attachment]) -> list[PreparedDevice]:
-    interfaces = [PreparedDevice(r.request, r.pool, r.device, r.share_id or None) for r in rows]
+def _prepared(rows: list[Attachment], cdi_ids: list[str]) -> list[PreparedDevice]:
+    """The claim's devices for kubelet: the NICs carry the claim's fail-closed CDI device."""
+    interfaces = [
+        PreparedDevice(r.request, r.pool, r.device, r.share_id or None, tuple(cdi_ids)) for r in rows
+    ]
     pools = [
         PreparedDevice(a.request, a.pool, a.device, a.share_id or None)
         for r in rows
@@ -58,6 +62,7 @@ class Preparer:
         attacher: Attacher,
         status: StatusWriter,
         addresses: AddressBook,
+        gate: CdiGate | None = None,
         ipam_data_dir: Path | None = None,
     ) -> None:
         self.driver = driver
@@ -69,12 +74,13 @@ class Preparer:
         self.attacher = attacher
         self.status = status
         self.addresses = addresses
+        self.gate = gate
         self.ipam_data_dir = ipam_data_dir
 
     async def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         existing = self.store.for_claim(uid)
         if existing:  # idempotent: kubelet asks again after a restart or a lost answer
-            return _prepared(existing)
+            return _prepared(existing, self._write_gate(namespace, name, uid, existing))
         started = time.monotonic()
         claim = await self.api.get_claim(namespace, name)
         if claim.uid != uid:
@@ -92,12 +98,19 @@ class Preparer:
             if requests:  # nothing left behind: the retry takes them again
                 await self._release(claim.uid)
             raise
+        cdi_ids = self._write_gate(namespace, name, uid, rows)
         faults.point("after-prepare")
         self.status.enqueue(ClaimRef(namespace, name, uid))
         elapsed_ms = round((time.monotonic() - started) * 1000, 1)
         devices = [r.device for r in rows]
         log.info("prepared", extra={"claim": f"{namespace}/{name}", "devices": devices, "ms": elapsed_ms})
-        return _prepared(rows)
+        return _prepared(rows, cdi_ids)
+
+    def _write_gate(self, namespace: str, name: str, uid: str, rows: list[Attachment]) -> list[str]:
+        """The claim's CDI spec: its containers start only once its interfaces are in the pod."""
+        if self.gate is None:
+            return []
+        return self.gate.write(f"{namespace}/{name}", uid, [r.plan.interface_name for r in rows])
 
     async def _plan(self, claim: Claim, grants: list[Grant]) -> list[Attachment]:
         planned = plan_claim(
@@ -168,6 +181,8 @@ class Preparer:
         problems = await self.attacher.release(rows, time.monotonic() + UNPREPARE_SECONDS)
         if await self._addresses_end(namespace, name, uid):
             await self.addresses.release(uid)
+        if self.gate is not None:
+            self.gate.remove(uid)
         ref = ClaimRef(namespace, name, uid)
         self.status.forget(ref)
         if problems:  # the claim and its pod go all the same; the claim's status says what happened

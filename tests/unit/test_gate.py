@@ -1,0 +1,88 @@
+"""The fail-closed gate: each claim's CDI spec, and its hook run as runc would run it (real sh, sed, grep
+against this machine's /proc)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netclaim.configure.gate import CDI_KIND, CdiGate, device_id, spec
+from tests.corpus import VALID_CONFIG
+from tests.unit.fakes import configure_rig, sample_allocation, sample_claim, sample_config, sample_device
+
+
+def _run_hook(claim_spec: dict[str, Any], pid: int) -> subprocess.CompletedProcess[str]:
+    [device] = claim_spec["devices"]
+    [hook] = device["containerEdits"]["hooks"]
+    state = json.dumps({"ociVersion": "1.2.0", "id": "c1", "status": "creating", "pid": pid, "bundle": "/b"})
+    return subprocess.run(
+        [hook["path"], *hook["args"][1:]], input=state, capture_output=True, text=True, check=False
+    )
+
+
+def test_the_spec_gives_every_container_of_the_claim_a_create_runtime_hook() -> None:
+    found = spec("ns/c", "0b1c-uid", ["net1"])
+    assert found["kind"] == CDI_KIND == "netclaim.dev/net"
+    [device] = found["devices"]
+    assert device["name"] == "0b1c-uid" and device_id("0b1c-uid") == "netclaim.dev/net=0b1c-uid"
+    [hook] = device["containerEdits"]["hooks"]
+    assert hook["hookName"] == "createRuntime" and hook["path"] == "/bin/sh"
+
+
+def test_the_hook_passes_when_every_interface_is_in_the_containers_namespace() -> None:
+    assert _run_hook(spec("ns/c", "u", ["lo"]), os.getpid()).returncode == 0
+
+
+def test_the_hook_fails_naming_the_claim_while_an_interface_is_missing() -> None:
+    result = _run_hook(spec("ns/c", "u", ["lo", "net1x9"]), os.getpid())
+    assert result.returncode == 1
+    assert "interfaces lo net1x9 of claim ns/c are not attached yet" in result.stderr
+
+
+def test_a_name_is_compared_whole_and_literally() -> None:
+    """`l.` would match `lo` as a regex, `l` as a prefix: neither may pass."""
+    for name in ("l.", "l", "lo'; exit 0; '"):
+        assert _run_hook(spec("ns/c", "u", [name]), os.getpid()).returncode == 1, name
+
+
+def test_without_a_pid_in_the_state_the_hook_fails() -> None:
+    [device] = spec("ns/c", "u", ["lo"])["devices"]
+    [hook] = device["containerEdits"]["hooks"]
+    result = subprocess.run([hook["path"], *hook["args"][1:]], input="{}", capture_output=True, text=True)
+    assert result.returncode == 1
+
+
+def test_specs_are_written_atomically_and_removed(tmp_path: Path) -> None:
+    gate = CdiGate(tmp_path / "cdi")
+    assert gate.write("ns/c", "uid-1", ["net1"]) == ["netclaim.dev/net=uid-1"]
+    written = json.loads((tmp_path / "cdi" / "netclaim.dev-uid-1.json").read_text())
+    assert written == spec("ns/c", "uid-1", ["net1"])
+    assert [p.name for p in (tmp_path / "cdi").iterdir()] == ["netclaim.dev-uid-1.json"]
+    gate.remove("uid-1")
+    gate.remove("uid-1")  # twice is fine (kubelet retries unprepare)
+    assert list((tmp_path / "cdi").iterdir()) == []
+
+
+async def test_prepare_returns_the_claims_cdi_device_and_unprepare_removes_its_spec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nic = sample_device("enp1s0")
+    claim = sample_claim((sample_allocation(nic, "net"),), (sample_config(VALID_CONFIG, requests=("net",)),))
+    rig = configure_rig(tmp_path, monkeypatch)
+    rig.catalog.update([nic])
+    rig.api.add_claim(claim)
+    rig.preparer.gate = CdiGate(tmp_path / "cdi")
+    prepared = await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)
+    assert [d.cdi_device_ids for d in prepared] == [(f"netclaim.dev/net={claim.uid}",)]
+    written = json.loads((tmp_path / "cdi" / f"netclaim.dev-{claim.uid}.json").read_text())
+    assert "grep -qxF -- net1" in written["devices"][0]["containerEdits"]["hooks"][0]["args"][2]
+    again = await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)  # kubelet asking again
+    assert again == prepared
+    await rig.preparer.unprepare(claim.namespace, claim.name, claim.uid)
+    assert list((tmp_path / "cdi").iterdir()) == []
+    rig.store.close()
