@@ -30,7 +30,14 @@ CONTROLLER_METRICS_PORT = 9178
 NAMESPACE = "netclaim-system"
 SERVICE_ACCOUNT = "netclaim-agent"
 DEPLOY_DIR = REPO_ROOT / "deploy"
-CLUSTER_MANIFESTS = ("crds.yaml", "rbac.yaml", "deviceclasses.yaml", "policy.yaml", "admission.yaml")
+CLUSTER_MANIFESTS = (
+    "00-namespace.yaml",
+    "crds.yaml",
+    "rbac.yaml",
+    "deviceclasses.yaml",
+    "policy.yaml",
+    "admission.yaml",
+)
 CRDS = ("ippools.netclaim.dev", "ipallocations.netclaim.dev")
 DEBIAN_CNI_DIR = Path("/usr/lib/cni")  # containernetworking-plugins
 
@@ -100,7 +107,7 @@ def agent_command(
         "agent",
         f"--node-name={node.node.name}",
         f"--kubeconfig={layout.root / 'agent.kubeconfig'}",
-        f"--policy-file={policy.resolve()}",
+        f"--policy-file={policy.absolute()}",
         f"--nic-overrides={layout.nic_overrides}",
         f"--cni-conf-dir={layout.cni_conf_dir}",
         f"--kubelet-root-dir={layout.kubelet_dir}",
