@@ -26,8 +26,8 @@ from netclaim.configure.store import Store
 from netclaim.ipam.addresses import AddressBook
 from netclaim.publish.devices import Device, DeviceCatalog
 from netclaim.publish.inventory import FileInventory, InventorySource, NodeInventory
-from netclaim.publish.loop import Trigger, periodic, publish_loop, watch_inventory, watch_slices
-from netclaim.publish.policy import load_policy
+from netclaim.publish.loop import Trigger, periodic, publish_loop, watch_inventory, watch_policy, watch_slices
+from netclaim.publish.policy import PolicyFile
 from netclaim.publish.publisher import SlicePublisher
 from netclaim.stopping import until_stopped
 
@@ -83,7 +83,7 @@ async def _start_configure_path(
 
 
 async def run(settings: AgentSettings) -> None:
-    policy = load_policy(settings.policy_file)  # a bad policy stops the agent before it touches anything
+    policy = PolicyFile(settings.policy_file)
     source = inventory_source(settings)
     await source.scan()  # likewise a bad overrides or inventory file
     health = Health()
@@ -117,6 +117,7 @@ async def run(settings: AgentSettings) -> None:
         asyncio.create_task(watch_inventory(source, trigger), name="inventory-watch"),
         asyncio.create_task(watch_slices(api, node, driver, trigger), name="slice-watch"),
         asyncio.create_task(periodic(trigger), name="resync"),
+        asyncio.create_task(watch_policy(policy, trigger), name="policy-watch"),
     ]
     plugin = None
     if store is not None:

@@ -15,12 +15,12 @@ from typing import Any, TypeVar
 import pytest
 
 from netclaim import backoff, metrics
-from netclaim.api.publishpolicy import DEFAULT_POLICY
 from netclaim.errors import ApiUnavailableError, ConfigError
 from netclaim.publish import loop
 from netclaim.publish.devices import Device, DeviceCatalog
 from netclaim.publish.inventory import NetworkInterface, NodeInventory, Sysfs
 from netclaim.publish.loop import Trigger, periodic, publish_loop, watch_inventory, watch_slices
+from netclaim.publish.policy import PolicyFile
 from netclaim.publish.publisher import SlicePublisher
 from tests.unit.fakes import FakeInventory, FakeKubeApi, FakeNetlink
 
@@ -169,7 +169,7 @@ async def test_a_pass_publishes_the_scanned_and_held_devices(tasks: list[asyncio
         return [held("enp7s0")]
 
     publisher = SlicePublisher(api, NODE, DRIVER)
-    start(tasks, publish_loop(source, DEFAULT_POLICY, publisher, trigger, catalog, held_devices, published))
+    start(tasks, publish_loop(source, PolicyFile(None), publisher, trigger, catalog, held_devices, published))
     trigger.fire()
     assert await within(published.events.get()) == 1
     assert asked == [{"enp1s0", "enp2s0"}], "held devices are asked with the names present (no virtual NIC)"
@@ -206,7 +206,7 @@ async def test_a_failed_publish_is_retried_until_it_succeeds(
         start(
             tasks,
             publish_loop(
-                source, DEFAULT_POLICY, publisher, trigger, DeviceCatalog(), lambda _: [], published
+                source, PolicyFile(None), publisher, trigger, DeviceCatalog(), lambda _: [], published
             ),
         )
         trigger.fire()  # the only fire: the retry must not need another one
@@ -238,7 +238,7 @@ async def test_a_failed_scan_is_retried(
         start(
             tasks,
             publish_loop(
-                source, DEFAULT_POLICY, publisher, trigger, DeviceCatalog(), lambda _: [], published
+                source, PolicyFile(None), publisher, trigger, DeviceCatalog(), lambda _: [], published
             ),
         )
         trigger.fire()
@@ -280,7 +280,7 @@ async def test_slices_deleted_by_kubelet_are_published_again(tasks: list[asyncio
     publisher = SlicePublisher(api, NODE, DRIVER)
     start(
         tasks,
-        publish_loop(source, DEFAULT_POLICY, publisher, trigger, DeviceCatalog(), lambda _: [], published),
+        publish_loop(source, PolicyFile(None), publisher, trigger, DeviceCatalog(), lambda _: [], published),
     )
     start(tasks, watch_slices(api, NODE, DRIVER, trigger))
     assert await within(published.events.get()) == 1  # the watch's connect fired the first pass

@@ -12,14 +12,15 @@ from collections.abc import Callable
 
 from netclaim import metrics
 from netclaim.adapters.kube import KubeApi
-from netclaim.api.publishpolicy import PublishPolicy
 from netclaim.backoff import supervise
 from netclaim.publish.devices import Device, DeviceCatalog, decide
 from netclaim.publish.inventory import InventorySource
+from netclaim.publish.policy import PolicyFile
 from netclaim.publish.publisher import SlicePublisher
 
 SETTLE_SECONDS = 0.1  # a burst of netlink events becomes one scan
 RESYNC_SECONDS = 300.0
+POLICY_CHECK_SECONDS = 5.0
 
 
 class Trigger:
@@ -39,7 +40,7 @@ class Trigger:
 
 async def publish_loop(
     source: InventorySource,
-    policy: PublishPolicy,
+    policy: PolicyFile,
     publisher: SlicePublisher,
     trigger: Trigger,
     catalog: DeviceCatalog,
@@ -51,7 +52,7 @@ async def publish_loop(
     async def once() -> None:
         await trigger.wait()
         try:
-            scanned = decide(await source.scan(), policy, publisher.driver)
+            scanned = decide(await source.scan(), policy.policy, publisher.driver)
             devices = [d.device for d in scanned if d.device is not None]
             devices += held_devices({d.name for d in devices})
             catalog.update(devices)
@@ -81,6 +82,15 @@ async def watch_slices(api: KubeApi, node: str, driver: str, trigger: Trigger) -
             trigger.fire()
 
     await supervise("slice watch", once, lambda: None)
+
+
+async def watch_policy(policy: PolicyFile, trigger: Trigger, seconds: float = POLICY_CHECK_SECONDS) -> None:
+    """A policy edited in its ConfigMap reaches the file within kubelet's sync period (≤ 1 min by
+    default); checking the file every few seconds adds little to that."""
+    while True:
+        await asyncio.sleep(seconds)
+        if policy.changed():
+            trigger.fire()
 
 
 async def periodic(trigger: Trigger, seconds: float = RESYNC_SECONDS) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from netclaim.files import load_yaml_model
 from netclaim.names import DRIVER_DOMAIN, STANDARD_DOMAIN
 from netclaim.publish.inventory import SAMPLE_INTERFACE, facts_as_attributes
 
+log = logging.getLogger(__name__)
 SHARED_ATTRIBUTE = "shared"  # netclaim.dev/shared: set on every device from the rule's mode
 
 
@@ -104,3 +106,43 @@ def load_policy(path: Path | None) -> PublishPolicy:
     if problems:
         raise ConfigError("\n".join(problems))
     return policy
+
+
+class PolicyFile:
+    """The admin's policy, read again when its file changes (a ConfigMap update swaps the mounted file's
+    target): the next publish uses the new rules without a restart. A changed file that does not load
+    keeps the last good policy and says why; attached pods are never touched by a policy change (a device
+    the new rules no longer offer is only no longer offered)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.policy = load_policy(path)  # a bad policy at start stops the agent before it touches anything
+        self._seen = self._stamp()
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        if self.path is None:
+            return None
+        try:
+            info = self.path.stat()  # follows the ConfigMap's ..data symlink
+        except OSError:
+            return None
+        return info.st_ino, info.st_mtime_ns, info.st_size
+
+    def changed(self) -> bool:
+        """Re-read the file when it changed; True when that gave a new policy."""
+        stamp = self._stamp()
+        if stamp is None or stamp == self._seen:
+            return False
+        self._seen = stamp
+        try:
+            policy = load_policy(self.path)
+        except ConfigError as err:
+            log.warning(
+                "the changed policy does not load; keeping the last good one", extra={"error": str(err)}
+            )
+            return False
+        if policy == self.policy:
+            return False
+        self.policy = policy
+        log.info("policy changed: publishing with the new rules", extra={"file": str(self.path)})
+        return True
