@@ -154,6 +154,9 @@ def test_a_whole_session_with_a_scripted_runtime() -> None:
                 "Configure", nri_pb2.ConfigureRequest(runtime_name="containerd", request_timeout=2000)
             ),
             await runtime.call("Synchronize", nri_pb2.SynchronizeRequest(pods=[pod], more=True)),
+        ]
+        hooks.calls.append(f"states before the last Synchronize {list(states)}")
+        replies += [
             await runtime.call(
                 "Synchronize", nri_pb2.SynchronizeRequest(pods=[nri_pb2.PodSandbox(name="db")], more=False)
             ),
@@ -183,6 +186,7 @@ def test_a_whole_session_with_a_scripted_runtime() -> None:
     assert broken.status.code == 2 and "cannot attach net1" in broken.status.message
     assert state_change.status.code == 0
     assert [c for c in calls if not c.startswith("synchronize")] == [
+        "states before the last Synchronize []",  # not ready while the runtime still synchronizes us
         "run web 1.50",
         "run broken 1.50",
         "stop web",

@@ -156,7 +156,7 @@ class Connection:
         self.reader, self.writer = reader, writer
         self.hooks = hooks
         self.name, self.index = name, index
-        self.on_state = on_state  # told True once the runtime configured us, False when the link is lost
+        self.on_state = on_state  # told True once synchronized (events flow), False when the link is lost
         self.request_timeout = 2.0  # seconds; replaced by the runtime's value in Configure
         self._decoder = MuxDecoder()
         self._write_lock = asyncio.Lock()
@@ -295,8 +295,6 @@ class Connection:
                 "timeout_s": self.request_timeout,
             },
         )
-        if self.on_state is not None:
-            self.on_state(True)
         return nri_pb2.ConfigureResponse(events=EVENT_MASK)
 
     async def _synchronize(self, payload: bytes) -> Message:
@@ -309,6 +307,10 @@ class Connection:
         task = asyncio.create_task(self.hooks.synchronize(pods))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        # Ready only now: the runtime sends pod events to a plugin once its Synchronize is answered, so a
+        # pod that went between Configure and here would be missed by whoever trusted an earlier "ready".
+        if self.on_state is not None:
+            self.on_state(True)
         return nri_pb2.SynchronizeResponse(more=False)
 
     async def _shutdown(self, payload: bytes) -> Message:
