@@ -27,7 +27,7 @@ from netclaim.errors import PrerequisiteError
 PROGRAMS = (
     "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
     "containerd", "containerd-shim-runc-v2", "ctr", "crictl", "etcd", "pause",
-    "whereabouts", "whereabouts-reconcile",
+    "whereabouts", "whereabouts-reconcile", "helm",
 )  # fmt: skip
 # The local cluster's agents run these CNI plugins beside Debian's (netclaim.cluster.agents.cni_bin_dir).
 CNI_PLUGINS = ("whereabouts",)
@@ -84,6 +84,22 @@ _BUILDS = (
             "github.com/k8snetworkplumbingwg/whereabouts/pkg/version.ReleaseStatus=released",
         ),
         renames=(("cmd", "whereabouts"),),
+    ),
+    # helm renders charts/netclaim (tests/test_helm_chart.py). As helm's own Makefile: its version, and the
+    # Kubernetes version of its client-go as the default of .Capabilities.KubeVersion and of lint's checks
+    # (v1.20 otherwise, below the chart's kubeVersion)
+    GoBuild(
+        "helm",
+        ("helm.sh/helm/v3/cmd/helm",),
+        "helm.sh/helm/v3",
+        (
+            "helm.sh/helm/v3/internal/version.version={version}",
+            "helm.sh/helm/v3/internal/version.gitTreeState=clean",
+            "helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1",
+            "helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor={client_go_minor}",
+            "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1",
+            "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor={client_go_minor}",
+        ),
     ),
 )
 
@@ -177,8 +193,12 @@ def _go_build(step: GoBuild, output: Path, log: TextIO) -> None:
     if step.pinned_module:
         version = pinned_version(module_dir / "go.mod", step.pinned_module)
         major, minor = version.lstrip("v").split(".")[:2]
+        fields = {"version": version, "major": major, "minor": minor}
+        if any("{client_go_minor}" in flag for flag in step.version_flags):
+            client_go = pinned_version(module_dir / "go.mod", "k8s.io/client-go")
+            fields["client_go_minor"] = client_go.split(".")[1]  # client-go v0.N goes with Kubernetes 1.N
         for flag in step.version_flags:
-            flags += ["-X", flag.format(version=version, major=major, minor=minor)]
+            flags += ["-X", flag.format(**fields)]
     command = ["go", "build", "-mod=readonly", "-trimpath", "-ldflags", " ".join(flags), "-o", f"{output}/"]
     if step.tags:
         command += ["-tags", step.tags]
