@@ -1,0 +1,39 @@
+{{/* The image of the agent and the controller: repository:tag, the tag defaulting to appVersion. */}}
+{{- define "netclaim.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* imagePullPolicy and imagePullSecrets lines of a container / pod spec, when set. */}}
+{{- define "netclaim.pullPolicy" -}}
+{{- with .Values.image.pullPolicy }}
+imagePullPolicy: {{ . }}
+{{- end }}
+{{- end }}
+
+{{- define "netclaim.pullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The agent's ServiceAccount as the apiserver names it in admission requests. */}}
+{{- define "netclaim.agentUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:netclaim-agent
+{{- end }}
+
+{{/* admission.deviceClassPlugins as the items of a CEL list, filled to 110 columns as in deploy/admission.yaml. */}}
+{{- define "netclaim.deviceClassPlugins" -}}
+{{- $column := 9 }}
+{{- range $i, $plugin := .Values.admission.deviceClassPlugins }}
+{{- if not (regexMatch "^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$" $plugin) }}
+{{- fail (printf "admission.deviceClassPlugins: %q is not a CNI plugin type (letters, digits, _ . -)" $plugin) }}
+{{- end }}
+{{- $item := squote $plugin }}
+{{- if $i }}
+{{- if gt (add $column 3 (len $item)) 110 }},{{ "\n        " }}{{ $column = 8 }}
+{{- else }}, {{ $column = add $column 2 }}{{ end }}
+{{- end }}
+{{- $item }}{{ $column = add $column (len $item) }}
+{{- end }}
+{{- end }}
