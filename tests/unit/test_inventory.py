@@ -375,3 +375,13 @@ async def test_file_inventory_changes_when_the_file_does(tmp_path: Path) -> None
     async with asyncio.timeout(10):
         await second
     await changes.aclose()
+
+
+def test_an_empty_overrides_file_declares_nothing_and_a_missing_one_is_an_error(tmp_path: Path) -> None:
+    """The DaemonSet's FileOrCreate hostPath gives every node an empty file; a path that names no file is
+    a mistake, said with the path."""
+    empty = tmp_path / "nic-overrides.yaml"
+    empty.touch()
+    assert load_overrides(empty) == {}
+    with pytest.raises(ConfigError, match=r"missing\.yaml: cannot read"):
+        load_overrides(tmp_path / "missing.yaml")

@@ -50,6 +50,12 @@ class NicOverrides(BaseModel):
 
 
 def load_overrides(path: Path | None) -> dict[str, NicOverride]:
+    """An empty file declares nothing: the DaemonSet's hostPath creates one on every node."""
     if path is None:
         return {}
+    try:
+        if path.stat().st_size == 0:
+            return {}
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
     return load_yaml_model(path, NicOverrides, "kind: NicOverrides").interfaces
