@@ -159,7 +159,7 @@ def built_bin_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _build_lock(root: Path) -> Iterator[None]:
+def build_lock(root: Path) -> Iterator[None]:
     root.mkdir(parents=True, exist_ok=True)
     with (root / ".build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -169,7 +169,7 @@ def _build_lock(root: Path) -> Iterator[None]:
 def build(log: TextIO = sys.stderr) -> Path:
     """Build every pinned program unless this pin set is already in the cache; return the directory."""
     target = bin_dir()
-    with _build_lock(target.parent):
+    with build_lock(target.parent):
         if all((target / p).is_file() for p in PROGRAMS):
             print(f"cluster programs up to date in {target}", file=log)
             return target

@@ -9,8 +9,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import subprocess
 import tarfile
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,16 +59,81 @@ def _blob(archive: tarfile.TarFile, data: bytes) -> tuple[str, int]:
     return digest, len(data)
 
 
-def write_oci_archive(path: Path, reference: str, layer: Layer, command: list[str]) -> None:
-    """An OCI image layout tarball that `ctr images import` names `reference`."""
-    layer_tar = layer.tar()
-    layer_digest = "sha256:" + hashlib.sha256(layer_tar).hexdigest()
+def _file_digest(path: Path) -> str:
+    with path.open("rb") as source:
+        return "sha256:" + hashlib.file_digest(source, "sha256").hexdigest()
+
+
+def _file_blob(archive: tarfile.TarFile, path: Path, digest: str) -> int:
+    """A blob streamed from a file (a root filesystem's layer is too big to hold twice in memory)."""
+    info = tarfile.TarInfo(f"blobs/sha256/{digest[7:]}")
+    info.size, info.mtime, info.mode = path.stat().st_size, 0, 0o644
+    with path.open("rb") as source:
+        archive.addfile(info, source)
+    return info.size
+
+
+def write_layer(
+    root: Path,
+    output: Path,
+    mtime: int,
+    contents_skipped: Collection[str] = (),
+    paths: Collection[str] | None = None,
+) -> None:
+    """A layer tar of the directory tree `root` (or of its `paths` alone, relative), the same bytes for
+    the same tree: entries sorted, owners numeric with no names, mtimes clamped to `mtime`
+    (SOURCE_DATE_EPOCH), hard links kept, device nodes and sockets left out. The directories named in
+    `contents_skipped` (like "dev") are kept empty: the runtime mounts them."""
+    if paths is None:
+        paths = []
+        for directory, subdirectories, files in os.walk(root):
+            relative = os.path.relpath(directory, root)
+            if relative in contents_skipped:
+                subdirectories.clear()
+                continue
+            prefix = "" if relative == "." else relative + "/"
+            paths += [prefix + name for name in subdirectories + files]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(output, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for path in sorted(paths):  # a parent is a prefix of its children, so it comes first
+            info = archive.gettarinfo(root / path, arcname=path)
+            if info is None or not (info.isreg() or info.isdir() or info.issym() or info.islnk()):
+                continue
+            info.mtime = min(int(info.mtime), mtime)
+            info.uname = info.gname = ""
+            if info.isreg():
+                with (root / path).open("rb") as content:
+                    archive.addfile(info, content)
+            else:
+                archive.addfile(info)
+
+
+def write_oci_archive(
+    path: Path,
+    reference: str,
+    layers: Layer | Sequence[Path],
+    command: list[str],
+    entrypoint: list[str] | None = None,
+) -> str:
+    """An OCI image layout tarball that `ctr images import` names `reference`; its manifest digest.
+
+    `layers` is one Layer, or layer tar files from the bottom up (write_layer), streamed from disk."""
+    if isinstance(layers, Layer):
+        layer_tar = layers.tar()
+        blobs: list[tuple[str, bytes | Path]] = [
+            ("sha256:" + hashlib.sha256(layer_tar).hexdigest(), layer_tar)
+        ]
+    else:
+        blobs = [(_file_digest(layer), layer) for layer in layers]
+    image_config: dict[str, object] = {"Env": [_PATH_ENV], "Cmd": command, "WorkingDir": "/"}
+    if entrypoint is not None:
+        image_config["Entrypoint"] = entrypoint
     config = json.dumps(
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Env": [_PATH_ENV], "Cmd": command, "WorkingDir": "/"},
-            "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+            "config": image_config,
+            "rootfs": {"type": "layers", "diff_ids": [digest for digest, _ in blobs]},
         },
         sort_keys=True,
     ).encode()
@@ -74,7 +141,10 @@ def write_oci_archive(path: Path, reference: str, layer: Layer, command: list[st
     partial = path.with_suffix(".partial")
     with tarfile.open(partial, mode="w") as archive:
         config_digest, config_size = _blob(archive, config)
-        _, layer_size = _blob(archive, layer_tar)
+        sizes = [
+            _file_blob(archive, blob, digest) if isinstance(blob, Path) else _blob(archive, blob)[1]
+            for digest, blob in blobs
+        ]
         manifest = json.dumps(
             {
                 "schemaVersion": 2,
@@ -85,11 +155,8 @@ def write_oci_archive(path: Path, reference: str, layer: Layer, command: list[st
                     "size": config_size,
                 },
                 "layers": [
-                    {
-                        "mediaType": "application/vnd.oci.image.layer.v1.tar",
-                        "digest": layer_digest,
-                        "size": layer_size,
-                    }
+                    {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": digest, "size": size}
+                    for (digest, _), size in zip(blobs, sizes, strict=True)
                 ],
             },
             sort_keys=True,
@@ -118,6 +185,7 @@ def write_oci_archive(path: Path, reference: str, layer: Layer, command: list[st
             info.size, info.mtime, info.mode = len(data), 0, 0o644
             archive.addfile(info, io.BytesIO(data))
     partial.rename(path)
+    return manifest_digest
 
 
 def _base_directories() -> dict[str, int]:
