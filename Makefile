@@ -4,10 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEPS_STAMP := $(VENV)/.deps-stamp
-APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool
+APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool mmdebstrap
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
-.PHONY: deps system-deps bins proto proto-check test unit lint typecheck bench soak demo demo-down clean
+.PHONY: deps system-deps bins image proto proto-check test unit lint typecheck bench soak demo demo-down clean
 
 deps: system-deps $(DEPS_STAMP)
 
@@ -28,6 +28,11 @@ $(DEPS_STAMP): pyproject.toml
 
 bins: deps
 	$(BIN)/netclaim cluster build
+
+# The agent's image without a container engine (mmdebstrap + pip --target), reproducible and cached:
+# build/netclaim-image.tar, for `ctr -n k8s.io images import`. The Dockerfile builds the same content.
+image: deps
+	$(BIN)/netclaim cluster image
 
 PROTOS := $(wildcard proto/netclaim/_proto/*.proto)
 GRPC_PROTOS := proto/netclaim/_proto/dra_v1.proto proto/netclaim/_proto/dra_v1beta1.proto proto/netclaim/_proto/pluginregistration.proto
@@ -53,7 +58,7 @@ typecheck: deps
 
 # Unit tests alone, with the line coverage of the code they exercise (configure/ and publish/ >= 90 %).
 unit: deps
-	$(BIN)/pytest -m 'not cluster' -p no:cacheprovider --cov=netclaim.configure \
+	$(BIN)/pytest -m 'not cluster and not image' -p no:cacheprovider --cov=netclaim.configure \
 	  --cov=netclaim.publish --cov=netclaim.ipam --cov-report=term-missing --cov-fail-under=90 tests
 
 test: deps bins proto-check lint typecheck

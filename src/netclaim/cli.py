@@ -12,6 +12,7 @@ from netclaim.errors import ExpectationError, NetclaimError
 from netclaim.quantity import format_quantity
 
 DEFAULT_CLUSTER_FILE = Path("examples/demo/cluster.yaml")
+DEFAULT_IMAGE_ARCHIVE = Path("build/netclaim-image.tar")
 
 
 def _cluster_name(args: argparse.Namespace) -> str:
@@ -27,6 +28,8 @@ def _cluster(args: argparse.Namespace) -> int:
 
     if args.action == "build":
         binaries.build()
+    elif args.action == "image":
+        return _image(args)
     elif args.action == "up":
         cluster.up(args.file)
     elif args.action == "down":
@@ -39,6 +42,23 @@ def _cluster(args: argparse.Namespace) -> int:
         from netclaim.cluster.keeper import keep_nodes
 
         keep_nodes(_cluster_name(args))
+    return 0
+
+
+def _image(args: argparse.Namespace) -> int:
+    from netclaim.cluster import agent_image
+
+    if args.relock:
+        agent_image.relock()
+        return 0
+    built = agent_image.ensure(args.tag or agent_image.DEFAULT_REF, rebuild=args.rebuild)
+    image = agent_image.export(built, args.output)
+    mib = 1024 * 1024
+    layers = " + ".join(f"{size / mib:.1f}" for size in image.layer_sizes)
+    print(
+        f"image {image.reference} digest {image.digest} size {image.size_bytes / mib:.1f} MiB "
+        f"(layers {layers} MiB uncompressed) in {image.path}"
+    )
     return 0
 
 
@@ -171,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="netclaim", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     cluster = commands.add_parser("cluster", help="a real local Kubernetes cluster with declared NICs")
-    cluster.add_argument("action", choices=["build", "up", "down", "status", "keep-nodes"])
+    cluster.add_argument("action", choices=["build", "image", "up", "down", "status", "keep-nodes"])
     cluster.add_argument("name", nargs="?", help="cluster name (down/status; default: from --file)")
     cluster.add_argument(
         "-f",
@@ -179,6 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=DEFAULT_CLUSTER_FILE,
         help=f"cluster file (default {DEFAULT_CLUSTER_FILE})",
+    )
+    image = cluster.add_argument_group("image", "the agent's container image, built without an engine")
+    image.add_argument(
+        "--tag", help="its reference (default: deploy/'s, registry.example.com/netclaim:0.1.0)"
+    )
+    image.add_argument("--output", type=Path, default=DEFAULT_IMAGE_ARCHIVE, help="%(default)s")
+    image.add_argument("--rebuild", action="store_true", help="build every layer afresh, cache or not")
+    image.add_argument(
+        "--relock", action="store_true", help="resolve image/requirements.lock from pyproject.toml"
     )
     cluster.set_defaults(handler=_cluster)
 

@@ -1,0 +1,107 @@
+"""The agent image's pure parts: what its cache key covers, the lock against pyproject, apt's sources."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from netclaim.cluster import agent_image
+from netclaim.errors import PrerequisiteError
+
+
+def _checkout(root: Path) -> None:
+    (root / "src" / "netclaim" / "__pycache__").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'netclaim'\n")
+    (root / "src" / "netclaim" / "__init__.py").write_text("")
+    (root / "src" / "netclaim" / "cli.py").write_text("def main() -> int:\n    return 0\n")
+
+
+def _hash(root: Path) -> str:
+    return agent_image.files_hash("base", agent_image.source_files(root), root)
+
+
+def test_inputs_hash_follows_sources_and_ignores_caches(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    _checkout(first)
+    _checkout(second)
+    assert _hash(first) == _hash(second)  # names are relative to the checkout
+    (first / "src" / "netclaim" / "__pycache__" / "cli.cpython-311.pyc").write_bytes(b"\0")
+    (first / "src" / "netclaim.egg-info").mkdir()
+    (first / "src" / "netclaim.egg-info" / "PKG-INFO").write_text("Name: netclaim\n")
+    assert _hash(first) == _hash(second)
+    (first / "src" / "netclaim" / "cli.py").write_text("def main() -> int:\n    return 1\n")
+    assert _hash(first) != _hash(second)
+    before = _hash(second)
+    (second / "src" / "netclaim" / "cli.py").rename(second / "src" / "netclaim" / "main.py")
+    assert _hash(second) != before  # a renamed module is another wheel
+    assert agent_image.files_hash("other base", agent_image.source_files(first), first) != _hash(first)
+
+
+def test_the_current_checkout_hashes_stably() -> None:
+    assert agent_image.inputs_hash() == agent_image.inputs_hash()
+    assert agent_image.base_hash() != agent_image.inputs_hash()
+
+
+def test_committed_lock_pins_every_dependency_of_pyproject() -> None:
+    agent_image.check_lock()
+    locked = agent_image.locked_versions()
+    assert {"grpcio", "pydantic-core", "h2"} <= locked.keys()  # transitive ones too
+    assert agent_image.LOCK_FILE.read_text().count("--hash=sha256:") == len(locked)
+
+
+def test_lock_out_of_step_with_pyproject_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\ndependencies = ["pyyaml==6.0.3", "httpx2[http2]==2.1"]\n'
+    )
+    (tmp_path / "lock").write_text(
+        "pyyaml==6.0.3 \\\n    --hash=sha256:00\nhttpx2==2.0 \\\n    --hash=sha256:11\n"
+    )
+    with pytest.raises(PrerequisiteError, match=r"httpx2==2\.1.*--relock"):
+        agent_image.check_lock(tmp_path / "pyproject.toml", tmp_path / "lock")
+    (tmp_path / "pyproject.toml").write_text('[project]\ndependencies = ["pyyaml>=6"]\n')
+    with pytest.raises(PrerequisiteError, match="exact == pin"):
+        agent_image.check_lock(tmp_path / "pyproject.toml", tmp_path / "lock")
+
+
+def test_package_list_drops_comments() -> None:
+    packages = agent_image.debian_packages()
+    assert {"python3", "iptables", "nftables", "ca-certificates"} <= set(packages)
+    assert not [p for p in packages if "#" in p]
+
+
+def test_apt_sources_take_the_hosts_debian_entries(tmp_path: Path) -> None:
+    etc = tmp_path / "apt"
+    (etc / "sources.list.d").mkdir(parents=True)
+    (etc / "sources.list").write_text(
+        "# deb http://commented.example/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main contrib\n"
+        "deb-src http://mirror.example/debian bookworm main\n"
+    )
+    (etc / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n"
+        "Components: main\nSigned-By: /keyring.gpg\n\n"
+        "Types: deb\nURIs: http://security.example/debian-security\nSuites: bookworm-security\n"
+        "Components: main\n\n"
+        "Types: deb\nEnabled: no\nURIs: http://off.example/debian\nSuites: bookworm\nComponents: main\n\n"
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: trixie\nComponents: main\n"
+    )
+    (etc / "sources.list.d" / "other.list").write_text("deb https://vendor.example/apt stable main\n")
+    assert agent_image.apt_sources(etc) == [
+        "deb [signed-by=/k.gpg] http://mirror.example/debian bookworm main",
+        "deb [signed-by=/keyring.gpg] http://mirror.example/debian bookworm main",
+        "deb [signed-by=/keyring.gpg] http://mirror.example/debian bookworm-updates main",
+        "deb http://security.example/debian-security bookworm-security main",
+    ]
+    assert agent_image.apt_sources(tmp_path / "none")[0] == "deb http://deb.debian.org/debian bookworm main"
+
+
+@pytest.mark.parametrize("reference", ["registry.example.com/netclaim:0.1.0", "localhost:5000/netclaim:dev"])
+def test_references_name_a_tag(reference: str) -> None:
+    assert agent_image.check_reference(reference) == reference
+
+
+@pytest.mark.parametrize("reference", ["registry.example.com/netclaim", "localhost:5000/netclaim", "x:"])
+def test_references_without_a_tag_are_refused(reference: str) -> None:
+    with pytest.raises(PrerequisiteError, match="tag"):
+        agent_image.check_reference(reference)
