@@ -29,6 +29,7 @@ class FakeKubeApi(KubeApi):
     slices: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     node_uids: dict[str, str] = field(default_factory=dict)
+    crd_uids: dict[str, str] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
     fail_next: list[NetclaimError] = field(default_factory=list)
     slice_events: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
@@ -98,6 +99,10 @@ class FakeKubeApi(KubeApi):
         self._call("slice_changes")
         while True:
             yield await self.slice_events.get()
+
+    async def crd_uid(self, name: str) -> str:
+        self._call("crd_uid")
+        return self.crd_uids.setdefault(name, f"uid-of-{name}")
 
     async def list_driver_slices(self, driver: str, pool: str) -> list[Slice]:
         self._call("list_driver_slices")

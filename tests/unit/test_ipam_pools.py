@@ -157,7 +157,7 @@ def test_orphans_are_the_allocations_of_claims_that_are_gone() -> None:
 
 def test_slice_bodies_cut_the_devices_into_slices_of_all_nodes() -> None:
     devices = [pool_device(_pool(f"p{i:03d}", SIX), PoolUse(6, 0, 0, {})) for i in reversed(range(130))]
-    bodies = slice_bodies(SAMPLE_DRIVER, devices, 4)
+    bodies = slice_bodies(SAMPLE_DRIVER, devices, 4, "crd-uid")
     assert [b["metadata"]["name"] for b in bodies] == [f"{SLICE_PREFIX}-0", f"{SLICE_PREFIX}-1"]
     assert [len(b["spec"]["devices"]) for b in bodies] == [128, 2]
     assert bodies[0]["spec"]["devices"][0]["name"] == "p000"
@@ -165,7 +165,7 @@ def test_slice_bodies_cut_the_devices_into_slices_of_all_nodes() -> None:
         assert body["spec"]["allNodes"] is True
         assert "nodeName" not in body["spec"]
         assert body["spec"]["pool"] == {"name": POOLS_POOL, "generation": 4, "resourceSliceCount": 2}
-    [empty] = slice_bodies(SAMPLE_DRIVER, [], 1)
+    [empty] = slice_bodies(SAMPLE_DRIVER, [], 1, "crd-uid")
     assert empty["spec"]["devices"] == []  # no pool: still published, "there is none"
 
 
@@ -186,7 +186,26 @@ async def test_the_publisher_writes_once_then_not_while_nothing_changes() -> Non
     assert [d["name"] for d in stored["spec"]["devices"]] == ["lan3"]
     api.calls.clear()
     assert await publisher.publish([_device("lan3", 6)]) == 0
-    assert api.calls == ["list_driver_slices"]
+    assert api.calls == ["list_driver_slices", "crd_uid"]
+
+
+async def test_the_pools_slices_are_owned_by_the_ippool_crd_and_a_new_crd_rewrites_them() -> None:
+    """Deleting the CRD (uninstall) lets the garbage collector remove the slices; a CRD created again has
+    a new UID, and the slices follow it."""
+    api = FakeKubeApi()
+    publisher = PoolPublisher(api, SAMPLE_DRIVER)
+    await publisher.publish([_device("lan3", 6)])
+    assert api.slices[SLICE]["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "name": "ippools.netclaim.dev",
+            "uid": "uid-of-ippools.netclaim.dev",
+        }
+    ]
+    api.crd_uids["ippools.netclaim.dev"] = "a-new-uid"
+    assert await publisher.publish([_device("lan3", 6)]) == 1
+    assert api.slices[SLICE]["metadata"]["ownerReferences"][0]["uid"] == "a-new-uid"
 
 
 async def test_a_capacity_change_is_written_with_the_next_generation() -> None:

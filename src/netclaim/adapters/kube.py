@@ -21,6 +21,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
@@ -193,6 +194,7 @@ class Slice:
     generation: int
     slice_count: int
     devices: tuple[dict[str, Any], ...]
+    owner_uids: tuple[str, ...] = ()
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> Slice:
@@ -203,6 +205,7 @@ class Slice:
             generation=int(spec["pool"]["generation"]),
             slice_count=int(spec["pool"]["resourceSliceCount"]),
             devices=tuple(spec.get("devices") or ()),
+            owner_uids=tuple(str(o["uid"]) for o in data["metadata"].get("ownerReferences") or ()),
         )
 
 
@@ -377,6 +380,13 @@ class KubeApi:
         with translated(f"ResourceSlices of driver {driver}"):
             found = [s.to_dict() async for s in self._client.list(ResourceSlice, fields=selector)]
         return [Slice.from_api(s) for s in found if s["spec"]["pool"]["name"] == pool]
+
+    async def crd_uid(self, name: str) -> str:
+        """The UID of CustomResourceDefinition `name` (the owner of what exists only with it)."""
+        with translated(f"CustomResourceDefinition {name}"):
+            found = await self._client.get(CustomResourceDefinition, name)
+        assert found.metadata is not None and found.metadata.uid is not None
+        return found.metadata.uid
 
     async def get_ippool(self, name: str) -> dict[str, Any]:
         with translated(f"IPPool {name}"):

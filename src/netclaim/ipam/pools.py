@@ -30,6 +30,7 @@ from netclaim.publish.publisher import MAX_DEVICES_PER_SLICE, normalized_device
 
 log = logging.getLogger(__name__)
 SLICE_PREFIX = "netclaim.dev-ip-pools"
+IPPOOL_CRD = "ippools.netclaim.dev"
 
 
 def read_pools(objects: Iterable[dict[str, Any]]) -> tuple[list[IPPool], dict[str, str]]:
@@ -111,7 +112,17 @@ def orphans(allocations: list[IPAllocation], live_claim_uids: set[str]) -> list[
     return [a for a in allocations if a.claim_uid not in live_claim_uids]
 
 
-def slice_bodies(driver: str, devices: list[dict[str, Any]], generation: int) -> list[dict[str, Any]]:
+def slice_bodies(
+    driver: str, devices: list[dict[str, Any]], generation: int, owner_uid: str
+) -> list[dict[str, Any]]:
+    """The pools' slices, owned by the IPPool CRD: uninstalling netclaim (deleting the CRD) lets the
+    garbage collector remove them, as kubelet removes the nodes' slices of a driver that is gone."""
+    owner = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "name": IPPOOL_CRD,
+        "uid": owner_uid,
+    }
     ordered = sorted(devices, key=lambda d: str(d["name"]))
     chunks = [ordered[i : i + MAX_DEVICES_PER_SLICE] for i in range(0, len(ordered), MAX_DEVICES_PER_SLICE)]
     chunks = chunks or [[]]
@@ -119,7 +130,7 @@ def slice_bodies(driver: str, devices: list[dict[str, Any]], generation: int) ->
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
-            "metadata": {"name": f"{SLICE_PREFIX}-{index}"},
+            "metadata": {"name": f"{SLICE_PREFIX}-{index}", "ownerReferences": [owner]},
             "spec": {
                 "driver": driver,
                 "allNodes": True,
@@ -140,19 +151,21 @@ class PoolPublisher:
 
     async def publish(self, devices: list[dict[str, Any]]) -> int:
         current = await self.api.list_driver_slices(self.driver, POOLS_POOL)
+        owner_uid = await self.api.crd_uid(IPPOOL_CRD)
         generation = max((s.generation for s in current), default=0)
-        desired = slice_bodies(self.driver, devices, generation)
+        desired = slice_bodies(self.driver, devices, generation, owner_uid)
         stored = {s.name: s for s in current}
         same = set(stored) == {b["metadata"]["name"] for b in desired} and all(
             [normalized_device(d) for d in stored[b["metadata"]["name"]].devices]
             == [normalized_device(d) for d in b["spec"]["devices"]]
             and stored[b["metadata"]["name"]].slice_count == len(desired)
+            and stored[b["metadata"]["name"]].owner_uids == (owner_uid,)
             for b in desired
         )
         if same:
             return 0
         writes = 0
-        for body in slice_bodies(self.driver, devices, generation + 1):
+        for body in slice_bodies(self.driver, devices, generation + 1, owner_uid):
             await self.api.apply_slice(body)
             metrics.SLICE_WRITES.labels("apply").inc()
             writes += 1
