@@ -18,13 +18,12 @@ from netclaim.cluster import binaries, processes
 from netclaim.cluster.controlplane import ControlPlane
 from netclaim.cluster.images import build_images
 from netclaim.cluster.layout import ClusterLayout
-from netclaim.cluster.node import LocalNode
+from netclaim.cluster.node import LocalNode, install_cni_plugins
 from netclaim.cluster.spec import ClusterSpec, load_cluster_spec
 from netclaim.errors import NetclaimError, PrerequisiteError, TransientError
 
 CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
 KEEPER = "node-keeper"
-CONTROLLER = "netclaim-controller"  # netclaim's own, on the machine (netclaim.cluster.agents)
 _READY_JSONPATH = (
     "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=='Ready')].status}{'\\n'}{end}"
 )
@@ -154,6 +153,7 @@ def _bring_up(handle: ClusterHandle, step: Callable[[str], None]) -> None:
     control_plane.start_scheduler()
     step("images")
     archives = build_images(binaries.cache_root() / "images", bin_dir / "pause")
+    install_cni_plugins(layout, bin_dir, binaries.CNI_PLUGINS)
     for index, node_spec in enumerate(spec.nodes):
         if not node_spec.kubelet:
             continue
@@ -218,7 +218,6 @@ def down(name: str, log: TextIO = sys.stderr, keep_logs: bool = False) -> None:
     spec = _recorded_spec(layout)
     bin_dir = binaries.bin_dir()
     processes.stop(layout.pids, KEEPER, grace=2)
-    processes.stop(layout.pids, CONTROLLER, grace=2)
     if spec is not None:
         for index, node_spec in enumerate(spec.nodes):
             if node_spec.kubelet:
@@ -264,7 +263,7 @@ def status(name: str) -> dict[str, object]:
     for node in spec.nodes:
         pid_dir = layout.node(node.name).root / "pids"
         nodes[node.name] = (
-            {c: processes.running(pid_dir, c) for c in ("holder", "containerd", "kubelet", "netclaim-agent")}
+            {c: processes.running(pid_dir, c) for c in ("holder", "containerd", "kubelet")}
             if node.kubelet
             else {"kubelet": "none (kept Ready by node-keeper)"}
         )

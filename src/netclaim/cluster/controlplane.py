@@ -23,6 +23,23 @@ SERVICE_IP = "10.96.0.1"
 # (setting a GA gate only logs a warning); the tests prove all of them live through the API.
 FEATURE_GATES = "DRAConsumableCapacity=true"
 
+# Pod Security `baseline` enforced wherever a namespace says nothing, as managed clusters do: what needs
+# more (netclaim's agent) must say so in its namespace's labels (deploy/00-namespace.yaml).
+_ADMISSION = {
+    "apiVersion": "apiserver.config.k8s.io/v1",
+    "kind": "AdmissionConfiguration",
+    "plugins": [
+        {
+            "name": "PodSecurity",
+            "configuration": {
+                "apiVersion": "pod-security.admission.config.k8s.io/v1",
+                "kind": "PodSecurityConfiguration",
+                "defaults": {"enforce": "baseline", "enforce-version": "latest"},
+                "exemptions": {"usernames": [], "runtimeClasses": [], "namespaces": []},
+            },
+        }
+    ],
+}
 _AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -135,6 +152,8 @@ class ControlPlane:
         pki = self.layout.pki
         policy = pki / "audit-policy.yaml"
         policy.write_text(yaml.safe_dump(_AUDIT_POLICY))
+        admission = pki / "admission.yaml"
+        admission.write_text(yaml.safe_dump(_ADMISSION))
         self._start(
             "kube-apiserver",
             [
@@ -150,6 +169,7 @@ class ControlPlane:
                 f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",
+                f"--admission-control-config-file={admission}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",

@@ -54,7 +54,13 @@ def _ensure_node(client: Client, name: str, labels: dict[str, str]) -> None:
     except ApiError as err:
         if err.status.code != 404:
             raise
-        all_labels = {"kubernetes.io/hostname": name, "netclaim.dev/kubelet": "false", **labels}
+        # no kubelet runs the agent's DaemonSet pod here: the label that takes the agent off a node
+        all_labels = {
+            "kubernetes.io/hostname": name,
+            "netclaim.dev/kubelet": "false",
+            "netclaim.dev/agent": "disabled",
+            **labels,
+        }
         # Tainted so that ordinary pods, which could never start there, are not scheduled onto it.
         taint = Taint(key="netclaim.dev/kubelet-less", value="true", effect="NoSchedule")
         client.create(Node(metadata=ObjectMeta(name=name, labels=all_labels), spec=NodeSpec(taints=[taint])))
@@ -91,6 +97,6 @@ def keep_nodes(cluster: str) -> None:
         for node in nodes:
             try:
                 heartbeat(client, node.name)
-            except ApiError as err:
-                print(f"heartbeat of {node.name} failed: {err}", flush=True)
+            except Exception as err:  # noqa: BLE001 - it must outlive the apiserver's restarts (tests stop it)
+                print(f"heartbeat of {node.name} failed: {err!r}", flush=True)
         stop.wait(HEARTBEAT_SECONDS)

@@ -35,27 +35,75 @@ class NodeLayout:
         return self.root / "run" / "containerd.sock"
 
     @property
+    def nri_dir(self) -> Path:
+        """The node's /var/run/nri."""
+        return self.root / "nri"
+
+    @property
     def nri_socket(self) -> Path:
-        return self.root / "run" / "nri.sock"
+        return self.nri_dir / "nri.sock"
+
+    @property
+    def cdi_dir(self) -> Path:
+        """The node's /var/run/cdi."""
+        return self.root / "cdi"
+
+    @property
+    def netns_dir(self) -> Path:
+        """The node's /var/run/netns, where containerd pins pod network namespaces."""
+        return self.root / "netns"
+
+    @property
+    def state_dir(self) -> Path:
+        """The node's /var/lib/netclaim: the agent's durable state."""
+        return self.root / "netclaim"
+
+    @property
+    def cni_dir(self) -> Path:
+        """The node's /var/lib/cni (host-local reservations under networks/)."""
+        return self.root / "cni"
 
     @property
     def cni_conf_dir(self) -> Path:
-        return self.root / "cni" / "net.d"
-
-    @property
-    def cni_data_dir(self) -> Path:
-        """host-local IPAM state of the node's primary pod network."""
-        return self.root / "cni" / "networks"
+        """The node's /etc/cni/net.d."""
+        return self.root / "cni-conf"
 
     @property
     def ipam_data_dir(self) -> Path:
-        """host-local reservations of the node's claims: the node's own, as on a real node."""
-        return self.root / "ipam"
+        """host-local's default /var/lib/cni/networks of this node: the primary pod network's and the
+        claims' reservations (each network its own directory), as on a real node."""
+        return self.cni_dir / "networks"
 
     @property
     def nic_overrides(self) -> Path:
-        """Declared NIC properties (speed, NUMA, PCI…) the inventory reads, since veths have none."""
+        """Declared NIC properties (speed, NUMA, PCI…) the inventory reads, since veths have none: the
+        node's /etc/netclaim/nic-overrides.yaml (deploy/daemonset.yaml)."""
         return self.root / "nic-overrides.yaml"
+
+    @property
+    def pod_logs(self) -> Path:
+        """kubelet's podLogsDir of this node."""
+        return self.root / "pod-logs"
+
+    @property
+    def xtables_lock(self) -> Path:
+        return self.root / "xtables.lock"
+
+    def host_paths(self, cni_bin: Path) -> tuple[tuple[Path, str], ...]:
+        """(this node's directory, the standard path its processes and pods see it at)."""
+        return (
+            (self.kubelet_dir, "/var/lib/kubelet"),
+            (self.cni_conf_dir, "/etc/cni/net.d"),
+            (self.cni_dir, "/var/lib/cni"),
+            (cni_bin, "/opt/cni/bin"),
+            (self.nri_dir, "/run/nri"),
+            (self.cdi_dir, "/run/cdi"),
+            (self.netns_dir, "/run/netns"),
+            (self.state_dir, "/var/lib/netclaim"),
+            (self.xtables_lock, "/run/xtables.lock"),
+            (self.nic_overrides, "/etc/netclaim/nic-overrides.yaml"),
+            (self.containerd_socket.parent, "/run/containerd"),  # `ctr` and `crictl` find it there
+        )
 
     @property
     def kubeconfig(self) -> Path:
@@ -98,6 +146,11 @@ class ClusterLayout:
     @property
     def admin_kubeconfig(self) -> Path:
         return self.root / "admin.kubeconfig"
+
+    @property
+    def cni_bin(self) -> Path:
+        """Every node's /opt/cni/bin: Debian's plugins and the pinned ones (netclaim.cluster.node)."""
+        return self.root / "cni-bin"
 
     @property
     def audit_log(self) -> Path:

@@ -2,7 +2,9 @@
 
 Every process of a node is started with `nsenter` into one long-lived holder process, so they all
 share the node's mount namespace (kubelet's volume mounts are visible to runc) and its network
-namespace; inside it /sys is remounted, so /sys/class/net lists the node's own interfaces.
+namespace; inside it /sys is remounted, so /sys/class/net lists the node's own interfaces, and the node's
+own directories are bound at the standard paths (/var/lib/kubelet, /etc/cni/net.d, /opt/cni/bin,
+/var/run/nri…), so a DaemonSet's hostPath volumes reach this node's and no other's.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -18,19 +21,21 @@ from pathlib import Path
 import yaml
 
 from netclaim.cluster import processes
-from netclaim.cluster.controlplane import FEATURE_GATES, ControlPlane
+from netclaim.cluster.controlplane import FEATURE_GATES, SERVICE_IP, ControlPlane
 from netclaim.cluster.images import PAUSE_IMAGE
 from netclaim.cluster.layout import ClusterLayout, NodeLayout
 from netclaim.cluster.spec import ClusterSpec, Node
 from netclaim.errors import TransientError
 
-CNI_BIN_DIR = Path("/usr/lib/cni")
+DEBIAN_CNI_DIR = Path("/usr/lib/cni")  # containernetworking-plugins
 RUNC = Path("/usr/sbin/runc")
 CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
 _HOLDER = "holder"
 
 # Runs inside `unshare --mount --uts --propagation slave`: keep the machine's cgroup tree, enter the
-# node's netns, remount /sys there (so /sys/class/net is the node's), put cgroups back, then wait.
+# node's netns, remount /sys there (so /sys/class/net is the node's), put cgroups back, bind the node's
+# directories at the standard paths ($BINDS: "source=target" words; shared, so that a pod's hostPath with
+# HostToContainer propagation sees containerd's later netns pins), then wait.
 _HOLDER_SCRIPT = """
 set -e
 hostname "$NODE"
@@ -41,6 +46,13 @@ exec nsenter --net="/run/netns/$NETNS" sh -c '
   umount -l /sys
   mount -t sysfs sysfs /sys
   mount --move "$STASH" /sys/fs/cgroup
+  for bind in $BINDS; do
+    source=${bind%%=*} target=${bind#*=}
+    if [ -d "$source" ]; then mkdir -p "$target"; else mkdir -p "${target%/*}"; touch "$target"; fi
+    mount --bind "$source" "$target"
+    mount --make-rshared "$target"
+  done
+  mount -o remount,bind,ro /opt/cni/bin
   echo ready
   exec sleep infinity'
 """
@@ -106,8 +118,25 @@ class LocalNode:
         for key in ("net.ipv4.ip_forward", "net.ipv4.conf.all.rp_filter"):
             value = "1" if key.endswith("forward") else "0"
             processes.run(["ip", "netns", "exec", netns, "sysctl", "-qw", f"{key}={value}"])
+        # the machine (the apiserver's side of the management network) reaches the node's pods, as a
+        # cluster network would route them
+        processes.run(["ip", "route", "replace", str(self.pod_cidr), "via", str(self.address.ip)])
+        self._route_kubernetes_service()
         self._write_nic_overrides()
         self._start_holder()
+
+    def _route_kubernetes_service(self) -> None:
+        """What kube-proxy does for the `kubernetes` Service on a real node, and all pods here need of it:
+        its ClusterIP leads to the apiserver (in-cluster clients: the agents' DaemonSet pods)."""
+        apiserver = f"{self.spec.management_gateway().ip}:{self.spec.ports.apiserver}"
+        for chain in ("OUTPUT", "PREROUTING"):
+            processes.run(
+                [
+                    *("ip", "netns", "exec", self.layout.netns, "iptables", "-t", "nat", "-A", chain),
+                    *("-d", f"{SERVICE_IP}/32", "-p", "tcp", "--dport", "443"),
+                    *("-j", "DNAT", "--to-destination", apiserver),
+                ]
+            )
 
     def _write_nic_overrides(self) -> None:
         overrides = {
@@ -115,7 +144,7 @@ class LocalNode:
             for nic in self.node.nics
             if nic.properties.model_dump(exclude_none=True)
         }
-        self.layout.root.mkdir(parents=True, exist_ok=True)
+        self.layout.nic_overrides.parent.mkdir(parents=True, exist_ok=True)
         self.layout.nic_overrides.write_text(
             yaml.safe_dump(
                 {"apiVersion": "netclaim.dev/v1alpha1", "kind": "NicOverrides", "interfaces": overrides}
@@ -127,6 +156,7 @@ class LocalNode:
             "NODE": self.node.name,
             "NETNS": self.layout.netns,
             "STASH": str(self.layout.root / "cgroup-stash"),
+            "BINDS": " ".join(f"{source}={target}" for source, target in self._host_paths()),
         }
         daemon = processes.start(
             _HOLDER,
@@ -143,6 +173,15 @@ class LocalNode:
                 break
             time.sleep(0.05)
         raise TransientError(f"node {self.node.name}: namespace holder failed; see {daemon.log}")
+
+    def _host_paths(self) -> tuple[tuple[Path, str], ...]:
+        paths = self.layout.host_paths(self.cluster.cni_bin)
+        for source, _ in paths:
+            if source in (self.layout.xtables_lock, self.layout.nic_overrides):
+                source.touch()
+            else:
+                source.mkdir(parents=True, exist_ok=True)
+        return paths
 
     def holder_pid(self) -> int:
         entry = processes.recorded(self.pid_dir, _HOLDER)
@@ -168,7 +207,6 @@ class LocalNode:
 
     def write_cni_config(self) -> None:
         self.layout.cni_conf_dir.mkdir(parents=True, exist_ok=True)
-        self.layout.cni_data_dir.mkdir(parents=True, exist_ok=True)
         gateway = str(next(self.pod_cidr.hosts()))
         conflist = {
             "cniVersion": "1.0.0",
@@ -182,7 +220,6 @@ class LocalNode:
                     "hairpinMode": True,
                     "ipam": {
                         "type": "host-local",
-                        "dataDir": str(self.layout.cni_data_dir),
                         "ranges": [[{"subnet": str(self.pod_cidr), "gateway": gateway}]],
                         "routes": [{"dst": "0.0.0.0/0"}],
                     },
@@ -244,7 +281,7 @@ class LocalNode:
                 str(self.bin / "kubelet"),
                 f"--config={config}",
                 f"--kubeconfig={self.layout.kubeconfig}",
-                f"--root-dir={kubelet_dir}",
+                "--root-dir=/var/lib/kubelet",  # this node's (the holder binds it)
                 f"--cert-dir={self.layout.root / 'kubelet-pki'}",
                 f"--hostname-override={self.node.name}",
                 f"--node-ip={self.address.ip}",
@@ -274,7 +311,7 @@ class LocalNode:
             "cgroupDriver": "cgroupfs",
             "cgroupRoot": self.layout.cgroup_root,
             "failSwapOn": False,
-            "podLogsDir": str(self.layout.root / "pod-logs"),
+            "podLogsDir": str(self.layout.pod_logs),
             "clusterDomain": "cluster.local",
             "resolvConf": "/etc/resolv.conf",
             "serializeImagePulls": False,
@@ -309,10 +346,19 @@ class LocalNode:
                 "--timeout",
                 "30s",
             ]
-            subprocess.run(
-                [*crictl, "rmp", "--all", "--force"], capture_output=True, timeout=120, check=False
+            sandboxes = set(processes.run([*crictl, "pods", "-q"], check=False).split())
+            agents = set(
+                processes.run(
+                    [*crictl, "pods", "-q", "--label", "io.kubernetes.pod.namespace=netclaim-system"],
+                    check=False,
+                ).split()
             )
-        processes.stop(self.pid_dir, "netclaim-agent", grace=5)
+            # the workloads first, while the agent's pod still answers their StopPodSandbox hooks
+            for group in (sorted(sandboxes - agents), sorted(agents)):
+                if group:
+                    subprocess.run(
+                        [*crictl, "rmp", "--force", *group], capture_output=True, timeout=120, check=False
+                    )
         processes.stop(self.pid_dir, "containerd", grace=10)
         for pid in processes.pids_matching(f"-address {self.layout.containerd_socket}"):
             processes.stop_pid(pid, grace=2)
@@ -356,6 +402,26 @@ class LocalNode:
             time.sleep(0.1)
 
 
+def install_cni_plugins(layout: ClusterLayout, bin_dir: Path, pinned: tuple[str, ...]) -> Path:
+    """Every node's /opt/cni/bin: Debian's plugins and the pinned ones the cluster programs include,
+    hard-linked (copied across file systems). Not symlinks: the agent runs only plugins whose real file is
+    in its --cni-bin-dir. Entries already there are kept, so a test may wrap a plugin."""
+    directory = layout.cni_bin
+    directory.mkdir(parents=True, exist_ok=True)
+    sources = [p for p in sorted(DEBIAN_CNI_DIR.iterdir()) if p.is_file()]
+    for source in sources + [bin_dir / name for name in pinned]:
+        target = directory / source.name
+        if target.exists():
+            continue
+        try:
+            os.link(source, target)
+        except OSError:  # another file system: a copy, renamed into place whole
+            partial = target.with_name(f".{target.name}.{os.getpid()}")
+            shutil.copy2(source, partial)
+            partial.rename(target)
+    return directory
+
+
 def _cgroup_hierarchies() -> list[Path]:
     return sorted(p for p in CGROUP_V1_ROOT.iterdir() if p.is_dir() and not p.is_symlink())
 
@@ -381,15 +447,14 @@ state = "{root / "state"}"
     sandbox = "{PAUSE_IMAGE}"
 
 [plugins.'io.containerd.cri.v1.runtime']
-  netns_mounts_under_state_dir = true
   # This VM withholds CAP_SYS_RESOURCE even from root, so the negative oom_score_adj kubelet asks for
   # (sandboxes -998, Guaranteed pods -997) cannot be written; clamp to containerd's own value instead.
   restrict_oom_score_adj = true
   enable_cdi = true
-  cdi_spec_dirs = ["{layout.root / "cdi"}"]
+  cdi_spec_dirs = ["/var/run/cdi"]
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["{CNI_BIN_DIR}"]
-    conf_dir = "{layout.cni_conf_dir}"
+    bin_dirs = ["/opt/cni/bin"]
+    conf_dir = "/etc/cni/net.d"
     max_conf_num = 1
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
@@ -404,7 +469,7 @@ state = "{root / "state"}"
 
 [plugins.'io.containerd.nri.v1.nri']
   disable = false
-  socket_path = "{layout.nri_socket}"
+  socket_path = "/var/run/nri/nri.sock"
   plugin_path = "{root / "nri-plugins"}"
   plugin_config_path = "{root / "nri-conf"}"
   plugin_registration_timeout = "5s"
