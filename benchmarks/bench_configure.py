@@ -33,19 +33,17 @@ def _summary(name: str, values: list[float]) -> str:
 
 
 def _agent_rss_mib(handle: ClusterHandle) -> float:
-    entry = processes.recorded(handle.node(NODE).pid_dir, agents.AGENT)
-    assert entry is not None
-    for line in Path(f"/proc/{entry[0]}/status").read_text().splitlines():
+    pid = agents.agent_pid(handle, NODE)
+    assert pid is not None
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
 
 def _agent_log_values(handle: ClusterHandle, offset: int, message: str, key: str = "ms") -> list[float]:
-    log = handle.layout.logs / NODE / f"{agents.AGENT}.log"
-    with log.open() as stream:
-        stream.seek(offset)
-        lines = [json.loads(line) for line in stream if line.startswith("{")]
+    text = agents.agent_log(handle, NODE)[offset:]
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     return [float(entry[key]) for entry in lines if entry.get("msg") == message and key in entry]
 
 
@@ -130,10 +128,11 @@ def main(pods: int = 20, raw_runs: int = 30) -> None:
         )
     )
     rss_start = _agent_rss_mib(handle)
-    log = handle.layout.logs / NODE / f"{agents.AGENT}.log"
     handle.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(_template()))
 
-    offset = log.stat().st_size  # one pod at a time: the latency of one attach on a quiet node
+    offset = len(
+        agents.agent_log(handle, NODE)
+    )  # one pod at a time: the latency of one attach on a quiet node
     for index in range(pods):
         pod = {
             "apiVersion": "v1",
@@ -149,7 +148,7 @@ def main(pods: int = 20, raw_runs: int = 30) -> None:
     handle.kubectl("delete", "pods", "-l", "app=bench", "--wait=true", timeout=300)
     _wait_gone(handle)
 
-    offset = log.stat().st_size  # a burst: every replica at once on 2 cores
+    offset = len(agents.agent_log(handle, NODE))  # a burst: every replica at once on 2 cores
     started = time.monotonic()
     handle.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(_deployment(pods)))
     handle.kubectl("rollout", "status", "deployment/bench", "--timeout=300s", timeout=320)

@@ -36,15 +36,15 @@ class Snapshot:
 
 
 def _agent_pid(handle: ClusterHandle, node: str) -> int:
-    entry = processes.recorded(handle.node(node).pid_dir, agents.AGENT)
-    assert entry is not None
-    return entry[0]
+    pid = agents.agent_pid(handle, node)
+    assert pid is not None
+    return pid
 
 
 def _rows(handle: ClusterHandle, node: str) -> int:
     import sqlite3
 
-    path = handle.node(node).layout.root / "netclaim" / "netclaim.db"
+    path = handle.node(node).layout.state_dir / "netclaim.db"
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
         return int(db.execute("SELECT count(*) FROM attachments").fetchone()[0])
 

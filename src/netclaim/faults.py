@@ -1,7 +1,7 @@
-"""Named fault points for crash tests: `NETCLAIM_FAULTS=run-pod-sandbox,inside-add` makes the agent
-kill itself (SIGKILL, as a crash would) when it reaches one of them; `stall-run-pod-sandbox` makes the
-RunPodSandbox hook sleep past containerd's budget first (the runtime then starts the sandbox without us).
-Off unless that variable is set.
+"""Named fault points for crash tests: `NETCLAIM_FAULTS=run-pod-sandbox,inside-add` (or the same in the
+file $NETCLAIM_FAULTS_FILE names) makes the agent kill itself (SIGKILL, as a crash would) when it reaches
+one of them; `stall-run-pod-sandbox` makes the RunPodSandbox hook sleep past containerd's budget first (the
+runtime then starts the sandbox without us). Off unless one of them is set.
 
 Points: after-address, after-prepare, run-pod-sandbox, inside-add, before-detach, before-unprepare,
 before-status. Stalls: stall-run-pod-sandbox.
@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import signal
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 POINTS = (
@@ -24,7 +25,20 @@ POINTS = (
     "before-unprepare",
     "before-status",
 )
-_ENABLED = frozenset(p.strip() for p in os.environ.get("NETCLAIM_FAULTS", "").split(",") if p.strip())
+
+
+def _requested() -> str:
+    """$NETCLAIM_FAULTS, and the file $NETCLAIM_FAULTS_FILE names (the local cluster's DaemonSet: a test
+    writes it on the node, then restarts the agent's pod)."""
+    path = os.environ.get("NETCLAIM_FAULTS_FILE")
+    try:
+        written = Path(path).read_text() if path else ""
+    except FileNotFoundError:
+        written = ""
+    return f"{os.environ.get('NETCLAIM_FAULTS', '')},{written}"
+
+
+_ENABLED = frozenset(p.strip() for p in _requested().split(",") if p.strip())
 STALLS = ("stall-run-pod-sandbox",)
 STALL_SECONDS = 5.0  # more than containerd's 2 s NRI request timeout
 _unknown = _ENABLED - set(POINTS) - set(STALLS)
@@ -41,6 +55,8 @@ def point(name: str) -> None:
         log.warning("fault point reached: killing the agent", extra={"point": name})
         for handler in logging.getLogger().handlers:
             handler.flush()
+        if os.getpid() == 1:  # a container's init ignores the signals it sent itself, SIGKILL included
+            os._exit(128 + signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
 

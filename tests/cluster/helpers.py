@@ -158,7 +158,7 @@ def in_pod_netns(cluster: ClusterHandle, node: str, netns: str, *command: str, t
 
 def store_rows(cluster: ClusterHandle, node: str) -> list[dict[str, Any]]:
     """The agent's durable state on a node, read-only."""
-    path = cluster.node(node).layout.root / "netclaim" / "netclaim.db"
+    path = cluster.node(node).layout.state_dir / "netclaim.db"
     if not path.exists():
         return []
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:

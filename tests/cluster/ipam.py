@@ -161,8 +161,7 @@ def allocation_ms(cluster: ClusterHandle, namespace: str) -> list[float]:
     """Per claim of `namespace`: how long its agent took to take its addresses (the agents' logs)."""
     found = []
     for node in IPAM_NODES:
-        log = cluster.layout.logs / node / f"{agents.AGENT}.log"
-        for line in log.read_text().splitlines():
+        for line in agents.agent_log(cluster, node).splitlines():
             if '"addresses allocated"' in line:
                 entry = json.loads(line)
                 if entry["claim"].startswith(f"{namespace}/"):
@@ -202,15 +201,17 @@ def leak_report(cluster: ClusterHandle, namespace: str, pool: str) -> LeakReport
 
 
 def lose_node(cluster: ClusterHandle, kube: Client, node: str) -> None:
-    """The node is gone for good: its agent and kubelet stop (SIGKILL), its Node object is deleted. The
-    pod garbage collector then deletes its pods, and the claims of those pods go with them."""
-    agents.stop_agent(cluster, node, kill=True)
+    """The node is gone for good: its kubelet and agent stop (SIGKILL; kubelet first, so that nothing
+    restarts the agent), its Node object is deleted. The pod garbage collector then deletes its pods, and
+    the claims of those pods go with them."""
     processes.stop(cluster.node(node).pid_dir, "kubelet", grace=0)
+    agents.kill_agent(cluster, node)
     kube.delete(Node, node)
 
 
 def restore_node(cluster: ClusterHandle, kube: Client, node: str) -> None:
-    """Register the node again (kubelet) and start its agent: the next tests find the cluster whole."""
+    """Register the node again (kubelet); the DaemonSet starts its agent: the next tests find the cluster
+    whole."""
     processes.start_recorded(cluster.node(node).pid_dir, "kubelet")
 
     def ready() -> bool:
@@ -222,5 +223,4 @@ def restore_node(cluster: ClusterHandle, kube: Client, node: str) -> None:
         return any(c.type == "Ready" and c.status == "True" for c in conditions or [])
 
     wait_for(ready, 120, f"{node} registered and Ready again")
-    agents.start_agent(cluster, node, POLICY)
-    agents.wait_ready(cluster, [node])
+    agents.wait_ready(cluster, [node], timeout=120)

@@ -18,6 +18,7 @@ from lightkube.resources.core_v1 import Pod, Secret
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
+from netclaim.cluster import agents
 from netclaim.cluster.cluster import ClusterHandle
 from netclaim.cluster.layout import REPO_ROOT
 from tests.cluster.helpers import (
@@ -200,7 +201,7 @@ def test_netclaim_validate_checks_manifests_offline(tmp_path: Path) -> None:
 
 # --- least privilege ----------------------------------------------------------------------------------------
 def test_an_agent_token_cannot_write_another_nodes_slices(cluster: ClusterHandle) -> None:
-    config = KubeConfig.from_file(cluster.node("node-1").layout.root / "agent.kubeconfig")
+    config = KubeConfig.from_file(agents.pod_token_kubeconfig(cluster, "node-1"))
     with Client(config, field_manager="netclaim.dev") as agent:
 
         def slice_for(node: str, driver: str = "netclaim.dev") -> ResourceSlice:
@@ -253,7 +254,7 @@ def test_an_agent_token_takes_addresses_only_for_its_own_node(cluster: ClusterHa
         }
 
     def create_as(agent_node: str, node: str) -> None:
-        path = cluster.node(agent_node).layout.root / "agent.kubeconfig"
+        path = agents.pod_token_kubeconfig(cluster, agent_node)
         cluster.kubectl(
             f"--kubeconfig={path}",
             "create",
@@ -282,7 +283,7 @@ def test_an_agent_token_cannot_write_the_status_of_another_nodes_claim(
     touch = [{"op": "test", "path": "/metadata/name", "value": claim}]  # an UPDATE that changes nothing
 
     def patch_as(node: str, patch: list[dict[str, Any]]) -> None:
-        agent_config = KubeConfig.from_file(cluster.node(node).layout.root / "agent.kubeconfig")
+        agent_config = KubeConfig.from_file(agents.pod_token_kubeconfig(cluster, node))
         with Client(agent_config, field_manager="netclaim.dev") as agent:
             agent.patch(
                 ResourceClaimStatus, claim, patch, namespace=ns, patch_type=PatchType.JSON, dry_run=True

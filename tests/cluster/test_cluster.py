@@ -230,9 +230,4 @@ def test_cluster_status_reports_every_component(cluster: ClusterHandle) -> None:
     report = json.loads(result.stdout)
     assert report["up"] is True
     assert all(report["controlPlane"].values())
-    assert report["nodes"]["node-1"] == {
-        "holder": True,
-        "containerd": True,
-        "kubelet": True,
-        "netclaim-agent": True,
-    }
+    assert report["nodes"]["node-1"] == {"holder": True, "containerd": True, "kubelet": True}

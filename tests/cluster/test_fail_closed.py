@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from tests.cluster.helpers import apply, running
 from tests.cluster.ipam import ip_pool, pod_on, pool_template
 from tests.kube import wait_for
 
-POLICY = Path(__file__).with_name("policy.yaml")
 NODE = "node-2"
 PODS = 10
 CHECK = "ip link show net1 >/dev/null 2>&1 && echo NET1-PRESENT || echo NET1-MISSING; exec sleep 3600"
@@ -54,12 +52,6 @@ def _starts(cluster: ClusterHandle, ns: str, pod: str) -> list[str]:
     return seen + ([previous] if previous.startswith("NET1") else [])
 
 
-def _restart_agent(cluster: ClusterHandle, faults: str = "") -> None:
-    agents.stop_agent(cluster, NODE)
-    agents.start_agent(cluster, NODE, POLICY, faults=faults)
-    agents.wait_ready(cluster, [NODE])
-
-
 def test_pods_created_while_the_agent_is_down_start_only_with_their_interface(
     cluster: ClusterHandle, kube: Client, ns: str, gated_pool: str, figures: Callable[[str], None]
 ) -> None:
@@ -80,8 +72,7 @@ def test_pods_created_while_the_agent_is_down_start_only_with_their_interface(
             time.sleep(0.2)
         assert seen == {"plain"}, f"expected only the pod without claims running, saw {sorted(seen)}"
     finally:
-        agents.start_agent(cluster, NODE, POLICY)
-        agents.wait_ready(cluster, [NODE])
+        agents.start_agent(cluster, NODE)
     back = time.monotonic()
     wait_for(lambda: len(running(kube, ns)) == PODS + 1, 30, "all 10 running within 30 s of the agent")
     outputs = [o for i in range(PODS) for o in _starts(cluster, ns, f"p{i}")]
@@ -98,7 +89,7 @@ def test_a_hook_slower_than_the_runtimes_budget_never_lets_a_container_start_wit
 ) -> None:
     """The RunPodSandbox hook sleeps past containerd's 2 s: the runtime starts each sandbox without us. The
     claims' CDI hook keeps every container from starting until the agent has attached the interface."""
-    _restart_agent(cluster, faults="stall-run-pod-sandbox")
+    agents.restart_agent(cluster, NODE, faults="stall-run-pod-sandbox")
     try:
         apply(
             cluster, ns, pool_template("t", gated_pool), *(_checking_pod(f"p{i}", "t") for i in range(PODS))
@@ -110,7 +101,7 @@ def test_a_hook_slower_than_the_runtimes_budget_never_lets_a_container_start_wit
         elapsed = time.monotonic() - created
         assert len(_running_names(kube, ns)) == PODS, "the stalled hook's pods never ran"
     finally:
-        _restart_agent(cluster)
+        agents.restart_agent(cluster, NODE)
     events = cluster.kubectl("get", "events", "-n", ns, "--field-selector", "reason=Failed", "-o", "name")
     outputs = [o for i in range(PODS) for o in _starts(cluster, ns, f"p{i}")]
     figures(

@@ -15,6 +15,7 @@ ADD and logs pod, µs and exit code, passing stdin, stdout and the exit code thr
 
 from __future__ import annotations
 
+import base64
 import collections
 import ipaddress
 import json
@@ -36,7 +37,6 @@ from lightkube.resources.core_v1 import Pod
 from netclaim.cluster import agents, binaries
 from netclaim.cluster import cluster as local_cluster
 from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.controlplane import write_kubeconfig
 from netclaim.cluster.processes import CommandFailed
 from tests.cluster.helpers import apply, kubectl_json, name_of, running
 from tests.cluster.ipam import (
@@ -120,6 +120,8 @@ subjects: [{{kind: ServiceAccount, name: whereabouts, namespace: {WB_SYSTEM}}}]
 # Times the real plugin's ADD with bash's clock (no fork) and logs "pod start" before it and "pod µs
 # exit-code" after it, each in one append (atomic for a line this short): an ADD killed at the agent's
 # deadline leaves its start alone. stdin, stdout, stderr and the exit code are the real plugin's.
+# Where the agents' pods see whereabouts' files: the node's /opt/cni/bin and /var/lib/cni (hostPaths)
+IN_NODE = {"bin": "/opt/cni/bin", "dir": "/var/lib/cni/whereabouts"}
 SHIM = """#!/bin/bash
 real={real}
 log={log}
@@ -190,9 +192,9 @@ def _whereabouts_crds() -> list[Path]:
     return [crds / name for name in names]
 
 
-def _install_whereabouts(cluster: ClusterHandle) -> tuple[Path, Path]:
+def _install_whereabouts(cluster: ClusterHandle) -> tuple[Path, list[Path]]:
     """CRDs, RBAC, a ServiceAccount kubeconfig, the flat file, the timing shim and the admin's DeviceClass;
-    returns (the kubeconfig, the shim's log)."""
+    returns (the kubeconfig, the shim's log on every node)."""
     for path in _whereabouts_crds():
         cluster.kubectl("apply", "--server-side", "-f", str(path))
     for crd in ("ippools", "overlappingrangeipreservations"):
@@ -200,31 +202,50 @@ def _install_whereabouts(cluster: ClusterHandle) -> tuple[Path, Path]:
             "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}.whereabouts.cni.cncf.io"
         )
     cluster.kubectl("apply", "-f", "-", input_text=WB_RBAC)
-    root = cluster.layout.root / "whereabouts"
-    root.mkdir(exist_ok=True)
-    kubeconfig = root / "whereabouts.kubeconfig"
+    # Its files where the agents' DaemonSet pods see them: each node's /var/lib/cni (a hostPath they mount)
     token = cluster.kubectl("create", "token", "whereabouts", "-n", WB_SYSTEM, "--duration=2h").strip()
     server = f"https://{cluster.spec.management_gateway().ip}:{cluster.spec.ports.apiserver}"
-    write_kubeconfig(kubeconfig, server, cluster.layout.pki / "ca.crt", "whereabouts", {"token": token})
-    config = yaml.safe_load(kubeconfig.read_text())
-    config["contexts"][0]["context"]["namespace"] = WB_SYSTEM
-    kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
-    flat = root / "whereabouts.conf"
-    flat.write_text("{}\n")  # whereabouts requires one; everything is in the inline config
+    ca = base64.b64encode((cluster.layout.pki / "ca.crt").read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority-data": ca}}],
+        "users": [{"name": "whereabouts", "user": {"token": token}}],
+        "contexts": [
+            {"name": "local", "context": {"cluster": "local", "user": "whereabouts", "namespace": WB_SYSTEM}}
+        ],
+        "current-context": "local",
+    }
+    times = []
+    for node in agents.kubelet_nodes(cluster):
+        on_node = cluster.node(node).layout.cni_dir / "whereabouts"
+        on_node.mkdir(exist_ok=True)
+        (on_node / "whereabouts.kubeconfig").write_text(yaml.safe_dump(config, sort_keys=False))
+        (on_node / "whereabouts.kubeconfig").chmod(0o600)
+        (on_node / "whereabouts.conf").write_text("{}\n")  # whereabouts requires one; all is inline
+        (on_node / "add.log").touch()
+        times.append(on_node / "add.log")
+    kubeconfig = (
+        cluster.node(agents.kubelet_nodes(cluster)[0]).layout.cni_dir
+        / "whereabouts"
+        / "whereabouts.kubeconfig"
+    )
 
-    times = cluster.layout.logs / "whereabouts-add.log"
-    plugins = agents.cni_bin_dir(cluster)
+    plugins = cluster.layout.cni_bin
+    if not (plugins / "whereabouts.real").exists():
+        os.link(plugins / "whereabouts", plugins / "whereabouts.real")
     partial = plugins / ".whereabouts.shim"
-    partial.write_text(SHIM.format(real=cluster.bin_dir / "whereabouts", log=times))
+    shim = SHIM.format(real=f"{IN_NODE['bin']}/whereabouts.real", log=f"{IN_NODE['dir']}/add.log")
+    partial.write_text(shim)
     partial.chmod(0o755)
     partial.rename(plugins / "whereabouts")  # in place of the hard link to the real binary
 
     ipam = {
         "type": "whereabouts",
         "range": WB_RANGE,
-        "kubernetes": {"kubeconfig": str(kubeconfig)},
-        "configuration_path": str(flat),
-        "log_file": str(cluster.layout.logs / "whereabouts.log"),
+        "kubernetes": {"kubeconfig": f"{IN_NODE['dir']}/whereabouts.kubeconfig"},
+        "configuration_path": f"{IN_NODE['dir']}/whereabouts.conf",
+        "log_file": f"{IN_NODE['dir']}/whereabouts.log",
         "log_level": "error",
     }
     parameters = {
@@ -305,11 +326,11 @@ class AddTimes:
     killed: int  # never returned: killed at the agent's deadline (the runtime's hook budget)
 
 
-def _add_times(log: Path, namespace: str) -> AddTimes:
-    """What the shim logged for the pods of `namespace`."""
+def _add_times(logs: list[Path], namespace: str) -> AddTimes:
+    """What the shim logged on every node for the pods of `namespace`."""
     ms: dict[str, float] = {}
     starts = ends = failed = 0
-    for line in log.read_text().splitlines() if log.exists() else []:
+    for line in (line for log in logs if log.exists() for line in log.read_text().splitlines()):
         pod, *rest = line.split()
         if not pod.startswith(f"{namespace}/"):
             continue

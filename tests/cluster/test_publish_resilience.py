@@ -182,14 +182,13 @@ def test_a_node_with_1024_nics_is_split_across_slices_and_the_last_one_is_used(
 
 def test_agent_rides_out_the_apiserver_being_away(cluster: ClusterHandle, kube: Client) -> None:
     pids = cluster.layout.pids
-    agent_log = cluster.layout.logs / "node-2" / f"{agents.AGENT}.log"
-    offset = len(agent_log.read_bytes())
+    offset = len(agents.agent_log(cluster, "node-2"))
     processes.stop(pids, "kube-apiserver")
     try:
         in_node(cluster, "node-2", "ip", "link", "add", "hp9", "type", "veth", "peer", "name", "zzhp9")
 
         def backed_off_to_the_cap() -> bool:
-            return "retrying in 10.0 s" in agent_log.read_bytes()[offset:].decode(errors="replace")
+            return "retrying in 10.0 s" in agents.agent_log(cluster, "node-2")[offset:]
 
         # 0.5 + 1 + 2 + 4 + 8 s of failed publishes: the agent rode out ≥ 15 s without the apiserver
         wait_for(backed_off_to_the_cap, 90, "the agent's publish retries backing off to their cap")

@@ -116,9 +116,7 @@ def agent_on_node_2(cluster: ClusterHandle) -> Iterator[Any]:
     """Restart node-2's agent with fault points; afterwards it runs normally again."""
 
     def restart(faults: str = "") -> None:
-        agents.stop_agent(cluster, "node-2")
-        agents.start_agent(cluster, "node-2", POLICY, faults=faults)
-        agents.wait_ready(cluster, ["node-2"])
+        agents.restart_agent(cluster, "node-2", faults)
 
     yield restart
     restart()
@@ -135,7 +133,7 @@ def _config(subnet: str, network: str) -> dict[str, Any]:
 
 
 def _wait_agent_dead(cluster: ClusterHandle) -> None:
-    wait_for(lambda: not agents.agent_running(cluster, "node-2"), 60, "the agent killed at its fault point")
+    wait_for(lambda: agents.restarts(cluster, "node-2") > 0, 60, "the agent killed at its fault point")
 
 
 @pytest.mark.parametrize("point", ["after-prepare", "run-pod-sandbox", "inside-add", "before-status"])
@@ -245,8 +243,7 @@ def _attach_during_outage(cluster: ClusterHandle, kube: Client, ns: str, attempt
             if r["claim_namespace"] == ns and r["claim_name"].startswith(f"{name}-")
         ]
 
-    agent_log = cluster.layout.logs / "node-2" / f"{agents.AGENT}.log"
-    offset = len(agent_log.read_bytes())
+    offset = len(agents.agent_log(cluster, "node-2"))
     wait_for(lambda: bool(rows()), 60, "the claim prepared", interval=0.02)
     processes.stop(pids, "kube-apiserver", grace=0)  # at once: the sandbox is a few 100 ms away
     try:
@@ -255,7 +252,7 @@ def _attach_during_outage(cluster: ClusterHandle, kube: Client, ns: str, attempt
         wait_for(lambda: rows()[0]["state"] == "attached", 25, "attached while the apiserver is away")
 
         def status_write_retried() -> bool:
-            lines = agent_log.read_bytes()[offset:].decode(errors="replace").splitlines()
+            lines = agents.agent_log(cluster, "node-2")[offset:].splitlines()
             return any("status write failed; retrying" in line and f'"{name}-' in line for line in lines)
 
         wait_for(status_write_retried, 60, "the agent retrying the status while the apiserver is away")
@@ -285,8 +282,7 @@ def test_a_hanging_plugin_fails_the_sandbox_instead_of_timing_out(
     network = "hanging-ipam"
     lock_dir = cluster.node("node-2").layout.ipam_data_dir / network
     lock_dir.mkdir(parents=True, exist_ok=True)
-    agent_log = cluster.layout.logs / "node-2" / f"{agents.AGENT}.log"
-    offset = len(agent_log.read_text())
+    offset = len(agents.agent_log(cluster, "node-2"))
     with (lock_dir / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with ReadyWatch(cluster, kube, ns) as watch:
@@ -312,4 +308,4 @@ def test_a_hanging_plugin_fails_the_sandbox_instead_of_timing_out(
             watch.wait_sampled()
     watch.assert_clean()
     # containerd never dropped the plugin for a timeout: the agent's NRI connection stayed up throughout
-    assert "NRI connection lost" not in agent_log.read_text()[offset:]
+    assert "NRI connection lost" not in agents.agent_log(cluster, "node-2")[offset:]

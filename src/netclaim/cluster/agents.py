@@ -1,32 +1,33 @@
-"""Deploy netclaim into the local cluster as in production, with the agents as node processes.
+"""Deploy netclaim into the local cluster as users do: the manifests of `deploy/`, the agents as the pods
+of deploy/'s DaemonSet, running the image `make image` builds (imported into every node's containerd, as
+a registry pull would), with the ServiceAccount token kubelet projects into them.
 
-The manifests of `deploy/` are applied as they are (CRDs, RBAC, DeviceClasses…); each kubelet node then
-runs `netclaim agent` inside its namespaces with a real bound ServiceAccount token (bound to its Node
-object, so the token carries the node name, as a DaemonSet pod's token would), and the machine runs one
-`netclaim controller` with its own ServiceAccount's token.
+The controller runs as deploy/'s Deployment, in the pod network. The lab sets the image reference and
+digest in both and adds one thing to the DaemonSet: a fault file the tests write (NETCLAIM_FAULTS_FILE,
+netclaim.faults). The NIC properties veths lack are each node's /etc/netclaim/nic-overrides.yaml, as on a
+real node whose NICs do not report them.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
+import signal
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-from netclaim.cluster import binaries, processes
-from netclaim.cluster.cluster import CONTROLLER, ClusterHandle
+import yaml
+
+from netclaim.cluster import agent_image, processes
+from netclaim.cluster.cluster import ClusterHandle
 from netclaim.cluster.controlplane import write_kubeconfig
 from netclaim.cluster.layout import REPO_ROOT
-from netclaim.cluster.node import LocalNode
 from netclaim.errors import TransientError
 
-AGENT = "netclaim-agent"
 METRICS_PORT = 9177
-CONTROLLER_METRICS_PORT = 9178
 NAMESPACE = "netclaim-system"
 SERVICE_ACCOUNT = "netclaim-agent"
 DEPLOY_DIR = REPO_ROOT / "deploy"
@@ -38,8 +39,12 @@ CLUSTER_MANIFESTS = (
     "policy.yaml",
     "admission.yaml",
 )
+DAEMONSET = "daemonset.yaml"
+CONTROLLER = "controller.yaml"
 CRDS = ("ippools.netclaim.dev", "ipallocations.netclaim.dev")
-DEBIAN_CNI_DIR = Path("/usr/lib/cni")  # containernetworking-plugins
+AGENT_LABEL = "app.kubernetes.io/name=netclaim-agent"
+DISABLED_LABEL = "netclaim.dev/agent"  # =disabled takes the agent off a node (deploy/daemonset.yaml)
+FAULTS_FILE = "faults"  # in the node's /var/lib/netclaim (NodeLayout.state_dir), the DaemonSet's hostPath
 
 
 def apply_manifests(handle: ClusterHandle, names: tuple[str, ...] = CLUSTER_MANIFESTS) -> None:
@@ -50,151 +55,198 @@ def apply_manifests(handle: ClusterHandle, names: tuple[str, ...] = CLUSTER_MANI
                 handle.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
 
 
-def policy_from_configmap(handle: ClusterHandle) -> Path:
-    """The policy the agents read, fetched from the ConfigMap of deploy/ as a kubelet would mount it."""
-    text = handle.kubectl(
-        "get", "configmap", "netclaim-policy", "-n", NAMESPACE, "-o", "jsonpath={.data.policy\\.yaml}"
+def set_policy(handle: ClusterHandle, policy: Path) -> None:
+    """Replace the publish policy in the netclaim-policy ConfigMap (the agents reload it, no restart)."""
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "netclaim-policy", "namespace": NAMESPACE},
+        "data": {"policy.yaml": policy.read_text()},
+    }
+    handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input_text=json.dumps(configmap))
+
+
+def pod_token_kubeconfig(handle: ClusterHandle, node: str) -> Path:
+    """A kubeconfig with the token kubelet projected into the agent pod of `node` (its ServiceAccount
+    volume, read on the node): what the agent itself authenticates with."""
+    pod = agent_pod(handle, node)
+    if pod is None:
+        raise TransientError(f"no agent pod on {node}")
+    volume = next(v["name"] for v in pod["spec"]["volumes"] if v["name"].startswith("kube-api-access-"))
+    token_file = (
+        f"/var/lib/kubelet/pods/{pod['metadata']['uid']}/volumes/kubernetes.io~projected/{volume}/token"
     )
-    path = handle.layout.root / "policy.yaml"
-    path.write_text(text)
+    token = processes.run([*handle.node(node).enter(), "cat", token_file]).strip()
+    path = handle.node(node).layout.root / "agent-pod.kubeconfig"
+    write_kubeconfig(path, _server(handle), handle.layout.pki / "ca.crt", SERVICE_ACCOUNT, {"token": token})
     return path
 
 
 def agent_kubeconfig(handle: ClusterHandle, node: str, path: Path) -> None:
+    """A token bound to a Node object, for agents run by hand (publish-only ones on kubelet-less nodes)."""
     bound = ("--bound-object-kind=Node", f"--bound-object-name={node}")
-    service_account_kubeconfig(handle, SERVICE_ACCOUNT, path, bound)
-
-
-def service_account_kubeconfig(
-    handle: ClusterHandle, account: str, path: Path, bound: tuple[str, ...] = ()
-) -> None:
-    token = handle.kubectl("create", "token", account, "-n", NAMESPACE, "--duration=48h", *bound).strip()
-    server = f"https://{handle.spec.management_gateway().ip}:{handle.spec.ports.apiserver}"
-    write_kubeconfig(path, server, handle.layout.pki / "ca.crt", account, {"token": token})
-
-
-def cni_bin_dir(handle: ClusterHandle) -> Path:
-    """The agents' plugin directory, `<state>/cni-bin`: Debian's plugins and the pinned ones the cluster
-    programs include (binaries.CNI_PLUGINS: whereabouts), hard-linked (copied across file systems). Not
-    symlinks: the agent runs only plugins whose real file is in its --cni-bin-dir. Entries already there
-    are kept, so a test may wrap a plugin; `down` removes the directory with the rest of the state."""
-    directory = handle.layout.root / "cni-bin"
-    directory.mkdir(parents=True, exist_ok=True)
-    sources = [p for p in sorted(DEBIAN_CNI_DIR.iterdir()) if p.is_file()]
-    for source in sources + [handle.bin_dir / name for name in binaries.CNI_PLUGINS]:
-        target = directory / source.name
-        if target.exists():
-            continue
-        try:
-            os.link(source, target)
-        except FileExistsError:
-            pass  # another agent's start made it first
-        except OSError:  # another file system: a copy, renamed into place whole
-            partial = target.with_name(f".{target.name}.{os.getpid()}")
-            shutil.copy2(source, partial)
-            partial.rename(target)
-    return directory
-
-
-def agent_command(
-    handle: ClusterHandle, node: LocalNode, policy: Path, extra: tuple[str, ...] = ()
-) -> list[str]:
-    layout = node.layout
-    return [
-        sys.executable,
-        "-m",
-        "netclaim",
-        "agent",
-        f"--node-name={node.node.name}",
-        f"--kubeconfig={layout.root / 'agent.kubeconfig'}",
-        f"--policy-file={policy.absolute()}",
-        f"--nic-overrides={layout.nic_overrides}",
-        f"--cni-conf-dir={layout.cni_conf_dir}",
-        f"--kubelet-root-dir={layout.kubelet_dir}",
-        f"--nri-socket={layout.nri_socket}",
-        f"--state-dir={layout.root / 'netclaim'}",
-        f"--cdi-spec-dir={layout.root / 'cdi'}",
-        f"--metrics-address={node.address.ip}:{METRICS_PORT}",
-        f"--cni-bin-dir={cni_bin_dir(handle)}",
-        f"--ipam-data-dir={layout.ipam_data_dir}",
-        *extra,
-    ]
-
-
-def start_agent(
-    handle: ClusterHandle, node_name: str, policy: Path, extra: tuple[str, ...] = (), faults: str = ""
-) -> None:
-    node = handle.node(node_name)
-    agent_kubeconfig(handle, node_name, node.layout.root / "agent.kubeconfig")
-    env = {"PYTHONUNBUFFERED": "1", "NETCLAIM_FAULTS": faults}
-    node.start_daemon(AGENT, agent_command(handle, node, policy, extra), env=env)
-
-
-def stop_agent(handle: ClusterHandle, node_name: str, *, kill: bool = False) -> None:
-    node = handle.node(node_name)
-    processes.stop(node.pid_dir, AGENT, grace=0 if kill else 10)
-
-
-def agent_running(handle: ClusterHandle, node_name: str) -> bool:
-    return processes.running(handle.node(node_name).pid_dir, AGENT)
-
-
-def controller_address(handle: ClusterHandle) -> str:
-    return f"{handle.spec.management_gateway().ip}:{CONTROLLER_METRICS_PORT}"
-
-
-def start_controller(handle: ClusterHandle) -> None:
-    kubeconfig = handle.layout.root / "controller.kubeconfig"
-    service_account_kubeconfig(handle, CONTROLLER, kubeconfig)
-    command = [
-        sys.executable,
-        "-m",
-        "netclaim",
-        "controller",
-        f"--kubeconfig={kubeconfig}",
-        f"--metrics-address={controller_address(handle)}",
-    ]
-    processes.start(
-        CONTROLLER,
-        command,
-        pid_dir=handle.layout.pids,
-        log_dir=handle.layout.logs,
-        env={"PYTHONUNBUFFERED": "1"},
+    token = handle.kubectl("create", "token", SERVICE_ACCOUNT, "-n", NAMESPACE, "--duration=48h", *bound)
+    write_kubeconfig(
+        path, _server(handle), handle.layout.pki / "ca.crt", SERVICE_ACCOUNT, {"token": token.strip()}
     )
 
 
-def stop_controller(handle: ClusterHandle, *, kill: bool = False) -> None:
-    processes.stop(handle.layout.pids, CONTROLLER, grace=0 if kill else 10)
+def _server(handle: ClusterHandle) -> str:
+    return f"https://{handle.spec.management_gateway().ip}:{handle.spec.ports.apiserver}"
 
 
-def controller_ready(handle: ClusterHandle, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not processes.running(handle.layout.pids, CONTROLLER):
-            raise TransientError(f"the netclaim controller exited; see {handle.layout.logs / CONTROLLER}.log")
-        try:
-            with urllib.request.urlopen(f"http://{controller_address(handle)}/readyz", timeout=2) as answer:
-                if all(json.loads(answer.read()).values()):
-                    return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.2)
-    raise TransientError(f"the netclaim controller is not ready after {timeout:.0f} s")
+def lab_manifest(name: str, archive: agent_image.ImageArchive) -> dict[str, Any]:
+    """deploy/'s DaemonSet or Deployment with the lab's additions (the module's docstring). The image's
+    digest is an annotation of the pod template, so that a rebuilt image rolls the pods, as a new tag
+    would."""
+    manifest: dict[str, Any] = yaml.safe_load((DEPLOY_DIR / name).read_text())
+    template = manifest["spec"]["template"]
+    template["metadata"].setdefault("annotations", {})["netclaim.dev/image-digest"] = archive.digest
+    container = template["spec"]["containers"][0]
+    container["image"] = archive.reference
+    if name == DAEMONSET:
+        container["env"].append({"name": "NETCLAIM_FAULTS_FILE", "value": f"/var/lib/netclaim/{FAULTS_FILE}"})
+    return manifest
 
 
-def deploy(handle: ClusterHandle, policy: Path | None = None, extra: tuple[str, ...] = ()) -> None:
-    """Manifests, the controller, then one agent per kubelet node (policy: a file, else deploy/'s
-    ConfigMap); waits until the controller and every agent are ready."""
+def import_image(handle: ClusterHandle, archive: agent_image.ImageArchive) -> None:
+    for node in kubelet_nodes(handle):
+        handle.node(node).import_images({archive.reference: archive.path})
+
+
+def deploy(handle: ClusterHandle, policy: Path | None = None) -> None:
+    """Everything in deploy/ with `make image`'s image: the manifests, the controller's Deployment, the
+    agents' DaemonSet (policy: a file for the ConfigMap, else deploy/'s); waits until the controller and
+    every agent are ready."""
+    archive = agent_image.ensure()
+    import_image(handle, archive)
     apply_manifests(handle)
-    if not processes.running(handle.layout.pids, CONTROLLER):
-        start_controller(handle)
-    controller_ready(handle)
-    policy = policy or policy_from_configmap(handle)
-    nodes = [n.name for n in handle.spec.nodes if n.kubelet]
-    for name in nodes:
-        if not agent_running(handle, name):
-            start_agent(handle, name, policy, extra)
-    wait_ready(handle, nodes)
+    if policy is not None:
+        set_policy(handle, policy)
+    for name in (CONTROLLER, DAEMONSET):
+        text = json.dumps(lab_manifest(name, archive))
+        handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input_text=text)
+    rollout = ("rollout", "status", "-n", NAMESPACE, "--timeout=300s")
+    handle.kubectl(*rollout, "daemonset/netclaim-agent", timeout=310)
+    handle.kubectl(*rollout, "deployment/netclaim-controller", timeout=310)
+    wait_ready(handle, kubelet_nodes(handle))
+
+
+def kubelet_nodes(handle: ClusterHandle) -> list[str]:
+    return [n.name for n in handle.spec.nodes if n.kubelet]
+
+
+# --- one node's agent: its DaemonSet pod ---------------------------------------------------------------
+def agent_pod(handle: ClusterHandle, node: str) -> dict[str, Any] | None:
+    """The agent's pod on `node` that is not being deleted, if any."""
+    found = json.loads(
+        handle.kubectl(
+            *("get", "pods", "-n", NAMESPACE, "-l", AGENT_LABEL),
+            *("--field-selector", f"spec.nodeName={node}", "-o", "json"),
+        )
+    )["items"]
+    live = [p for p in found if not p["metadata"].get("deletionTimestamp")]
+    return live[0] if live else None
+
+
+def restarts(handle: ClusterHandle, node: str) -> int:
+    """How often kubelet restarted the agent container of `node`'s current pod (crashes, kill -9)."""
+    pod = agent_pod(handle, node)
+    statuses = (pod or {}).get("status", {}).get("containerStatuses") or [{}]
+    return int(statuses[0].get("restartCount", 0))
+
+
+def set_faults(handle: ClusterHandle, node: str, faults: str) -> None:
+    """The fault points (netclaim.faults) the next agent process on `node` reads at its start."""
+    path = handle.node(node).layout.state_dir / FAULTS_FILE
+    if faults:
+        path.write_text(faults)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def stop_agent(handle: ClusterHandle, node: str) -> None:
+    """Take the agent off `node` as an admin would (the node label of deploy/daemonset.yaml) and wait
+    until its pod is gone."""
+    handle.kubectl("label", "node", node, f"{DISABLED_LABEL}=disabled", "--overwrite")
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if not json.loads(
+            handle.kubectl(
+                *("get", "pods", "-n", NAMESPACE, "-l", AGENT_LABEL),
+                *("--field-selector", f"spec.nodeName={node}", "-o", "json"),
+            )
+        )["items"]:
+            return
+        time.sleep(0.2)
+    raise TransientError(f"the agent pod of {node} is still there 90 s after the node was labelled")
+
+
+def start_agent(handle: ClusterHandle, node: str, faults: str = "", *, wait: bool = True) -> None:
+    """Let the DaemonSet run its pod on `node` again (with `faults` set) and wait until it is ready."""
+    set_faults(handle, node, faults)
+    handle.kubectl("label", "node", node, f"{DISABLED_LABEL}-")
+    if wait:
+        wait_ready(handle, [node])
+
+
+def restart_agent(handle: ClusterHandle, node: str, faults: str = "") -> None:
+    """`kubectl delete pod` of the agent on `node`: the DaemonSet makes a new one (reading `faults`)."""
+    set_faults(handle, node, faults)
+    pod = agent_pod(handle, node)
+    if pod is not None:
+        handle.kubectl("delete", "pod", "-n", NAMESPACE, pod["metadata"]["name"], "--wait=true", timeout=120)
+    wait_ready(handle, [node])
+
+
+def agent_pid(handle: ClusterHandle, node: str) -> int | None:
+    """The agent's process on `node` as the machine sees it (crictl inspect), while its container runs."""
+    local = handle.node(node)
+    crictl = [
+        str(handle.bin_dir / "crictl"),
+        "--runtime-endpoint",
+        f"unix://{local.layout.containerd_socket}",
+    ]
+    ids = processes.run(
+        [*crictl, "ps", "--state", "running", "--label", f"io.kubernetes.pod.namespace={NAMESPACE}", "-q"]
+    ).split()
+    for container in ids:
+        info = json.loads(processes.run([*crictl, "inspect", container]))
+        if info["status"]["metadata"]["name"] == "agent":
+            return int(info["info"]["pid"])
+    return None
+
+
+def kill_agent(handle: ClusterHandle, node: str) -> None:
+    """SIGKILL the agent's process, as a crash or the OOM killer would; kubelet restarts the container."""
+    pid = agent_pid(handle, node)
+    if pid is None:
+        raise TransientError(f"no running agent container on {node}")
+    os.kill(pid, signal.SIGKILL)
+
+
+def agent_running(handle: ClusterHandle, node: str) -> bool:
+    return agent_pid(handle, node) is not None
+
+
+def agent_log(handle: ClusterHandle, node: str) -> str:
+    """What the agent of `node` wrote, every container of its newest pod in order: kubelet's CRI log files,
+    read from the node's disk (so also while the apiserver is away), each line's timestamp, stream and tag
+    taken off, partial lines joined."""
+    pods = handle.node(node).layout.pod_logs.glob(f"{NAMESPACE}_netclaim-agent-*/agent")
+    newest = max(
+        pods, key=lambda d: max((f.stat().st_mtime for f in d.glob("*.log")), default=0), default=None
+    )
+    if newest is None:
+        return ""
+    files = sorted(newest.glob("*.log"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+    text: list[str] = []
+    for path in files:
+        for line in path.read_text(errors="replace").splitlines():
+            parts = line.split(" ", 3)
+            if len(parts) == 4:
+                text.append(parts[3] + ("\n" if parts[2] == "F" else ""))
+    return "".join(text)
 
 
 def readiness(handle: ClusterHandle, node_name: str) -> dict[str, bool] | None:
@@ -215,14 +267,18 @@ def wait_ready(handle: ClusterHandle, nodes: list[str], timeout: float = 60) -> 
     waiting = set(nodes)
     while waiting and time.monotonic() < deadline:
         for name in sorted(waiting):
-            if not agent_running(handle, name):
-                log = handle.layout.logs / name / f"{AGENT}.log"
-                raise TransientError(f"the netclaim agent of {name} exited; see {log}")
             report = readiness(handle, name)
             if report and all(report.values()):
                 waiting.discard(name)
         if waiting:
             time.sleep(0.2)
     if waiting:
-        reports = {name: readiness(handle, name) for name in sorted(waiting)}
+        reports = {name: (readiness(handle, name), _pod_state(handle, name)) for name in sorted(waiting)}
         raise TransientError(f"netclaim agents not ready after {timeout:.0f} s: {reports}")
+
+
+def _pod_state(handle: ClusterHandle, node: str) -> object:
+    pod = agent_pod(handle, node)
+    if pod is None:
+        return "no agent pod"
+    return pod.get("status", {}).get("containerStatuses") or pod.get("status", {}).get("conditions")
