@@ -58,7 +58,7 @@ typecheck: deps
 
 # Unit tests alone, with the line coverage of the code they exercise (configure/ and publish/ >= 90 %).
 unit: deps
-	$(BIN)/pytest -m 'not cluster and not image' -p no:cacheprovider --cov=netclaim.configure \
+	$(BIN)/pytest -m 'not cluster and not image and not programs' -p no:cacheprovider --cov=netclaim.configure \
 	  --cov=netclaim.publish --cov=netclaim.ipam --cov-report=term-missing --cov-fail-under=90 tests
 
 test: deps bins proto-check lint typecheck

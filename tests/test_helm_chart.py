@@ -19,6 +19,8 @@ from netclaim.cluster.binaries import built_bin_dir
 from netclaim.cluster.layout import REPO_ROOT
 from netclaim.errors import PrerequisiteError
 
+pytestmark = pytest.mark.programs
+
 CHART = REPO_ROOT / "charts" / "netclaim"
 DEPLOY = REPO_ROOT / "deploy"
 NAMESPACE = "netclaim-system"
