@@ -1,0 +1,176 @@
+"""Upgrades without disruption: the agents' DaemonSet rolls to a new image tag, twice, and one agent pod is
+deleted by hand, while a Deployment with claims scales 0 → 20 → 0 three times.
+
+Every container checks for itself: it prints NET1-PRESENT or NET1-MISSING as it starts, then watches its
+interface every 200 ms and prints NET1-LOST if it goes. The test reads every container's log before each
+scale-down, then counts what is left behind: links on the nodes, addresses (IPAllocations and host-local
+files), the agents' state rows and the claims' status entries."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod
+
+from netclaim.cluster import agents, processes
+from netclaim.cluster.cluster import ClusterHandle
+from tests.cluster.helpers import apply, deployment, kubectl_json, running, store_rows
+from tests.cluster.ipam import IPAM_NODES, allocations, ip_pool, pool_template
+from tests.kube import wait_for
+
+REPLICAS = 20
+CYCLES = 3
+NEXT_TAG = "-next"
+WATCH = (
+    "trap 'exit 0' TERM; "
+    "if ip link show net1 >/dev/null 2>&1; then echo NET1-PRESENT; else echo NET1-MISSING; fi; "
+    "while ip link show net1 >/dev/null 2>&1; do sleep 0.2; done; echo NET1-LOST; "
+    "while true; do sleep 1; done"
+)
+
+
+@pytest.fixture
+def churn_pool(cluster: ClusterHandle) -> Iterator[str]:
+    apply(cluster, "default", ip_pool("upgrade", {"subnet": "10.70.0.0/24"}))
+    yield "upgrade"
+    cluster.kubectl("delete", "ippool", "upgrade", "--ignore-not-found")
+
+
+def _image(cluster: ClusterHandle) -> str:
+    return str(
+        cluster.kubectl(
+            *("get", "ds", "netclaim-agent", "-n", agents.NAMESPACE),
+            *("-o", "jsonpath={.spec.template.spec.containers[0].image}"),
+        )
+    )
+
+
+@pytest.fixture
+def two_tags(cluster: ClusterHandle) -> Iterator[tuple[str, str]]:
+    """The running image and the same image under a new tag on every node: an upgrade as kubelet sees one
+    (a new pod template, a new reference to pull); the DaemonSet is back on the first tag afterwards."""
+    current = _image(cluster)
+    upgraded = current + NEXT_TAG
+    for node in agents.kubelet_nodes(cluster):
+        ctr = [str(cluster.bin_dir / "ctr"), "-n", "k8s.io", "images", "tag", "--force", current, upgraded]
+        processes.run([*cluster.node(node).enter(), *ctr])
+    yield current, upgraded
+    if _image(cluster) != current:
+        _roll(cluster, current)
+    agents.wait_ready(cluster, agents.kubelet_nodes(cluster))
+
+
+def _roll(cluster: ClusterHandle, image: str) -> None:
+    cluster.kubectl("set", "image", "-n", agents.NAMESPACE, "daemonset/netclaim-agent", f"agent={image}")
+    cluster.kubectl(
+        *("rollout", "status", "-n", agents.NAMESPACE, "daemonset/netclaim-agent", "--timeout=300s"),
+        timeout=310,
+    )
+
+
+def _churn_deployment(template: str) -> dict[str, Any]:
+    manifest = deployment("churn", 0, template)
+    spec = manifest["spec"]["template"]["spec"]
+    spec["containers"][0]["command"] = ["sh", "-c", WATCH]
+    spec["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": list(IPAM_NODES)}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    return manifest
+
+
+def _links(cluster: ClusterHandle) -> dict[str, int]:
+    return {
+        node: len(processes.run([*cluster.node(node).enter(), "ip", "-o", "link", "show"]).splitlines())
+        for node in agents.kubelet_nodes(cluster)
+    }
+
+
+def _scale(cluster: ClusterHandle, replicas: int, ns: str) -> None:
+    cluster.kubectl("scale", "-n", ns, "deployment/churn", f"--replicas={replicas}")
+
+
+def test_rolling_updates_under_churn_leave_no_pod_without_its_interface_and_nothing_behind(
+    cluster: ClusterHandle,
+    kube: Client,
+    ns: str,
+    churn_pool: str,
+    two_tags: tuple[str, str],
+    figures: Callable[[str], None],
+) -> None:
+    current, upgraded = two_tags
+    links_before = _links(cluster)
+    apply(cluster, ns, pool_template("t", churn_pool), _churn_deployment("t"))
+    rollouts: list[str] = []
+    failures: list[BaseException] = []
+
+    def upgrade() -> None:
+        try:
+            for image in (upgraded, current):
+                started = time.monotonic()
+                _roll(cluster, image)
+                rollouts.append(f"{image.rsplit(':', 1)[1]} in {time.monotonic() - started:.0f} s")
+        except BaseException as err:
+            failures.append(err)
+
+    starts: list[str] = []
+    deleted_agent = ""
+    roller = threading.Thread(target=upgrade, daemon=True)
+    roller.start()
+    for cycle in range(CYCLES):
+        _scale(cluster, REPLICAS, ns)
+        if cycle == CYCLES - 1:  # and `kubectl delete pod` of one agent while the last wave starts
+            agent = agents.agent_pod(cluster, "node-2")
+            if agent is not None:
+                deleted_agent = agent["metadata"]["name"]
+                cluster.kubectl("delete", "pod", "-n", agents.NAMESPACE, deleted_agent, "--wait=false")
+        wait_for(
+            lambda: len(running(kube, ns)) == REPLICAS, 300, f"wave {cycle + 1}: {REPLICAS} pods running"
+        )
+        time.sleep(2)  # each container's watch loop runs a few rounds
+        for pod in kube.list(Pod, namespace=ns):
+            assert pod.metadata is not None and pod.metadata.name is not None
+            starts += cluster.kubectl("logs", "-n", ns, pod.metadata.name).split()
+        _scale(cluster, 0, ns)
+        wait_for(lambda: not list(kube.list(Pod, namespace=ns)), 300, f"wave {cycle + 1}: pods gone")
+    roller.join(timeout=600)
+    assert not failures, failures
+    assert len(rollouts) == 2, rollouts
+    agents.wait_ready(cluster, agents.kubelet_nodes(cluster))
+
+    wait_for(lambda: not allocations(cluster, churn_pool), 120, "every address of the pool released")
+    wait_for(lambda: _links(cluster) == links_before, 60, "the nodes' links back to what they were")
+    rows = [
+        r
+        for node in agents.kubelet_nodes(cluster)
+        for r in store_rows(cluster, node)
+        if r["claim_namespace"] == ns
+    ]
+    claims = kubectl_json(cluster, "get", "resourceclaims", "-n", ns)["items"]
+    entries = [e for c in claims for e in (c.get("status", {}).get("devices") or [])]
+    counts = {s: starts.count(s) for s in ("NET1-PRESENT", "NET1-MISSING", "NET1-LOST")}
+    figures(
+        f"\nrolling update under churn: {CYCLES} waves of {REPLICAS} pods, rollouts {rollouts}, agent pod "
+        f"{deleted_agent or '(none)'} deleted by hand; container starts with net1 {counts['NET1-PRESENT']}, "
+        f"without {counts['NET1-MISSING']}, interfaces lost while running {counts['NET1-LOST']}; "
+        f"leaked: links {sum(_links(cluster).values()) - sum(links_before.values())}, "
+        f"addresses {len(allocations(cluster, churn_pool))}, state rows {len(rows)}, "
+        f"claims {len(claims)}, status entries {len(entries)}"
+    )
+    assert counts == {"NET1-PRESENT": CYCLES * REPLICAS, "NET1-MISSING": 0, "NET1-LOST": 0}, counts
+    assert deleted_agent
+    assert (rows, claims, entries) == ([], [], [])
