@@ -22,7 +22,6 @@ from netclaim.cluster import agents, cluster, processes
 from netclaim.cluster.cluster import ClusterHandle
 
 HERE = Path(__file__).resolve().parent
-POLICY = HERE.parent / "deploy" / "policy.yaml"
 NODE = "node-1"
 
 
@@ -120,7 +119,7 @@ def _wait_gone(handle: ClusterHandle) -> None:
 
 def main(pods: int = 20, raw_runs: int = 30) -> None:
     handle = cluster.up(HERE / "cluster.yaml")
-    agents.deploy(handle, POLICY)
+    agents.deploy(handle)  # deploy/ as it is, its policy ConfigMap included
     node = handle.node(NODE)
     raw = json.loads(
         processes.run(

@@ -136,11 +136,7 @@ def kubectl_json(cluster: ClusterHandle, *args: str) -> Any:
 
 def sandbox_netns(cluster: ClusterHandle, node: str, pod_uid: str) -> str:
     """The network namespace path of a pod's sandbox, from the node's containerd (crictl)."""
-    crictl = [
-        str(cluster.bin_dir / "crictl"),
-        "--runtime-endpoint",
-        f"unix://{cluster.node(node).layout.containerd_socket}",
-    ]
+    crictl = cluster.node(node).crictl()
     sandbox = processes.run(
         [*crictl, "pods", "--state", "ready", "--label", f"io.kubernetes.pod.uid={pod_uid}", "-q"]
     ).split()[0]

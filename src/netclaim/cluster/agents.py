@@ -201,12 +201,7 @@ def restart_agent(handle: ClusterHandle, node: str, faults: str = "") -> None:
 
 def agent_pid(handle: ClusterHandle, node: str) -> int | None:
     """The agent's process on `node` as the machine sees it (crictl inspect), while its container runs."""
-    local = handle.node(node)
-    crictl = [
-        str(handle.bin_dir / "crictl"),
-        "--runtime-endpoint",
-        f"unix://{local.layout.containerd_socket}",
-    ]
+    crictl = handle.node(node).crictl()
     ids = processes.run(
         [*crictl, "ps", "--state", "running", "--label", f"io.kubernetes.pod.namespace={NAMESPACE}", "-q"]
     ).split()

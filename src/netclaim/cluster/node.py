@@ -248,6 +248,10 @@ class LocalNode:
             f"node {self.node.name}: containerd did not start; see {self.log_dir / 'containerd.log'}"
         )
 
+    def crictl(self) -> list[str]:
+        """The command prefix of crictl talking to this node's containerd."""
+        return [str(self.bin / "crictl"), "--runtime-endpoint", f"unix://{self.layout.containerd_socket}"]
+
     def _ctr(self, args: list[str], check: bool = True) -> bool:
         command = [
             str(self.bin / "ctr"),
@@ -339,13 +343,7 @@ class LocalNode:
         interfaces and releases their addresses as it would on a real node."""
         processes.stop(self.pid_dir, "kubelet", grace=10)
         if processes.running(self.pid_dir, "containerd") and processes.running(self.pid_dir, _HOLDER):
-            crictl = [
-                str(self.bin / "crictl"),
-                "--runtime-endpoint",
-                f"unix://{self.layout.containerd_socket}",
-                "--timeout",
-                "30s",
-            ]
+            crictl = [*self.crictl(), "--timeout", "30s"]
             sandboxes = set(processes.run([*crictl, "pods", "-q"], check=False).split())
             agents = set(
                 processes.run(
