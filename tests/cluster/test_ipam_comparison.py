@@ -410,9 +410,10 @@ def test_netclaim_ipam_next_to_whereabouts(
     )
 
     wb_seconds = _run_pods(cluster, kube, WHEREABOUTS_NS, _whereabouts_template("t"), *spread("p", "t", PODS))
+    # a sandbox retried after a killed ADD writes its claim's status once attached, with the write's backoff
     wait_for(
         lambda: len(pod_addresses(cluster, WHEREABOUTS_NS, nic=True)) == PODS,
-        60,
+        180,
         "60 claims showing their address",
     )
     wb_addresses = pod_addresses(cluster, WHEREABOUTS_NS, nic=True)
