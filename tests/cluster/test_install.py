@@ -1,0 +1,172 @@
+"""README's "Install into an existing cluster", run literally: each shell block of that section as written,
+in order, against a fresh local cluster (the demo's topology) whose Pod Security default is `baseline`.
+The kubectl path, its uninstall, then the Helm path with the talks' demo on it, and its uninstall."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from netclaim.cluster import agents, demo
+from netclaim.cluster import cluster as local_cluster
+from netclaim.cluster.cluster import ClusterHandle
+from netclaim.cluster.layout import REPO_ROOT
+from tests.conftest import require_root_prerequisites
+from tests.kube import wait_for
+
+SECTION = "## Install into an existing cluster"
+OURS = {
+    "customresourcedefinitions": "netclaim.dev",
+    "deviceclasses": "netclaim-",
+    "clusterroles": "netclaim",
+    "clusterrolebindings": "netclaim",
+    "validatingadmissionpolicies": "netclaim",
+    "validatingadmissionpolicybindings": "netclaim",
+}
+
+
+def readme_blocks() -> dict[str, str]:
+    """The section's ```sh blocks, by the comment on their first line ("# with kubectl" → "with kubectl")."""
+    text = (REPO_ROOT / "README.md").read_text()
+    section = text[text.index(SECTION) : text.index("\n## ", text.index(SECTION) + 1)]
+    blocks = {}
+    for body in re.findall(r"```sh\n(.*?)```", section, re.DOTALL):
+        lines = [line.strip() for line in body.strip().splitlines()]
+        assert lines[0].startswith("# "), f"a block of {SECTION!r} must say where it runs: {lines[0]!r}"
+        blocks[lines[0][2:]] = "\n".join(lines[1:])
+    return blocks
+
+
+def _spec_file(directory: Path) -> Path:
+    spec = yaml.safe_load((REPO_ROOT / "examples" / "demo" / "cluster.yaml").read_text())
+    spec.update(
+        name="ncinst",
+        managementCIDR="10.205.0.0/24",
+        podCIDR="10.248.0.0/16",
+        ports={"apiserver": 46443, "etcdClient": 42379, "etcdPeer": 42380},
+    )
+    path = directory / "ncinst.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
+    require_root_prerequisites()
+    handle = local_cluster.up(_spec_file(tmp_path_factory.mktemp("ncinst")), log=sys.stderr)
+    try:
+        yield handle
+    finally:
+        if not os.environ.get("NETCLAIM_KEEP_CLUSTER"):
+            local_cluster.down(handle.spec.name)
+
+
+def _run(handle: ClusterHandle, block: str, *, node: str | None = None) -> None:
+    """One README block through `sh -e` with the cluster's kubeconfig and programs, as a user's shell."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(handle.kubeconfig),
+        "PATH": f"{handle.bin_dir}:{os.environ['PATH']}",
+    }
+    command = ["sh", "-ec", block]
+    if node is not None:  # entering the node's mount namespace resets the directory: the archive is here
+        command = [*handle.node(node).enter(), "sh", "-ec", f"cd {REPO_ROOT}\n{block}"]
+    result = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    assert result.returncode == 0, (
+        f"README block failed on {node or 'the machine'}:\n{block}\n{result.stderr}"
+    )
+
+
+def _kubelet_nodes(handle: ClusterHandle) -> list[str]:
+    return [n.name for n in handle.spec.nodes if n.kubelet]
+
+
+def _assert_running_as_deployed(handle: ClusterHandle) -> str:
+    status = json.loads(handle.kubectl("get", "ds", "netclaim-agent", "-n", agents.NAMESPACE, "-o", "json"))
+    counts = status["status"]
+    wanted = len(_kubelet_nodes(handle))
+    assert (counts["desiredNumberScheduled"], counts["numberReady"]) == (wanted, wanted), counts
+    agents.wait_ready(handle, _kubelet_nodes(handle))
+    pod = agents.agent_pod(handle, _kubelet_nodes(handle)[0])
+    assert pod is not None
+    projected = [
+        source["serviceAccountToken"]
+        for volume in pod["spec"]["volumes"]
+        for source in volume.get("projected", {}).get("sources", [])
+        if "serviceAccountToken" in source
+    ]
+    assert projected, "the agent's token must be the one kubelet projects into its pod"
+    assert pod["spec"]["serviceAccountName"] == "netclaim-agent"
+    slices = json.loads(handle.kubectl("get", "resourceslices", "-o", "json"))["items"]
+    published = {s["spec"].get("nodeName") for s in slices if s["spec"]["driver"] == "netclaim.dev"}
+    assert set(_kubelet_nodes(handle)) <= published, published
+    return f"{wanted}/{wanted} agents ready"
+
+
+def _leftovers(handle: ClusterHandle) -> list[str]:
+    found = []
+    for kind, prefix in OURS.items():
+        names = handle.kubectl("get", kind, "-o", "name").split()
+        found += [n for n in names if n.split("/", 1)[1].startswith(prefix) or n.endswith(prefix)]
+    if handle.kubectl("get", "namespace", agents.NAMESPACE, "--ignore-not-found", "-o", "name").strip():
+        found.append(f"namespace/{agents.NAMESPACE}")
+    slices = json.loads(handle.kubectl("get", "resourceslices", "-o", "json"))["items"]
+    found += [
+        f"resourceslice/{s['metadata']['name']}" for s in slices if s["spec"]["driver"] == "netclaim.dev"
+    ]
+    return found
+
+
+def _uninstalled(handle: ClusterHandle, block: str) -> float:
+    started = time.monotonic()
+    _run(handle, block)
+    # kubelet wipes a gone driver's slices of its node after 30 s
+    wait_for(lambda: not _leftovers(handle), 120, f"nothing of netclaim's left: {_leftovers(handle)}")
+    return time.monotonic() - started
+
+
+def test_the_readme_install_steps_work_as_written_with_kubectl_and_with_helm(fresh: ClusterHandle) -> None:
+    blocks = readme_blocks()
+    assert set(blocks) >= {
+        "on the machine with the checkout",
+        "on every node, without a registry",
+        "with kubectl",
+        "with helm",
+        "uninstall, with kubectl",
+        "uninstall, with helm",
+    }, sorted(blocks)
+    _run(fresh, blocks["on the machine with the checkout"])
+    for node in _kubelet_nodes(fresh):
+        _run(fresh, blocks["on every node, without a registry"], node=node)
+
+    _run(fresh, blocks["with kubectl"])
+    applied = _assert_running_as_deployed(fresh)
+    kubectl_gone = _uninstalled(fresh, blocks["uninstall, with kubectl"])
+
+    _run(fresh, blocks["with helm"])
+    installed = _assert_running_as_deployed(fresh)
+    outcome = demo.run(fresh)
+    assert outcome.problems == []
+    claims = json.loads(fresh.kubectl("get", "resourceclaims", "-n", demo.NAMESPACE, "-o", "json"))["items"]
+    entries = sum(len(c.get("status", {}).get("devices") or []) for c in claims)
+    helm_gone = _uninstalled(fresh, blocks["uninstall, with helm"])
+    claims = json.loads(fresh.kubectl("get", "resourceclaims", "-n", demo.NAMESPACE, "-o", "json"))["items"]
+    kept = sum(len(c.get("status", {}).get("devices") or []) for c in claims)
+    print(
+        f"\nREADME install, Pod Security baseline default: kubectl: {applied}, uninstalled in "
+        f"{kubectl_gone:.0f} s; helm: {installed}, demo passed, uninstalled in {helm_gone:.0f} s; "
+        f"status entries of the demo's claims: {entries} before, {kept} kept after uninstall "
+        "(their pods still run with their interfaces)"
+    )
+    assert kept == entries
