@@ -32,6 +32,8 @@ from netclaim.publish.publisher import SlicePublisher
 from netclaim.stopping import until_stopped
 
 log = logging.getLogger(__name__)
+# How long a stopping agent lets pod hooks in flight finish (inside the pod's 30 s grace period).
+SETTLE_SECONDS = 10.0
 
 
 def inventory_source(settings: AgentSettings) -> InventorySource:
@@ -47,7 +49,7 @@ def _allowed_plugins(settings: AgentSettings) -> frozenset[str] | None:
 
 async def _start_configure_path(
     settings: AgentSettings, api: KubeApi, store: Store, catalog: DeviceCatalog, health: Health
-) -> tuple[list[asyncio.Task[None]], KubeletPlugin | None]:
+) -> tuple[list[asyncio.Task[None]], KubeletPlugin | None, PodHooks | None]:
     """kubelet plugin (prepare) and NRI hooks (attach), sharing the store, the locks and the status writer."""
     node, driver = settings.node_name, settings.driver_name
     cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
@@ -55,7 +57,7 @@ async def _start_configure_path(
     locks = PodLocks()
     attacher = Attacher(store, cni, locks)
     tasks = [asyncio.create_task(status.run(), name="status-writer")]
-    plugin = None
+    plugin = hooks = None
     if settings.kubelet_plugin:
         preparer = Preparer(
             driver=driver,
@@ -79,7 +81,7 @@ async def _start_configure_path(
         health.expect("nri")
         nri_task = nri.run_plugin(settings.nri_socket, hooks, on_state=lambda ok: health.set("nri", ok))
         tasks.append(asyncio.create_task(nri_task, name="nri"))
-    return tasks, plugin
+    return tasks, plugin, hooks
 
 
 async def run(settings: AgentSettings) -> None:
@@ -119,15 +121,17 @@ async def run(settings: AgentSettings) -> None:
         asyncio.create_task(periodic(trigger), name="resync"),
         asyncio.create_task(watch_policy(policy, trigger), name="policy-watch"),
     ]
-    plugin = None
+    plugin = hooks = None
     if store is not None:
-        configure_tasks, plugin = await _start_configure_path(settings, api, store, catalog, health)
+        configure_tasks, plugin, hooks = await _start_configure_path(settings, api, store, catalog, health)
         tasks += configure_tasks
     try:
         await until_stopped(tasks)
     finally:
         if plugin is not None:
             await plugin.stop()
+        if hooks is not None and not await hooks.settle(SETTLE_SECONDS):
+            log.warning("stopping with a pod hook still at work", extra={"waited_s": SETTLE_SECONDS})
         if http is not None:
             http.close()
         for task in tasks:

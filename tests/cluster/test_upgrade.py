@@ -29,7 +29,8 @@ NEXT_TAG = "-next"
 WATCH = (
     "trap 'exit 0' TERM; "
     "if ip link show net1 >/dev/null 2>&1; then echo NET1-PRESENT; else echo NET1-MISSING; fi; "
-    "while ip link show net1 >/dev/null 2>&1; do sleep 0.2; done; echo NET1-LOST; "
+    "while ip link show net1 >/dev/null 2>&1; do sleep 0.2; done; "
+    'echo NET1-LOST; echo "LOST-AT $(date +%s)"; '
     "while true; do sleep 1; done"
 )
 
@@ -94,10 +95,14 @@ def _churn_deployment(template: str) -> dict[str, Any]:
 
 
 def _links(cluster: ClusterHandle) -> dict[str, int]:
-    return {
-        node: len(processes.run([*cluster.node(node).enter(), "ip", "-o", "link", "show"]).splitlines())
-        for node in agents.kubelet_nodes(cluster)
-    }
+    """Links in each node's namespace, but the primary pod network's (its bridge, made by the first pod,
+    and its pods' veths): netclaim's interfaces live in pods; one left in a node is a leak."""
+    found = {}
+    for node in agents.kubelet_nodes(cluster):
+        listing = processes.run([*cluster.node(node).enter(), "ip", "-o", "link", "show"]).splitlines()
+        names = [line.split(":")[1].strip().split("@")[0] for line in listing]
+        found[node] = sum(1 for name in names if name != "cni0" and not name.startswith("veth"))
+    return found
 
 
 def _scale(cluster: ClusterHandle, replicas: int, ns: str) -> None:
@@ -128,6 +133,7 @@ def test_rolling_updates_under_churn_leave_no_pod_without_its_interface_and_noth
             failures.append(err)
 
     starts: list[str] = []
+    lost: list[str] = []
     deleted_agent = ""
     roller = threading.Thread(target=upgrade, daemon=True)
     roller.start()
@@ -144,7 +150,10 @@ def test_rolling_updates_under_churn_leave_no_pod_without_its_interface_and_noth
         time.sleep(2)  # each container's watch loop runs a few rounds
         for pod in kube.list(Pod, namespace=ns):
             assert pod.metadata is not None and pod.metadata.name is not None
-            starts += cluster.kubectl("logs", "-n", ns, pod.metadata.name).split()
+            printed = cluster.kubectl("logs", "-n", ns, pod.metadata.name)
+            starts += printed.split()
+            if "NET1-LOST" in printed:
+                lost.append(f"{pod.metadata.name} on {pod.spec.nodeName if pod.spec else '?'}: {printed!r}")
         _scale(cluster, 0, ns)
         wait_for(lambda: not list(kube.list(Pod, namespace=ns)), 300, f"wave {cycle + 1}: pods gone")
     roller.join(timeout=600)
@@ -171,6 +180,6 @@ def test_rolling_updates_under_churn_leave_no_pod_without_its_interface_and_noth
         f"addresses {len(allocations(cluster, churn_pool))}, state rows {len(rows)}, "
         f"claims {len(claims)}, status entries {len(entries)}"
     )
-    assert counts == {"NET1-PRESENT": CYCLES * REPLICAS, "NET1-MISSING": 0, "NET1-LOST": 0}, counts
+    assert counts == {"NET1-PRESENT": CYCLES * REPLICAS, "NET1-MISSING": 0, "NET1-LOST": 0}, (counts, lost)
     assert deleted_agent
     assert (rows, claims, entries) == ([], [], [])

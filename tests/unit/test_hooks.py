@@ -278,3 +278,21 @@ async def test_synchronize_skips_rows_deleted_meanwhile(rig: ConfigureRig) -> No
         rig.store.delete(FIRST)
     await syncing
     assert rig.cni.calls == []
+
+
+async def test_a_stopping_agent_waits_for_an_attach_in_flight_instead_of_cutting_it_short(
+    rig: ConfigureRig,
+) -> None:
+    """settle() is what the agent awaits on SIGTERM: busy while an ADD runs, idle once it finished, and
+    the attachment is then complete (not ATTACHING, which the next agent would undo under the pod)."""
+    rig.store.put(FIRST)
+    assert await rig.hooks.settle(0.0)
+    rig.cni.gate = asyncio.Event()  # a slow plugin
+    attaching = asyncio.create_task(rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET))
+    await rig.cni.adding.wait()
+    assert not await rig.hooks.settle(0.05)
+    assert _state(rig, FIRST)[0] == State.ATTACHING
+    rig.cni.gate.set()
+    assert await rig.hooks.settle(5.0)
+    await attaching
+    assert _state(rig, FIRST) == (State.ATTACHED, "sandbox-1")

@@ -7,8 +7,11 @@ the sandbox and kubelet retries); Stop/Remove never raise (errors.py has the tab
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 
 from netclaim import faults
 from netclaim.adapters.nri import PodSandbox
@@ -31,8 +34,38 @@ class PodHooks:
         self.attacher = attacher
         self.status = status
         self.locks = locks
+        self._working = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextlib.contextmanager
+    def _at_work(self) -> Iterator[None]:
+        self._working += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._working -= 1
+            if not self._working:
+                self._idle.set()
+
+    async def settle(self, seconds: float) -> bool:
+        """Wait (at most `seconds`) until no hook is at work: an agent stopping (a rolling update, a deleted
+        pod) lets an attach in flight finish rather than cut it short inside ADD, which would leave the next
+        agent a half-made interface to undo under a pod that may already run. False if still busy."""
+        if self._idle.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self._idle.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
 
     async def run_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
+        with self._at_work():
+            await self._attach_pod(pod, budget)
+
+    async def _attach_pod(self, pod: PodSandbox, budget: float) -> None:
         rows = self.store.for_pod(pod.uid)
         if not rows:
             return
@@ -72,6 +105,10 @@ class PodHooks:
 
     async def _detach_pod(self, pod_uid: str, budget: float) -> None:
         """Never fails the runtime: what is not detached now, RemovePodSandbox and NodeUnprepare retry."""
+        with self._at_work():
+            await self._detach_rows(pod_uid, budget)
+
+    async def _detach_rows(self, pod_uid: str, budget: float) -> None:
         try:
             rows = [r for r in self.store.for_pod(pod_uid) if r.state in (State.ATTACHING, State.ATTACHED)]
             if not rows:
@@ -94,6 +131,10 @@ class PodHooks:
 
     async def synchronize(self, pods: list[PodSandbox]) -> None:
         """After (re)connecting: finish or undo what a crash or a missed event left behind."""
+        with self._at_work():
+            await self._repair_all(pods)
+
+    async def _repair_all(self, pods: list[PodSandbox]) -> None:
         sandboxes = {pod.uid: pod for pod in pods}
         for row in self.store.all():
             async with self.locks(row.pod_uid):
