@@ -411,11 +411,20 @@ def test_netclaim_ipam_next_to_whereabouts(
 
     wb_seconds = _run_pods(cluster, kube, WHEREABOUTS_NS, _whereabouts_template("t"), *spread("p", "t", PODS))
     # a sandbox retried after a killed ADD writes its claim's status once attached, with the write's backoff
-    wait_for(
-        lambda: len(pod_addresses(cluster, WHEREABOUTS_NS, nic=True)) == PODS,
-        180,
-        "60 claims showing their address",
-    )
+    try:
+        wait_for(
+            lambda: len(pod_addresses(cluster, WHEREABOUTS_NS, nic=True)) == PODS,
+            180,
+            "60 claims showing their address",
+        )
+    except BaseException:
+        shown = pod_addresses(cluster, WHEREABOUTS_NS, nic=True)
+        claims = kubectl_json(cluster, "get", "resourceclaims", "-n", WHEREABOUTS_NS)["items"]
+        for claim in claims:
+            owner = claim["metadata"].get("annotations", {}).get("resource.kubernetes.io/pod-claim-name", "")
+            if not any(claim["metadata"]["name"].startswith(f"{pod}-") for pod in shown):
+                print(f"no address shown: {claim['metadata']['name']} {owner}: {claim.get('status')}")
+        raise
     wb_addresses = pod_addresses(cluster, WHEREABOUTS_NS, nic=True)
     wb_add = _add_times(wb_times_log, WHEREABOUTS_NS)
     assert len(wb_add.ms) == PODS, f"{len(wb_add.ms)} whereabouts ADDs timed for {PODS} pods"
