@@ -163,12 +163,26 @@ def test_rolling_updates_under_churn_leave_no_pod_without_its_interface_and_noth
 
     wait_for(lambda: not allocations(cluster, churn_pool), 120, "every address of the pool released")
     wait_for(lambda: _links(cluster) == links_before, 60, "the nodes' links back to what they were")
-    rows = [
-        r
-        for node in agents.kubelet_nodes(cluster)
-        for r in store_rows(cluster, node)
-        if r["claim_namespace"] == ns
-    ]
+
+    def rows_of_ns() -> list[dict[str, Any]]:
+        return [
+            r
+            for node in agents.kubelet_nodes(cluster)
+            for r in store_rows(cluster, node)
+            if r["claim_namespace"] == ns
+        ]
+
+    # kubelet retries an unprepare that failed while a node's agent was being replaced; a row still there
+    # after that is a leak. (Seen once in CI: 7 rows on 3 nodes, attached or detached, still being studied.)
+    drained = time.monotonic()
+    try:
+        wait_for(lambda: not rows_of_ns(), 180, "the agents' state rows of the gone claims dropped")
+    except BaseException:
+        print(f"\nstate rows left: {[(r['pool'], r['state'], r['claim_name']) for r in rows_of_ns()]}")
+        raise
+    finally:
+        print(f"\nstate rows drained {time.monotonic() - drained:.1f} s after the last pod was gone")
+    rows = rows_of_ns()
     claims = kubectl_json(cluster, "get", "resourceclaims", "-n", ns)["items"]
     entries = [e for c in claims for e in (c.get("status", {}).get("devices") or [])]
     counts = {s: starts.count(s) for s in ("NET1-PRESENT", "NET1-MISSING", "NET1-LOST")}
