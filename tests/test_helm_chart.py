@@ -209,7 +209,7 @@ def test_host_paths_reach_flags_and_mounts(helm: Path) -> None:
 
 
 def test_no_nic_overrides_drops_the_flag_and_the_volume(helm: Path) -> None:
-    objects = render(helm, "--set", "agent.hostPaths.nicOverrides=")
+    objects = render(helm, "--set", "agent.hostPaths.nicOverridesDir=")
     assert not [a for a in _container(objects, DAEMONSET)["args"] if a.startswith("--nic-overrides")]
     assert "nic-overrides" not in yaml.safe_dump(objects[DAEMONSET])
 
@@ -311,7 +311,12 @@ def test_another_namespace_moves_every_object_and_the_agents_identity(helm: Path
 
 
 def test_invalid_values_are_refused(helm: Path) -> None:
-    for setting in ("agent.hostPaths.cniBinDir=usr/lib/cni", "agent.metricsPort=0", "agent.typo=1"):
+    for setting in (
+        "agent.hostPaths.cniBinDir=usr/lib/cni",
+        "agent.hostPaths.stateDir=/",  # the node's root, read-write
+        "agent.metricsPort=0",
+        "agent.typo=1",
+    ):
         result = _run(helm, "template", "netclaim", str(CHART), "--set", setting)
         assert result.returncode != 0, setting
         assert "values don't meet the specifications of the schema" in result.stderr, result.stderr

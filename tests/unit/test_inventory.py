@@ -377,11 +377,15 @@ async def test_file_inventory_changes_when_the_file_does(tmp_path: Path) -> None
     await changes.aclose()
 
 
-def test_an_empty_overrides_file_declares_nothing_and_a_missing_one_is_an_error(tmp_path: Path) -> None:
-    """The DaemonSet's FileOrCreate hostPath gives every node an empty file; a path that names no file is
-    a mistake, said with the path."""
+def test_an_empty_or_absent_overrides_file_declares_nothing_and_an_unreadable_one_is_an_error(
+    tmp_path: Path,
+) -> None:
+    """The DaemonSet mounts the node's /etc/netclaim: most nodes have no file there; one that cannot be
+    read is a mistake, said with the path."""
     empty = tmp_path / "nic-overrides.yaml"
     empty.touch()
     assert load_overrides(empty) == {}
-    with pytest.raises(ConfigError, match=r"missing\.yaml: cannot read"):
-        load_overrides(tmp_path / "missing.yaml")
+    assert load_overrides(tmp_path / "absent.yaml") == {}
+    (tmp_path / "a-directory.yaml").mkdir()
+    with pytest.raises(ConfigError, match=r"a-directory\.yaml: cannot read"):
+        load_overrides(tmp_path / "a-directory.yaml")

@@ -50,12 +50,15 @@ class NicOverrides(BaseModel):
 
 
 def load_overrides(path: Path | None) -> dict[str, NicOverride]:
-    """An empty file declares nothing: the DaemonSet's hostPath creates one on every node."""
+    """A missing or empty file declares nothing: the DaemonSet mounts the node's /etc/netclaim, where an
+    administrator writes the file on the nodes that need it."""
     if path is None:
         return {}
     try:
         if path.stat().st_size == 0:
             return {}
+    except FileNotFoundError:
+        return {}
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from err
     return load_yaml_model(path, NicOverrides, "kind: NicOverrides").interfaces

@@ -40,10 +40,6 @@ class NodeLayout:
         return self.root / "nri"
 
     @property
-    def nri_socket(self) -> Path:
-        return self.nri_dir / "nri.sock"
-
-    @property
     def cdi_dir(self) -> Path:
         """The node's /var/run/cdi."""
         return self.root / "cdi"
@@ -75,10 +71,15 @@ class NodeLayout:
         return self.cni_dir / "networks"
 
     @property
+    def etc_netclaim(self) -> Path:
+        """The node's /etc/netclaim, which the DaemonSet mounts (deploy/daemonset.yaml)."""
+        return self.root / "etc-netclaim"
+
+    @property
     def nic_overrides(self) -> Path:
         """Declared NIC properties (speed, NUMA, PCI…) the inventory reads, since veths have none: the
-        node's /etc/netclaim/nic-overrides.yaml (deploy/daemonset.yaml)."""
-        return self.root / "nic-overrides.yaml"
+        node's /etc/netclaim/nic-overrides.yaml."""
+        return self.etc_netclaim / "nic-overrides.yaml"
 
     @property
     def pod_logs(self) -> Path:
@@ -101,7 +102,7 @@ class NodeLayout:
             (self.netns_dir, "/run/netns"),
             (self.state_dir, "/var/lib/netclaim"),
             (self.xtables_lock, "/run/xtables.lock"),
-            (self.nic_overrides, "/etc/netclaim/nic-overrides.yaml"),
+            (self.etc_netclaim, "/etc/netclaim"),
             (self.containerd_socket.parent, "/run/containerd"),  # `ctr` and `crictl` find it there
         )
 

@@ -177,7 +177,7 @@ class LocalNode:
     def _host_paths(self) -> tuple[tuple[Path, str], ...]:
         paths = self.layout.host_paths(self.cluster.cni_bin)
         for source, _ in paths:
-            if source in (self.layout.xtables_lock, self.layout.nic_overrides):
+            if source == self.layout.xtables_lock:
                 source.touch()
             else:
                 source.mkdir(parents=True, exist_ok=True)
@@ -400,7 +400,7 @@ class LocalNode:
             time.sleep(0.1)
 
 
-def install_cni_plugins(layout: ClusterLayout, bin_dir: Path, pinned: tuple[str, ...]) -> Path:
+def install_cni_plugins(layout: ClusterLayout, bin_dir: Path, pinned: tuple[str, ...]) -> None:
     """Every node's /opt/cni/bin: Debian's plugins and the pinned ones the cluster programs include,
     hard-linked (copied across file systems). Not symlinks: the agent runs only plugins whose real file is
     in its --cni-bin-dir. Entries already there are kept, so a test may wrap a plugin."""
@@ -417,7 +417,6 @@ def install_cni_plugins(layout: ClusterLayout, bin_dir: Path, pinned: tuple[str,
             partial = target.with_name(f".{target.name}.{os.getpid()}")
             shutil.copy2(source, partial)
             partial.rename(target)
-    return directory
 
 
 def _cgroup_hierarchies() -> list[Path]:
