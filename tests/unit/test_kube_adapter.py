@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx2 as httpx
 import pytest
 from lightkube.core.exceptions import ApiError
-from lightkube.models.meta_v1 import Status
+from lightkube.models.meta_v1 import Status, StatusDetails
 
 from netclaim.adapters.kube import Claim, translated
 from netclaim.errors import (
@@ -18,14 +18,17 @@ from netclaim.errors import (
 )
 
 
-def _api_error(code: int, message: str) -> ApiError:
-    return ApiError(status=Status(code=code, message=message))
+def _api_error(code: int, message: str, name: str | None = None) -> ApiError:
+    details = StatusDetails(name=name, kind="resourceclaims") if name else None
+    return ApiError(status=Status(code=code, message=message, details=details))
 
 
 @pytest.mark.parametrize(
     ("raised", "expected"),
     [
-        (_api_error(404, "not found"), GoneError),
+        (_api_error(404, 'resourceclaims.resource.k8s.io "c" not found', name="c"), GoneError),
+        # a kind the server does not serve (during an upgrade, or skew) says nothing about the object
+        (_api_error(404, "the server could not find the requested resource"), ApiRejectedError),
         (_api_error(409, "the object has been modified"), ConflictError),
         (_api_error(422, "testing value /metadata/resourceVersion failed: test failed"), ConflictError),
         (_api_error(429, "too many requests"), ApiUnavailableError),
