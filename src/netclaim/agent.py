@@ -20,7 +20,7 @@ from netclaim.api.settings import AgentSettings
 from netclaim.configure.attach import Attacher, PodLocks
 from netclaim.configure.gate import CdiGate
 from netclaim.configure.hooks import PodHooks
-from netclaim.configure.prepare import Preparer
+from netclaim.configure.prepare import Preparer, reclaim_loop
 from netclaim.configure.status import StatusWriter
 from netclaim.configure.store import Store
 from netclaim.ipam.addresses import AddressBook
@@ -72,6 +72,7 @@ async def _start_configure_path(
             gate=CdiGate(settings.cdi_spec_dir) if settings.cdi_spec_dir is not None else None,
             ipam_data_dir=settings.ipam_data_dir,
         )
+        tasks.append(asyncio.create_task(reclaim_loop(preparer), name="reclaim"))
         health.expect("kubelet")
         plugin = await kubeletplugin.serve(
             preparer, settings.kubelet_root_dir, driver, lambda ok: health.set("kubelet", ok)

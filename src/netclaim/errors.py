@@ -11,7 +11,8 @@
     │   ├── PoolExhaustedError    an IP pool had no free address at prepare (one is being released)
     │   ├── PodBusyError          an earlier operation on the same pod still holds its lock
     │   └── StateStoreError       the state database is locked or cannot be written
-    ├── ApiRejectedError     the Kubernetes API refused a request (a 4xx but 404/409): a bug or RBAC
+    ├── ApiRejectedError     the Kubernetes API refused a request (a 4xx but 409 and the 404 of a named
+    │                        object): a bug, RBAC, or a kind the server does not serve
     ├── CniError             a CNI plugin failed (its code and message) or did not answer in time
     ├── KernelError          the kernel refused a netlink request (a link, an address, a qdisc)
     ├── AttachError          attaching into a pod failed and was rolled back (the cause is chained)
@@ -21,7 +22,7 @@
     anything else            a bug in netclaim
 
 How each boundary reacts (kubelet: NodePrepareResources, per claim; NRI: RunPodSandbox; loops: the
-status writer and the publish/watch loops):
+status writer, reclaim and the publish/watch loops):
 
 ConfigError, CniError (the claim's config, or the node cannot run its plugins)
     kubelet  the claim's error; Ready=False PrepareFailed on its devices; a Warning Event on its pod

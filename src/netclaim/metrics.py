@@ -51,6 +51,11 @@ ADDRESSES_RECLAIMED = Counter(
     "Addresses the controller freed because their claim was gone",
     registry=REGISTRY,
 )
+CLAIMS_RECLAIMED = Counter(
+    "netclaim_claims_reclaimed_total",
+    "Claims unprepared by the agent because they were gone and NodeUnprepareResources never came",
+    registry=REGISTRY,
+)
 POOL_FREE = Gauge(
     "netclaim_ippool_free_claims", "Claims an IP pool can still take", ["pool"], registry=REGISTRY
 )

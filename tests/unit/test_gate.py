@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from netclaim.configure.gate import CDI_KIND, CdiGate, device_id, spec
+from netclaim.errors import ApiUnavailableError
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import configure_rig, sample_allocation, sample_claim, sample_config, sample_device
 
@@ -84,5 +85,24 @@ async def test_prepare_returns_the_claims_cdi_device_and_unprepare_removes_its_s
     again = await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)  # kubelet asking again
     assert again == prepared
     await rig.preparer.unprepare(claim.namespace, claim.name, claim.uid)
+    assert list((tmp_path / "cdi").iterdir()) == []
+    rig.store.close()
+
+
+async def test_a_reclaimed_claim_loses_its_spec_even_when_the_api_fails_after_the_rows_went(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows are how reclaim finds a claim: once they are gone, nothing would come back for the spec."""
+    nic = sample_device("enp1s0")
+    claim = sample_claim((sample_allocation(nic, "net"),), (sample_config(VALID_CONFIG, requests=("net",)),))
+    rig = configure_rig(tmp_path, monkeypatch)
+    rig.catalog.update([nic])
+    rig.api.add_claim(claim)
+    rig.preparer.gate = CdiGate(tmp_path / "cdi")
+    await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)
+    rig.api.fail_next.append(ApiUnavailableError("the API server did not answer"))
+    with pytest.raises(ApiUnavailableError):
+        await rig.preparer.unprepare(claim.namespace, claim.name, claim.uid)
+    assert rig.store.all() == []
     assert list((tmp_path / "cdi").iterdir()) == []
     rig.store.close()

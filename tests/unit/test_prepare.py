@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -194,3 +195,56 @@ async def test_a_claim_of_another_pod_is_planned_for_its_own_pod(rig: ConfigureR
     await _prepare(rig, other)
     assert [r.pod_uid for r in rig.store.for_claim("claim-uid-2")] == ["pod-uid-2"]
     assert rig.store.for_pod("pod-uid-1") == []
+
+
+async def test_reclaim_never_reads_the_claims_of_running_pods(rig: ConfigureRig) -> None:
+    await _prepare(rig)
+    await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
+    rig.api.calls.clear()
+    for _ in range(3):
+        assert await rig.preparer.reclaim() == []
+    assert rig.api.calls == []
+    assert len(rig.store.for_claim(CLAIM.uid)) == 2
+
+
+async def test_reclaim_unprepares_a_gone_claim_whose_unprepare_never_came(rig: ConfigureRig) -> None:
+    """The pod went while the agent missed both StopPodSandbox and NodeUnprepareResources (kubelet lost
+    its record, or the pod was force-deleted): its netns is gone, then its claim. One round to wait for
+    kubelet, then the rows are unprepared as kubelet would have: DEL (host-local released), rows gone."""
+    await _prepare(rig)
+    sandbox = rig.sandbox()
+    await rig.hooks.run_pod_sandbox(sandbox, 30.0)
+    os.unlink(sandbox.netns)  # noqa: PTH108 - the sandbox's netns goes
+    rig.api.calls.clear()
+    assert await rig.preparer.reclaim() == []  # idle for the first time: kubelet's turn, nothing read
+    assert rig.api.calls == []
+    del rig.api.claims[(CLAIM.namespace, CLAIM.name)]
+    assert await rig.preparer.reclaim() == [REF]
+    assert [c.command for c in rig.cni.calls] == ["ADD", "ADD", "DEL", "DEL"]
+    assert rig.cni.leases == {}
+    assert rig.store.all() == []
+    assert await rig.preparer.reclaim() == []
+
+
+async def test_reclaim_keeps_an_idle_claim_that_exists_and_takes_one_recreated(rig: ConfigureRig) -> None:
+    await _prepare(rig)  # prepared, its sandbox not started yet: idle, but the claim is there
+    for _ in range(3):
+        assert await rig.preparer.reclaim() == []
+    assert len(rig.store.for_claim(CLAIM.uid)) == 2
+    rig.api.add_claim(sample_claim(CLAIM.results, CLAIM.configs, uid="claim-uid-new"))
+    assert await rig.preparer.reclaim() == [REF]
+    assert rig.store.all() == []
+
+
+async def test_reclaim_takes_the_rows_of_a_standalone_claim_whose_pod_is_gone(rig: ConfigureRig) -> None:
+    """A claim that outlives its pod, reserved now for another pod (or none): the old pod's rows would be
+    handed to the next pod by prepare's idempotent answer; they go."""
+    await _prepare(rig)
+    os.unlink(rig.sandbox().netns)  # noqa: PTH108 - a sandbox that never ran, or went
+    assert await rig.preparer.reclaim() == []
+    assert await rig.preparer.reclaim() == []  # still reserved for its pod: kept
+    rig.api.add_claim(
+        sample_claim(CLAIM.results, CLAIM.configs, reserved_for=(PodRef("pod-2", "pod-uid-2"),))
+    )
+    assert await rig.preparer.reclaim() == [REF]
+    assert rig.store.all() == []

@@ -9,31 +9,39 @@ claim's only, and leaves no address taken.
 
 Unprepare DELetes the interfaces, then releases the claim's pool addresses when the claim ends with its
 pod (generated from a template) or is gone; a standalone claim keeps them for its next pod.
+
+Reclaim is the way back when NodeUnprepareResources never comes for a claim that is gone (kubelet lost
+its own record of it, or the pod was force-deleted while this node's agent was away): rows that no
+running sandbox uses, still there one round later, are checked against the API, and a claim that no
+longer exists is unprepared as kubelet would have.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from pathlib import Path
 
-from netclaim import faults
+from netclaim import faults, metrics
 from netclaim.adapters.cni import CniRunner
 from netclaim.adapters.kube import Claim, KubeApi
 from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.api.cniconfig import plugin_types
 from netclaim.api.ippool import POOLS_POOL
-from netclaim.configure.attach import Attacher
+from netclaim.configure.attach import Attacher, netns_exists
 from netclaim.configure.gate import CdiGate
 from netclaim.configure.plan import address_requests, negotiate, plan_claim
 from netclaim.configure.status import ClaimRef, Failure, StatusWriter
-from netclaim.configure.store import Attachment, Store
-from netclaim.errors import GoneError, NetclaimError
+from netclaim.configure.store import Attachment, State, Store
+from netclaim.errors import GoneError, NetclaimError, TransientError
 from netclaim.ipam.addresses import AddressBook, Grant
 from netclaim.publish.devices import DeviceCatalog
 
 log = logging.getLogger(__name__)
 UNPREPARE_SECONDS = 10.0
+# How often rows outside any running sandbox are looked at (kubelet's own DRA reconcile runs every 60 s).
+RECLAIM_SECONDS = 60.0
 
 
 def _prepared(rows: list[Attachment], cdi_ids: list[str]) -> list[PreparedDevice]:
@@ -76,6 +84,7 @@ class Preparer:
         self.addresses = addresses
         self.gate = gate
         self.ipam_data_dir = ipam_data_dir
+        self._idle_claims: set[str] = set()  # claims whose rows no running sandbox used last round
 
     async def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         existing = self.store.for_claim(uid)
@@ -179,8 +188,8 @@ class Preparer:
         rows = self.store.for_claim(uid)
         faults.point("before-unprepare")
         problems = await self.attacher.release(rows, time.monotonic() + UNPREPARE_SECONDS)
-        if await self._addresses_end(namespace, name, uid):
-            await self.addresses.release(uid)
+        # what is on this node goes before the API calls below, which may fail: the rows are gone by now,
+        # and a retry (kubelet's; reclaim finds claims by their rows) would not see it again
         if self.gate is not None:
             self.gate.remove(uid)
         ref = ClaimRef(namespace, name, uid)
@@ -191,4 +200,59 @@ class Preparer:
             log.warning(
                 "unprepared with problems", extra={"claim": f"{namespace}/{name}", "problems": problems}
             )
+        if await self._addresses_end(namespace, name, uid):
+            await self.addresses.release(uid)
         log.info("unprepared", extra={"claim": f"{namespace}/{name}", "devices": [r.device for r in rows]})
+
+    async def reclaim(self) -> list[ClaimRef]:
+        """Unprepare the claims that are gone from the API but still have rows here; returns them.
+
+        A claim is looked up only when none of its rows was in a running sandbox in this round and the
+        last one: a node whose pods all run reads nothing, and kubelet's own unprepare has a round to come.
+        A claim that still exists but is no longer reserved for the pod its rows were planned for is over
+        for that pod (a standalone claim outlives it): its rows go too, or its next pod would get them.
+        """
+        idle: dict[str, ClaimRef] = {}
+        pods: dict[str, set[str]] = {}
+        busy: set[str] = set()
+        for row in self.store.all():
+            pods.setdefault(row.claim_uid, set()).add(row.pod_uid)
+            if row.state == State.ATTACHED and netns_exists(row.netns):
+                busy.add(row.claim_uid)
+            else:
+                idle[row.claim_uid] = ClaimRef(row.claim_namespace, row.claim_name, row.claim_uid)
+        for uid in busy:
+            idle.pop(uid, None)
+        suspects = [claim for uid, claim in idle.items() if uid in self._idle_claims]
+        self._idle_claims = set(idle)
+        gone: list[ClaimRef] = []
+        for claim in suspects:
+            try:
+                current = await self.api.get_claim(claim.namespace, claim.name)
+                reserved = {pod.uid for pod in current.reserved_for}
+                if current.uid == claim.uid and pods[claim.uid] & reserved:
+                    continue
+            except GoneError:
+                pass
+            states = sorted({r.state.value for r in self.store.for_claim(claim.uid)})
+            log.warning(
+                "claim gone (or over for its pod) without NodeUnprepareResources: unpreparing it here",
+                extra={"claim": f"{claim.namespace}/{claim.name}", "uid": claim.uid, "states": states},
+            )
+            await self.unprepare(claim.namespace, claim.name, claim.uid)
+            metrics.CLAIMS_RECLAIMED.inc()
+            gone.append(claim)
+        return gone
+
+
+async def reclaim_loop(preparer: Preparer, seconds: float = RECLAIM_SECONDS) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await preparer.reclaim()
+        except TransientError as err:
+            log.info("reclaim postponed", extra={"error": str(err)})
+        except NetclaimError as err:
+            log.warning("reclaim failed; next round retries", extra={"error": str(err)})
+        except Exception:
+            log.exception("reclaim failed (a bug); next round retries")
