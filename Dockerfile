@@ -28,5 +28,5 @@ RUN apt-get update \
 COPY --from=python-packages /site /usr/local/lib/python3.11/dist-packages
 COPY image/netclaim /usr/local/bin/netclaim
 RUN python3 -m compileall -q --invalidation-mode unchecked-hash /usr/local/lib/python3.11/dist-packages
-ENTRYPOINT ["/usr/local/bin/netclaim"]
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/netclaim"]
 CMD ["agent"]

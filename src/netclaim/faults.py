@@ -1,7 +1,7 @@
 """Named fault points for crash tests: `NETCLAIM_FAULTS=run-pod-sandbox,inside-add` (or the same in the
-file $NETCLAIM_FAULTS_FILE names) makes the agent kill itself (SIGKILL, as a crash would) when it reaches
-one of them; `stall-run-pod-sandbox` makes the RunPodSandbox hook sleep past containerd's budget first (the
-runtime then starts the sandbox without us). Off unless one of them is set.
+file $NETCLAIM_FAULTS_FILE names, removed as the first one fires) makes the agent kill itself (SIGKILL, as
+a crash would) when it reaches one of them; `stall-run-pod-sandbox` makes the RunPodSandbox hook sleep past
+containerd's budget first (the runtime then starts the sandbox without us). Off unless one of them is set.
 
 Points: after-address, after-prepare, run-pod-sandbox, inside-add, before-detach, before-unprepare,
 before-status. Stalls: stall-run-pod-sandbox.
@@ -55,8 +55,9 @@ def point(name: str) -> None:
         log.warning("fault point reached: killing the agent", extra={"point": name})
         for handler in logging.getLogger().handlers:
             handler.flush()
-        if os.getpid() == 1:  # a container's init ignores the signals it sent itself, SIGKILL included
-            os._exit(128 + signal.SIGKILL)
+        written = os.environ.get("NETCLAIM_FAULTS_FILE")
+        if written:  # a crash happens once: the agent kubelet restarts runs without it
+            Path(written).unlink(missing_ok=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -88,8 +88,7 @@ def test_apt_sources_take_the_hosts_debian_entries(tmp_path: Path) -> None:
     )
     (etc / "sources.list.d" / "other.list").write_text("deb https://vendor.example/apt stable main\n")
     assert agent_image.apt_sources(etc) == [
-        "deb [signed-by=/k.gpg] http://mirror.example/debian bookworm main",
-        "deb [signed-by=/keyring.gpg] http://mirror.example/debian bookworm main",
+        "deb [signed-by=/k.gpg] http://mirror.example/debian bookworm main",  # not again: /keyring.gpg
         "deb [signed-by=/keyring.gpg] http://mirror.example/debian bookworm-updates main",
         "deb http://security.example/debian-security bookworm-security main",
     ]

@@ -49,7 +49,8 @@ SOURCE_DATE_EPOCH = 1747699200  # 2025-05-20T00:00:00Z: a constant, so no build 
 SUITE = "bookworm"
 PYTHON = "3.11"  # Debian bookworm's
 GLIBC_MINOR = 36  # bookworm's glibc 2.36: the newest manylinux wheels it runs
-ENTRYPOINT = ["/usr/local/bin/netclaim"]
+COMMAND_PATH = "/usr/local/bin/netclaim"
+ENTRYPOINT = ["/usr/bin/tini", "--", COMMAND_PATH]
 COMMAND = ["agent"]
 SITE_PACKAGES = f"usr/local/lib/python{PYTHON}/dist-packages"
 IMAGE_DIR = REPO_ROOT / "image"
@@ -231,15 +232,16 @@ def _host_sources(etc: Path) -> Iterator[tuple[list[str], str, list[str], list[s
 
 
 def apt_sources(etc: Path = Path("/etc/apt")) -> list[str]:
-    """The host's Debian SUITE entries (main) as one-line sources; deb.debian.org when it has none."""
+    """The host's Debian SUITE entries (main) as one-line sources, the first of each mirror and suite (apt
+    refuses one source with two Signed-By keys); deb.debian.org when it has none."""
     suites = {SUITE, f"{SUITE}-updates", f"{SUITE}-security"}
-    lines: list[str] = []
+    lines: dict[tuple[str, str], str] = {}
     for types, uri, entry_suites, components, key in _host_sources(etc):
         for suite in entry_suites:
-            line = f"deb {f'[signed-by={key}] ' if key else ''}{uri} {suite} main"
-            if "deb" in types and suite in suites and "main" in components and line not in lines:
-                lines.append(line)
-    return lines or [
+            if "deb" in types and suite in suites and "main" in components:
+                signed = f"[signed-by={key}] " if key else ""
+                lines.setdefault((uri, suite), f"deb {signed}{uri} {suite} main")
+    return list(lines.values()) or [
         f"deb http://deb.debian.org/debian {SUITE} main",
         f"deb http://deb.debian.org/debian {SUITE}-updates main",
         f"deb http://deb.debian.org/debian-security {SUITE}-security main",
@@ -377,13 +379,13 @@ def _build_netclaim(base_layer: Path, work: Path, output: Path, log: TextIO) -> 
     _run([*_pip_install(site), "--no-index", f"--find-links={wheel.parent}", pin], "pip install netclaim")
     shutil.rmtree(site / "bin", ignore_errors=True)  # our own command is image/netclaim
     added = sorted({p.name for p in site.iterdir()} - before)
-    command = rootfs / ENTRYPOINT[0].lstrip("/")
+    command = rootfs / COMMAND_PATH.lstrip("/")
     shutil.copyfile(COMMAND_FILE, command)
     command.chmod(0o755)
     _compile(rootfs, [f"{SITE_PACKAGES}/{name}" for name in added if (site / name).is_dir()])
     smoke = ["python3", "-B", "-c", "import netclaim.agent, netclaim.controller"]  # -B: no stray .pyc
     _chroot(rootfs, smoke, "importing netclaim in the image")
-    paths = [ENTRYPOINT[0].lstrip("/")]
+    paths = [COMMAND_PATH.lstrip("/")]
     for name in added:
         paths.append(f"{SITE_PACKAGES}/{name}")
         for directory, subdirectories, names in os.walk(site / name):
