@@ -88,17 +88,13 @@ def _run(handle: ClusterHandle, block: str, *, node: str | None = None) -> None:
     )
 
 
-def _kubelet_nodes(handle: ClusterHandle) -> list[str]:
-    return [n.name for n in handle.spec.nodes if n.kubelet]
-
-
 def _assert_running_as_deployed(handle: ClusterHandle) -> str:
     status = json.loads(handle.kubectl("get", "ds", "netclaim-agent", "-n", agents.NAMESPACE, "-o", "json"))
     counts = status["status"]
-    wanted = len(_kubelet_nodes(handle))
+    wanted = len(agents.kubelet_nodes(handle))
     assert (counts["desiredNumberScheduled"], counts["numberReady"]) == (wanted, wanted), counts
-    agents.wait_ready(handle, _kubelet_nodes(handle))
-    pod = agents.agent_pod(handle, _kubelet_nodes(handle)[0])
+    agents.wait_ready(handle, agents.kubelet_nodes(handle))
+    pod = agents.agent_pod(handle, agents.kubelet_nodes(handle)[0])
     assert pod is not None
     projected = [
         source["serviceAccountToken"]
@@ -110,7 +106,7 @@ def _assert_running_as_deployed(handle: ClusterHandle) -> str:
     assert pod["spec"]["serviceAccountName"] == "netclaim-agent"
     slices = json.loads(handle.kubectl("get", "resourceslices", "-o", "json"))["items"]
     published = {s["spec"].get("nodeName") for s in slices if s["spec"]["driver"] == "netclaim.dev"}
-    assert set(_kubelet_nodes(handle)) <= published, published
+    assert set(agents.kubelet_nodes(handle)) <= published, published
     return f"{wanted}/{wanted} agents ready"
 
 
@@ -147,7 +143,7 @@ def test_the_readme_install_steps_work_as_written_with_kubectl_and_with_helm(fre
         "uninstall, with helm",
     }, sorted(blocks)
     _run(fresh, blocks["on the machine with the checkout"])
-    for node in _kubelet_nodes(fresh):
+    for node in agents.kubelet_nodes(fresh):
         _run(fresh, blocks["on every node, without a registry"], node=node)
 
     _run(fresh, blocks["with kubectl"])

@@ -137,15 +137,21 @@ def kubelet_nodes(handle: ClusterHandle) -> list[str]:
 
 
 # --- one node's agent: its DaemonSet pod ---------------------------------------------------------------
+def _agent_pods(handle: ClusterHandle, node: str) -> list[dict[str, Any]]:
+    """The agent's pods on `node`, those being deleted included."""
+    return list(
+        json.loads(
+            handle.kubectl(
+                *("get", "pods", "-n", NAMESPACE, "-l", AGENT_LABEL),
+                *("--field-selector", f"spec.nodeName={node}", "-o", "json"),
+            )
+        )["items"]
+    )
+
+
 def agent_pod(handle: ClusterHandle, node: str) -> dict[str, Any] | None:
     """The agent's pod on `node` that is not being deleted, if any."""
-    found = json.loads(
-        handle.kubectl(
-            *("get", "pods", "-n", NAMESPACE, "-l", AGENT_LABEL),
-            *("--field-selector", f"spec.nodeName={node}", "-o", "json"),
-        )
-    )["items"]
-    live = [p for p in found if not p["metadata"].get("deletionTimestamp")]
+    live = [p for p in _agent_pods(handle, node) if not p["metadata"].get("deletionTimestamp")]
     return live[0] if live else None
 
 
@@ -171,12 +177,7 @@ def stop_agent(handle: ClusterHandle, node: str) -> None:
     handle.kubectl("label", "node", node, f"{DISABLED_LABEL}=disabled", "--overwrite")
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        if not json.loads(
-            handle.kubectl(
-                *("get", "pods", "-n", NAMESPACE, "-l", AGENT_LABEL),
-                *("--field-selector", f"spec.nodeName={node}", "-o", "json"),
-            )
-        )["items"]:
+        if not _agent_pods(handle, node):
             return
         time.sleep(0.2)
     raise TransientError(f"the agent pod of {node} is still there 90 s after the node was labelled")
