@@ -1,5 +1,6 @@
-"""Upgrades without disruption: the agents' DaemonSet rolls to a new image tag, twice, and one agent pod is
-deleted by hand, while a Deployment with claims scales 0 → 20 → 0 three times.
+"""Upgrades without disruption: while a Deployment with claims scales 0 → 20 → 0 three times, the agents'
+DaemonSet rolls to a new image tag and back during the first waves, and one agent pod is deleted by hand as
+the last wave starts.
 
 Every container checks for itself: it prints NET1-PRESENT or NET1-MISSING as it starts, then watches its
 interface every 200 ms and prints NET1-LOST if it goes. The test reads every container's log before each
@@ -138,13 +139,13 @@ def test_rolling_updates_under_churn_leave_no_pod_without_its_interface_and_noth
     roller = threading.Thread(target=upgrade, daemon=True)
     roller.start()
     for cycle in range(CYCLES):
-        _scale(cluster, REPLICAS, ns)
-        if cycle == CYCLES - 1:  # and `kubectl delete pod` of one agent while the last wave starts
-            # the rollout may be replacing node-2's agent right now: delete the pod that replaces it
-            wait_for(lambda: agents.agent_pod(cluster, "node-2") is not None, 120, "an agent pod on node-2")
+        if cycle == CYCLES - 1:  # the rollouts span the first waves; the last one sees a deleted agent pod
+            roller.join(timeout=600)
             agent = agents.agent_pod(cluster, "node-2")
-            assert agent is not None
+            assert agent is not None, "no agent pod on node-2 after the rollouts"
             deleted_agent = agent["metadata"]["name"]
+        _scale(cluster, REPLICAS, ns)
+        if deleted_agent:  # `kubectl delete pod` of one agent while the last wave starts
             cluster.kubectl("delete", "pod", "-n", agents.NAMESPACE, deleted_agent, "--wait=false")
         wait_for(
             lambda: len(running(kube, ns)) == REPLICAS, 300, f"wave {cycle + 1}: {REPLICAS} pods running"
