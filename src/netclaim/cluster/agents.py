@@ -201,7 +201,8 @@ def restart_agent(handle: ClusterHandle, node: str, faults: str = "") -> None:
 
 
 def agent_pid(handle: ClusterHandle, node: str) -> int | None:
-    """The agent's process on `node` as the machine sees it (crictl inspect), while its container runs."""
+    """The agent's process on `node` as the machine sees it, while its container runs: the only child of
+    the container's init (tini, crictl inspect's pid)."""
     crictl = handle.node(node).crictl()
     ids = processes.run(
         [*crictl, "ps", "--state", "running", "--label", f"io.kubernetes.pod.namespace={NAMESPACE}", "-q"]
@@ -209,7 +210,12 @@ def agent_pid(handle: ClusterHandle, node: str) -> int | None:
     for container in ids:
         info = json.loads(processes.run([*crictl, "inspect", container]))
         if info["status"]["metadata"]["name"] == "agent":
-            return int(info["info"]["pid"])
+            init = int(info["info"]["pid"])
+            try:
+                children = Path(f"/proc/{init}/task/{init}/children").read_text().split()
+            except FileNotFoundError:  # the container ended meanwhile
+                return None
+            return int(children[0]) if children else None
     return None
 
 
