@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from netclaim.adapters.kube import Claim
 from netclaim.configure.gate import CDI_KIND, CdiGate, device_id, spec
 from netclaim.errors import ApiUnavailableError
 from tests.corpus import VALID_CONFIG
+from tests.unit import fakes
 from tests.unit.fakes import configure_rig, sample_allocation, sample_claim, sample_config, sample_device
 
 
@@ -69,15 +71,21 @@ def test_specs_are_written_atomically_and_removed(tmp_path: Path) -> None:
     assert list((tmp_path / "cdi").iterdir()) == []
 
 
-async def test_prepare_returns_the_claims_cdi_device_and_unprepare_removes_its_spec(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _rig_with_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[fakes.ConfigureRig, Claim]:
+    """configure/ with the gate writing to tmp_path/cdi, and one claim of one NIC."""
     nic = sample_device("enp1s0")
     claim = sample_claim((sample_allocation(nic, "net"),), (sample_config(VALID_CONFIG, requests=("net",)),))
     rig = configure_rig(tmp_path, monkeypatch)
     rig.catalog.update([nic])
     rig.api.add_claim(claim)
     rig.preparer.gate = CdiGate(tmp_path / "cdi")
+    return rig, claim
+
+
+async def test_prepare_returns_the_claims_cdi_device_and_unprepare_removes_its_spec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig, claim = _rig_with_gate(tmp_path, monkeypatch)
     prepared = await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)
     assert [d.cdi_device_ids for d in prepared] == [(f"netclaim.dev/net={claim.uid}",)]
     written = json.loads((tmp_path / "cdi" / f"netclaim.dev-{claim.uid}.json").read_text())
@@ -93,12 +101,7 @@ async def test_a_reclaimed_claim_loses_its_spec_even_when_the_api_fails_after_th
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rows are how reclaim finds a claim: once they are gone, nothing would come back for the spec."""
-    nic = sample_device("enp1s0")
-    claim = sample_claim((sample_allocation(nic, "net"),), (sample_config(VALID_CONFIG, requests=("net",)),))
-    rig = configure_rig(tmp_path, monkeypatch)
-    rig.catalog.update([nic])
-    rig.api.add_claim(claim)
-    rig.preparer.gate = CdiGate(tmp_path / "cdi")
+    rig, claim = _rig_with_gate(tmp_path, monkeypatch)
     await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)
     rig.api.fail_next.append(ApiUnavailableError("the API server did not answer"))
     with pytest.raises(ApiUnavailableError):
