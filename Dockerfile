@@ -1,7 +1,8 @@
 # The netclaim image (agent and controller) for deploy/daemonset.yaml and deploy/controller.yaml, for
 # people with a container engine:
 #   docker build -t registry.example.com/netclaim:0.1.0 . && docker push registry.example.com/netclaim:0.1.0
-# `make image` builds the same content without an engine (src/netclaim/cluster/agent_image.py, reproducibly):
+# `make image` builds the same packages, lock and wheel without an engine (src/netclaim/cluster/agent_image.py,
+# reproducibly), on an essential-only root without apt, which bookworm-slim keeps:
 # Debian bookworm with its python3 and image/debian-packages.txt (iptables, nftables, ...), the hash-pinned
 # image/requirements.lock and netclaim's wheel; no pip, compilers or docs in the final image.
 
