@@ -69,6 +69,9 @@ name: ncwb
 managementCIDR: 10.204.0.0/24
 podCIDR: 10.247.0.0/16
 ports: {{apiserver: 36443, etcdClient: 32379, etcdPeer: 32380}}
+# whereabouts takes a Kubernetes lease and writes its IPPool in every ADD: a slow chain, given the budget
+# README tells admins to give one (containerd's NRI request timeout), for both sides alike
+nriRequestTimeout: 10s
 segments: [{{name: lan3}}]
 nodes:
 {_NODES}"""
@@ -371,7 +374,18 @@ def _run_pods(cluster: ClusterHandle, kube: Client, namespace: str, *documents: 
     """Apply, wait for PODS pods running; returns the seconds it took."""
     started = time.monotonic()
     apply(cluster, namespace, *documents)
-    wait_for(lambda: len(running(kube, namespace)) == PODS, 420, f"{PODS} pods of {namespace} running")
+    try:
+        wait_for(lambda: len(running(kube, namespace)) == PODS, 420, f"{PODS} pods of {namespace} running")
+    except BaseException:
+        up = {name_of(p) for p in running(kube, namespace)}
+        events = kubectl_json(cluster, "get", "events", "-n", namespace, "--sort-by=.lastTimestamp")["items"]
+        last = {e["involvedObject"]["name"]: f"{e['reason']}: {e['message'][:200]}" for e in events}
+        stuck = sorted({name_of(p) for p in kube.list(Pod, namespace=namespace)} - up)
+        print(
+            f"\n{namespace}: {len(up)} running; not running, with their last event: "
+            f"{[(name, last.get(name, '-')) for name in stuck]}"
+        )
+        raise
     return time.monotonic() - started
 
 

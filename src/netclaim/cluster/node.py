@@ -233,7 +233,7 @@ class LocalNode:
         self.layout.containerd_socket.parent.mkdir(parents=True, exist_ok=True)
         config = root / "config.toml"
         root.mkdir(parents=True, exist_ok=True)
-        config.write_text(_containerd_config(self.layout))
+        config.write_text(_containerd_config(self.layout, self.spec.nriRequestTimeout))
         self.start_daemon(
             "containerd",
             [str(self.bin / "containerd"), "--config", str(config)],
@@ -423,7 +423,7 @@ def _cgroup_hierarchies() -> list[Path]:
     return sorted(p for p in CGROUP_V1_ROOT.iterdir() if p.is_dir() and not p.is_symlink())
 
 
-def _containerd_config(layout: NodeLayout) -> str:
+def _containerd_config(layout: NodeLayout, nri_request_timeout: str) -> str:
     root = layout.containerd_dir
     return f"""version = 3
 root = "{root / "root"}"
@@ -470,5 +470,5 @@ state = "{root / "state"}"
   plugin_path = "{root / "nri-plugins"}"
   plugin_config_path = "{root / "nri-conf"}"
   plugin_registration_timeout = "5s"
-  plugin_request_timeout = "2s"
+  plugin_request_timeout = "{nri_request_timeout}"
 """

@@ -103,6 +103,9 @@ class ClusterSpec(_Strict):
     ports: Ports = Ports()
     segments: list[Segment] = []
     nodes: list[Node] = Field(min_length=1)
+    nriRequestTimeout: Annotated[str, Field(pattern=r"^[1-9][0-9]?s$")] = Field(
+        default="2s", description="containerd's NRI plugin_request_timeout (README: raise it for slow chains)"
+    )
 
     @field_validator("managementCIDR", "podCIDR")
     @classmethod
