@@ -89,11 +89,19 @@ def _run(handle: ClusterHandle, block: str, *, node: str | None = None) -> None:
 
 
 def _assert_running_as_deployed(handle: ClusterHandle) -> str:
-    status = json.loads(handle.kubectl("get", "ds", "netclaim-agent", "-n", agents.NAMESPACE, "-o", "json"))
-    counts = status["status"]
-    wanted = len(agents.kubelet_nodes(handle))
-    assert (counts["desiredNumberScheduled"], counts["numberReady"]) == (wanted, wanted), counts
-    agents.wait_ready(handle, agents.kubelet_nodes(handle))
+    nodes = agents.kubelet_nodes(handle)
+    wanted = len(nodes)
+    agents.wait_ready(handle, nodes)
+
+    def counts() -> tuple[int, int]:
+        ds = json.loads(handle.kubectl("get", "ds", "netclaim-agent", "-n", agents.NAMESPACE, "-o", "json"))
+        return ds["status"].get("desiredNumberScheduled", 0), ds["status"].get("numberReady", 0)
+
+    wait_for(lambda: counts() == (wanted, wanted), 60, f"the DaemonSet's status: {wanted} desired, ready")
+    crashed = {
+        node: agents.agent_log(handle, node)[-3000:] for node in nodes if agents.restarts(handle, node)
+    }
+    assert not crashed, crashed
     pod = agents.agent_pod(handle, agents.kubelet_nodes(handle)[0])
     assert pod is not None
     projected = [
