@@ -104,3 +104,19 @@ def test_references_name_a_tag(reference: str) -> None:
 def test_references_without_a_tag_are_refused(reference: str) -> None:
     with pytest.raises(PrerequisiteError, match="tag"):
         agent_image.check_reference(reference)
+
+
+def test_the_hosts_launchers_leave_no_trace_in_the_image(tmp_path: Path) -> None:
+    """pip's console scripts carry the host interpreter's path in their shebang: their RECORD hashes made
+    two clones of the same commit build different digests."""
+    site = tmp_path / "site"
+    (site / "bin").mkdir(parents=True)
+    (site / "bin" / "idna").write_text("#!/tmp/clone-1/.venv/bin/python\n")
+    info = site / "idna-3.20.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text(
+        "../../bin/idna,sha256=QcdM,167\nidna/__init__.py,sha256=abc,849\nidna-3.20.dist-info/RECORD,,\n"
+    )
+    agent_image.drop_launchers(site)
+    assert not (site / "bin").exists()
+    assert (info / "RECORD").read_text() == "idna/__init__.py,sha256=abc,849\nidna-3.20.dist-info/RECORD,,\n"

@@ -140,6 +140,16 @@ def _pip_install(target: Path) -> list[str]:
     return [*_pip(), "install", "--quiet", "--no-deps", "--no-compile", f"--target={target}"]
 
 
+def drop_launchers(site: Path) -> None:
+    """Remove the console scripts pip wrote for the host's interpreter, and their lines in each RECORD:
+    their shebang names the interpreter's path (the checkout's .venv), so the RECORD's hashes of them made
+    the digest depend on where the checkout is."""
+    shutil.rmtree(site / "bin", ignore_errors=True)
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        lines = record.read_text().splitlines(keepends=True)
+        record.write_text("".join(line for line in lines if not line.startswith("../../bin/")))
+
+
 def _wheel_selection() -> list[str]:
     """pip's options for wheels that run on the image's interpreter, whatever this host runs."""
     platforms = [f"manylinux_2_{minor}_x86_64" for minor in range(GLIBC_MINOR, 16, -1)]
@@ -339,7 +349,7 @@ def _build_base(work: Path, output: Path, log: TextIO) -> None:
     print(f"  Debian {SUITE} root filesystem: {time.monotonic() - started:.0f} s", file=log, flush=True)
     site = rootfs / SITE_PACKAGES
     _run([*_pip_install(site), "--require-hashes", *_wheel_selection(), "-r", str(LOCK_FILE)], "pip install")
-    shutil.rmtree(site / "bin", ignore_errors=True)  # launchers made for the host's interpreter
+    drop_launchers(site)
     _check_libraries(rootfs, site)
     _compile(rootfs, [f"usr/lib/python{PYTHON}", "usr/lib/python3/dist-packages", SITE_PACKAGES])
     output.mkdir(parents=True)
@@ -377,7 +387,7 @@ def _build_netclaim(base_layer: Path, work: Path, output: Path, log: TextIO) -> 
     version = wheel.name.split("-")[1]
     pin = f"netclaim=={version}"
     _run([*_pip_install(site), "--no-index", f"--find-links={wheel.parent}", pin], "pip install netclaim")
-    shutil.rmtree(site / "bin", ignore_errors=True)  # our own command is image/netclaim
+    drop_launchers(site)  # our own command is image/netclaim
     added = sorted({p.name for p in site.iterdir()} - before)
     command = rootfs / COMMAND_PATH.lstrip("/")
     shutil.copyfile(COMMAND_FILE, command)
