@@ -280,6 +280,29 @@ async def test_synchronize_skips_rows_deleted_meanwhile(rig: ConfigureRig) -> No
     assert rig.cni.calls == []
 
 
+async def test_synchronize_leaves_alone_what_a_hook_attached_after_the_pod_list_was_taken(
+    rig: ConfigureRig,
+) -> None:
+    """Seen under a 30-pod burst: containerd dropped the connection (a hook past its 2 s), the agent
+    reconnected with the pod list of that moment, and its repair then DELeted an interface that the hook
+    of a newer sandbox had just added, because that sandbox was not in the list. The pod never started."""
+    rig.store.put(FIRST)
+    newer = rig.sandbox()
+    started = asyncio.Event()
+
+    async def synchronize() -> None:
+        started.set()
+        await rig.hooks.synchronize([])  # taken before `newer` existed
+
+    async with rig.locks(FIRST.pod_uid):  # the hook of `newer` holds the pod
+        syncing = asyncio.create_task(synchronize())
+        await started.wait()
+        await rig.hooks.attacher.attach(FIRST, newer, asyncio.get_running_loop().time() + BUDGET)
+    await syncing
+    assert rig.cni.commands() == [("ADD", "sandbox-1", newer.netns)]
+    assert _state(rig, FIRST) == (State.ATTACHED, "sandbox-1")
+
+
 async def test_a_stopping_agent_waits_for_an_attach_in_flight_instead_of_cutting_it_short(
     rig: ConfigureRig,
 ) -> None:

@@ -139,7 +139,9 @@ class PodHooks:
         for row in self.store.all():
             async with self.locks(row.pod_uid):
                 current = self.attacher.current(row)
-                if current is None:
+                if current != row:
+                    # deleted, or a hook changed it while we waited for the pod's lock: that hook saw a
+                    # sandbox newer than `pods` (a pod started after the reconnect), and knows better
                     continue
                 try:
                     await self._repair(current, sandboxes.get(row.pod_uid))
