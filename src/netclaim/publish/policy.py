@@ -12,15 +12,17 @@ import functools
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import cel
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from netclaim.api.publishpolicy import DEFAULT_POLICY, AttributeValue, PublishPolicy, Rule
 from netclaim.errors import ConfigError
 from netclaim.files import load_yaml_model
 from netclaim.names import DRIVER_DOMAIN, STANDARD_DOMAIN
 from netclaim.publish.inventory import SAMPLE_INTERFACE, facts_as_attributes
+
+if TYPE_CHECKING:
+    import cel
 
 log = logging.getLogger(__name__)
 SHARED_ATTRIBUTE = "shared"  # netclaim.dev/shared: set on every device from the rule's mode
@@ -37,12 +39,20 @@ def _context(attributes: dict[str, dict[str, AttributeValue]], driver: str) -> d
     return {"device": {"driver": driver, "attributes": attributes}}
 
 
+def _cel() -> ModuleType:
+    """The CEL library, imported when a policy first uses CEL: its package also loads an interactive shell
+    (prompt_toolkit), 12 MiB of every agent's memory that policies matching by name never need."""
+    import cel
+
+    return cel
+
+
 def check_cel(expression: str) -> None:
     """Syntax, names and types of a policy CEL expression, checked against a complete sample device."""
     known = sample_attributes()
     try:
         program = _program(expression)
-        result = program.execute(cel.Context(_context(known, DRIVER_DOMAIN)))
+        result = program.execute(_cel().Context(_context(known, DRIVER_DOMAIN)))
     except ValueError as err:
         raise ValueError(f"invalid CEL: {str(err).splitlines()[0]}") from err
     except KeyError as err:
@@ -57,7 +67,8 @@ def check_cel(expression: str) -> None:
 
 @functools.lru_cache(maxsize=256)
 def _program(expression: str) -> cel.Program:
-    return cel.compile(expression)
+    program: cel.Program = _cel().compile(expression)
+    return program
 
 
 def rule_problems(policy: PublishPolicy) -> Iterator[str]:
@@ -92,7 +103,7 @@ def matches(rule: Rule, if_name: str, attributes: dict[str, dict[str, AttributeV
     if match.cel is None:
         return True
     try:
-        return bool(_program(match.cel).execute(cel.Context(_context(attributes, driver))) is True)
+        return bool(_program(match.cel).execute(_cel().Context(_context(attributes, driver))) is True)
     except (KeyError, RuntimeError, TypeError, ValueError):
         return False
 
