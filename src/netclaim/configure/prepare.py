@@ -185,6 +185,7 @@ class Preparer:
 
     async def unprepare(self, namespace: str, name: str, uid: str) -> None:
         """Make sure every interface of the claim was DELeted (IPAM released), then forget the claim."""
+        started = time.monotonic()
         rows = self.store.for_claim(uid)
         faults.point("before-unprepare")
         problems = await self.attacher.release(rows, time.monotonic() + UNPREPARE_SECONDS)
@@ -202,7 +203,9 @@ class Preparer:
             )
         if await self._addresses_end(namespace, name, uid):
             await self.addresses.release(uid)
-        log.info("unprepared", extra={"claim": f"{namespace}/{name}", "devices": [r.device for r in rows]})
+        elapsed_ms = round((time.monotonic() - started) * 1000, 1)
+        devices = [r.device for r in rows]
+        log.info("unprepared", extra={"claim": f"{namespace}/{name}", "devices": devices, "ms": elapsed_ms})
 
     async def reclaim(self) -> list[ClaimRef]:
         """Unprepare the claims that are gone from the API but still have rows here; returns them.
