@@ -10,6 +10,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import ctypes
+import errno
 import ipaddress
 import os
 import socket
@@ -168,10 +169,10 @@ class InterfaceState:
 
 async def interface(name: str, netns: str | None = None) -> InterfaceState | None:
     async with _ipr(netns) as ipr:
-        found = [_link(m) async for m in await ipr.get_links() if m.get("ifname") == name]
-        if not found:
+        message = await _one_link(ipr, name)
+        if message is None:
             return None
-        link = found[0]
+        link = _link(message)
         addresses = [
             str(ipaddress.ip_interface(f"{m.get('address')}/{m['prefixlen']}"))
             async for m in await ipr.get_addr(index=link.index)
@@ -202,9 +203,21 @@ async def set_link(
         await ipr.link("set", index=index, state="up")
 
 
+async def _one_link(ipr: AsyncIPRoute, name: str) -> Any:
+    """The kernel's message for link `name`, or None. One message, not a dump filtered here: decoding a
+    link message is pyroute2's costliest step, and an agent attaching pods made one dump per lookup."""
+    try:
+        [message] = await ipr.link("get", ifname=name)
+    except NetlinkError as err:
+        if err.code == errno.ENODEV:
+            return None
+        raise
+    return message
+
+
 async def _index(ipr: AsyncIPRoute, name: str) -> int | None:
-    found = [int(m["index"]) async for m in await ipr.get_links() if m.get("ifname") == name]
-    return found[0] if found else None
+    message = await _one_link(ipr, name)
+    return None if message is None else int(message["index"])
 
 
 def ifb_name(index: int) -> str:
