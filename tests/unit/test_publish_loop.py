@@ -7,6 +7,7 @@ under test causes, and every loop is cancelled at the end (they run forever).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Coroutine
 from pathlib import Path
@@ -32,6 +33,7 @@ T = TypeVar("T")
 def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
     """No settle time and no backoff delay: passes and retries follow each other at once."""
     monkeypatch.setattr(loop, "SETTLE_SECONDS", 0)
+    monkeypatch.setattr(loop, "PASS_INTERVAL_SECONDS", 0)
     monkeypatch.setattr(backoff.Backoff.__init__, "__defaults__", (0.0, 0.0))
 
 
@@ -120,6 +122,27 @@ async def test_many_fires_before_a_wait_make_one_pass(tasks: list[asyncio.Task[A
     assert await within(passes.get()) == 2
     await yield_to_loop()
     assert passes.empty()
+
+
+async def test_passes_are_spaced_while_fires_keep_coming(
+    tasks: list[asyncio.Task[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pods starting fire a link event each: a scan per event would keep the agent busy rescanning."""
+    monkeypatch.setattr(loop, "PASS_INTERVAL_SECONDS", 0.2)
+    trigger = Trigger()
+    passes: asyncio.Queue[float] = asyncio.Queue()
+
+    async def consumer() -> None:
+        while True:
+            await trigger.wait()
+            passes.put_nowait(asyncio.get_running_loop().time())
+
+    start(tasks, consumer())
+    times = []
+    for _ in range(3):
+        trigger.fire()
+        times.append(await within(passes.get()))
+    assert [round(b - a, 2) >= 0.2 for a, b in itertools.pairwise(times)] == [True, True]
 
 
 async def test_a_fire_during_a_pass_makes_another_pass(tasks: list[asyncio.Task[Any]]) -> None:
