@@ -204,8 +204,8 @@ class Preparer:
         if await self._addresses_end(namespace, name, uid):
             await self.addresses.release(uid)
         elapsed_ms = round((time.monotonic() - started) * 1000, 1)
-        devices = [r.device for r in rows]
-        log.info("unprepared", extra={"claim": f"{namespace}/{name}", "devices": devices, "ms": elapsed_ms})
+        released = [r.device for r in rows]
+        log.info("unprepared", extra={"claim": f"{namespace}/{name}", "devices": released, "ms": elapsed_ms})
 
     async def reclaim(self) -> list[ClaimRef]:
         """Unprepare the claims that are gone from the API but still have rows here; returns them.
