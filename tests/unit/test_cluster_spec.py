@@ -29,6 +29,7 @@ def test_valid_file_loads_with_defaults(tmp_path: Path) -> None:
     assert str(spec.node_pod_cidr(0)) == "10.244.1.0/24"
     assert str(spec.node_address(1).ip) == "10.201.0.11"
     assert len(spec.link_prefix) == 6
+    assert spec.maxPods == 110  # kubelet's own default
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -52,6 +53,10 @@ def _write(tmp_path: Path, text: str) -> Path:
             "nodes[1]: a node with kubelet: false",
         ),
         (("name: virt-1", "name: node-1"), "node names must be unique"),
+        (
+            ("name: demo\n", "name: demo\nmaxPods: 500\n"),
+            "maxPods: Input should be less than or equal to 250",
+        ),
     ],
 )
 def test_mistakes_name_the_file_and_field(tmp_path: Path, change: tuple[str, str], expected: str) -> None:

@@ -200,9 +200,8 @@ def restart_agent(handle: ClusterHandle, node: str, faults: str = "") -> None:
     wait_ready(handle, [node])
 
 
-def agent_pid(handle: ClusterHandle, node: str) -> int | None:
-    """The agent's process on `node` as the machine sees it, while its container runs: the only child of
-    the container's init (tini, crictl inspect's pid)."""
+def agent_container(handle: ClusterHandle, node: str) -> tuple[str, int] | None:
+    """(container ID, its init's pid) of the running agent container on `node`."""
     crictl = handle.node(node).crictl()
     ids = processes.run(
         [*crictl, "ps", "--state", "running", "--label", f"io.kubernetes.pod.namespace={NAMESPACE}", "-q"]
@@ -210,13 +209,22 @@ def agent_pid(handle: ClusterHandle, node: str) -> int | None:
     for container in ids:
         info = json.loads(processes.run([*crictl, "inspect", container]))
         if info["status"]["metadata"]["name"] == "agent":
-            init = int(info["info"]["pid"])
-            try:
-                children = Path(f"/proc/{init}/task/{init}/children").read_text().split()
-            except FileNotFoundError:  # the container ended meanwhile
-                return None
-            return int(children[0]) if children else None
+            return container, int(info["info"]["pid"])
     return None
+
+
+def agent_pid(handle: ClusterHandle, node: str) -> int | None:
+    """The agent's process on `node` as the machine sees it, while its container runs: the only child of
+    the container's init (tini, crictl inspect's pid)."""
+    found = agent_container(handle, node)
+    if found is None:
+        return None
+    init = found[1]
+    try:
+        children = Path(f"/proc/{init}/task/{init}/children").read_text().split()
+    except FileNotFoundError:  # the container ended meanwhile
+        return None
+    return int(children[0]) if children else None
 
 
 def kill_agent(handle: ClusterHandle, node: str) -> None:

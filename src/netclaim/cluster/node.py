@@ -329,6 +329,7 @@ class LocalNode:
             "imageGCLowThresholdPercent": 99,
             "featureGates": {k: v == "true" for k, v in gates.items()},
             "nodeStatusReportFrequency": "10s",
+            "maxPods": self.spec.maxPods,
             # On a busy 2-core machine the apiserver's Node authorizer graph can lag a pod's binding by tens
             # of ms; kubelet's first claim lookup is then refused ("no relationship found") and the pod waits
             # for the next full resync, 1 min by default. 10 s keeps churny tests and the soak moving.

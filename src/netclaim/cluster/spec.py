@@ -106,6 +106,7 @@ class ClusterSpec(_Strict):
     nriRequestTimeout: Annotated[str, Field(pattern=r"^[1-9][0-9]?s$")] = Field(
         default="2s", description="containerd's NRI plugin_request_timeout (README: raise it for slow chains)"
     )
+    maxPods: int = Field(default=110, ge=10, le=250, description="kubelet's maxPods on every node")
 
     @field_validator("managementCIDR", "podCIDR")
     @classmethod
