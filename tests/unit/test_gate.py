@@ -53,6 +53,33 @@ def test_a_name_is_compared_whole_and_literally() -> None:
         assert _run_hook(spec("ns/c", "u", [name]), os.getpid()).returncode == 1, name
 
 
+def test_the_hook_runs_no_program_but_the_shell() -> None:
+    """One process per container start: with no PATH at all, the checks still pass and still fail."""
+    for names, expected in ((["lo"], 0), (["lo", "nope9"], 1)):
+        [device] = spec("ns/c", "u", names)["devices"]
+        [hook] = device["containerEdits"]["hooks"]
+        state = json.dumps({"ociVersion": "1.2.0", "id": "c1", "pid": os.getpid(), "bundle": "/b"})
+        result = subprocess.run(
+            [hook["path"], *hook["args"][1:]],
+            input=state,
+            env={"PATH": "/nonexistent"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == expected, (names, result.stderr)
+        assert "not found" not in result.stderr
+
+
+def test_every_interface_must_be_there_and_the_header_lines_are_no_names(tmp_path: Path) -> None:
+    names = Path(f"/proc/{os.getpid()}/net/dev").read_text().splitlines()[2:]
+    present = [line.split(":")[0].strip() for line in names]
+    assert _run_hook(spec("ns/c", "u", present), os.getpid()).returncode == 0
+    # words of /proc/net/dev's two header lines
+    for word in ("Inter-|", "Receive", "face", "|bytes", "compressed", "multicast|bytes", "carrier"):
+        assert _run_hook(spec("ns/c", "u", [word]), os.getpid()).returncode == 1, word
+
+
 def test_without_a_pid_in_the_state_the_hook_fails() -> None:
     [device] = spec("ns/c", "u", ["lo"])["devices"]
     [hook] = device["containerEdits"]["hooks"]
@@ -89,7 +116,7 @@ async def test_prepare_returns_the_claims_cdi_device_and_unprepare_removes_its_s
     prepared = await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)
     assert [d.cdi_device_ids for d in prepared] == [(f"netclaim.dev/net={claim.uid}",)]
     written = json.loads((tmp_path / "cdi" / f"netclaim.dev-{claim.uid}.json").read_text())
-    assert "grep -qxF -- net1" in written["devices"][0]["containerEdits"]["hooks"][0]["args"][2]
+    assert '[ "$name" = net1 ]' in written["devices"][0]["containerEdits"]["hooks"][0]["args"][2]
     again = await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)  # kubelet asking again
     assert again == prepared
     await rig.preparer.unprepare(claim.namespace, claim.name, claim.uid)

@@ -8,7 +8,7 @@ it checks, in the container's own network namespace (`/proc/<pid>/net/dev`, the 
 its stdin), that each of the claim's interfaces is there, and fails otherwise: the container is not
 created and kubelet retries it, until the agent (back, or done) has attached them.
 
-The hook needs nothing of netclaim's on the host: /bin/sh, sed and grep. It checks the kernel, not the
+The hook needs nothing of netclaim's on the host: /bin/sh and its builtins. It checks the kernel, not the
 agent's state, so a restart with a lost state directory never blocks a pod whose interface is in place,
 and pods without our claims are never touched. Failure modes (docs/security.md): containerd without CDI
 (`enable_cdi = false`) ignores the device and fails open; a CDI spec directory the agent cannot write
@@ -33,17 +33,28 @@ def device_id(claim_uid: str) -> str:
 
 
 def hook_script(claim: str, interfaces: list[str]) -> str:
-    """The shell line of the hook: every interface must be in the container's network namespace. Names
-    are compared whole and as fixed strings (a Linux name has no ':' or spaces, anything else is quoted)."""
-    names = "cut -d: -f1 /proc/$pid/net/dev | tr -d ' '"
-    checks = " && ".join(f"{names} | grep -qxF -- {shlex.quote(name)}" for name in interfaces)
+    """The shell line of the hook: every interface must be in the container's network namespace.
+
+    Shell builtins only: runc starts one process per container (sh), not a pipeline of sed, cut and grep
+    per interface. Names are compared whole and literally, each held in its own quoted word."""
+    missing = [f"m{index}=1" for index in range(len(interfaces))]
+    found = " ".join(
+        f"[ \"$name\" = {shlex.quote(name)} ] && m{index}=;" for index, name in enumerate(interfaces)
+    )
     message = (
         f"netclaim: interfaces {' '.join(interfaces)} of claim {claim} are not attached yet; "
         "the container waits for them (kubelet retries)"
     )
+    all_found = "".join(f"$m{index}" for index in range(len(interfaces)))
     return (
-        "pid=$(sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p'); "
-        f'[ -n "$pid" ] && {checks} || {{ echo {shlex.quote(message)} >&2; exit 1; }}'
+        # the OCI state on stdin (one JSON line, maybe without its newline): the container's pid
+        'IFS= read -r state; pid=${state#*\\"pid\\":}; [ "$pid" != "$state" ] || pid=; '
+        'pid=${pid#"${pid%%[0-9]*}"}; pid=${pid%%[!0-9]*}; '
+        f"{' '.join(missing)}; n=0; "
+        # /proc/<pid>/net/dev: two header lines, then "  <name>: <counters>" per interface
+        '[ -n "$pid" ] && while IFS= read -r line; do n=$((n + 1)); [ "$n" -gt 2 ] || continue; '
+        f'name=${{line%%:*}}; name=${{name##* }}; {found} done < "/proc/$pid/net/dev"; '
+        f'[ -n "$pid" ] && [ -z "{all_found}" ] || {{ echo {shlex.quote(message)} >&2; exit 1; }}'
     )
 
 
