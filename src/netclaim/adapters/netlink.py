@@ -11,12 +11,14 @@ import concurrent.futures
 import contextlib
 import ctypes
 import errno
+import fcntl
 import ipaddress
 import os
 import socket
-from collections.abc import AsyncIterator
+import struct
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyroute2 import AsyncIPRoute
 from pyroute2.netlink.exceptions import NetlinkError
@@ -30,6 +32,9 @@ _RTMGRP_IPV4_IFADDR = 0x10
 _RTMGRP_IPV6_IFADDR = 0x100
 _ETH_P_ALL = 0x0003
 _NETLINK_ROUTE = 0
+_SIOCGIFMTU = 0x8921
+_SIOCGIFHWADDR = 0x8927
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -59,14 +64,15 @@ def _setns(fd: int) -> None:
         raise OSError(error, os.strerror(error))
 
 
-def _netlink_socket_in(path: str) -> int:
+def _in_namespace(path: str, work: Callable[[], T]) -> T:
+    """`work()` with the calling thread in the network namespace at `path` (and back afterwards)."""
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
         target = os.open(path, os.O_RDONLY)  # never created: a gone namespace is an error
         try:
             _setns(target)
             try:
-                return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_ROUTE).detach()
+                return work()
             finally:
                 _setns(home)
         finally:
@@ -75,22 +81,35 @@ def _netlink_socket_in(path: str) -> int:
         os.close(home)
 
 
+def _netlink_socket() -> int:
+    return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_ROUTE).detach()
+
+
+async def _in(netns: str | None, work: Callable[[], T]) -> T:
+    """`work()` in `netns` (on the namespace thread), or here in the node's own namespace."""
+    if not netns:
+        return work()
+    return await asyncio.get_running_loop().run_in_executor(_NETNS_THREAD, _in_namespace, netns, work)
+
+
+def _where(netns: str | None) -> str:
+    return f"network namespace {netns}" if netns else "the node's network namespace"
+
+
 @contextlib.asynccontextmanager
-async def _ipr(netns: str | None = None) -> AsyncIterator[AsyncIPRoute]:
-    """A netlink socket in `netns`; every kernel refusal inside the block becomes a KernelError."""
-    where = f"network namespace {netns}" if netns else "the node's network namespace"
+async def _ipr(netns: str | None = None, fileno: int | None = None) -> AsyncIterator[AsyncIPRoute]:
+    """A netlink socket in `netns` (`fileno`: one already opened there); every kernel refusal inside the
+    block becomes a KernelError."""
     try:
-        if netns:
-            loop = asyncio.get_running_loop()
-            ipr = AsyncIPRoute(fileno=await loop.run_in_executor(_NETNS_THREAD, _netlink_socket_in, netns))
-        else:
-            ipr = AsyncIPRoute()
+        if fileno is None and netns:
+            fileno = await _in(netns, _netlink_socket)
+        ipr = AsyncIPRoute() if fileno is None else AsyncIPRoute(fileno=fileno)
     except OSError as err:
-        raise KernelError(f"{where}: {err.strerror or err}") from err
+        raise KernelError(f"{_where(netns)}: {err.strerror or err}") from err
     try:
         yield ipr
     except (NetlinkError, OSError) as err:
-        raise KernelError(f"{where}: {err}") from err
+        raise KernelError(f"{_where(netns)}: {err}") from err
     finally:
         ipr.close()
 
@@ -167,18 +186,38 @@ class InterfaceState:
     addresses: tuple[str, ...]  # canonical CIDR form, global scope
 
 
+def _link_facts(name: str) -> tuple[int, str, int] | None:
+    """(index, MAC, MTU) of link `name` in the calling thread's namespace, or None. By ioctl: decoding a
+    netlink link message (all its attributes and statistics) was most of an attach's own CPU time."""
+    try:
+        index = socket.if_nametoindex(name)
+    except OSError:
+        return None
+    request = struct.pack("16s16x", name.encode())
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        hardware = fcntl.ioctl(probe, _SIOCGIFHWADDR, request)[18:24]
+        [mtu] = struct.unpack_from("i", fcntl.ioctl(probe, _SIOCGIFMTU, request), 16)
+    return index, ":".join(f"{byte:02x}" for byte in hardware), mtu
+
+
 async def interface(name: str, netns: str | None = None) -> InterfaceState | None:
-    async with _ipr(netns) as ipr:
-        message = await _one_link(ipr, name)
-        if message is None:
+    def look() -> tuple[tuple[int, str, int] | None, int]:
+        return _link_facts(name), _netlink_socket()
+
+    try:
+        facts, fileno = await _in(netns, look)  # one trip to the namespace for both
+    except OSError as err:
+        raise KernelError(f"{_where(netns)}: {err.strerror or err}") from err
+    async with _ipr(netns, fileno) as ipr:
+        if facts is None:
             return None
-        link = _link(message)
+        index, mac, mtu = facts
         addresses = [
             str(ipaddress.ip_interface(f"{m.get('address')}/{m['prefixlen']}"))
-            async for m in await ipr.get_addr(index=link.index)
+            async for m in await ipr.get_addr(index=index)
             if m.get("scope", 0) == 0
         ]
-    return InterfaceState(link.name, link.index, link.mac, link.mtu, tuple(addresses))
+    return InterfaceState(name, index, mac, mtu, tuple(addresses))
 
 
 async def set_link(
