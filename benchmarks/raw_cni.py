@@ -1,6 +1,10 @@
-"""Baseline: the same CNI config list executed directly (no netclaim), inside a node, n times.
+"""The floor: the same CNI config lists executed directly (no netclaim, no runtime), inside a node.
 
-Run inside the node's namespaces; prints JSON {"add_ms": [...], "del_ms": [...]}.
+Each run makes a fresh network namespace and ADDs one macvlan + host-local config list per master into it
+(net1, net2, ... in order, as netclaim attaches a pod's devices), then DELs them. Run inside the node's
+namespaces; prints JSON {"add_ms": [per run, all masters], "del_ms": [...]}.
+
+Usage: raw_cni.py RUNS MASTER[,MASTER...]
 """
 
 from __future__ import annotations
@@ -15,18 +19,30 @@ from collections.abc import Mapping
 CNI = "/usr/lib/cni"
 
 
-def plugin(command: str, container: str, netns: str, config: Mapping[str, object]) -> float:
+def config(index: int, master: str) -> dict[str, object]:
+    """The config list netclaim runs for the benchmark's claims (benchmarks/suite.py), master filled in."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": f"raw-bench-{index}",
+        "type": "macvlan",
+        "master": master,
+        "mode": "bridge",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": f"10.99.{index}.0/24"}]]},
+    }
+
+
+def plugin(command: str, container: str, netns: str, ifname: str, conf: Mapping[str, object]) -> float:
     env = {
         "CNI_COMMAND": command,
         "CNI_CONTAINERID": container,
         "CNI_NETNS": netns,
-        "CNI_IFNAME": "net1",
+        "CNI_IFNAME": ifname,
         "CNI_PATH": CNI,
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
     }
     started = time.perf_counter()
     result = subprocess.run(
-        [f"{CNI}/macvlan"], input=json.dumps(config).encode(), env=env, capture_output=True, check=False
+        [f"{CNI}/macvlan"], input=json.dumps(conf).encode(), env=env, capture_output=True, check=False
     )
     elapsed = (time.perf_counter() - started) * 1000
     if result.returncode != 0:
@@ -34,26 +50,26 @@ def plugin(command: str, container: str, netns: str, config: Mapping[str, object
     return elapsed
 
 
-def main(runs: int, master: str) -> None:
-    config = {
-        "cniVersion": "1.0.0",
-        "name": "raw-bench",
-        "type": "macvlan",
-        "master": master,
-        "mode": "bridge",
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.99.0.0/24"}]]},
-    }
+def main(runs: int, masters: list[str]) -> None:
     adds, deletes = [], []
     for run in range(runs):
         name = f"rawbench{os.getpid()}-{run}"
         subprocess.run(["ip", "netns", "add", name], check=True)
         try:
-            adds.append(plugin("ADD", name, f"/run/netns/{name}", config))
-            deletes.append(plugin("DEL", name, f"/run/netns/{name}", config))
+            add = sum(
+                plugin("ADD", name, f"/run/netns/{name}", f"net{i + 1}", config(i, m))
+                for i, m in enumerate(masters)
+            )
+            delete = sum(
+                plugin("DEL", name, f"/run/netns/{name}", f"net{i + 1}", config(i, m))
+                for i, m in enumerate(masters)
+            )
+            adds.append(add)
+            deletes.append(delete)
         finally:
             subprocess.run(["ip", "netns", "delete", name], check=True)
     print(json.dumps({"add_ms": adds, "del_ms": deletes}))
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2])
+    main(int(sys.argv[1]), sys.argv[2].split(","))

@@ -1,0 +1,320 @@
+"""How the benchmark observes the agent from outside: /proc, containerd's log, the API server's watch.
+
+Nothing here asks the agent anything; what the agent logs about itself is read by the suite, labelled so.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaim
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def distribution(values: Iterable[float]) -> dict[str, Any]:
+    """p50/p90/p99 by nearest rank (no interpolation: every figure is a value that was measured)."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no samples: the phase measured nothing")
+
+    def rank(p: int) -> float:
+        return ordered[max(0, math.ceil(len(ordered) * p / 100) - 1)]
+
+    return {
+        "n": len(ordered),
+        "p50": rank(50),
+        "p90": rank(90),
+        "p99": rank(99),
+        "min": ordered[0],
+        "max": ordered[-1],
+        "values": ordered,
+    }
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise ValueError(f"/proc/{pid}/status has no VmRSS")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the process, all its threads (its waited-for children not included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+@dataclass
+class ProcessSampler:
+    """Samples a process's RSS and CPU time every `interval` seconds in a thread, until stopped."""
+
+    pid: int
+    interval: float = 0.2
+    samples: list[tuple[float, float, float]] = field(default_factory=list)  # (monotonic, MiB, cpu s)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> ProcessSampler:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.monotonic(), rss_mib(self.pid), cpu_seconds(self.pid)))
+            except (FileNotFoundError, ProcessLookupError):
+                return
+            self._stop.wait(self.interval)
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def peak_rss(self) -> float:
+        return max(s[1] for s in self.samples)
+
+    def millicores(self) -> float:
+        (t0, _, c0), (t1, _, c1) = self.samples[0], self.samples[-1]
+        return (c1 - c0) / (t1 - t0) * 1000
+
+
+_SANDBOX = re.compile(
+    r'^time="([^"]+)" level=info msg="RunPodSandbox for name:\\"[^\\]*\\"\s+uid:\\"([0-9a-f-]+)\\"'
+)
+
+
+def _stamp(text: str) -> float:
+    # containerd writes nanoseconds; datetime keeps microseconds, which is finer than anything measured here
+    whole, _, fraction = text.rstrip("Z").partition(".")
+    stamp = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC)
+    return stamp.timestamp() + float(f"0.{fraction or '0'}")
+
+
+def run_pod_sandbox_ms(containerd_log: Path, offset: int, uids: set[str]) -> dict[str, float]:
+    """RunPodSandbox's duration per pod UID as containerd logged it (request → sandbox id returned), which
+    includes the NRI RunPodSandbox hook: what netclaim adds to a pod's sandbox, seen by the runtime."""
+    return {
+        uid: (end - start) * 1000
+        for uid, (start, end) in run_pod_sandbox(containerd_log, offset, uids).items()
+    }
+
+
+def run_pod_sandbox(containerd_log: Path, offset: int, uids: set[str]) -> dict[str, tuple[float, float]]:
+    """(request, sandbox id returned) per pod UID, wall clock, the last successful RunPodSandbox of each."""
+    started: dict[str, float] = {}
+    spans: dict[str, tuple[float, float]] = {}
+    with containerd_log.open() as log:
+        log.seek(offset)
+        for line in log:
+            match = _SANDBOX.match(line)
+            if not match or match.group(2) not in uids:
+                continue
+            uid, stamp = match.group(2), _stamp(match.group(1))
+            if "returns sandbox id" in line and uid in started:
+                spans[uid] = (started.pop(uid), stamp)
+            elif "returns sandbox id" not in line and "failed" not in line:
+                started[uid] = stamp
+    return spans
+
+
+@dataclass
+class ReadyWatch:
+    """Watches a namespace's pods and claims through the API server and records, per pod, when it was
+    bound to a node, when it was first Ready and when all of its claims' devices had a Ready condition
+    (wall clock, comparable with containerd's log)."""
+
+    client: Client
+    namespace: str
+    pod_ready: dict[str, float] = field(default_factory=dict)
+    pod_bound: dict[str, float] = field(default_factory=dict)
+    pod_uid: dict[str, str] = field(default_factory=dict)
+    pod_node: dict[str, str] = field(default_factory=dict)
+    claim_ready: dict[str, float] = field(default_factory=dict)  # by the owning pod's name
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> ReadyWatch:
+        for target in (self._pods, self._claims):
+            thread = threading.Thread(target=target, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        time.sleep(0.5)  # both watches established before the first create
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+
+    def _pods(self) -> None:
+        for _, pod in self.client.watch(Pod, namespace=self.namespace):
+            if self._stop.is_set():
+                return
+            name = pod.metadata.name if pod.metadata else None
+            if not name or name in self.pod_ready:
+                continue
+            if pod.spec and pod.spec.nodeName and name not in self.pod_bound:
+                self.pod_bound[name] = time.time()
+                self.pod_node[name] = pod.spec.nodeName
+                self.pod_uid[name] = str(pod.metadata.uid if pod.metadata else "")
+            conditions = (pod.status.conditions if pod.status else None) or []
+            if any(c.type == "Ready" and c.status == "True" for c in conditions):
+                self.pod_ready[name] = time.time()
+
+    def _claims(self) -> None:
+        for _, claim in self.client.watch(ResourceClaim, namespace=self.namespace):
+            if self._stop.is_set():
+                return
+            pod = _owning_pod(claim)
+            if pod is None or pod in self.claim_ready:
+                continue
+            devices = (claim.status.devices if claim.status else None) or []
+            if devices and all(
+                any(c.type == "Ready" and c.status == "True" for c in (d.conditions or [])) for d in devices
+            ):
+                self.claim_ready[pod] = time.time()
+
+    def ready_at(self, pod: str, with_claim: bool) -> float | None:
+        if pod not in self.pod_ready or (with_claim and pod not in self.claim_ready):
+            return None
+        return max(self.pod_ready[pod], self.claim_ready.get(pod, 0.0))
+
+
+def _owning_pod(claim: ResourceClaim) -> str | None:
+    for owner in (claim.metadata.ownerReferences if claim.metadata else None) or []:
+        if owner.kind == "Pod":
+            return str(owner.name)
+    return None
+
+
+@dataclass
+class Profile:
+    """py-spy sampling a process from outside (no code of ours in it), its stacks kept as raw text."""
+
+    pid: int
+    path: Path
+    rate: int = 200
+    _process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Profile:
+        py_spy = Path(sys.executable).parent / "py-spy"
+        if not py_spy.exists():
+            raise SystemExit(f"bench: {py_spy} is missing; run make deps (py-spy is in the dev extras)")
+        command = [str(py_spy), "record", "--nonblocking", "--threads", "-r", str(self.rate), "-f", "raw"]
+        self._process = subprocess.Popen(
+            [*command, "-o", str(self.path), "-p", str(self.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(1)  # attached before the measured work starts
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        stderr = self._process.communicate(timeout=60)[1]
+        if not self.path.exists():
+            raise SystemExit(f"bench: py-spy wrote no profile: {stderr.decode(errors='replace')[-500:]}")
+
+
+def _frames(line: str) -> tuple[str, list[tuple[str, str]], int]:
+    """(thread, (function, file) outermost first, samples) of one line of py-spy's raw output (--threads)."""
+    stack, _, count = line.rstrip().rpartition(" ")
+    thread, *frames = stack.split(";")
+    parsed = []
+    for frame in frames:
+        function, _, where = frame.partition(" (")
+        parsed.append((function, where.rpartition(":")[0]))
+    return thread, parsed, int(count)
+
+
+def busy_profile(path: Path, under: str | None = None, top: int = 10) -> dict[str, Any]:
+    """Where the agent's main thread spent its busy samples (those not waiting in epoll): the inclusive
+    share of each of netclaim's own functions (only those called under the function `under`, if given),
+    and the self time by package of the innermost frame (pyroute2, lightkube, httpx2, json…)."""
+    inclusive: dict[str, int] = {}
+    by_package: dict[str, int] = {}
+    busy = 0
+    for line in path.read_text().splitlines():
+        thread, frames, count = _frames(line)
+        if (
+            not thread.endswith("MainThread")
+            or not frames
+            or frames[-1][0] in ("EpollSelector.select", "select")
+        ):
+            continue
+        names = [function for function, _ in frames]
+        if under is not None:
+            if under not in names:
+                continue
+            frames = frames[names.index(under) :]
+        busy += count
+        for function, where in dict.fromkeys(frames):
+            if where.startswith("netclaim/") and where != "netclaim/cli.py":
+                key = f"{function} ({where.removeprefix('netclaim/')})"
+                inclusive[key] = inclusive.get(key, 0) + count
+        package = frames[-1][1].split("/")[0].removesuffix(".py") or "?"
+        by_package[package] = by_package.get(package, 0) + count
+
+    def ranked(counts: dict[str, int]) -> list[list[Any]]:
+        ordered = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
+        return [[name, round(100 * n / busy, 1)] for name, n in ordered]
+
+    return {"busy_samples": busy, "functions": ranked(inclusive), "packages": ranked(by_package)}
+
+
+def _cpu_by_command() -> dict[int, tuple[str, float]]:
+    """Every process's CPU seconds (its own and its reaped children's), by pid, with its command name."""
+    found: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        command = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        found[int(entry.name)] = (command, sum(int(f) for f in fields[11:15]) / TICKS)
+    return found
+
+
+@dataclass
+class CpuSplit:
+    """CPU seconds the whole machine spent per command name while the block ran (/proc of every process;
+    a process gone meanwhile is counted in its parent once reaped)."""
+
+    seconds: float = 0.0
+    by_command: dict[str, float] = field(default_factory=dict)
+    _before: dict[int, tuple[str, float]] = field(default_factory=dict)
+    _started: float = 0.0
+
+    def __enter__(self) -> CpuSplit:
+        self._before, self._started = _cpu_by_command(), time.monotonic()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.seconds = time.monotonic() - self._started
+        for pid, (command, cpu) in _cpu_by_command().items():
+            before = self._before.get(pid)  # a kernel worker renames itself after its current work
+            used = cpu - before[1] if before is not None else cpu
+            self.by_command[command] = self.by_command.get(command, 0.0) + used
+
+    def top(self, count: int = 8) -> list[list[Any]]:
+        ordered = sorted(self.by_command.items(), key=lambda kv: -kv[1])[:count]
+        return [[command, round(cpu, 1)] for command, cpu in ordered]

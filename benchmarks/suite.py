@@ -1,0 +1,652 @@
+"""`make bench`: what netclaim costs, measured on its own local cluster against a floor from the same run.
+
+Phases (each figure says where it was observed: containerd's log, the API server, /proc, the agent's log):
+  idle     the agents' RSS and CPU over 60 quiet seconds (/proc)
+  floor    the raw CNI exec of the benchmark's config lists, 1 and 4 per pod (benchmarks/raw_cni.py)
+  serial   pods one at a time on node-1: without a claim, with 1 NIC, with 4 NICs; RunPodSandbox as
+           containerd logged it, attach and Node(Un)PrepareResources as the agent logged them
+  burst    30 pods at once, without and with a claim, 3 rounds each; create → Ready (and claim Ready) as
+           the API server's watch delivered it; the node-1 agent's peak RSS (/proc)
+  fullnode 110 pods with one NIC each on node-1 at once: time to all Ready, agent RSS and CPU (/proc)
+  publish  1,024 devices from agent start to the last slice write; one NIC added → slice write (audit log)
+  memory   what each library adds to a Python process in the agent's container (crictl exec)
+  profile  py-spy on the agent from outside, pods one at a time and a burst (apart from the timed phases)
+
+Writes bench/report.json, then docs/benchmarks.md and its plots (benchmarks/report.py); the last line is
+the BENCH line. `--quick` runs every phase small (make test). NETCLAIM_KEEP_CLUSTER=1 keeps the cluster
+(and a running one is reused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import functools
+import itertools
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lightkube import Client, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Namespace, Pod
+
+from benchmarks import measure, report
+from netclaim.cluster import agents, cluster, processes
+from netclaim.cluster.cluster import ClusterHandle
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+NODE = "node-1"
+NAMESPACE = "bench"
+NICS = ["enp0s10", "enp0s11", "enp0s12", "enp0s13"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    serial_pods: int = 30  # of each kind: without a claim, 1 NIC, 4 NICs
+    burst_pods: int = 30
+    burst_rounds: int = 3
+    full_node_pods: int = 110
+    raw_runs: int = 40
+    publish_runs: int = 3
+    nic_changes: int = 5
+    settle_seconds: float = 20
+    idle_seconds: float = 60
+    profiled_pods: int = 20
+
+
+FULL = Sizes()
+# make test's run of the whole suite: every phase and the report, in a few minutes, figures meaningless
+QUICK = Sizes(
+    serial_pods=3,
+    burst_pods=5,
+    burst_rounds=1,
+    full_node_pods=10,
+    raw_runs=3,
+    publish_runs=1,
+    nic_changes=1,
+    settle_seconds=5,
+    idle_seconds=5,
+    profiled_pods=3,
+)
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- the objects -------------------------------------------------------------------------------------
+def _cni_config(index: int, bandwidth: str) -> dict[str, Any]:
+    """netclaim's CNIConfig for request `index`: the same list benchmarks/raw_cni.py runs, its master the
+    allocated device."""
+    return {
+        "apiVersion": "netclaim.dev/v1alpha1",
+        "kind": "CNIConfig",
+        "interfaceName": f"net{index + 1}",
+        "bandwidth": bandwidth,
+        "config": {
+            "cniVersion": "1.0.0",
+            "name": f"bench-{index}",
+            "plugins": [
+                {
+                    "type": "macvlan",
+                    "master": "{{ device.ifName }}",
+                    "mode": "bridge",
+                    "ipam": {"type": "host-local", "ranges": [[{"subnet": f"10.98.{index}.0/24"}]]},
+                }
+            ],
+        },
+    }
+
+
+def template(name: str, nics: int, bandwidth: str) -> dict[str, Any]:
+    """`nics` requests, request i on NICS[i] when there are several (a pod with one interface per NIC)."""
+    requests, configs = [], []
+    for index in range(nics):
+        exactly: dict[str, Any] = {"deviceClassName": "netclaim-shared"}
+        if nics > 1:
+            exactly["selectors"] = [
+                {"cel": {"expression": f'device.attributes["netclaim.dev"].ifName == "{NICS[index]}"'}}
+            ]
+        requests.append({"name": f"nic{index}", "exactly": exactly})
+        configs.append(
+            {
+                "requests": [f"nic{index}"],
+                "opaque": {"driver": "netclaim.dev", "parameters": _cni_config(index, bandwidth)},
+            }
+        )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"spec": {"devices": {"requests": requests, "config": configs}}},
+    }
+
+
+def pod(name: str, claim_template: str | None, node: str | None) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "netclaim.local/busybox:1.35",
+        "imagePullPolicy": "Never",
+        "command": ["sleep", "3600"],
+    }
+    spec: dict[str, Any] = {"terminationGracePeriodSeconds": 0, "containers": [container]}
+    if claim_template:
+        spec["resourceClaims"] = [{"name": "net", "resourceClaimTemplateName": claim_template}]
+        container["resources"] = {"claims": [{"name": "net"}]}
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "bench"}},
+        "spec": spec,
+    }
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+def _apply(handle: ClusterHandle, *objects: dict[str, Any]) -> None:
+    handle.kubectl("apply", "-f", "-", input_text=yaml.safe_dump_all(objects), timeout=120)
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: {what} did not happen within {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def _clear_pods(kube: Client, timeout: float = 300) -> None:
+    for item in kube.list(Pod, namespace=NAMESPACE):
+        if item.metadata and item.metadata.name:
+            kube.delete(Pod, item.metadata.name, namespace=NAMESPACE)
+    _wait(lambda: not list(kube.list(Pod, namespace=NAMESPACE)), timeout, "the bench pods gone")
+
+
+def _agent_log_values(
+    handle: ClusterHandle, node: str, offset: int, message: str, key: str, claim_prefix: str = ""
+) -> list[float]:
+    """`key` of the agent's `message` lines since `offset`, of the claims whose name starts so."""
+    text = agents.agent_log(handle, node)[offset:]
+    entries = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return [
+        float(e[key])
+        for e in entries
+        if e.get("msg") == message
+        and key in e
+        and str(e.get("claim", "")).split("/")[-1].startswith(claim_prefix)
+    ]
+
+
+def _agent_pid(handle: ClusterHandle, node: str) -> int:
+    pid = agents.agent_pid(handle, node)
+    if pid is None:
+        raise SystemExit(f"bench: no running agent on {node}")
+    return pid
+
+
+def _containerd_log(handle: ClusterHandle, node: str) -> Path:
+    return handle.layout.logs / node / "containerd.log"
+
+
+def _create_timed(kube: Client, manifests: list[dict[str, Any]]) -> dict[str, float]:
+    created: dict[str, float] = {}
+    for manifest in manifests:
+        created[manifest["metadata"]["name"]] = time.time()
+        kube.create(_typed_pod(manifest))
+    return created
+
+
+def _ready(watch: measure.ReadyWatch, pod_name: str, with_claim: bool) -> bool:
+    return watch.ready_at(pod_name, with_claim) is not None
+
+
+def _typed_pod(manifest: dict[str, Any]) -> Pod:
+    typed = Pod.from_dict(manifest)
+    assert isinstance(typed, Pod)
+    return typed
+
+
+# --- phases ------------------------------------------------------------------------------------------
+def idle(handle: ClusterHandle, sizes: Sizes) -> dict[str, Any]:
+    log(f"idle: sampling the agents for {sizes.idle_seconds} s")
+    time.sleep(sizes.settle_seconds)  # start-up publishes and the first reconcile rounds are over
+    samplers = {n: measure.ProcessSampler(_agent_pid(handle, n), interval=1.0) for n in ("node-1", "node-2")}
+    with contextlib.ExitStack() as stack:
+        for sampler in samplers.values():
+            stack.enter_context(sampler)
+        time.sleep(sizes.idle_seconds)
+    return {
+        node: {
+            "rss_mib": max(s[1] for s in sampler.samples),
+            "cpu_mcores": sampler.millicores(),
+            "seconds": sampler.samples[-1][0] - sampler.samples[0][0],
+            "rss_series": [[round(t - sampler.samples[0][0], 1), r] for t, r, _ in sampler.samples],
+        }
+        for node, sampler in samplers.items()
+    }
+
+
+def floor(handle: ClusterHandle, sizes: Sizes) -> dict[str, Any]:
+    log(f"floor: raw CNI exec, {sizes.raw_runs} runs each of 1 and 4 config lists")
+    node = handle.node(NODE)
+
+    def raw(masters: list[str]) -> dict[str, list[float]]:
+        command = [
+            *node.enter(),
+            sys.executable,
+            str(HERE / "raw_cni.py"),
+            str(sizes.raw_runs),
+            ",".join(masters),
+        ]
+        return dict(json.loads(processes.run(command, timeout=600)))
+
+    one, four = raw(NICS[:1]), raw(NICS)
+    return {
+        "add_1": measure.distribution(one["add_ms"]),
+        "del_1": measure.distribution(one["del_ms"]),
+        "add_4": measure.distribution(four["add_ms"]),
+        "del_4": measure.distribution(four["del_ms"]),
+    }
+
+
+def serial(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
+    log(f"serial: {sizes.serial_pods} pods each without a claim, with 1 NIC, with 4 NICs, one at a time")
+    _apply(handle, template("one", 1, "none"), template("four", 4, "none"))
+    log_offset = len(agents.agent_log(handle, NODE))
+    containerd_offset = _containerd_log(handle, NODE).stat().st_size
+    kinds = {"none": None, "one": "one", "four": "four"}
+    names: dict[str, list[str]] = {k: [] for k in kinds}
+    with measure.ReadyWatch(kube, NAMESPACE) as watch:
+        for index in range(sizes.serial_pods):
+            for kind, claim_template in kinds.items():  # interleaved: drift hits every kind alike
+                name = f"serial-{kind}-{index}"
+                kube.create(_typed_pod(pod(name, claim_template, NODE)))
+                _wait(
+                    functools.partial(_ready, watch, name, claim_template is not None), 120, f"{name} Ready"
+                )
+                names[kind].append(name)
+            _clear_pods(kube)  # 4 NICs x 32 attachments cannot hold 30 x 5 interfaces at once
+    uids = {n: watch.pod_uid[n] for kind in names for n in names[kind]}
+    claims = len(names["one"]) + len(names["four"])
+    _wait(  # kubelet unprepares after the pod object is gone
+        lambda: len(_agent_log_values(handle, NODE, log_offset, "unprepared", "ms")) >= claims,
+        120,
+        f"{claims} claims unprepared",
+    )
+    sandbox = measure.run_pod_sandbox_ms(_containerd_log(handle, NODE), containerd_offset, set(uids.values()))
+    per_kind = {kind: [sandbox[uids[n]] for n in names[kind] if uids[n] in sandbox] for kind in kinds}
+    base = measure.distribution(per_kind["none"])["p50"]
+    attach = _agent_log_values(handle, NODE, log_offset, "attached", "ms", "serial-one-")
+    return {
+        "run_pod_sandbox": {kind: measure.distribution(v) for kind, v in per_kind.items()},
+        "added_by_netclaim_1": measure.distribution([v - base for v in per_kind["one"]]),
+        "added_by_netclaim_4": measure.distribution([v - base for v in per_kind["four"]]),
+        "attach_agent_log": measure.distribution(attach),
+        "cni_add_agent_log": measure.distribution(
+            _agent_log_values(handle, NODE, log_offset, "attached", "cni_ms", "serial-one-")
+        ),
+        "prepare_agent_log": measure.distribution(
+            _agent_log_values(handle, NODE, log_offset, "prepared", "ms")
+        ),
+        "unprepare_agent_log": measure.distribution(
+            _agent_log_values(handle, NODE, log_offset, "unprepared", "ms")
+        ),
+        "pods": {kind: len(v) for kind, v in names.items()},
+    }
+
+
+PHASES = ("create → bound", "bound → RunPodSandbox", "RunPodSandbox", "sandbox → Ready")
+
+
+def _burst_round(
+    handle: ClusterHandle, kube: Client, pods: int, label: str, claim_template: str | None
+) -> tuple[list[float], dict[str, list[float]]]:
+    """Each pod's create → Ready (and claim Ready) in seconds, and the same split into PHASES: bound by
+    the scheduler (API watch), kubelet's work until it asks containerd for the sandbox (claims
+    prepared), RunPodSandbox (NRI hooks included: containerd runs them one at a time per node), and the
+    containers' start until Ready."""
+    manifests = [pod(f"burst-{label}-{i}", claim_template, None) for i in range(pods)]
+    with_claim = claim_template is not None
+    offsets = {n: _containerd_log(handle, n).stat().st_size for n in ("node-1", "node-2")}
+    with measure.ReadyWatch(kube, NAMESPACE) as watch:
+        created = _create_timed(kube, manifests)
+        _wait(lambda: all(watch.ready_at(n, with_claim) for n in created), 300, f"{pods} pods Ready")
+    ready = {n: watch.ready_at(n, with_claim) or 0.0 for n in created}
+    sandboxes: dict[str, tuple[float, float]] = {}
+    for node, offset in offsets.items():
+        sandboxes |= measure.run_pod_sandbox(
+            _containerd_log(handle, node), offset, set(watch.pod_uid.values())
+        )
+    phases: dict[str, list[float]] = {p: [] for p in PHASES}
+    for name, start in created.items():
+        span = sandboxes.get(watch.pod_uid.get(name, ""))
+        if span is None or name not in watch.pod_bound:
+            continue
+        marks = [start, watch.pod_bound[name], span[0], span[1], ready[name]]
+        for phase, (a, b) in zip(PHASES, itertools.pairwise(marks), strict=True):
+            phases[phase].append(b - a)
+    _clear_pods(kube)
+    return [ready[n] - created[n] for n in created], phases
+
+
+def burst(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
+    log(f"burst: {sizes.burst_pods} pods at once, {sizes.burst_rounds} rounds without and with a claim")
+    _apply(handle, template("shaped", 1, "enforce"))
+    without: list[float] = []
+    with_claim: list[float] = []
+    phases: dict[str, dict[str, list[float]]] = {"without": {p: [] for p in PHASES}, "with": {}}
+    phases["with"] = {p: [] for p in PHASES}
+    peak = 0.0
+    rss_series: list[list[float]] = []
+    machine_cpu: dict[str, Any] = {}
+    for round_number in range(sizes.burst_rounds):
+        with measure.CpuSplit() as cpu_plain:
+            seconds, split = _burst_round(handle, kube, sizes.burst_pods, f"plain{round_number}", None)
+        without += seconds
+        for phase, values in split.items():
+            phases["without"][phase] += values
+        with (
+            measure.ProcessSampler(_agent_pid(handle, NODE), interval=0.1) as sampler,
+            measure.CpuSplit() as cpu_claim,
+        ):
+            seconds, split = _burst_round(handle, kube, sizes.burst_pods, f"claim{round_number}", "shaped")
+        with_claim += seconds
+        for phase, values in split.items():
+            phases["with"][phase] += values
+        peak = max(peak, sampler.peak_rss())
+        if round_number == 0:
+            start = sampler.samples[0][0]
+            rss_series = [[round(t - start, 2), r] for t, r, _ in sampler.samples]
+            machine_cpu = {  # the first round of each: where the machine's CPU went
+                "without": {"seconds": cpu_plain.seconds, "top": cpu_plain.top()},
+                "with": {"seconds": cpu_claim.seconds, "top": cpu_claim.top()},
+            }
+    plain, claimed = measure.distribution(without), measure.distribution(with_claim)
+    return {
+        "without_claim_s": plain,
+        "with_claim_s": claimed,
+        "ratio_p50": claimed["p50"] / plain["p50"],
+        "ratio_p99": claimed["p99"] / plain["p99"],
+        "peak_rss_mib": peak,
+        "rss_series": rss_series,
+        "machine_cpu_s": machine_cpu,
+        "phases_s": {
+            arm: {phase: measure.distribution(values) for phase, values in split.items() if values}
+            for arm, split in phases.items()
+        },
+    }
+
+
+def full_node(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
+    log(f"fullnode: {sizes.full_node_pods} pods with one NIC each on {NODE} at once")
+    manifests = [pod(f"full-{i}", "shaped", NODE) for i in range(sizes.full_node_pods)]
+    with (
+        measure.ProcessSampler(_agent_pid(handle, NODE), interval=0.5) as sampler,
+        measure.ReadyWatch(kube, NAMESPACE) as watch,
+    ):
+        started = time.time()
+        created = _create_timed(kube, manifests)
+        _wait(
+            lambda: all(watch.ready_at(n, True) for n in created), 900, f"{sizes.full_node_pods} pods Ready"
+        )
+        all_ready = max(watch.ready_at(n, True) or 0.0 for n in created) - started
+        ready_series = sorted((watch.ready_at(n, True) or 0.0) - started for n in created)
+    rss_end = measure.rss_mib(_agent_pid(handle, NODE))
+    cpu = sampler.millicores()
+    _clear_pods(kube, timeout=900)
+    return {
+        "pods": sizes.full_node_pods,
+        "all_ready_s": all_ready,
+        "ready_series_s": ready_series,
+        "agent_rss_end_mib": rss_end,
+        "agent_peak_rss_mib": sampler.peak_rss(),
+        "agent_cpu_mcores_during": cpu,
+        "rss_series": [[round(t - sampler.samples[0][0], 1), r] for t, r, _ in sampler.samples],
+    }
+
+
+def _audit_slice_writes(handle: ClusterHandle, offset: int, node: str) -> list[float]:
+    stamps = []
+    with handle.layout.audit_log.open() as audit:
+        audit.seek(offset)
+        for line in audit:
+            entry = json.loads(line)
+            ref = entry.get("objectRef", {})
+            if (
+                ref.get("resource") == "resourceslices"
+                and entry.get("verb") in ("create", "update", "patch")
+                and entry.get("stage") == "ResponseComplete"
+                and str(ref.get("name", "")).startswith(f"{node}-")
+            ):
+                stamps.append(datetime.datetime.fromisoformat(entry["stageTimestamp"]).timestamp())
+    return stamps
+
+
+def _synthetic_inventory(path: Path, count: int) -> None:
+    interfaces = [
+        {
+            "name": f"syn{i:04d}",
+            "index": 100 + i,
+            "kind": "physical",
+            "mac": f"02:00:00:00:{i // 256:02x}:{i % 256:02x}",
+            "mtu": 1500,
+            "up": True,
+            "virtual": False,
+            "speed_bps": 25_000_000_000,
+            "numa_node": i % 2,
+        }
+        for i in range(count)
+    ]
+    path.write_text(yaml.safe_dump(interfaces))
+
+
+def _publish_1024(handle: ClusterHandle, kube: Client, work: Path) -> float:
+    from lightkube.resources.resource_v1 import ResourceSlice
+
+    node = "virt-1"
+    inventory, policy, kubeconfig = work / "inventory.yaml", work / "policy.yaml", work / "kubeconfig"
+    _synthetic_inventory(inventory, 1024)
+    policy.write_text("apiVersion: netclaim.dev/v1alpha1\nkind: PublishPolicy\nrules: [{mode: shared}]\n")
+    agents.agent_kubeconfig(handle, node, kubeconfig)
+    offset = handle.layout.audit_log.stat().st_size
+    started = time.time()
+    processes.start(
+        f"{node}-agent",
+        [
+            sys.executable,
+            "-m",
+            "netclaim",
+            "agent",
+            f"--node-name={node}",
+            f"--kubeconfig={kubeconfig}",
+            f"--inventory-file={inventory}",
+            f"--policy-file={policy}",
+            "--kubelet-plugin=false",
+            "--nri-socket=",
+            "--metrics-address=",
+            "--remove-slices-on-exit=true",
+            f"--state-dir={work / node}",
+        ],
+        pid_dir=work,
+        log_dir=handle.layout.logs,
+    )
+
+    def devices() -> int:
+        slices = [
+            s for s in kube.list(ResourceSlice) if s.spec.nodeName == node and s.spec.driver == "netclaim.dev"
+        ]
+        return sum(len(s.spec.devices or []) for s in slices)
+
+    try:
+        _wait(lambda: devices() == 1024, 120, "1,024 devices published")
+        time.sleep(1)  # the audit log's last line
+        return max(_audit_slice_writes(handle, offset, node)) - started
+    finally:
+        processes.stop(work, f"{node}-agent")
+
+
+def _nic_change(handle: ClusterHandle, index: int) -> float:
+    """A lone NIC hot-plugged (the agent rescans at most once a second while link events keep coming)."""
+    time.sleep(1.5)
+    node = handle.node("node-2")
+    name = f"enp9s{index}"
+    offset = handle.layout.audit_log.stat().st_size
+    started = time.time()
+    processes.run([*node.enter(), "ip", "link", "add", name, "type", "veth", "peer", "name", f"x{name}"])
+    processes.run([*node.enter(), "ip", "link", "set", name, "up"])
+    try:
+        _wait(lambda: bool(_audit_slice_writes(handle, offset, "node-2")), 60, f"{name} published")
+        return min(_audit_slice_writes(handle, offset, "node-2")) - started
+    finally:
+        processes.run([*node.enter(), "ip", "link", "del", name])
+        _wait(lambda: len(_audit_slice_writes(handle, offset, "node-2")) >= 2, 60, f"{name} withdrawn")
+
+
+def publish(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
+    log(
+        f"publish: 1,024 devices from agent start, {sizes.publish_runs} runs; "
+        f"one NIC added, {sizes.nic_changes} runs"
+    )
+    with tempfile.TemporaryDirectory() as work:
+        runs = [_publish_1024(handle, kube, Path(work)) for _ in range(sizes.publish_runs)]
+    changes = [_nic_change(handle, i) for i in range(sizes.nic_changes)]
+    return {"start_to_1024_s": measure.distribution(runs), "nic_added_s": measure.distribution(changes)}
+
+
+IMPORT_COSTS = """
+import json, sys
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+steps = [["python", rss()]]
+for name in sys.argv[1:]:
+    __import__(name)
+    steps.append([name, rss()])
+print(json.dumps(steps))
+"""
+# the agent's libraries in the order its own modules first import them, then the agent itself
+AGENT_IMPORTS = ["asyncio", "pydantic", "httpx2", "lightkube", "grpc", "prometheus_client", "pyroute2"]
+
+
+def memory(handle: ClusterHandle) -> dict[str, Any]:
+    """Resident memory each library adds, imported one after another by the agent image's own Python in
+    the agent's running container (crictl exec), then netclaim's agent modules on top."""
+    log("memory: what each library adds to a Python process in the agent's container")
+    found = agents.agent_container(handle, NODE)
+    if found is None:
+        raise SystemExit(f"bench: no running agent container on {NODE}")
+    node = handle.node(NODE)  # crictl exec streams through the node's own address
+    command = [*node.enter(), *node.crictl(), "exec", found[0], "python3", "-c", IMPORT_COSTS]
+    command += [*AGENT_IMPORTS, "netclaim.agent"]
+    steps = json.loads(processes.run(command, timeout=120))
+    return {
+        "steps_mib": [
+            [name, round(mib - previous, 1)] for (_, previous), (name, mib) in itertools.pairwise(steps)
+        ],
+        "python_mib": round(steps[0][1], 1),
+        "after_imports_mib": round(steps[-1][1], 1),
+    }
+
+
+def profile(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
+    """py-spy on node-1's agent (from outside, not pausing it) while pods start one at a time and then in
+    a burst; kept apart from the timed phases, which ran without it."""
+    log(
+        f"profile: py-spy on the node-1 agent: {sizes.profiled_pods} one-NIC pods one at a time, then a burst"
+    )
+    with tempfile.TemporaryDirectory() as work:
+        serial_stacks, burst_stacks = Path(work) / "serial.txt", Path(work) / "burst.txt"
+        with measure.Profile(_agent_pid(handle, NODE), serial_stacks, rate=1000):
+            with measure.ReadyWatch(kube, NAMESPACE) as watch:
+                for index in range(sizes.profiled_pods):
+                    name = f"profile-{index}"
+                    kube.create(_typed_pod(pod(name, "one", NODE)))
+                    _wait(functools.partial(_ready, watch, name, True), 120, f"{name} Ready")
+            _clear_pods(kube)
+        with measure.Profile(_agent_pid(handle, NODE), burst_stacks):
+            _burst_round(handle, kube, sizes.burst_pods, "profiled", "shaped")
+        return {
+            "attach": measure.busy_profile(serial_stacks, "Attacher.attach"),
+            "prepare": measure.busy_profile(serial_stacks, "Preparer.prepare"),
+            "burst": measure.busy_profile(burst_stacks),
+        }
+
+
+# --- the run -----------------------------------------------------------------------------------------
+def bench_line(result: dict[str, Any]) -> str:
+    serial_, burst_ = result["serial"], result["burst"]
+    attach_ratio = serial_["attach_agent_log"]["p50"] / result["floor"]["add_1"]["p50"]
+    fields = {
+        "attach_ratio": f"{attach_ratio:.2f}",
+        "attach4_p99_ms": f"{serial_['added_by_netclaim_4']['p99']:.0f}",
+        "prepare_p99_ms": f"{serial_['prepare_agent_log']['p99']:.1f}",
+        "podstart_p50_ratio": f"{burst_['ratio_p50']:.2f}",
+        "podstart_p99_ratio": f"{burst_['ratio_p99']:.2f}",
+        "rss_idle_mib": f"{result['idle'][NODE]['rss_mib']:.1f}",
+        "cpu_idle_mcores": f"{result['idle'][NODE]['cpu_mcores']:.1f}",
+        "publish1024_s": f"{result['publish']['start_to_1024_s']['p50']:.2f}",
+        "fullnode_s": f"{result['fullnode']['all_ready_s']:.1f}",
+    }
+    return "BENCH " + " ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="make bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: make test's run of the suite")
+    parser.add_argument("--out", type=Path, default=ROOT, help="where bench/, docs/ and README.md are")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    started = time.monotonic()
+    handle = cluster.up(HERE / "cluster.yaml")
+    keep = os.environ.get("NETCLAIM_KEEP_CLUSTER") == "1"
+    try:
+        agents.deploy(handle)  # deploy/ as it is, its policy ConfigMap included
+        agents.wait_ready(handle, ["node-1", "node-2"], timeout=180)
+        with Client(KubeConfig.from_file(handle.kubeconfig), field_manager="netclaim-bench") as kube:
+            try:
+                kube.create(Namespace(metadata={"name": NAMESPACE}))  # type: ignore[arg-type]
+            except ApiError as err:
+                if err.status.code != 409:
+                    raise
+            _clear_pods(kube)
+            result: dict[str, Any] = {
+                "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+            }
+            result["sizes"] = dataclasses.asdict(sizes)
+            result["idle"] = idle(handle, sizes)
+            result["floor"] = floor(handle, sizes)
+            result["serial"] = serial(handle, kube, sizes)
+            result["burst"] = burst(handle, kube, sizes)
+            result["fullnode"] = full_node(handle, kube, sizes)
+            result["publish"] = publish(handle, kube, sizes)
+            result["memory"] = memory(handle)
+            result["profile"] = profile(handle, kube, sizes)
+        result["machine"] = report.machine()
+        result["seconds"] = time.monotonic() - started
+        result["bench_line"] = bench_line(result)
+        out = args.out / "bench" / "report.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+        report.render(result, args.out)
+        log(f"wrote {out}, docs/benchmarks.md and its plots in {result['seconds'] / 60:.1f} min")
+    finally:
+        if not keep:
+            cluster.down(handle.spec.name)
+    print(result["bench_line"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
