@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
@@ -229,6 +230,35 @@ async def test_a_failed_write_is_an_error_and_the_next_publish_completes() -> No
     [body] = api.slices.values()
     assert [d["name"] for d in body["spec"]["devices"]] == ["nic1"]
     assert body["spec"]["pool"]["generation"] == 2
+
+
+async def test_the_slices_are_written_together_and_one_failing_fails_the_publish() -> None:
+    """All of a generation's slices are applied at once; the failure of one still raises (the loop
+    retries), and the next publish writes a whole new generation."""
+    api = FakeKubeApi(node_uids={NODE: "0b1c-node-uid"})
+    publisher = SlicePublisher(api, NODE, DRIVER)
+    written = api.apply_slice
+    in_flight: list[int] = []
+    most = [0]
+
+    async def apply(body: dict[str, Any]) -> None:
+        in_flight.append(1)
+        most[0] = max(most[0], len(in_flight))
+        await asyncio.sleep(0)
+        in_flight.pop()
+        if body["metadata"]["name"].endswith("-1"):
+            raise ApiUnavailableError("ResourceSlice: 503 unavailable")
+        await written(body)
+
+    api.apply_slice = apply  # type: ignore[method-assign]
+    devices = [_device(f"nic{i:03d}") for i in range(300)]  # 3 slices
+    with pytest.raises(ApiUnavailableError):
+        await publisher.publish(devices)
+    assert most[0] == 3
+    assert sorted(api.slices) == [f"{NODE}-{DRIVER}-0", f"{NODE}-{DRIVER}-2"]
+    api.apply_slice = written  # type: ignore[method-assign]
+    assert await publisher.publish(devices) == 3
+    assert {b["spec"]["pool"]["generation"] for b in api.slices.values()} == {2}
 
 
 async def test_slices_written_after_the_node_registered_again_are_owned_by_the_new_node() -> None:
