@@ -318,3 +318,23 @@ class CpuSplit:
     def top(self, count: int = 8) -> list[list[Any]]:
         ordered = sorted(self.by_command.items(), key=lambda kv: -kv[1])[:count]
         return [[command, round(cpu, 1)] for command, cpu in ordered]
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot (/proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+def wait_quiet(busy_below: float = 0.25, window: float = 2.0, timeout: float = 120) -> float:
+    """Wait until the machine's CPUs were less than `busy_below` busy over a `window` (what the phase
+    before left behind, such as 110 pods being torn down, is not measured by the next); returns the wait."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        busy0, total0 = _cpu_times()
+        time.sleep(window)
+        busy1, total1 = _cpu_times()
+        if (busy1 - busy0) < busy_below * (total1 - total0):
+            break
+    return time.monotonic() - started

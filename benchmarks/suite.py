@@ -84,6 +84,14 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def phase(message: str) -> None:
+    """A timed phase begins: first the machine settles from the one before."""
+    log(message)
+    waited = measure.wait_quiet()
+    if waited > 2.5:
+        log(f"  (waited {waited:.0f} s for the machine's CPUs to be < 25 % busy)")
+
+
 # --- the objects -------------------------------------------------------------------------------------
 def _cni_config(index: int, bandwidth: str) -> dict[str, Any]:
     """netclaim's CNIConfig for request `index`: the same list benchmarks/raw_cni.py runs, its master the
@@ -238,7 +246,7 @@ def idle(handle: ClusterHandle, sizes: Sizes) -> dict[str, Any]:
 
 
 def floor(handle: ClusterHandle, sizes: Sizes) -> dict[str, Any]:
-    log(f"floor: raw CNI exec, {sizes.raw_runs} runs each of 1 and 4 config lists")
+    phase(f"floor: raw CNI exec, {sizes.raw_runs} runs each of 1 and 4 config lists")
     node = handle.node(NODE)
 
     def raw(masters: list[str]) -> dict[str, list[float]]:
@@ -261,7 +269,7 @@ def floor(handle: ClusterHandle, sizes: Sizes) -> dict[str, Any]:
 
 
 def serial(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
-    log(f"serial: {sizes.serial_pods} pods each without a claim, with 1 NIC, with 4 NICs, one at a time")
+    phase(f"serial: {sizes.serial_pods} pods each without a claim, with 1 NIC, with 4 NICs, one at a time")
     _apply(handle, template("one", 1, "none"), template("four", 4, "none"))
     log_offset = len(agents.agent_log(handle, NODE))
     containerd_offset = _containerd_log(handle, NODE).stat().st_size
@@ -316,6 +324,7 @@ def _burst_round(
     the scheduler (API watch), kubelet's work until it asks containerd for the sandbox (claims
     prepared), RunPodSandbox (NRI hooks included: containerd runs them one at a time per node), and the
     containers' start until Ready."""
+    measure.wait_quiet()  # the round before is torn down
     manifests = [pod(f"burst-{label}-{i}", claim_template, None) for i in range(pods)]
     with_claim = claim_template is not None
     offsets = {n: _containerd_log(handle, n).stat().st_size for n in ("node-1", "node-2")}
@@ -341,7 +350,7 @@ def _burst_round(
 
 
 def burst(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
-    log(f"burst: {sizes.burst_pods} pods at once, {sizes.burst_rounds} rounds without and with a claim")
+    phase(f"burst: {sizes.burst_pods} pods at once, {sizes.burst_rounds} rounds without and with a claim")
     _apply(handle, template("shaped", 1, "enforce"))
     without: list[float] = []
     with_claim: list[float] = []
@@ -389,7 +398,8 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
 
 
 def full_node(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
-    log(f"fullnode: {sizes.full_node_pods} pods with one NIC each on {NODE} at once")
+    phase(f"fullnode: {sizes.full_node_pods} pods with one NIC each on {NODE} at once")
+    _apply(handle, template("shaped", 1, "enforce"))
     manifests = [pod(f"full-{i}", "shaped", NODE) for i in range(sizes.full_node_pods)]
     with (
         measure.ProcessSampler(_agent_pid(handle, NODE), interval=0.5) as sampler,
@@ -491,7 +501,9 @@ def _publish_1024(handle: ClusterHandle, kube: Client, work: Path) -> float:
     try:
         _wait(lambda: devices() == 1024, 120, "1,024 devices published")
         time.sleep(1)  # the audit log's last line
-        return max(_audit_slice_writes(handle, offset, node)) - started
+        writes = _audit_slice_writes(handle, offset, node)
+        log(f"  {len(writes)} slice writes at {[round(w - started, 2) for w in sorted(writes)]} s")
+        return max(writes) - started
     finally:
         processes.stop(work, f"{node}-agent")
 
@@ -514,7 +526,7 @@ def _nic_change(handle: ClusterHandle, index: int) -> float:
 
 
 def publish(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
-    log(
+    phase(
         f"publish: 1,024 devices from agent start, {sizes.publish_runs} runs; "
         f"one NIC added, {sizes.nic_changes} runs"
     )
@@ -563,7 +575,7 @@ def memory(handle: ClusterHandle) -> dict[str, Any]:
 def profile(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
     """py-spy on node-1's agent (from outside, not pausing it) while pods start one at a time and then in
     a burst; kept apart from the timed phases, which ran without it."""
-    log(
+    phase(
         f"profile: py-spy on the node-1 agent: {sizes.profiled_pods} one-NIC pods one at a time, then a burst"
     )
     with tempfile.TemporaryDirectory() as work:
