@@ -39,7 +39,7 @@ def hook_script(claim: str, interfaces: list[str]) -> str:
     per interface. Names are compared whole and literally, each held in its own quoted word."""
     missing = [f"m{index}=1" for index in range(len(interfaces))]
     found = " ".join(
-        f"[ \"$name\" = {shlex.quote(name)} ] && m{index}=;" for index, name in enumerate(interfaces)
+        f'[ "$name" = {shlex.quote(name)} ] && m{index}=;' for index, name in enumerate(interfaces)
     )
     message = (
         f"netclaim: interfaces {' '.join(interfaces)} of claim {claim} are not attached yet; "
