@@ -38,6 +38,7 @@ import yaml
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.resources.resource_v1 import ResourceSlice
 
 from benchmarks import measure, report
 from netclaim.cluster import agents, cluster, processes
@@ -443,54 +444,10 @@ def _audit_slice_writes(handle: ClusterHandle, offset: int, node: str) -> list[f
     return stamps
 
 
-def _synthetic_inventory(path: Path, count: int) -> None:
-    interfaces = [
-        {
-            "name": f"syn{i:04d}",
-            "index": 100 + i,
-            "kind": "physical",
-            "mac": f"02:00:00:00:{i // 256:02x}:{i % 256:02x}",
-            "mtu": 1500,
-            "up": True,
-            "virtual": False,
-            "speed_bps": 25_000_000_000,
-            "numa_node": i % 2,
-        }
-        for i in range(count)
-    ]
-    path.write_text(yaml.safe_dump(interfaces))
-
-
 def _publish_1024(handle: ClusterHandle, kube: Client, work: Path) -> float:
-    from lightkube.resources.resource_v1 import ResourceSlice
-
     node = "virt-1"
-    inventory, policy, kubeconfig = work / "inventory.yaml", work / "policy.yaml", work / "kubeconfig"
-    _synthetic_inventory(inventory, 1024)
-    policy.write_text("apiVersion: netclaim.dev/v1alpha1\nkind: PublishPolicy\nrules: [{mode: shared}]\n")
-    agents.agent_kubeconfig(handle, node, kubeconfig)
     offset = handle.layout.audit_log.stat().st_size
-    started = time.time()
-    processes.start(
-        f"{node}-agent",
-        [
-            sys.executable,
-            "-m",
-            "netclaim",
-            "agent",
-            f"--node-name={node}",
-            f"--kubeconfig={kubeconfig}",
-            f"--inventory-file={inventory}",
-            f"--policy-file={policy}",
-            "--kubelet-plugin=false",
-            "--nri-socket=",
-            "--metrics-address=",
-            "--remove-slices-on-exit=true",
-            f"--state-dir={work / node}",
-        ],
-        pid_dir=work,
-        log_dir=handle.layout.logs,
-    )
+    name, started = agents.start_virtual_agent(handle, node, work, 1024)
 
     def devices() -> int:
         slices = [
@@ -505,7 +462,7 @@ def _publish_1024(handle: ClusterHandle, kube: Client, work: Path) -> float:
         log(f"  {len(writes)} slice writes at {[round(w - started, 2) for w in sorted(writes)]} s")
         return max(writes) - started
     finally:
-        processes.stop(work, f"{node}-agent")
+        processes.stop(work, name)
 
 
 def _nic_change(handle: ClusterHandle, index: int) -> float:

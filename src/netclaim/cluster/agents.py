@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -292,3 +293,55 @@ def _pod_state(handle: ClusterHandle, node: str) -> object:
     if pod is None:
         return "no agent pod"
     return pod.get("status", {}).get("containerStatuses") or pod.get("status", {}).get("conditions")
+
+
+def synthetic_inventory(path: Path, count: int) -> None:
+    """An inventory file of `count` physical-looking 25G NICs, for an agent of a kubelet-less node."""
+    interfaces = [
+        {
+            "name": f"syn{i:04d}",
+            "index": 100 + i,
+            "kind": "physical",
+            "mac": f"02:00:00:00:{i // 256:02x}:{i % 256:02x}",
+            "mtu": 1500,
+            "up": True,
+            "virtual": False,
+            "speed_bps": 25_000_000_000,
+            "numa_node": i % 2,
+        }
+        for i in range(count)
+    ]
+    path.write_text(yaml.safe_dump(interfaces))
+
+
+def start_virtual_agent(handle: ClusterHandle, node: str, work: Path, nics: int) -> tuple[str, float]:
+    """An agent for the kubelet-less node `node`, run beside the cluster (publish only: no kubelet plugin,
+    no NRI) with `nics` synthetic NICs shared by one rule; it removes its slices when stopped. Returns
+    its process name (processes.stop(work, name)) and when it was started (time.time())."""
+    inventory, policy, kubeconfig = work / "inventory.yaml", work / "policy.yaml", work / f"{node}.kubeconfig"
+    synthetic_inventory(inventory, nics)
+    policy.write_text("apiVersion: netclaim.dev/v1alpha1\nkind: PublishPolicy\nrules: [{mode: shared}]\n")
+    agent_kubeconfig(handle, node, kubeconfig)
+    name = f"{node}-agent"
+    started = time.time()
+    processes.start(
+        name,
+        [
+            sys.executable,
+            "-m",
+            "netclaim",
+            "agent",
+            f"--node-name={node}",
+            f"--kubeconfig={kubeconfig}",
+            f"--inventory-file={inventory}",
+            f"--policy-file={policy}",
+            "--kubelet-plugin=false",
+            "--nri-socket=",
+            "--metrics-address=",
+            "--remove-slices-on-exit=true",
+            f"--state-dir={work / 'state'}",
+        ],
+        pid_dir=work,
+        log_dir=handle.layout.logs,
+    )
+    return name, started
