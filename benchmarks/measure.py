@@ -14,11 +14,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx2
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
@@ -161,33 +162,45 @@ class ReadyWatch:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
 
+    def _follow(self, kind: type[Pod] | type[ResourceClaim], handle: Callable[[Any], None]) -> None:
+        """Every event of `kind` in the namespace until stopped; a watch the API server ends is opened
+        again (it starts with the objects as they are, so nothing is missed)."""
+        while not self._stop.is_set():
+            try:
+                for _, item in self.client.watch(kind, namespace=self.namespace):
+                    if self._stop.is_set():
+                        return
+                    handle(item)
+            except httpx2.HTTPError:
+                time.sleep(0.2)
+
     def _pods(self) -> None:
-        for _, pod in self.client.watch(Pod, namespace=self.namespace):
-            if self._stop.is_set():
-                return
-            name = pod.metadata.name if pod.metadata else None
-            if not name or name in self.pod_ready:
-                continue
-            if pod.spec and pod.spec.nodeName and name not in self.pod_bound:
-                self.pod_bound[name] = time.time()
-                self.pod_node[name] = pod.spec.nodeName
-                self.pod_uid[name] = str(pod.metadata.uid if pod.metadata else "")
-            conditions = (pod.status.conditions if pod.status else None) or []
-            if any(c.type == "Ready" and c.status == "True" for c in conditions):
-                self.pod_ready[name] = time.time()
+        self._follow(Pod, self._pod_event)
 
     def _claims(self) -> None:
-        for _, claim in self.client.watch(ResourceClaim, namespace=self.namespace):
-            if self._stop.is_set():
-                return
-            pod = _owning_pod(claim)
-            if pod is None or pod in self.claim_ready:
-                continue
-            devices = (claim.status.devices if claim.status else None) or []
-            if devices and all(
-                any(c.type == "Ready" and c.status == "True" for c in (d.conditions or [])) for d in devices
-            ):
-                self.claim_ready[pod] = time.time()
+        self._follow(ResourceClaim, self._claim_event)
+
+    def _pod_event(self, pod: Pod) -> None:
+        name = pod.metadata.name if pod.metadata else None
+        if not name or name in self.pod_ready:
+            return
+        if pod.spec and pod.spec.nodeName and name not in self.pod_bound:
+            self.pod_bound[name] = time.time()
+            self.pod_node[name] = pod.spec.nodeName
+            self.pod_uid[name] = str(pod.metadata.uid if pod.metadata else "")
+        conditions = (pod.status.conditions if pod.status else None) or []
+        if any(c.type == "Ready" and c.status == "True" for c in conditions):
+            self.pod_ready[name] = time.time()
+
+    def _claim_event(self, claim: ResourceClaim) -> None:
+        pod = _owning_pod(claim)
+        if pod is None or pod in self.claim_ready:
+            return
+        devices = (claim.status.devices if claim.status else None) or []
+        if devices and all(
+            any(c.type == "Ready" and c.status == "True" for c in (d.conditions or [])) for d in devices
+        ):
+            self.claim_ready[pod] = time.time()
 
     def ready_at(self, pod: str, with_claim: bool) -> float | None:
         if pod not in self.pod_ready or (with_claim and pod not in self.claim_ready):

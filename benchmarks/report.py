@@ -339,7 +339,8 @@ def _where_the_time_goes(result: dict[str, Any], values: dict[str, float]) -> li
     lines += [
         "",
         "What the machine's CPU did during the first burst of each kind (CPU seconds per command, all "
-        "processes, from /proc):",
+        "processes, from /proc; `process_api` is this machine's own PID 1, not part of the cluster or "
+        "of netclaim):",
         "",
         "| without a claim | | with a claim | |",
         "|---|---|---|---|",

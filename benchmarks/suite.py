@@ -85,7 +85,7 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def phase(message: str) -> None:
+def start_phase(message: str) -> None:
     """A timed phase begins: first the machine settles from the one before."""
     log(message)
     waited = measure.wait_quiet()
@@ -247,7 +247,7 @@ def idle(handle: ClusterHandle, sizes: Sizes) -> dict[str, Any]:
 
 
 def floor(handle: ClusterHandle, sizes: Sizes) -> dict[str, Any]:
-    phase(f"floor: raw CNI exec, {sizes.raw_runs} runs each of 1 and 4 config lists")
+    start_phase(f"floor: raw CNI exec, {sizes.raw_runs} runs each of 1 and 4 config lists")
     node = handle.node(NODE)
 
     def raw(masters: list[str]) -> dict[str, list[float]]:
@@ -270,7 +270,9 @@ def floor(handle: ClusterHandle, sizes: Sizes) -> dict[str, Any]:
 
 
 def serial(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
-    phase(f"serial: {sizes.serial_pods} pods each without a claim, with 1 NIC, with 4 NICs, one at a time")
+    start_phase(
+        f"serial: {sizes.serial_pods} pods each without a claim, with 1 NIC, with 4 NICs, one at a time"
+    )
     _apply(handle, template("one", 1, "none"), template("four", 4, "none"))
     log_offset = len(agents.agent_log(handle, NODE))
     containerd_offset = _containerd_log(handle, NODE).stat().st_size
@@ -351,7 +353,9 @@ def _burst_round(
 
 
 def burst(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
-    phase(f"burst: {sizes.burst_pods} pods at once, {sizes.burst_rounds} rounds without and with a claim")
+    start_phase(
+        f"burst: {sizes.burst_pods} pods at once, {sizes.burst_rounds} rounds without and with a claim"
+    )
     _apply(handle, template("shaped", 1, "enforce"))
     without: list[float] = []
     with_claim: list[float] = []
@@ -399,7 +403,7 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
 
 
 def full_node(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
-    phase(f"fullnode: {sizes.full_node_pods} pods with one NIC each on {NODE} at once")
+    start_phase(f"fullnode: {sizes.full_node_pods} pods with one NIC each on {NODE} at once")
     _apply(handle, template("shaped", 1, "enforce"))
     manifests = [pod(f"full-{i}", "shaped", NODE) for i in range(sizes.full_node_pods)]
     with (
@@ -483,7 +487,7 @@ def _nic_change(handle: ClusterHandle, index: int) -> float:
 
 
 def publish(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
-    phase(
+    start_phase(
         f"publish: 1,024 devices from agent start, {sizes.publish_runs} runs; "
         f"one NIC added, {sizes.nic_changes} runs"
     )
@@ -532,7 +536,7 @@ def memory(handle: ClusterHandle) -> dict[str, Any]:
 def profile(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
     """py-spy on node-1's agent (from outside, not pausing it) while pods start one at a time and then in
     a burst; kept apart from the timed phases, which ran without it."""
-    phase(
+    start_phase(
         f"profile: py-spy on the node-1 agent: {sizes.profiled_pods} one-NIC pods one at a time, then a burst"
     )
     with tempfile.TemporaryDirectory() as work:
