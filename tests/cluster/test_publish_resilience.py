@@ -91,7 +91,7 @@ def test_a_node_with_1024_nics_is_split_across_slices_and_the_last_one_is_used(
     cluster: ClusterHandle, kube: Client, tmp_path: Path
 ) -> None:
     offset = audit_offset(cluster)
-    name, started = agents.start_virtual_agent(cluster, "virt-1", tmp_path, 1024)
+    agent, started = agents.start_virtual_agent(cluster, "virt-1", tmp_path, 1024)
     suffix = uuid.uuid4().hex[:5]
     name = f"scale-{suffix}"
     try:
@@ -129,7 +129,7 @@ def test_a_node_with_1024_nics_is_split_across_slices_and_the_last_one_is_used(
     finally:
         delete(kube, Pod, name, "default")
         delete(kube, ResourceClaimTemplate, name, "default")
-        processes.stop(tmp_path, name)
+        processes.stop(tmp_path, agent)
     # uninstall: the agent removed its slices on its way out
     assert node_slices(kube, "virt-1") == []
 
