@@ -146,7 +146,6 @@ class ReadyWatch:
     pod_ready: dict[str, float] = field(default_factory=dict)
     pod_bound: dict[str, float] = field(default_factory=dict)
     pod_uid: dict[str, str] = field(default_factory=dict)
-    pod_node: dict[str, str] = field(default_factory=dict)
     claim_ready: dict[str, float] = field(default_factory=dict)  # by the owning pod's name
     _threads: list[threading.Thread] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -186,7 +185,6 @@ class ReadyWatch:
             return
         if pod.spec and pod.spec.nodeName and name not in self.pod_bound:
             self.pod_bound[name] = time.time()
-            self.pod_node[name] = pod.spec.nodeName
             self.pod_uid[name] = str(pod.metadata.uid if pod.metadata else "")
         conditions = (pod.status.conditions if pod.status else None) or []
         if any(c.type == "Ready" and c.status == "True" for c in conditions):
