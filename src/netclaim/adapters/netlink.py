@@ -85,11 +85,23 @@ def _netlink_socket() -> int:
     return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_ROUTE).detach()
 
 
-async def _in(netns: str | None, work: Callable[[], T]) -> T:
-    """`work()` in `netns` (on the namespace thread), or here in the node's own namespace."""
+async def _in(netns: str | None, work: Callable[[], T], release: Callable[[T], None]) -> T:
+    """`work()` in `netns` (on the namespace thread), or here in the node's own namespace. `release`
+    frees what it made if the caller is cancelled meanwhile (containerd dropping the connection cancels
+    every hook in flight): the thread finishes its work all the same."""
     if not netns:
         return work()
-    return await asyncio.get_running_loop().run_in_executor(_NETNS_THREAD, _in_namespace, netns, work)
+    future = asyncio.get_running_loop().run_in_executor(_NETNS_THREAD, _in_namespace, netns, work)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+
+        def release_when_done(done: asyncio.Future[T]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                release(done.result())
+
+        future.add_done_callback(release_when_done)
+        raise
 
 
 def _where(netns: str | None) -> str:
@@ -102,7 +114,7 @@ async def _ipr(netns: str | None = None, fileno: int | None = None) -> AsyncIter
     block becomes a KernelError."""
     try:
         if fileno is None and netns:
-            fileno = await _in(netns, _netlink_socket)
+            fileno = await _in(netns, _netlink_socket, os.close)
         ipr = AsyncIPRoute() if fileno is None else AsyncIPRoute(fileno=fileno)
     except OSError as err:
         raise KernelError(f"{_where(netns)}: {err.strerror or err}") from err
@@ -205,12 +217,13 @@ async def interface(name: str, netns: str | None = None) -> InterfaceState | Non
         return _link_facts(name), _netlink_socket()
 
     try:
-        facts, fileno = await _in(netns, look)  # one trip to the namespace for both
+        facts, fileno = await _in(netns, look, lambda found: os.close(found[1]))  # one trip for both
     except OSError as err:
         raise KernelError(f"{_where(netns)}: {err.strerror or err}") from err
+    if facts is None:
+        os.close(fileno)  # an AsyncIPRoute never used does not close the socket it was given
+        return None
     async with _ipr(netns, fileno) as ipr:
-        if facts is None:
-            return None
         index, mac, mtu = facts
         addresses = [
             str(ipaddress.ip_interface(f"{m.get('address')}/{m['prefixlen']}"))
