@@ -303,6 +303,43 @@ async def test_synchronize_leaves_alone_what_a_hook_attached_after_the_pod_list_
     assert _state(rig, FIRST) == (State.ATTACHED, "sandbox-1")
 
 
+async def test_removing_a_pods_old_sandbox_leaves_its_new_sandboxs_interface(rig: ConfigureRig) -> None:
+    """kubelet removes a pod's old sandbox after its new one runs: that must not take the new one's net1."""
+    old, new = rig.sandbox("sandbox-1"), rig.sandbox("sandbox-2")
+    rig.store.put(FIRST)
+    await rig.hooks.run_pod_sandbox(old, BUDGET)
+    await rig.hooks.run_pod_sandbox(new, BUDGET)  # the old one's interface is DELeted, the new one's added
+    calls = len(rig.cni.calls)
+    await rig.hooks.stop_pod_sandbox(old, BUDGET)
+    await rig.hooks.remove_pod_sandbox(old, BUDGET)
+    assert len(rig.cni.calls) == calls
+    assert _state(rig, FIRST) == (State.ATTACHED, "sandbox-2")
+
+
+async def test_synchronize_still_attaches_a_listed_sandbox_after_a_hook_detached_the_old_one(
+    rig: ConfigureRig,
+) -> None:
+    """The pod list has the pod's new sandbox (its RunPodSandbox was missed); while the repair waits for
+    the pod's lock, the old sandbox's StopPodSandbox detaches the row: the repair attaches the new one."""
+    old, new = rig.sandbox("sandbox-1"), rig.sandbox("sandbox-2")
+    rig.store.put(FIRST)
+    await rig.hooks.run_pod_sandbox(old, BUDGET)
+    started = asyncio.Event()
+
+    async def synchronize() -> None:
+        started.set()
+        await rig.hooks.synchronize([new])
+
+    async with rig.locks(FIRST.pod_uid):
+        syncing = asyncio.create_task(synchronize())
+        await started.wait()
+        current = rig.hooks.attacher.current(FIRST)
+        assert current is not None
+        await rig.hooks.attacher.detach(current, asyncio.get_running_loop().time() + BUDGET)
+    await syncing
+    assert _state(rig, FIRST) == (State.ATTACHED, "sandbox-2")
+
+
 async def test_a_stopping_agent_waits_for_an_attach_in_flight_instead_of_cutting_it_short(
     rig: ConfigureRig,
 ) -> None:

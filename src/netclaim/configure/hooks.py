@@ -98,19 +98,24 @@ class PodHooks:
                     self.status.enqueue(claim_of(row))
 
     async def stop_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
-        await self._detach_pod(pod.uid, budget)
+        await self._detach_pod(pod, budget)
 
     async def remove_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
-        await self._detach_pod(pod.uid, budget)
+        await self._detach_pod(pod, budget)
 
-    async def _detach_pod(self, pod_uid: str, budget: float) -> None:
+    async def _detach_pod(self, pod: PodSandbox, budget: float) -> None:
         """Never fails the runtime: what is not detached now, RemovePodSandbox and NodeUnprepare retry."""
         with self._at_work():
-            await self._detach_rows(pod_uid, budget)
+            await self._detach_rows(pod.uid, pod.id, budget)
 
-    async def _detach_rows(self, pod_uid: str, budget: float) -> None:
+    async def _detach_rows(self, pod_uid: str, sandbox_id: str, budget: float) -> None:
+        """Only what is in this sandbox: kubelet removes a pod's old sandbox after its new one runs."""
         try:
-            rows = [r for r in self.store.for_pod(pod_uid) if r.state in (State.ATTACHING, State.ATTACHED)]
+            rows = [
+                r
+                for r in self.store.for_pod(pod_uid)
+                if r.state in (State.ATTACHING, State.ATTACHED) and r.sandbox_id == sandbox_id
+            ]
             if not rows:
                 return
             faults.point("before-detach")
@@ -139,12 +144,19 @@ class PodHooks:
         for row in self.store.all():
             async with self.locks(row.pod_uid):
                 current = self.attacher.current(row)
-                if current != row:
-                    # deleted, or a hook changed it while we waited for the pod's lock: that hook saw a
-                    # sandbox newer than `pods` (a pod started after the reconnect), and knows better
+                if current is None:
+                    continue
+                listed = sandboxes.get(row.pod_uid)
+                if (
+                    current != row
+                    and current.state in (State.ATTACHING, State.ATTACHED)
+                    and (listed is None or current.sandbox_id != listed.id)
+                ):
+                    # a hook attached it while we waited for the pod's lock, into a sandbox newer than
+                    # `pods` (a pod started after the reconnect): that hook knows better than our list
                     continue
                 try:
-                    await self._repair(current, sandboxes.get(row.pod_uid))
+                    await self._repair(current, listed)
                 except NetclaimError as err:
                     log.warning("repair failed", extra={"claim": row.claim_name, "error": str(err)})
                 self.status.enqueue(claim_of(row))
