@@ -83,8 +83,12 @@ def test_every_interface_must_be_there_and_the_header_lines_are_no_names(tmp_pat
 def test_without_a_pid_in_the_state_the_hook_fails() -> None:
     [device] = spec("ns/c", "u", ["lo"])["devices"]
     [hook] = device["containerEdits"]["hooks"]
-    result = subprocess.run([hook["path"], *hook["args"][1:]], input="{}", capture_output=True, text=True)
-    assert result.returncode == 1
+    # no pid, or none usable: digits elsewhere in the state (here a live pid in the bundle) never count
+    for state in ("{}", f'{{"pid":null,"bundle":"/b/{os.getpid()}"}}'):
+        result = subprocess.run(
+            [hook["path"], *hook["args"][1:]], input=state, capture_output=True, text=True
+        )
+        assert result.returncode == 1, state
 
 
 def test_specs_are_written_atomically_and_removed(tmp_path: Path) -> None:

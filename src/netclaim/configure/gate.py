@@ -49,12 +49,12 @@ def hook_script(claim: str, interfaces: list[str]) -> str:
     return (
         # the OCI state on stdin (one JSON line, maybe without its newline): the container's pid
         'IFS= read -r state; pid=${state#*\\"pid\\":}; [ "$pid" != "$state" ] || pid=; '
-        'pid=${pid#"${pid%%[0-9]*}"}; pid=${pid%%[!0-9]*}; '
+        'pid=${pid#"${pid%%[! ]*}"}; pid=${pid%%[!0-9]*}; '
         f"{' '.join(missing)}; n=0; "
         # /proc/<pid>/net/dev: two header lines, then "  <name>: <counters>" per interface
         '[ -n "$pid" ] && while IFS= read -r line; do n=$((n + 1)); [ "$n" -gt 2 ] || continue; '
         f'name=${{line%%:*}}; name=${{name##* }}; {found} done < "/proc/$pid/net/dev"; '
-        f'[ -n "$pid" ] && [ -z "{all_found}" ] || {{ echo {shlex.quote(message)} >&2; exit 1; }}'
+        f'[ -n "$pid" ] && [ -z "{all_found}" ] || {{ printf "%s\\n" {shlex.quote(message)} >&2; exit 1; }}'
     )
 
 
