@@ -282,7 +282,7 @@ PHASE_WORK = {
 }
 
 
-def _pod_start_bounds(burst: dict[str, Any]) -> str:
+def _pod_start_bounds(burst: dict[str, Any], cpus: int) -> str:
     """The phases whose p50 grew the most with a claim, largest first, each with what it holds."""
     phases, cpu = burst["phases_s"], burst["machine_cpu_s"]
     growth = sorted(
@@ -300,7 +300,8 @@ def _pod_start_bounds(burst: dict[str, Any]) -> str:
         f"By phase, p50 without → with a claim, the largest growth first: {steps}. The machine did more "
         f"work, too: the busiest commands used {used['without']:.1f} CPU-seconds in the first burst "
         f"without claims ({cpu['without']['seconds']:.1f} s) and {used['with']:.1f} in the first with "
-        f"claims ({cpu['with']['seconds']:.1f} s) on 2 CPUs (table below): netclaim's two agents "
+        f"claims ({cpu['with']['seconds']:.1f} s) on {cpus} CPUs (table below): netclaim's two agents "
+        "(with the CNI plugins they ran) "
         f"{with_claims.get('netclaim', 0.0):.1f}, this machine's own PID 1 (process_api, no part of the "
         f"cluster) {with_claims.get('process_api', 0.0):.1f}, the rest Kubernetes' DRA work (claims "
         "created, allocated, reserved, written) and the runtime's."
@@ -324,7 +325,7 @@ def _bounds(result: dict[str, Any], values: dict[str, float]) -> list[str]:
             f"difference above, {serial['added_by_netclaim_1']['p50']:.1f} ms at p50, NRI's round trip "
             "included."
         ),
-        "podstart_p50_ratio": _pod_start_bounds(burst),
+        "podstart_p50_ratio": _pod_start_bounds(burst, result["machine"]["cpus"]),
         "rss_idle_mib": (
             f"The interpreter and the libraries the agent imports hold {memory['after_imports_mib']} MiB "
             "before the agent does anything (table below: gRPC for kubelet's plugin API, pyroute2 for "

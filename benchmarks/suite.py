@@ -320,18 +320,29 @@ def serial(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
 PHASES = ("create → bound", "bound → RunPodSandbox", "RunPodSandbox", "sandbox → Ready")
 
 
+@dataclasses.dataclass
+class BurstRound:
+    seconds: list[float]  # each pod's create → Ready (and claim Ready)
+    phases: dict[str, list[float]]  # the same, split into PHASES
+    cpu: measure.CpuSplit  # the machine's CPU from the first create to the last pod Ready
+    agent: measure.ProcessSampler  # node-1's agent over the same window
+
+
 def _burst_round(
     handle: ClusterHandle, kube: Client, pods: int, label: str, claim_template: str | None
-) -> tuple[list[float], dict[str, list[float]]]:
-    """Each pod's create → Ready (and claim Ready) in seconds, and the same split into PHASES: bound by
-    the scheduler (API watch), kubelet's work until it asks containerd for the sandbox (claims
-    prepared), RunPodSandbox (NRI hooks included: containerd runs them one at a time per node), and the
-    containers' start until Ready."""
+) -> BurstRound:
+    """`pods` pods created at once. PHASES: bound by the scheduler (API watch), kubelet's work until it
+    asks containerd for the sandbox (claims prepared), RunPodSandbox (NRI hooks included: containerd runs
+    them one at a time per node), and the containers' start until Ready."""
     measure.wait_quiet()  # the round before is torn down
     manifests = [pod(f"burst-{label}-{i}", claim_template, None) for i in range(pods)]
     with_claim = claim_template is not None
     offsets = {n: _containerd_log(handle, n).stat().st_size for n in ("node-1", "node-2")}
-    with measure.ReadyWatch(kube, NAMESPACE) as watch:
+    with (
+        measure.ReadyWatch(kube, NAMESPACE) as watch,  # open before the window below starts
+        measure.ProcessSampler(_agent_pid(handle, NODE), interval=0.1) as agent,
+        measure.CpuSplit() as cpu,
+    ):
         created = _create_timed(kube, manifests)
         _wait(lambda: all(watch.ready_at(n, with_claim) for n in created), 300, f"{pods} pods Ready")
     ready = {n: watch.ready_at(n, with_claim) or 0.0 for n in created}
@@ -349,7 +360,7 @@ def _burst_round(
         for phase, (a, b) in zip(PHASES, itertools.pairwise(marks), strict=True):
             phases[phase].append(b - a)
     _clear_pods(kube)
-    return [ready[n] - created[n] for n in created], phases
+    return BurstRound([ready[n] - created[n] for n in created], phases, cpu, agent)
 
 
 def burst(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
@@ -357,47 +368,31 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
         f"burst: {sizes.burst_pods} pods at once, {sizes.burst_rounds} rounds without and with a claim"
     )
     _apply(handle, template("shaped", 1, "enforce"))
-    without: list[float] = []
-    with_claim: list[float] = []
-    phases: dict[str, dict[str, list[float]]] = {"without": {p: [] for p in PHASES}, "with": {}}
-    phases["with"] = {p: [] for p in PHASES}
-    peak = 0.0
-    rss_series: list[list[float]] = []
-    machine_cpu: dict[str, Any] = {}
+    rounds: dict[str, list[BurstRound]] = {"without": [], "with": []}
     for round_number in range(sizes.burst_rounds):
-        with measure.CpuSplit() as cpu_plain:
-            seconds, split = _burst_round(handle, kube, sizes.burst_pods, f"plain{round_number}", None)
-        without += seconds
-        for phase, values in split.items():
-            phases["without"][phase] += values
-        with (
-            measure.ProcessSampler(_agent_pid(handle, NODE), interval=0.1) as sampler,
-            measure.CpuSplit() as cpu_claim,
-        ):
-            seconds, split = _burst_round(handle, kube, sizes.burst_pods, f"claim{round_number}", "shaped")
-        with_claim += seconds
-        for phase, values in split.items():
-            phases["with"][phase] += values
-        peak = max(peak, sampler.peak_rss())
-        if round_number == 0:
-            start = sampler.samples[0][0]
-            rss_series = [[round(t - start, 2), r] for t, r, _ in sampler.samples]
-            machine_cpu = {  # the first round of each: where the machine's CPU went
-                "without": {"seconds": cpu_plain.seconds, "top": cpu_plain.top()},
-                "with": {"seconds": cpu_claim.seconds, "top": cpu_claim.top()},
-            }
-    plain, claimed = measure.distribution(without), measure.distribution(with_claim)
+        rounds["without"].append(_burst_round(handle, kube, sizes.burst_pods, f"plain{round_number}", None))
+        rounds["with"].append(_burst_round(handle, kube, sizes.burst_pods, f"claim{round_number}", "shaped"))
+    plain = measure.distribution(s for r in rounds["without"] for s in r.seconds)
+    claimed = measure.distribution(s for r in rounds["with"] for s in r.seconds)
+    first = rounds["with"][0].agent.samples
     return {
         "without_claim_s": plain,
         "with_claim_s": claimed,
         "ratio_p50": claimed["p50"] / plain["p50"],
         "ratio_p99": claimed["p99"] / plain["p99"],
-        "peak_rss_mib": peak,
-        "rss_series": rss_series,
-        "machine_cpu_s": machine_cpu,
+        "peak_rss_mib": max(r.agent.peak_rss() for r in rounds["with"]),
+        "rss_series": [[round(t - first[0][0], 2), rss] for t, rss, _ in first],
+        # the first round of each: where the machine's CPU went between the first create and the last Ready
+        "machine_cpu_s": {
+            arm: {"seconds": runs[0].cpu.seconds, "top": runs[0].cpu.top()} for arm, runs in rounds.items()
+        },
         "phases_s": {
-            arm: {phase: measure.distribution(values) for phase, values in split.items() if values}
-            for arm, split in phases.items()
+            arm: {
+                phase: measure.distribution(v for r in runs for v in r.phases[phase])
+                for phase in PHASES
+                if any(r.phases[phase] for r in runs)
+            }
+            for arm, runs in rounds.items()
         },
     }
 
@@ -482,8 +477,10 @@ def _nic_change(handle: ClusterHandle, index: int) -> float:
         _wait(lambda: bool(_audit_slice_writes(handle, offset, "node-2")), 60, f"{name} published")
         return min(_audit_slice_writes(handle, offset, "node-2")) - started
     finally:
+        time.sleep(1.5)  # the add's last write is in; the next write is the withdrawal
+        removed = handle.layout.audit_log.stat().st_size
         processes.run([*node.enter(), "ip", "link", "del", name])
-        _wait(lambda: len(_audit_slice_writes(handle, offset, "node-2")) >= 2, 60, f"{name} withdrawn")
+        _wait(lambda: bool(_audit_slice_writes(handle, removed, "node-2")), 60, f"{name} withdrawn")
 
 
 def publish(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
