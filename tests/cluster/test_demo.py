@@ -32,7 +32,10 @@ def test_the_demo_report_shows_every_expectation_met(
 ) -> None:
     """The talks' demo, run once for the whole suite: the report, what it checks, and what it does not."""
     report = io.StringIO()
-    outcome = demo.run(cluster, out=report)
+    try:
+        outcome = demo.run(cluster, out=report)
+    finally:
+        print(report.getvalue())  # pytest shows it when the demo fails
     text = report.getvalue()
     assert outcome.problems == []
     for section in (

@@ -63,6 +63,9 @@ def apply(handle: ClusterHandle, b_request: str = "5Gi") -> None:
         (EXAMPLES / "deployment-b.yaml").read_text().replace(f"{BANDWIDTH}: 5Gi", f"{BANDWIDTH}: {b_request}")
     )
     handle.kubectl("apply", "-f", str(EXAMPLES / "ippool.yaml"))
+    # Pods created before the controller publishes the pool are all unschedulable for a moment, which
+    # reads exactly like the demo's one Pending replica: observe() would take that moment as the outcome.
+    handle.kubectl("wait", "--for=condition=Ready", f"ippool/{POOL}", "--timeout=120s", timeout=130)
     handle.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLES / "pod-a.yaml"))
     handle.kubectl("apply", "-n", NAMESPACE, "-f", "-", input_text=deployment)
 
