@@ -305,7 +305,7 @@ def test_another_namespace_moves_every_object_and_the_agents_identity(helm: Path
     assert all(k[2] == "dra-net" for k in namespaced)
     text = yaml.safe_dump(list(objects.values()))
     assert NAMESPACE not in text
-    assert text.count("system:serviceaccount:dra-net:netclaim-agent") == 3  # the agent's own-node policies
+    assert text.count("system:serviceaccount:dra-net:netclaim-agent") == 4  # the agent's own-node policies
     subjects = [s for k, o in objects.items() if k[1] == "ClusterRoleBinding" for s in o["subjects"]]
     assert {s["namespace"] for s in subjects} == {"dra-net"}
 
@@ -340,3 +340,17 @@ def test_every_value_is_documented() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     missing = [path for path in _leaves(values) if f"`{path}`" not in documented]
     assert not missing, f"charts/netclaim/README.md does not describe {missing}"
+
+
+def test_without_the_network_status_annotation_the_agent_cannot_read_or_patch_pods(helm: Path) -> None:
+    def agent(objects: Objects) -> tuple[list[str], list[dict[str, Any]]]:
+        daemonset = next(o for k, o in objects.items() if k[1] == "DaemonSet")
+        role = next(o for k, o in objects.items() if k[1] == "ClusterRole" and k[3] == "netclaim-agent")
+        return daemonset["spec"]["template"]["spec"]["containers"][0]["args"], role["rules"]
+
+    args, rules = agent(render(helm))
+    assert "--network-status-annotation=true" in args
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]} in rules
+    args, rules = agent(render(helm, "--set", "agent.networkStatusAnnotation=false"))
+    assert "--network-status-annotation=false" in args
+    assert not [r for r in rules if "pods" in r["resources"]]

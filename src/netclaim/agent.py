@@ -53,7 +53,7 @@ async def _start_configure_path(
     """kubelet plugin (prepare) and NRI hooks (attach), sharing the store, the locks and the status writer."""
     node, driver = settings.node_name, settings.driver_name
     cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
-    status = StatusWriter(api, driver, store)
+    status = StatusWriter(api, driver, store, annotate_pods=settings.network_status_annotation)
     locks = PodLocks()
     attacher = Attacher(store, cni, locks)
     tasks = [asyncio.create_task(status.run(), name="status-writer")]

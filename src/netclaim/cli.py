@@ -7,8 +7,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from netclaim.errors import ExpectationError, NetclaimError
+from netclaim.errors import ConfigError, ExpectationError, NetclaimError
 from netclaim.quantity import format_quantity
 
 DEFAULT_CLUSTER_FILE = Path("examples/demo/cluster.yaml")
@@ -176,6 +177,95 @@ Tear down:
     return code
 
 
+def _snapshot(args: argparse.Namespace) -> Any:
+    import asyncio
+
+    from netclaim.tools.read import read_snapshot
+
+    return asyncio.run(read_snapshot(args.kubeconfig, args.namespace))
+
+
+def _print_data(data: Any, output: str) -> None:
+    if output == "json":
+        print(json.dumps(data, indent=2))
+    else:
+        import yaml
+
+        print(yaml.safe_dump(data, sort_keys=False), end="")
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from netclaim.tools import explain, report
+
+    snapshot = _snapshot(args)
+    if args.target is None:
+        rows = explain.table(snapshot)
+        if args.output == "table":
+            print(report.render_table(rows, report.use_color(sys.stdout)), end="")
+        else:
+            _print_data(rows, args.output)
+        return 0
+    kind, _, name = args.target.partition("/")
+    if kind not in ("pod", "pods", "po", "claim", "resourceclaim") or not name:
+        raise ConfigError(f"{args.target!r}: expected pod/NAME or claim/NAME")
+    namespace = args.namespace or "default"
+    if kind.startswith("p"):
+        pod = next(
+            (
+                p
+                for p in snapshot.pods
+                if (p["metadata"]["namespace"], p["metadata"]["name"]) == (namespace, name)
+            ),
+            None,
+        )
+        if pod is None:
+            raise ConfigError(f"pod {namespace}/{name} not found")
+        found = [explain.explain_pod(pod, snapshot)]
+    else:
+        if not any(
+            (c["metadata"]["namespace"], c["metadata"]["name"]) == (namespace, name) for c in snapshot.claims
+        ):
+            raise ConfigError(f"claim {namespace}/{name} not found")
+        found = explain.explain_claim(namespace, name, snapshot)
+    if args.output != "table":
+        _print_data([f.as_data() for f in found], args.output)
+        return 0
+    for item in found:
+        print(f"pod {item.pod}: {item.state}{f' on {item.node}' if item.node else ''}")
+        for line in item.lines:
+            print(f"  {line}")
+        for fix in item.fixes:
+            print(f"  fix: {fix}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from netclaim.tools import report
+
+    snapshot = _snapshot(args)
+    data = {"pods": report.status_rows(snapshot), "nics": report.nic_rows(snapshot)}
+    if args.output != "table":
+        _print_data(data, args.output)
+        return 0
+    color = report.use_color(sys.stdout)
+    print(f"== Pods and their interfaces ({args.namespace or 'all namespaces'})")
+    print(report.render_table(data["pods"], color), end="")
+    print("\n== NICs and capacity")
+    print(report.render_table(data["nics"], color), end="")
+    return 0
+
+
+def _nics(args: argparse.Namespace) -> int:
+    from netclaim.tools import report
+
+    rows = report.nic_rows(_snapshot(args))
+    if args.output == "table":
+        print(report.render_table(rows, report.use_color(sys.stdout)), end="")
+    else:
+        _print_data(rows, args.output)
+    return 0
+
+
 def _validate(args: argparse.Namespace) -> int:
     from netclaim.api.validate import validate_files
 
@@ -240,6 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument(
         "--metrics-address", help="host:port for /metrics (default 127.0.0.1:9177; '' disables)"
     )
+    agent.add_argument(
+        "--network-status-annotation",
+        type=_flag,
+        help="write Multus's k8s.v1.cni.cncf.io/network-status annotation on pods (default true)",
+    )
     agent.add_argument("--remove-slices-on-exit", type=_flag, help="delete this node's slices when stopping")
     agent.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     agent.set_defaults(handler=_agent)
@@ -265,9 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(handler=_demo)
 
-    validate = commands.add_parser("validate", help="check claims, templates and DeviceClasses offline")
-    validate.add_argument("files", nargs="+", type=Path)
-    validate.set_defaults(handler=_validate)
+    _add_tools(commands)
 
     inventory = commands.add_parser("inventory", help="what the agent would publish on this node")
     inventory.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
@@ -278,6 +371,26 @@ def build_parser() -> argparse.ArgumentParser:
     inventory.add_argument("--driver-name", default="netclaim.dev")
     inventory.set_defaults(handler=_inventory)
     return parser
+
+
+def _add_tools(commands: Any) -> None:
+    """The commands for the people who run netclaim; also `kubectl netclaim ...` (kubectl_main)."""
+
+    def reading(name: str, help_text: str) -> argparse.ArgumentParser:
+        command: argparse.ArgumentParser = commands.add_parser(name, help=help_text)
+        command.add_argument("-n", "--namespace", help="default: every namespace (explain TARGET: default)")
+        command.add_argument("--kubeconfig", type=Path, help="default: $KUBECONFIG, else ~/.kube/config")
+        command.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+        return command
+
+    explain = reading("explain", "why a pod's or claim's devices do or do not fit, per node and device")
+    explain.add_argument("target", nargs="?", help="pod/NAME or claim/NAME; none: a row per pod with claims")
+    explain.set_defaults(handler=_explain)
+    reading("status", "pods -> claims -> devices -> interfaces, IPs, bandwidth").set_defaults(handler=_status)
+    reading("nics", "per node: devices, capacity used and free").set_defaults(handler=_nics)
+    validate = commands.add_parser("validate", help="check claims, templates and DeviceClasses offline")
+    validate.add_argument("files", nargs="+", type=Path)
+    validate.set_defaults(handler=_validate)
 
 
 def _flag(text: str) -> bool:
@@ -300,3 +413,15 @@ def main(argv: list[str] | None = None) -> int:
             f"netclaim: {' '.join(map(str, err.cmd))} exited {err.returncode}: {err.stderr}", file=sys.stderr
         )
         return 1
+
+
+def kubectl_main(argv: list[str] | None = None) -> int:
+    """`kubectl netclaim ...`: kubectl runs `kubectl-netclaim` from PATH with the arguments after its name."""
+    parser = argparse.ArgumentParser(prog="kubectl netclaim", description="netclaim for kubectl users")
+    _add_tools(parser.add_subparsers(required=True, metavar="{explain,status,nics,validate}"))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except NetclaimError as err:
+        print(f"kubectl netclaim: {err}", file=sys.stderr)
+        return 2

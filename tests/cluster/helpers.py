@@ -341,3 +341,13 @@ def exists(kube: Client, kind: Any, name: str, namespace: str) -> bool:
     except ApiError:
         return False
     return True
+
+
+NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
+
+
+def network_status(kube: Client, namespace: str, pod: str) -> list[dict[str, Any]]:
+    """The pod's k8s.v1.cni.cncf.io/network-status annotation (Multus's schema); [] while it has none."""
+    found = kube.get(Pod, pod, namespace=namespace)
+    annotations = (found.metadata.annotations if found.metadata else None) or {}
+    return list(json.loads(annotations.get(NETWORK_STATUS, "[]")))

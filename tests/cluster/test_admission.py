@@ -20,8 +20,10 @@ from lightkube.types import PatchType
 
 from netclaim.cluster import agents
 from netclaim.cluster.cluster import ClusterHandle
+from netclaim.cluster.images import BUSYBOX_IMAGE
 from netclaim.cluster.layout import REPO_ROOT
 from tests.cluster.helpers import (
+    NETWORK_STATUS,
     admin_device_class,
     apply,
     claim_devices,
@@ -360,3 +362,49 @@ def test_sockets_and_state_are_private(cluster: ClusterHandle) -> None:
         )
     }
     assert list(mode.values()) == ["0o600", "0o600", "0o700", "0o600"], mode
+
+
+def test_an_agent_token_may_only_write_network_status_on_pods_of_its_own_node(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "plain", "labels": {"app": "plain"}},
+        "spec": {
+            "nodeName": "node-2",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                }
+            ],
+        },
+    }
+    apply(cluster, ns, pod)
+    status = json.dumps([{"name": f"{ns}/net", "interface": "net1", "ips": ["10.0.0.2"]}])
+
+    def patch_as(node: str, metadata: dict[str, Any]) -> None:
+        agent_config = KubeConfig.from_file(agents.pod_token_kubeconfig(cluster, node))
+        with Client(agent_config, field_manager="netclaim.dev") as agent:
+            agent.patch(
+                Pod, "plain", {"metadata": metadata}, namespace=ns, patch_type=PatchType.MERGE, dry_run=True
+            )
+
+    def refused(node: str, metadata: dict[str, Any]) -> str:
+        with pytest.raises(ApiError) as denied:
+            patch_as(node, metadata)
+        assert denied.value.status.code == 403, denied.value.status
+        return str(denied.value.status.message)
+
+    patch_as("node-2", {"annotations": {NETWORK_STATUS: status}})  # its own node, that annotation: allowed
+    assert "may only annotate pods bound to its own node" in refused(
+        "node-1", {"annotations": {NETWORK_STATUS: status}}
+    )
+    only = "may change only a pod's k8s.v1.cni.cncf.io/network-status annotation"
+    assert only in refused("node-2", {"labels": {"app": "hijacked"}})  # a Service's selector would follow
+    assert only in refused("node-2", {"annotations": {"example.com/other": "x", NETWORK_STATUS: status}})
+    assert only in refused("node-2", {"finalizers": ["example.com/never-deleted"]})

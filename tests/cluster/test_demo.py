@@ -14,7 +14,14 @@ from lightkube.resources.core_v1 import Namespace, Pod
 from netclaim.cluster import demo
 from netclaim.cluster.cluster import ClusterHandle
 from netclaim.cluster.layout import REPO_ROOT
-from tests.cluster.helpers import interface_in_pod, name_of, ping, pod_claim_entries, running
+from tests.cluster.helpers import (
+    interface_in_pod,
+    name_of,
+    network_status,
+    ping,
+    pod_claim_entries,
+    running,
+)
 from tests.kube import delete, wait_for
 
 DEPLOY = REPO_ROOT / "deploy"
@@ -63,6 +70,23 @@ def test_the_demo_report_shows_every_expectation_met(
     assert entry["networkData"] == {"interfaceName": "net1", "ips": addresses, "hardwareAddress": mac}
     assert ipaddress.ip_interface(addresses[0]).ip in ipaddress.ip_network("10.10.1.0/24")
     assert entry["data"]["interfaces"][0]["name"] == "net1"
+    # Multus's network-status annotation on every running demo pod, for the tools that read it: the
+    # interface, addresses and MAC of its claim's status
+    for running_pod in running(kube, demo.NAMESPACE):
+        name = name_of(running_pod)
+        [nic] = [e for e in pod_claim_entries(kube, demo.NAMESPACE, name) if e["pool"] != demo.POOLS_POOL]
+        wait_for(lambda: bool(network_status(kube, demo.NAMESPACE, name)), 60, f"{name}'s network-status")  # noqa: B023
+        [annotated] = network_status(kube, demo.NAMESPACE, name)
+        data = nic["networkData"]
+        assert annotated == {
+            "name": f"{demo.NAMESPACE}/net",
+            "interface": data["interfaceName"],
+            "ips": [ip.split("/")[0] for ip in data["ips"]],
+            "mac": data["hardwareAddress"],
+            "mtu": 1500,
+            "default": False,
+            "dns": {},
+        }
     # the two B replicas share one NIC: macvlan bridge mode lets them reach each other
     b_pods = running(kube, demo.NAMESPACE, "deployment-b")
     b_ips = [

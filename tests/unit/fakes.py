@@ -38,6 +38,7 @@ class FakeKubeApi(KubeApi):
     ippool_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     allocations: dict[str, IPAllocation] = field(default_factory=dict)  # name → object (uid set)
     pods: list[dict[str, Any]] = field(default_factory=list)  # unschedulable pods
+    pod_objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (ns, name) → pod
     _uids: int = 0
 
     def _call(self, name: str) -> None:
@@ -68,6 +69,22 @@ class FakeKubeApi(KubeApi):
             devices_status=tuple(copy.deepcopy(devices)),
             resource_version=str(int(current.resource_version or "0") + 1),
         )
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        self._call("get_pod")
+        found = self.pod_objects.get((namespace, name))
+        if found is None:
+            raise GoneError(f"pod {namespace}/{name}: not found")
+        return copy.deepcopy(found)
+
+    async def write_pod_annotation(self, pod: dict[str, Any], key: str, value: str) -> None:
+        self._call("write_pod_annotation")
+        meta = pod["metadata"]
+        current = self.pod_objects[(meta["namespace"], meta["name"])]["metadata"]
+        if current["resourceVersion"] != meta["resourceVersion"]:
+            raise ConflictError(f"pod {meta['namespace']}/{meta['name']}: the object has been modified")
+        current.setdefault("annotations", {})[key] = value
+        current["resourceVersion"] = str(int(current["resourceVersion"]) + 1)
 
     async def create_pod_event(
         self, namespace: str, pod: str, pod_uid: str, reason: str, message: str
@@ -570,10 +587,10 @@ class ConfigureRig:
         while self.status._events or self.attacher._undoing:
             await asyncio.gather(*self.status._events, *self.attacher._undoing)
         while not self.status._queue.empty():
-            claim = self.status._queue.get_nowait()
-            self.status._pending.discard(claim.uid)
-            with contextlib.suppress(GoneError):  # as StatusWriter.run: a deleted claim is dropped
-                await self.status.write(claim)
+            target = self.status._queue.get_nowait()
+            self.status._pending.discard(target.uid)
+            with contextlib.suppress(GoneError):  # as StatusWriter.run: a deleted claim or pod is dropped
+                await self.status.write(target)
 
     def entries(self, claim: ClaimRef) -> list[dict[str, Any]]:
         """status.devices of the claim as the API server has it now, netclaim's entries only."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from netclaim.adapters.cni import cni_args
 from netclaim.adapters.nri import PodSandbox
-from netclaim.configure.status import ClaimRef
+from netclaim.configure.status import NETWORK_STATUS, ClaimRef
 from netclaim.configure.store import Attachment, Outcome, State
 from netclaim.errors import AttachError, CniError, HostNetworkPodError, PodBusyError
 from tests.unit.fakes import ConfigureRig, configure_rig, sample_claim, sample_device, sample_row
@@ -54,13 +55,24 @@ async def test_a_pod_without_claims_is_left_alone(rig: ConfigureRig) -> None:
 async def test_run_pod_sandbox_attaches_every_device_of_the_pod_and_reports_them(rig: ConfigureRig) -> None:
     rig.store.put(FIRST, SECOND)
     sandbox = rig.sandbox()
+    meta = {"namespace": "team-a", "name": "pod-1", "uid": "pod-uid-1", "resourceVersion": "1"}
+    rig.api.pod_objects[("team-a", "pod-1")] = {"metadata": meta}
     await rig.hooks.run_pod_sandbox(sandbox, BUDGET)
     assert [_state(rig, r) for r in (FIRST, SECOND)] == [(State.ATTACHED, "sandbox-1")] * 2
-    assert rig.api.calls == []  # the claim's status is written off the runtime's path
+    assert (
+        rig.api.calls == []
+    )  # the claim's status and the pod's annotation are written off the runtime's path
     await rig.settle()
     assert _conditions(rig) == [
         (FIRST.device, "True", "InterfaceAttached"),
         (SECOND.device, "True", "InterfaceAttached"),
+    ]
+    network_status = json.loads(
+        rig.api.pod_objects[("team-a", "pod-1")]["metadata"]["annotations"][NETWORK_STATUS]
+    )
+    assert [(e["name"], e["interface"]) for e in network_status] == [
+        ("team-a/claim-1", "net1"),
+        ("team-a/claim-1", "net2"),
     ]
 
 

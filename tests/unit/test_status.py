@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +14,16 @@ import pytest
 
 from netclaim.adapters.kube import Claim
 from netclaim.configure import status as status_module
-from netclaim.configure.status import MAX_CONFLICT_RETRIES, ClaimRef, Failure, StatusWriter, device_entry
+from netclaim.configure.status import (
+    MAX_CONFLICT_RETRIES,
+    NETWORK_STATUS,
+    ClaimRef,
+    Failure,
+    PodRef,
+    StatusWriter,
+    device_entry,
+    network_status,
+)
 from netclaim.configure.store import Interface, Outcome, State, Store
 from netclaim.errors import ApiUnavailableError, GoneError
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
@@ -315,3 +325,128 @@ async def test_a_warning_event_failing_to_be_written_is_not_an_error(
     assert [(e.pod_uid, e.reason, e.message) for e in api.events] == [
         ("pod-uid-1", "NetclaimPrepareFailed", "bad config")
     ]
+
+
+# the pod's k8s.v1.cni.cncf.io/network-status annotation (Multus's schema)
+
+MULTUS_ENTRY = {"name": "default/flannel", "interface": "eth0", "ips": ["10.244.1.5"], "default": True}
+
+
+def _pod(annotation: str | None = None, uid: str = "pod-uid-1") -> dict[str, Any]:
+    annotations = {NETWORK_STATUS: annotation} if annotation is not None else {}
+    return {
+        "metadata": {
+            "namespace": "team-a",
+            "name": "pod-1",
+            "uid": uid,
+            "resourceVersion": "7",
+            "annotations": annotations,
+        },
+        "spec": {"resourceClaims": [{"name": "fast-net", "resourceClaimTemplateName": "t"}]},
+        "status": {"resourceClaimStatuses": [{"name": "fast-net", "resourceClaimName": "claim-1"}]},
+    }
+
+
+def test_network_status_names_each_attached_interface_by_the_pods_claim_and_keeps_other_writers() -> None:
+    stale = {"name": "team-a/fast-net", "interface": "net9", "ips": ["10.0.0.9"]}
+    pod = _pod(json.dumps([MULTUS_ENTRY, stale]))
+    prepared = sample_row(sample_device("enp2s0"), interface_name="net2")
+    assert network_status(pod, [ATTACHED, prepared]) == [
+        MULTUS_ENTRY,
+        {
+            "name": "team-a/fast-net",
+            "interface": "net1",
+            "ips": ["10.90.0.10", "fd00::a"],
+            "mac": "02:00:0a:5a:00:0a",
+            "mtu": 1500,
+            "default": False,
+            "dns": {},
+        },
+    ]
+
+
+def test_network_status_gives_a_whole_pci_nic_its_device_info() -> None:
+    device = sample_device("enp1s0", shared=False)
+    device = replace(device, attributes={**device.attributes, "netclaim.dev/pciAddress": "0000:03:00.0"})
+    row = replace(ATTACHED, plan=ATTACHED.plan.model_copy(update={"device": device}))
+    [entry] = network_status(_pod(), [row])
+    assert entry["device-info"] == {"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:03:00.0"}}
+    [shared] = network_status(_pod(), [ATTACHED])  # a NIC shared through macvlan: the pod has no PCI device
+    assert "device-info" not in shared
+
+
+def test_an_unreadable_network_status_is_replaced_by_ours() -> None:
+    assert [e["interface"] for e in network_status(_pod("{not json"), [ATTACHED])] == ["net1"]
+    assert [e["interface"] for e in network_status(_pod('{"a": 1}'), [ATTACHED])] == ["net1"]
+
+
+async def test_the_annotation_is_written_once_on_the_pod_as_read(
+    writer: StatusWriter, api: FakeKubeApi, store: Store
+) -> None:
+    store.put(ATTACHED)
+    api.pod_objects[("team-a", "pod-1")] = _pod(json.dumps([MULTUS_ENTRY]))
+    pod = PodRef("team-a", "pod-1", "pod-uid-1")
+    await writer.write(pod)
+    await writer.write(pod)  # unchanged: not written again
+    assert api.calls == ["get_pod", "write_pod_annotation", "get_pod"]
+    written = json.loads(api.pod_objects[("team-a", "pod-1")]["metadata"]["annotations"][NETWORK_STATUS])
+    assert written == network_status(_pod(json.dumps([MULTUS_ENTRY])), [ATTACHED])
+
+
+async def test_the_annotation_is_not_written_for_a_new_pod_of_the_same_name_nor_when_opted_out(
+    api: FakeKubeApi, store: Store
+) -> None:
+    store.put(ATTACHED)
+    api.pod_objects[("team-a", "pod-1")] = _pod(uid="another-pod")
+    pod = PodRef("team-a", "pod-1", "pod-uid-1")
+    await StatusWriter(api, SAMPLE_DRIVER, store).write(pod)
+    assert api.calls == ["get_pod"]
+    opted_out = StatusWriter(api, SAMPLE_DRIVER, store, annotate_pods=False)
+    opted_out.enqueue(pod)
+    assert opted_out._queue.empty()
+
+
+async def test_a_pod_whose_interfaces_are_not_attached_is_not_annotated(
+    writer: StatusWriter, api: FakeKubeApi, store: Store
+) -> None:
+    store.put(ROW)
+    api.pod_objects[("team-a", "pod-1")] = _pod()
+    await writer.write(PodRef("team-a", "pod-1", "pod-uid-1"))
+    assert api.calls == []
+
+
+class _RacingPodApi(FakeKubeApi):
+    """Multus writes its own entry between our read of the pod and our write, once."""
+
+    written = asyncio.Event()
+    raced = False
+
+    async def write_pod_annotation(self, pod: dict[str, Any], key: str, value: str) -> None:
+        if not self.raced:
+            self.raced = True
+            current = self.pod_objects[("team-a", "pod-1")]["metadata"]
+            current["annotations"][key] = json.dumps([MULTUS_ENTRY])
+            current["resourceVersion"] = "8"
+        await super().write_pod_annotation(pod, key, value)
+        self.written.set()
+
+
+async def test_a_conflicting_annotation_write_is_retried_keeping_what_the_other_writer_wrote(
+    store: Store, backoff: type[_Backoff]
+) -> None:
+    api = _RacingPodApi()
+    api.pod_objects[("team-a", "pod-1")] = _pod()
+    writer = StatusWriter(api, SAMPLE_DRIVER, store)
+    store.put(ATTACHED)
+    writer.enqueue(PodRef("team-a", "pod-1", "pod-uid-1"))
+    api.written = asyncio.Event()
+    running = asyncio.create_task(writer.run())
+    try:
+        await asyncio.wait_for(api.written.wait(), timeout=30)  # a safety net, as above
+    finally:
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+    written = json.loads(api.pod_objects[("team-a", "pod-1")]["metadata"]["annotations"][NETWORK_STATUS])
+    assert [e["interface"] for e in written] == ["eth0", "net1"]
+    assert api.calls.count("write_pod_annotation") == 2 and backoff.waits == 0

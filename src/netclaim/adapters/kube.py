@@ -23,7 +23,13 @@ from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Event, Node, Pod
-from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
+from lightkube.resources.resource_v1 import (
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimStatus,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
 from lightkube.types import PatchType
 
 from netclaim.errors import (
@@ -213,7 +219,7 @@ class Slice:
 
 
 def _data(obj: Any) -> dict[str, Any]:
-    """A generic (custom) resource's object as JSON data."""
+    """A lightkube object (typed or generic) as the API's JSON data."""
     return dict(obj.to_dict())
 
 
@@ -323,6 +329,25 @@ class KubeApi:
                 patch,
                 namespace=claim.namespace,
                 patch_type=PatchType.JSON,
+                field_manager=self.field_manager,
+            )
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        with translated(f"pod {namespace}/{name}"):
+            pod = await self._client.get(Pod, name, namespace=namespace)
+        return _data(pod)
+
+    async def write_pod_annotation(self, pod: dict[str, Any], key: str, value: str) -> None:
+        """Set one annotation on the pod as read (ConflictError when the pod changed since)."""
+        meta = pod["metadata"]
+        patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "annotations": {key: value}}}
+        with translated(f"pod {meta['namespace']}/{meta['name']}"):
+            await self._client.patch(
+                Pod,
+                meta["name"],
+                patch,
+                namespace=meta["namespace"],
+                patch_type=PatchType.MERGE,
                 field_manager=self.field_manager,
             )
 
@@ -478,3 +503,28 @@ class KubeApi:
                 for c in (p.get("status") or {}).get("conditions") or []
             )
         ]
+
+    async def read_cluster(self, namespace: str | None) -> dict[str, list[dict[str, Any]]]:
+        """What `netclaim explain` and `status` read, with read access only: the namespace's pods and claim
+        templates (every namespace's when None), and the cluster's claims, DeviceClasses, ResourceSlices,
+        nodes and netclaim agent pods."""
+        scope = namespace or "*"
+        reads: dict[str, Any] = {
+            "pods": (Pod, scope, None),
+            "claims": (ResourceClaim, "*", None),
+            "templates": (ResourceClaimTemplate, scope, None),
+            "device_classes": (DeviceClass, None, None),
+            "slices": (ResourceSlice, None, None),
+            "nodes": (Node, None, None),
+            "agent_pods": (Pod, "*", {"app.kubernetes.io/name": "netclaim-agent"}),
+        }
+        found: dict[str, list[dict[str, Any]]] = {}
+        for key, (kind, where, labels) in reads.items():
+            with translated(f"list {kind.__name__}"):
+                listing = (
+                    self._client.list(kind, namespace=where, labels=labels)
+                    if where is not None
+                    else self._client.list(kind, labels=labels)
+                )
+                found[key] = [item.to_dict() async for item in listing]
+        return found

@@ -38,6 +38,9 @@ class AgentSettings(BaseModel):
         description="where containerd reads CDI specs: each claim's fail-closed hook goes there; '' disables",
     )
     metrics_address: str = "127.0.0.1:9177"
+    network_status_annotation: bool = Field(
+        default=True, description="write Multus's k8s.v1.cni.cncf.io/network-status annotation on pods"
+    )
     remove_slices_on_exit: bool = False
     log_level: str = Field(default="info", pattern=r"^(debug|info|warning|error)$")
 

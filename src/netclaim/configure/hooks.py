@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from netclaim import faults
 from netclaim.adapters.nri import PodSandbox
 from netclaim.configure.attach import Attacher, PodLocks, holding, netns_exists
-from netclaim.configure.status import ClaimRef, StatusWriter
+from netclaim.configure.status import ClaimRef, PodRef, StatusWriter
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import AttachError, HostNetworkPodError, NetclaimError
 
@@ -96,6 +96,7 @@ class PodHooks:
             finally:
                 for row in rows:
                     self.status.enqueue(claim_of(row))
+            self.status.enqueue(PodRef(pod.namespace, pod.name, pod.uid))
 
     async def stop_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
         await self._detach_pod(pod, budget)
@@ -160,6 +161,8 @@ class PodHooks:
                 except NetclaimError as err:
                     log.warning("repair failed", extra={"claim": row.claim_name, "error": str(err)})
                 self.status.enqueue(claim_of(row))
+                if listed is not None:
+                    self.status.enqueue(PodRef(listed.namespace, listed.name, listed.uid))
 
     async def _repair(self, row: Attachment, sandbox: PodSandbox | None) -> None:
         deadline = time.monotonic() + REPAIR_SECONDS

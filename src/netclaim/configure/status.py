@@ -1,11 +1,17 @@
-"""ResourceClaim.status.devices (KEP-4817) for our devices, and Warning Events on pods.
+"""ResourceClaim.status.devices (KEP-4817) for our devices, the pods' network-status annotation, and
+Warning Events on pods.
 
 Off the hot path: hooks only enqueue a claim; one worker writes the claim's entries from the store and
 retries with backoff while the apiserver is away. Entries: `Ready` True with networkData read back from
 the pod's namespace and the CNI result in `data`; or `Ready` False with the reason and message.
 
-The write is a JSON Patch of `status.devices` guarded by the claim's resourceVersion (field manager = the
-driver name): other drivers' entries are copied back verbatim, a concurrent writer makes us re-read and
+The pod annotation `k8s.v1.cni.cncf.io/network-status` has Multus's schema, so the tools that read it keep
+working: one entry per interface we attached, named `<namespace>/<the pod's name for the claim>`; entries
+of other writers (Multus itself, for one) are kept. Written after an attach, guarded by the pod's
+resourceVersion; admission lets an agent change only that annotation, only on pods of its own node.
+
+The claim write is a JSON Patch of `status.devices` guarded by the claim's resourceVersion (field manager =
+the driver name): other drivers' entries are copied back verbatim, a concurrent writer makes us re-read and
 retry. Not server-side apply: kube-apiserver 1.37 rejects any SSA of the status of a claim whose opaque
 config was not sent as canonical JSON (keys unsorted, as lightkube and client-go send them): the typed
 round trip re-serialises the config and the immutable `status.allocation` reads as changed.
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ipaddress
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +33,11 @@ from netclaim.adapters.nri import PodSandbox
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import ConflictError, GoneError, NetclaimError
+from netclaim.names import DRIVER_DOMAIN
 
 log = logging.getLogger(__name__)
+NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
+PCI_ATTRIBUTE = f"{DRIVER_DOMAIN}/pciAddress"
 MAX_CONFLICT_RETRIES = 3  # immediate re-reads before backing off
 
 _REASONS = {
@@ -39,6 +49,13 @@ _REASONS = {
 
 @dataclass(frozen=True)
 class ClaimRef:
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class PodRef:
     namespace: str
     name: str
     uid: str
@@ -106,6 +123,52 @@ def device_entry(driver: str, row: Attachment) -> dict[str, Any]:
     return entry
 
 
+def pod_claim_names(pod: dict[str, Any]) -> dict[str, str]:
+    """ResourceClaim name -> the name the pod's spec.resourceClaims gives it."""
+    names = {
+        str(ref["resourceClaimName"]): str(ref["name"])
+        for ref in (pod.get("spec") or {}).get("resourceClaims") or []
+        if ref.get("resourceClaimName")
+    }
+    for ref in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if ref.get("resourceClaimName"):  # made from a template
+            names[str(ref["resourceClaimName"])] = str(ref["name"])
+    return names
+
+
+def network_status(pod: dict[str, Any], rows: list[Attachment]) -> list[dict[str, Any]]:
+    """The pod's network-status entries: other writers' as they are, then one per interface we attached."""
+    namespace = pod["metadata"]["namespace"]
+    names = pod_claim_names(pod)
+    ours = {f"{namespace}/{name}" for name in names.values()}
+    try:
+        current = json.loads((pod["metadata"].get("annotations") or {}).get(NETWORK_STATUS, "[]"))
+    except ValueError:
+        current = []  # not ours to repair, but not ours to keep either: unreadable to every tool
+    if not isinstance(current, list):
+        current = []
+    kept = [e for e in current if isinstance(e, dict) and e.get("name") not in ours]
+    entries = []
+    for row in sorted(rows, key=lambda r: r.plan.interface_name):
+        interface = row.outcome.interface
+        if row.state != State.ATTACHED or interface is None:
+            continue
+        entry: dict[str, Any] = {
+            "name": f"{namespace}/{names.get(row.claim_name, row.claim_name)}",
+            "interface": interface.name,
+            "ips": sorted({str(ipaddress.ip_interface(a).ip) for a in interface.addresses}),
+            "mac": interface.mac,
+            "mtu": interface.mtu,
+            "default": False,  # Multus's meaning: the cluster's default network, never ours
+            "dns": {},
+        }
+        pci = row.plan.device.attributes.get(PCI_ATTRIBUTE)
+        if not row.plan.shared and isinstance(pci, str):
+            entry["device-info"] = {"type": "pci", "version": "1.1.0", "pci": {"pci-address": pci}}
+        entries.append(entry)
+    return kept + entries
+
+
 def _comparable(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def strip(entry: dict[str, Any]) -> dict[str, Any]:
         conditions = [
@@ -122,15 +185,18 @@ class StatusWriter:
     api: KubeApi
     driver: str
     store: Store
-    _queue: asyncio.Queue[ClaimRef] = field(default_factory=asyncio.Queue)
+    annotate_pods: bool = True  # the network-status annotation
+    _queue: asyncio.Queue[ClaimRef | PodRef] = field(default_factory=asyncio.Queue)
     _failures: dict[str, Failure] = field(default_factory=dict)
     _pending: set[str] = field(default_factory=set)
     _events: set[asyncio.Task[None]] = field(default_factory=set)
 
-    def enqueue(self, claim: ClaimRef) -> None:
-        if claim.uid not in self._pending:
-            self._pending.add(claim.uid)
-            self._queue.put_nowait(claim)
+    def enqueue(self, target: ClaimRef | PodRef) -> None:
+        if isinstance(target, PodRef) and not self.annotate_pods:
+            return
+        if target.uid not in self._pending:
+            self._pending.add(target.uid)
+            self._queue.put_nowait(target)
 
     def fail(self, claim: ClaimRef, failure: Failure) -> None:
         self._failures[claim.uid] = failure
@@ -160,35 +226,40 @@ class StatusWriter:
         return entries
 
     async def run(self) -> None:
-        """Write each queued claim's entries; retry with backoff while the apiserver is away."""
+        """Write each queued claim's entries or pod's annotation; retry with backoff while the apiserver is
+        away."""
         while True:
-            claim = await self._queue.get()
-            self._pending.discard(claim.uid)
+            target = await self._queue.get()
+            self._pending.discard(target.uid)
             backoff = Backoff()
             conflicts = 0
             while True:
                 try:
-                    await self.write(claim)
+                    await self.write(target)
                     break
                 except GoneError:
-                    self._failures.pop(claim.uid, None)
-                    break  # the claim is gone: nothing to report on
+                    self._failures.pop(target.uid, None)
+                    break  # the claim or pod is gone: nothing to report on
                 except ConflictError:
                     conflicts += 1
                     if conflicts <= MAX_CONFLICT_RETRIES:
-                        continue  # kubelet or the scheduler wrote the claim meanwhile: read it again
-                    log.warning("status write kept conflicting; retrying", extra={"claim": claim.name})
+                        continue  # someone else wrote it meanwhile: read it again
+                    log.warning("status write kept conflicting; retrying", extra={"of": target.name})
                 except NetclaimError as err:
-                    log.warning(
-                        "status write failed; retrying", extra={"claim": claim.name, "error": str(err)}
-                    )
+                    log.warning("status write failed; retrying", extra={"of": target.name, "error": str(err)})
                 except Exception:
-                    log.exception("status write failed (a bug); retrying", extra={"claim": claim.name})
-                if claim.uid in self._pending:
-                    break  # a newer request for this claim is queued; it will write the latest state
+                    log.exception("status write failed (a bug); retrying", extra={"of": target.name})
+                if target.uid in self._pending:
+                    break  # a newer request for it is queued; it will write the latest state
                 await backoff.wait()
 
-    async def write(self, claim: ClaimRef) -> None:
+    async def write(self, target: ClaimRef | PodRef) -> None:
+        if isinstance(target, PodRef):
+            await self.write_network_status(target)
+        else:
+            await self.write_claim(target)
+
+    async def write_claim(self, claim: ClaimRef) -> None:
         faults.point("before-status")
         entries = self.desired(claim)
         current = await self.api.get_claim(claim.namespace, claim.name)
@@ -206,6 +277,19 @@ class StatusWriter:
                 "ready": [e["conditions"][0]["status"] for e in entries],
             },
         )
+
+    async def write_network_status(self, ref: PodRef) -> None:
+        rows = self.store.for_pod(ref.uid)
+        if not any(row.state == State.ATTACHED for row in rows):
+            return  # detached: the pod is going, and its annotation with it
+        pod = await self.api.get_pod(ref.namespace, ref.name)
+        if pod["metadata"].get("uid") != ref.uid:
+            return
+        value = json.dumps(network_status(pod, rows))
+        if (pod["metadata"].get("annotations") or {}).get(NETWORK_STATUS) == value:
+            return
+        await self.api.write_pod_annotation(pod, NETWORK_STATUS, value)
+        log.info("network-status written", extra={"pod": f"{ref.namespace}/{ref.name}"})
 
     def warn_later(self, pod: PodSandbox, reason: str, message: str) -> None:
         """A Warning Event on the pod, written off the caller's path (never inside the runtime's budget)."""
