@@ -62,3 +62,14 @@ def format_quantity(value: int) -> str:
         if value % factor == 0:
             return f"{value // factor}{suffix}"
     return str(value)
+
+
+def readable_quantity(value: int) -> str:
+    """The shortest exact text, for people: a 10 GbE NIC's 10000000000 is 10G (not 9765625Ki), 5Gi is 5Gi."""
+    if value <= 0:
+        return format_quantity(max(value, 0))
+    candidates = [str(value)]
+    for suffix, factor in [*_BINARY.items(), *((s, int(f)) for s, f in _DECIMAL.items() if f >= 1000)]:
+        if value % factor == 0:
+            candidates.append(f"{value // int(factor)}{suffix}")
+    return min(candidates, key=len)

@@ -1,0 +1,430 @@
+"""netclaim explain on API objects as the API server returns them: the reason and the fix, in words."""
+
+from __future__ import annotations
+
+import io
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from netclaim import cli
+from netclaim.tools import report
+from netclaim.tools.explain import (
+    Snapshot,
+    clauses,
+    explain_pod,
+    failing_clause,
+    published_devices,
+    show_quantity,
+    table,
+)
+
+SHARED_CLASS = {
+    "metadata": {"name": "netclaim-shared"},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": 'device.driver == "netclaim.dev" && '
+                    'device.attributes["netclaim.dev"].shared'
+                }
+            }
+        ]
+    },
+}
+ON_ENP0S10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
+
+
+def nic(
+    name: str, if_name: str = "enp0s10", *, shared: bool = True, bandwidth: str = "10Gi"
+) -> dict[str, Any]:
+    capacity: dict[str, Any] = {"value": bandwidth}
+    if shared:
+        capacity["requestPolicy"] = {"default": "100Mi", "validRange": {"min": "1Mi"}}
+    device: dict[str, Any] = {
+        "name": name,
+        "attributes": {"ifName": {"string": if_name}, "shared": {"bool": shared}},
+        "capacity": {"bandwidth": capacity},
+    }
+    if shared:
+        device["allowMultipleAllocations"] = True
+    return device
+
+
+def node_slice(node: str, *devices: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "spec": {"driver": "netclaim.dev", "nodeName": node, "pool": {"name": node}, "devices": list(devices)}
+    }
+
+
+def node(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}, "spec": spec}
+
+
+def allocated(name: str, node_name: str, device: str, bandwidth: str | None) -> dict[str, Any]:
+    result: dict[str, Any] = {"request": "nic", "driver": "netclaim.dev", "pool": node_name, "device": device}
+    if bandwidth:
+        result["consumedCapacity"] = {"netclaim.dev/bandwidth": bandwidth}
+    return {
+        "metadata": {"namespace": "demo", "name": name, "uid": f"uid-{name}"},
+        "spec": {},
+        "status": {"allocation": {"devices": {"results": [result]}}},
+    }
+
+
+def template(name: str, request: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "demo", "name": name},
+        "spec": {"spec": {"devices": {"requests": [{"name": "nic", "exactly": request}]}}},
+    }
+
+
+def pending_pod(template_name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "demo", "name": "b-3"},
+        "spec": {"resourceClaims": [{"name": "net", "resourceClaimTemplateName": template_name}], **spec},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "message": "0/2 nodes are available: 2 cannot allocate all claims.",
+                }
+            ],
+        },
+    }
+
+
+def demo_snapshot(request: dict[str, Any], **extra: Any) -> Snapshot:
+    """The talks' demo: Pod-A holds node-1's enp0s10 whole (10Gi), two B replicas share node-2's."""
+    parts: dict[str, Any] = {
+        "pods": [],
+        "claims": [
+            allocated("a", "node-1", "enp0s10", "10Gi"),
+            allocated("b-1", "node-2", "enp0s10", "5Gi"),
+            allocated("b-2", "node-2", "enp0s10", "5Gi"),
+        ],
+        "templates": [template("t", request)],
+        "device_classes": [SHARED_CLASS],
+        "slices": [
+            node_slice("node-1", nic("enp0s10"), nic("enp0s11", "enp0s11")),
+            node_slice("node-2", nic("enp0s10")),
+        ],
+        "nodes": [node("node-1"), node("node-2")],
+    }
+    parts.update(extra)
+    return Snapshot(**parts)
+
+
+FIVE_GIG = {
+    "deviceClassName": "netclaim-shared",
+    "selectors": [{"cel": {"expression": ON_ENP0S10}}],
+    "capacity": {"requests": {"netclaim.dev/bandwidth": "5Gi"}},
+}
+
+
+def _text(pod: dict[str, Any], snapshot: Snapshot) -> str:
+    found = explain_pod(pod, snapshot)
+    return "\n".join(found.lines + ["FIX: " + f for f in found.fixes])
+
+
+def test_the_demos_pending_replica_both_enp0s10_nics_are_full() -> None:
+    found = explain_pod(pending_pod("t"), demo_snapshot(FIVE_GIG))
+    text = "\n".join(found.lines)
+    assert "enp0s10 on node-1: does not fit: bandwidth: 0 free of 10Gi, asks 5Gi" in text
+    assert "enp0s10 on node-2: does not fit: bandwidth: 0 free of 10Gi, asks 5Gi" in text
+    assert "enp0s11 on node-1: does not fit: the request's selector: " in text
+    assert found.fixes == [
+        "no device has the bandwidth asked for free (enp0s10 on node-1: 0, enp0s10 on node-2: 0): "
+        "wait for a claim to end, or add capacity"
+    ]
+    assert found.fits_on == []
+
+
+def test_a_smaller_ask_is_named_when_a_nic_has_some_left() -> None:
+    snapshot = demo_snapshot(
+        FIVE_GIG, claims=[allocated("a", "node-1", "enp0s10", "7Gi")], nodes=[node("node-1")]
+    )
+    snapshot = Snapshot(**{**snapshot.__dict__, "slices": [node_slice("node-1", nic("enp0s10"))]})
+    found = explain_pod(pending_pod("t"), snapshot)
+    assert found.fixes == ["enp0s10 on node-1 has 3Gi bandwidth free: ask ≤ 3Gi"]
+
+
+def test_a_selector_matching_nothing_names_the_failing_clause_and_the_values_there_are() -> None:
+    request = {
+        **FIVE_GIG,
+        "selectors": [
+            {
+                "cel": {
+                    "expression": ON_ENP0S10.replace("enp0s10", "enp9")
+                    + ' && device.attributes["netclaim.dev"].shared'
+                }
+            }
+        ],
+    }
+    found = explain_pod(pending_pod("t"), demo_snapshot(request))
+    clause = 'device.attributes["netclaim.dev"].ifName == "enp9"'
+    assert all(
+        f"the request's selector: `{clause}` is false" in line
+        for line in found.lines
+        if "does not fit" in line
+    )
+    assert found.fixes == [f"no device passes `{clause}` is false; published ifName values: enp0s10, enp0s11"]
+
+
+def test_a_missing_device_class_is_named_with_the_ones_there_are() -> None:
+    found = explain_pod(pending_pod("t"), demo_snapshot({**FIVE_GIG, "deviceClassName": "netclaim-fast"}))
+    assert "DeviceClass 'netclaim-fast' does not exist (there are: netclaim-shared)" in "\n".join(found.lines)
+    assert found.fixes == ["create DeviceClass 'netclaim-fast' or name an existing one in request nic"]
+
+
+def test_a_node_selector_that_excludes_the_only_nic_with_room() -> None:
+    snapshot = demo_snapshot(FIVE_GIG, claims=[allocated("a", "node-1", "enp0s10", "10Gi")])
+    pod = pending_pod("t", nodeSelector={"kubernetes.io/hostname": "node-1"})
+    text = _text(pod, snapshot)
+    assert "node node-2: the pod's nodeSelector kubernetes.io/hostname=node-1 excludes it" in text
+    assert "enp0s10 on node-2: fits (10Gi bandwidth free)" in text
+    assert "FIX: no device has the bandwidth asked for free (enp0s10 on node-1: 0)" in text
+
+
+def test_an_untolerated_taint_and_a_cordon_keep_a_node_out() -> None:
+    taint = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    snapshot = demo_snapshot(
+        FIVE_GIG, claims=[], nodes=[node("node-1", taints=[taint]), node("node-2", unschedulable=True)]
+    )
+    text = _text(pending_pod("t"), snapshot)
+    assert "node node-1: taint dedicated=gpu:NoSchedule is not tolerated" in text
+    assert "node node-2: the node is cordoned (unschedulable)" in text
+    assert "which the pod may not use: change its node selection or tolerations" in text
+    tolerated = pending_pod("t", tolerations=[{"key": "dedicated", "operator": "Exists"}])
+    assert explain_pod(tolerated, snapshot).fits_on == ["node-1"]
+
+
+def test_a_request_without_bandwidth_is_told_it_gets_the_default() -> None:
+    request = {k: v for k, v in FIVE_GIG.items() if k != "capacity"}
+    found = explain_pod(pending_pod("t"), demo_snapshot(request, claims=[]))
+    assert "  asks no bandwidth: consumes, and is capped at, the device's default 100Mi" in found.lines
+    assert found.fits_on == ["node-1", "node-2"]
+
+
+def test_an_exclusive_nic_held_by_another_claim() -> None:
+    request = {"deviceClassName": "netclaim-whole"}
+    whole = {
+        "metadata": {"name": "netclaim-whole"},
+        "spec": {"selectors": [{"cel": {"expression": '!device.attributes["netclaim.dev"].shared'}}]},
+    }
+    snapshot = demo_snapshot(
+        request,
+        device_classes=[whole],
+        slices=[node_slice("node-1", nic("enp0s12", "enp0s12", shared=False))],
+        nodes=[node("node-1")],
+        claims=[allocated("x", "node-1", "enp0s12", None)],
+    )
+    found = explain_pod(pending_pod("t"), snapshot)
+    assert "  enp0s12 on node-1: does not fit: taken whole by demo/x" in found.lines
+    assert found.fixes == [
+        "enp0s12 on node-1 is taken whole by demo/x: wait for it, or use a shared DeviceClass"
+    ]
+
+
+def test_an_exhausted_ip_pool() -> None:
+    pool_device = {
+        "name": "tiny",
+        "attributes": {"netclaim.dev/pool": {"string": "tiny"}},
+        "capacity": {"netclaim.dev/addresses": {"value": "2", "requestPolicy": {"default": "1"}}},
+        "allowMultipleAllocations": True,
+    }
+    pools = {
+        "spec": {
+            "driver": "netclaim.dev",
+            "allNodes": True,
+            "pool": {"name": "netclaim.dev/ip-pools"},
+            "devices": [pool_device],
+        }
+    }
+    address_class = {"metadata": {"name": "netclaim-address"}, "spec": {}}
+    holders = []
+    for name in ("p", "q"):
+        claim = allocated(name, "node-1", "tiny", None)
+        claim["status"]["allocation"]["devices"]["results"][0].update(
+            pool="netclaim.dev/ip-pools", consumedCapacity={"netclaim.dev/addresses": "1"}
+        )
+        holders.append(claim)
+    snapshot = demo_snapshot(
+        {"deviceClassName": "netclaim-address"},
+        device_classes=[address_class],
+        slices=[pools],
+        claims=holders,
+    )
+    found = explain_pod(pending_pod("t"), snapshot)
+    assert "  IPPool tiny: does not fit: addresses: 0 free of 2, asks 1" in found.lines
+    assert "  asks no addresses: takes the device's default 1" in found.lines
+    assert found.fixes == [
+        "no device has the addresses asked for free (IPPool tiny: 0): "
+        "wait for a claim to end, or add capacity"
+    ]
+
+
+def _scheduled(claim_status: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    pod = {
+        "metadata": {"namespace": "demo", "name": "p"},
+        "spec": {"nodeName": "node-1", "resourceClaims": [{"name": "net", "resourceClaimName": "c"}]},
+        "status": {"phase": "Pending"},
+    }
+    result = {"request": "nic", "driver": "netclaim.dev", "pool": "node-1", "device": "enp0s10"}
+    claim = {
+        "metadata": {"namespace": "demo", "name": "c", "uid": "uid-c"},
+        "spec": {},
+        "status": {"allocation": {"devices": {"results": [result]}}, **claim_status},
+    }
+    return pod, claim
+
+
+def test_a_config_refused_at_prepare_is_reported_from_the_claims_status() -> None:
+    condition = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "PrepareFailed",
+        "message": "config.plugins[0].master: 'eth0' is not the allocated device's interface",
+    }
+    pod, claim = _scheduled(
+        {
+            "devices": [
+                {"driver": "netclaim.dev", "pool": "node-1", "device": "enp0s10", "conditions": [condition]}
+            ]
+        }
+    )
+    found = explain_pod(pod, demo_snapshot(FIVE_GIG, claims=[claim]))
+    assert (
+        "claim c, request nic: enp0s10: PrepareFailed: "
+        "config.plugins[0].master: 'eth0' is not the allocated device's interface" in found.lines
+    )
+    assert found.fixes == ["fix the config of claim c as the message says; the pod is retried"]
+
+
+def test_a_pod_that_fits_but_waits_for_an_agent_taken_off_its_node() -> None:
+    pod, claim = _scheduled({})
+    disabled = node("node-1")
+    disabled["metadata"]["labels"]["netclaim.dev/agent"] = "disabled"
+    found = explain_pod(pod, demo_snapshot(FIVE_GIG, claims=[claim], nodes=[disabled]))
+    assert "claim c, request nic: enp0s10: allocated; the agent has not reported on it" in found.lines
+    assert (
+        "no netclaim agent is Ready on node-1 (the node is labelled netclaim.dev/agent=disabled): "
+        "the pod waits for it (fail closed)" in found.lines
+    )
+    assert found.fixes == ["start the agent on node-1: kubectl label node node-1 netclaim.dev/agent-"]
+    ready_agent = {
+        "spec": {"nodeName": "node-1"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    found = explain_pod(pod, demo_snapshot(FIVE_GIG, claims=[claim], agent_pods=[ready_agent]))
+    assert found.fixes == []
+
+
+def test_a_namespace_table_has_a_row_per_pod_with_claims() -> None:
+    plain = {"metadata": {"namespace": "demo", "name": "plain"}, "spec": {}, "status": {"phase": "Running"}}
+    snapshot = demo_snapshot(FIVE_GIG, pods=[pending_pod("t"), plain])
+    assert table(snapshot) == [
+        {
+            "pod": "demo/b-3",
+            "state": "Pending",
+            "node": "-",
+            "why": "no device has the bandwidth asked for free (enp0s10 on node-1: 0, enp0s10 on node-2: 0): "
+            "wait for a claim to end, or add capacity",
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("expression", "parts"),
+    [
+        ("a && b", ["a", "b"]),
+        ('x == "a && b" && (c && d)', ['x == "a && b"', "(c && d)"]),
+        ("f(a && b, [c && d]) && e", ["f(a && b, [c && d])", "e"]),
+        ("a || b", ["a || b"]),
+    ],
+)
+def test_clauses_split_only_at_the_top_level(expression: str, parts: list[str]) -> None:
+    assert clauses(expression) == parts
+
+
+def test_a_clause_on_an_attribute_the_device_lacks_says_so() -> None:
+    [device] = published_devices([node_slice("node-1", nic("enp0s10"))])
+    reason = failing_clause('device.attributes["netclaim.dev"].speed > 1000', device)
+    assert reason is not None and "is false (the device has no attribute" in reason
+    assert failing_clause(ON_ENP0S10, device) is None
+
+
+def test_status_rows_follow_each_pod_to_its_interfaces_and_nic_rows_count_the_capacity() -> None:
+    claim = allocated("a", "node-1", "enp0s10", "10Gi")
+    claim["status"]["devices"] = [
+        {
+            "driver": "netclaim.dev",
+            "pool": "node-1",
+            "device": "enp0s10",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "InterfaceAttached"}],
+            "networkData": {
+                "interfaceName": "net1",
+                "ips": ["10.10.1.2/24"],
+                "hardwareAddress": "02:00:00:00:00:01",
+            },
+        }
+    ]
+    pod = {
+        "metadata": {"namespace": "demo", "name": "pod-a"},
+        "spec": {"nodeName": "node-1", "resourceClaims": [{"name": "net", "resourceClaimTemplateName": "t"}]},
+        "status": {"phase": "Running", "resourceClaimStatuses": [{"name": "net", "resourceClaimName": "a"}]},
+    }
+    others = [allocated("b-1", "node-2", "enp0s10", "5Gi"), allocated("b-2", "node-2", "enp0s10", "5Gi")]
+    snapshot = demo_snapshot(FIVE_GIG, pods=[pod, pending_pod("t")], claims=[claim, *others])
+    assert report.status_rows(snapshot) == [
+        {
+            "pod": "pod-a",
+            "phase": "Running",
+            "node": "node-1",
+            "claim": "a",
+            "request": "nic",
+            "device": "enp0s10",
+            "bandwidth": "10Gi",
+            "interface": "net1",
+            "ips": "10.10.1.2/24",
+            "mac": "02:00:00:00:00:01",
+            "ready": "True",
+        },
+        {"pod": "b-3", "phase": "Pending", "node": "(Pending)", "claim": "-", "request": "-", "device": "-",
+         "bandwidth": "-", "interface": "-", "ips": "-", "mac": "-", "ready": "not allocated"},
+    ]  # fmt: skip
+    nics = {(r["node"], r["ifName"]): r for r in report.nic_rows(snapshot)}
+    assert nics[("node-1", "enp0s10")]["capacity"] == "bandwidth 10Gi/10Gi used, 0 free"
+    assert nics[("node-2", "enp0s10")]["holders"] == "2"
+    assert nics[("node-1", "enp0s11")]["capacity"] == "bandwidth 0/10Gi used, 10Gi free"
+
+
+def test_a_10_gbe_nic_shows_as_10g_and_counts_as_numbers() -> None:
+    assert show_quantity(Decimal(10**10)) == "10G"
+    assert show_quantity(Decimal(5 * 2**30)) == "5Gi"
+    assert show_quantity(Decimal(1024)) == "1024"  # 1,024 addresses, not 1Ki
+
+
+def test_tables_are_coloured_only_when_asked() -> None:
+    rows = [{"pod": "a", "state": "Pending"}, {"pod": "b", "state": "Running"}]
+    assert report.render_table(rows) == "POD  STATE\na    Pending\nb    Running\n"
+    coloured = report.render_table(rows, color=True).splitlines()
+    assert coloured[1].startswith(report.RED) and coloured[2].startswith(report.GREEN)
+    assert not report.use_color(io.StringIO())
+
+
+def test_kubectl_netclaim_refuses_a_target_it_cannot_explain(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "_snapshot", lambda args: demo_snapshot(FIVE_GIG, pods=[pending_pod("t")]))
+    assert cli.kubectl_main(["explain", "deployment/x"]) == 2
+    assert "'deployment/x': expected pod/NAME or claim/NAME" in capsys.readouterr().err
+    assert cli.kubectl_main(["explain", "pod/b-3", "-n", "demo", "-o", "json"]) == 0
+    [found] = json.loads(capsys.readouterr().out)
+    assert found["pod"] == "demo/b-3" and found["fixes"]
+    assert cli.kubectl_main(["explain", "claim/nope", "-n", "demo"]) == 2
+    assert "claim demo/nope not found" in capsys.readouterr().err
