@@ -94,8 +94,10 @@ def _config_mutations() -> Iterator[tuple[str, tuple[Any, ...], Any, str]]:
         "net:1",
         "net%1",
         "x" * 16,
+        "é" * 8,  # 8 characters, 16 bytes: the kernel counts bytes
         "",
         "lo",
+        "eth0",  # the pod's primary interface
         ".",
         "..",
         "\t",

@@ -268,13 +268,20 @@ def _nics(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from netclaim.api.validate import validate_files
+    from netclaim.publish.policy import load_policy, sample_attributes
 
-    found = validate_files(list(args.files))
-    for line in found:
+    known = {name for domain in sample_attributes().values() for name in domain}
+    for rule in load_policy(args.policy_file).rules:
+        known |= {key.rpartition("/")[2] for key in rule.attributes}
+    report = validate_files(list(args.files), frozenset(known))
+    for line in report.problems:
         print(line)
-    if not found:
-        print(f"{len(args.files)} file(s): no problems")
-    return 1 if found else 0
+    for path in report.unchecked:
+        print(f"{path}: nothing netclaim can check (no netclaim.dev config, IPPool or pod with claims)")
+    if not report.problems:
+        checked = len(args.files) - len(report.unchecked)
+        print(f"{checked} of {len(args.files)} file(s) checked: no problems")
+    return 1 if report.problems else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -390,6 +397,9 @@ def _add_tools(commands: Any) -> None:
     reading("nics", "per node: devices, capacity used and free").set_defaults(handler=_nics)
     validate = commands.add_parser("validate", help="check claims, templates and DeviceClasses offline")
     validate.add_argument("files", nargs="+", type=Path)
+    validate.add_argument(
+        "--policy-file", type=Path, help="the PublishPolicy whose attributes placeholders may also name"
+    )
     validate.set_defaults(handler=_validate)
 
 

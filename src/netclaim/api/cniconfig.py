@@ -39,6 +39,7 @@ MAX_DEPTH = 32  # objects and lists inside each other; a CNI config needs 6
 CNI_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 RESERVED_PLUGIN_KEYS = ("runtimeConfig", "args", "prevResult")
 DEFAULT_INTERFACE = "net1"
+PRIMARY_INTERFACE = "eth0"  # the runtime names the cluster network's interface so
 
 
 Pinnable = Literal["config", "plugins", "ipam", "master", "interfaceName", "bandwidth"]
@@ -61,6 +62,11 @@ class CNIConfig(BaseModel):
     @field_validator("interfaceName")
     @classmethod
     def _interface(cls, value: str | None) -> str | None:
+        if value == PRIMARY_INTERFACE:
+            raise ValueError(
+                f"{value!r} is the pod's primary interface (the cluster network's): "
+                "name it otherwise, e.g. net1"
+            )
         return check_interface_name(value) if value is not None else None
 
     @field_validator("config")

@@ -49,6 +49,13 @@ def _walk(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _walk(item, f"{path}[{index}]")
 
 
+def placeholder_names(value: Any) -> Iterator[tuple[str, str]]:
+    """(path, name) of every placeholder in a JSON value."""
+    for path, text in _walk(value, ""):
+        for name in _PLACEHOLDER.findall(text):
+            yield path, name
+
+
 def check_placeholders(value: Any) -> Iterator[tuple[str, str]]:
     """Static problems: malformed braces or names that can never be filled."""
     for path, text in _walk(value, ""):
