@@ -177,6 +177,41 @@ Tear down:
     return code
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    import tempfile
+
+    import yaml
+
+    from netclaim.api.validate import validate_files
+    from netclaim.tools.migrate import migrate
+
+    documents: list[dict[str, Any]] = []
+    for path in args.files:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+        for document in yaml.safe_load_all(text):
+            if isinstance(document, dict) and document.get("kind", "").endswith("List"):
+                documents += [d for d in document.get("items") or [] if isinstance(d, dict)]
+            elif isinstance(document, dict):
+                documents.append(document)
+    migration = migrate(documents)
+    output = yaml.safe_dump_all(migration.objects, sort_keys=False)
+    with tempfile.TemporaryDirectory() as scratch:
+        written = Path(scratch) / "migrated.yaml"
+        written.write_text(output)
+        problems = [line.replace(str(written), "migrated") for line in validate_files([written]).problems]
+    if args.output_file is not None:
+        args.output_file.write_text(output)
+    else:
+        print(output, end="")
+    for note in migration.notes:
+        print(f"# note: {note}", file=sys.stderr)
+    for item in migration.unmapped:
+        print(f"# not migrated: {item}", file=sys.stderr)
+    for problem in problems:
+        print(f"# validate: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
 def _snapshot(args: argparse.Namespace) -> Any:
     import asyncio
 
@@ -395,6 +430,14 @@ def _add_tools(commands: Any) -> None:
     explain.set_defaults(handler=_explain)
     reading("status", "pods -> claims -> devices -> interfaces, IPs, bandwidth").set_defaults(handler=_status)
     reading("nics", "per node: devices, capacity used and free").set_defaults(handler=_nics)
+    migrate = commands.add_parser(
+        "migrate", help="Multus NetworkAttachmentDefinitions and annotated workloads to DRA objects"
+    )
+    migrate.add_argument(
+        "files", nargs="+", type=Path, help="YAML files; - reads `kubectl get -o yaml` from stdin"
+    )
+    migrate.add_argument("--output-file", type=Path, help="write the objects here (default: standard output)")
+    migrate.set_defaults(handler=_migrate)
     validate = commands.add_parser("validate", help="check claims, templates and DeviceClasses offline")
     validate.add_argument("files", nargs="+", type=Path)
     validate.add_argument(
@@ -428,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
 def kubectl_main(argv: list[str] | None = None) -> int:
     """`kubectl netclaim ...`: kubectl runs `kubectl-netclaim` from PATH with the arguments after its name."""
     parser = argparse.ArgumentParser(prog="kubectl netclaim", description="netclaim for kubectl users")
-    _add_tools(parser.add_subparsers(required=True, metavar="{explain,status,nics,validate}"))
+    _add_tools(parser.add_subparsers(required=True, metavar="{explain,status,nics,migrate,validate}"))
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -351,3 +355,26 @@ def network_status(kube: Client, namespace: str, pod: str) -> list[dict[str, Any
     found = kube.get(Pod, pod, namespace=namespace)
     annotations = (found.metadata.annotations if found.metadata else None) or {}
     return list(json.loads(annotations.get(NETWORK_STATUS, "[]")))
+
+
+def kubectl_netclaim(cluster: ClusterHandle, *args: str) -> str:
+    """`kubectl netclaim ARGS` as a user runs it: kubectl finds the kubectl-netclaim plugin on PATH."""
+    plugin_dir = Path(sys.executable).parent  # the venv's bin, where kubectl-netclaim is installed
+    if not (plugin_dir / "kubectl-netclaim").exists():
+        raise AssertionError(f"kubectl-netclaim is not installed in {plugin_dir}: run `make deps`")
+    env = {
+        **os.environ,
+        "PATH": f"{plugin_dir}:{cluster.bin_dir}:{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "NO_COLOR": "1",
+    }
+    done = subprocess.run(
+        [str(cluster.bin_dir / "kubectl"), "netclaim", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, f"kubectl netclaim {' '.join(args)}: {done.stderr}"
+    return done.stdout

@@ -16,6 +16,7 @@ from netclaim.cluster.cluster import ClusterHandle
 from netclaim.cluster.layout import REPO_ROOT
 from tests.cluster.helpers import (
     interface_in_pod,
+    kubectl_netclaim,
     name_of,
     network_status,
     ping,
@@ -94,8 +95,25 @@ def test_the_demo_report_shows_every_expectation_met(
     ]
     ping(cluster, demo.NAMESPACE, name_of(b_pods[0]), b_ips[1])
 
-    # a broken expectation is reported: the same observation with B spread over both NICs and none Pending
+    # kubectl netclaim: why the third replica waits, and the demo's tables for its namespace
     pending = next(p for p in outcome.pods if not p["spec"].get("nodeName"))
+    told = kubectl_netclaim(cluster, "explain", f"pod/{pending['metadata']['name']}", "-n", demo.NAMESPACE)
+    for node in ("node-1", "node-2"):
+        assert f"enp0s10 on {node}: does not fit: bandwidth: 0 free of 10Gi, asks 5Gi" in told, told
+        assert (
+            f"enp0s10 on {node}: 0" in told.split("fix: no device has the bandwidth asked for free (")[1]
+        ), told
+    status = kubectl_netclaim(cluster, "status", "-n", demo.NAMESPACE)
+    for claim_entry in (
+        entry,
+        *(e for p in b_pods for e in pod_claim_entries(kube, demo.NAMESPACE, name_of(p))),
+    ):
+        if claim_entry["pool"] != demo.POOLS_POOL:
+            assert claim_entry["networkData"]["ips"][0] in status, status
+    assert "== Pods and their interfaces (netclaim-demo)" in status and "== NICs and capacity" in status
+    assert "bandwidth 10Gi/10Gi used, 0 free" in status, status
+
+    # a broken expectation is reported: the same observation with B spread over both NICs and none Pending
     spread = copy.deepcopy(outcome)
     for pod in spread.pods:
         if pod["metadata"]["name"] == pending["metadata"]["name"]:

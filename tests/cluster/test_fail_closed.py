@@ -15,7 +15,7 @@ from lightkube import Client
 
 from netclaim.cluster import agents
 from netclaim.cluster.cluster import ClusterHandle
-from tests.cluster.helpers import apply, running
+from tests.cluster.helpers import apply, kubectl_netclaim, running
 from tests.cluster.ipam import ip_pool, pod_on, pool_template
 from tests.kube import wait_for
 
@@ -71,6 +71,9 @@ def test_pods_created_while_the_agent_is_down_start_only_with_their_interface(
             samples += 1
             time.sleep(0.2)
         assert seen == {"plain"}, f"expected only the pod without claims running, saw {sorted(seen)}"
+        told = kubectl_netclaim(cluster, "explain", "pod/p0", "-n", ns)
+        assert f"no netclaim agent is Ready on {NODE}: the pod waits for it (fail closed)" in told, told
+        assert f"fix: start the agent on {NODE}" in told, told
     finally:
         agents.start_agent(cluster, NODE)
     back = time.monotonic()

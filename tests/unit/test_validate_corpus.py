@@ -385,7 +385,9 @@ def test_every_yaml_example_in_the_docs_is_accepted(tmp_path: Path, where: str, 
         load_overrides(path)
     else:
         report = validate_files([path], KNOWN)
-        assert report.problems == [] and report.unchecked == [], (where, report)
+        assert report.problems == [], (where, report)
+        if any(word in block for word in ("opaque", "parameters", "resourceClaims")):  # ours: looked at
+            assert report.unchecked == [], (where, report)
 
 
 def test_the_docs_have_examples_to_check() -> None:

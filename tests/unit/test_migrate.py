@@ -1,0 +1,151 @@
+"""netclaim migrate on the Multus example (examples/multus): every NAD shape mapped or listed with its
+reason, per-pod requests restated, workloads patched, and the output passing validate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from netclaim import cli
+from netclaim.api.validate import validate_files
+from netclaim.tools.migrate import Migration, migrate, selections
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "multus"
+
+
+def _documents() -> list[dict[str, Any]]:
+    return [d for f in sorted(EXAMPLES.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+@pytest.fixture(scope="module")
+def migration() -> Migration:
+    return migrate(_documents())
+
+
+def _of(migration: Migration, kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in migration.objects if o["kind"] == kind}
+
+
+def _parameters(template: dict[str, Any]) -> dict[str, Any]:
+    return dict(template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"])
+
+
+def test_each_nad_shape_becomes_a_device_class_selecting_its_nic(migration: Migration) -> None:
+    classes = _of(migration, "DeviceClass")
+    assert sorted(classes) == [
+        "shop-backplane", "shop-capture", "shop-cluster-wide", "shop-fast-vf", "shop-fixed", "shop-front",
+        "shop-l3", "shop-published", "shop-storage",
+    ]  # fmt: skip
+
+    def selector(name: str) -> str:
+        return str(classes[name]["spec"]["selectors"][0]["cel"]["expression"])
+
+    def chain(name: str) -> dict[str, Any]:
+        return dict(classes[name]["spec"]["config"][0]["opaque"]["parameters"]["config"])
+
+    assert 'ifName == "enp0s10"' in selector("shop-storage") and "shared == true" in selector("shop-storage")
+    assert chain("shop-storage")["plugins"][0]["master"] == "{{ device.ifName }}"
+    assert chain("shop-storage")["plugins"][0]["ipam"]["rangeStart"] == "10.120.1.20"  # IPAM as it was
+    assert 'ifName == "enp7s0"' in selector("shop-capture") and "shared == false" in selector("shop-capture")
+    assert chain("shop-capture")["plugins"][0]["device"] == "{{ device.ifName }}"
+    assert "isSriovVf" in selector("shop-fast-vf")
+    assert 'ifName == "enp94s0"' in selector("shop-l3")  # ipvlan: mapped (this lab's kernel cannot run it)
+    assert chain("shop-cluster-wide")["plugins"][0]["ipam"] == {
+        "type": "whereabouts",
+        "range": "10.120.6.0/24",
+    }
+    parameters = classes["shop-storage"]["spec"]["config"][0]["opaque"]["parameters"]
+    assert parameters["bandwidth"] == "none"  # Multus never shaped traffic
+
+
+def test_what_cannot_be_mapped_is_listed_with_the_reason(migration: Migration) -> None:
+    unmapped = "\n".join(migration.unmapped)
+    assert (
+        "NetworkAttachmentDefinition/shop/on-the-nodes: no spec.config: Multus reads it from the nodes'"
+        in unmapped
+    )
+    assert (
+        "NetworkAttachmentDefinition/shop/overlay: plugins[0] (ovs): not a plugin netclaim runs" in unmapped
+    )
+    assert (
+        "shop/published: plugins[1] (portmap): capability portMappings: DRA passes no runtimeConfig"
+        in unmapped
+    )
+    assert "Deployment/shop/router: network shop/on-the-nodes: no migrated NAD of that name" in unmapped
+    assert "Deployment/shop/router: network shop/overlay: no migrated NAD of that name" in unmapped
+    notes = "\n".join(migration.notes)
+    assert "resourceName intel.com/sriov_netdevice" in notes and "bridge 'br-back' is the node's" in notes
+
+
+def test_pods_get_claims_named_after_their_nads_with_multus_interface_names(migration: Migration) -> None:
+    deployments = _of(migration, "Deployment")
+    worker = deployments["worker"]["spec"]["template"]
+    assert "k8s.v1.cni.cncf.io/networks" not in worker["metadata"]["annotations"]
+    assert worker["spec"]["resourceClaims"] == [
+        {"name": "storage", "resourceClaimTemplateName": "storage-net1"},
+        {"name": "backplane", "resourceClaimTemplateName": "backplane-back0"},
+    ]
+    assert worker["spec"]["containers"][0]["resources"]["claims"] == [
+        {"name": "storage"},
+        {"name": "backplane"},
+    ]
+    templates = _of(migration, "ResourceClaimTemplate")
+    assert _parameters(templates["backplane-back0"])["interfaceName"] == "back0"
+    assert "config" not in _parameters(templates["storage-net1"])  # the class's chain, untouched
+    router = deployments["router"]["spec"]["template"]["spec"]["resourceClaims"]
+    assert [c["resourceClaimTemplateName"] for c in router] == [
+        "l3-net1",
+        "cluster-wide-net2",
+        "fast-vf-net3",
+    ]
+
+
+def test_per_pod_ips_mac_and_default_route_restate_the_chain(migration: Migration) -> None:
+    templates = _of(migration, "ResourceClaimTemplate")
+    ledger = _parameters(templates["ledger-fixed-fixed0"])
+    assert ledger["interfaceName"] == "fixed0"
+    assert ledger["config"]["plugins"][0]["ipam"] == {
+        "type": "static",
+        "addresses": [{"address": "10.120.2.10/24"}],
+    }
+    assert "capabilities" not in ledger["config"]["plugins"][0]
+    web = _parameters(templates["web-front-net1"])["config"]["plugins"]
+    assert web[1] == {"type": "tuning", "mac": "02:00:00:00:12:34"}
+    assert web[0]["ipam"]["routes"] == [
+        {"dst": "0.0.0.0/1", "gw": "10.120.8.1"},
+        {"dst": "128.0.0.0/1", "gw": "10.120.8.1"},
+    ]
+
+
+def test_the_migrated_objects_pass_validate(migration: Migration, tmp_path: Path) -> None:
+    path = tmp_path / "migrated.yaml"
+    path.write_text(yaml.safe_dump_all(migration.objects))
+    assert validate_files([path]).problems == []
+
+
+@pytest.mark.parametrize(
+    ("annotation", "expected"),
+    [
+        ("a", [{"name": "a"}]),
+        ("ns/a@eth9, b", [{"namespace": "ns", "name": "a", "interface": "eth9"}, {"name": "b"}]),
+        ('[{"name": "a", "ips": ["10.0.0.2/24"]}]', [{"name": "a", "ips": ["10.0.0.2/24"]}]),
+    ],
+)
+def test_both_forms_of_the_networks_annotation_are_read(
+    annotation: str, expected: list[dict[str, Any]]
+) -> None:
+    assert selections(annotation) == expected
+
+
+def test_the_command_writes_the_objects_and_lists_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "migrated.yaml"
+    files = [str(f) for f in sorted(EXAMPLES.glob("*.yaml"))]
+    assert cli.main(["migrate", *files, "--output-file", str(out)]) == 0
+    assert len(list(yaml.safe_load_all(out.read_text()))) == len(migrate(_documents()).objects)
+    err = capsys.readouterr().err
+    assert "# not migrated: NetworkAttachmentDefinition/shop/overlay" in err and "# validate:" not in err
