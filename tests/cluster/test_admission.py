@@ -33,6 +33,7 @@ from tests.cluster.helpers import (
     in_node,
     interface_in_pod,
     ipam_reservations,
+    kubectl_netclaim,
     macvlan,
     pod_claim_conditions,
     pod_claim_name,
@@ -328,6 +329,9 @@ def test_user_config_cannot_reach_for_another_host_interface(
         )
 
     wait_for(refused, 60, "the user's master: eth0 refused")
+    told = kubectl_netclaim(cluster, "explain", "pod/greedy", "-n", ns)  # what the pod's owner is told
+    assert "PrepareFailed: " in told and "'eth0' is not the allocated device's interface" in told, told
+    assert "fix: fix the config of claim" in told, told
     assert ipam_reservations(cluster, "grab-net") == set()
 
 

@@ -1,6 +1,6 @@
 """Issue 14: `kubectl netclaim explain` names the real reason a pod waits, and the fix, in situations
 prepared on the real cluster (the demo's Pending replica is in test_demo, an agent away in
-test_fail_closed)."""
+test_fail_closed, a config refused at prepare in test_admission)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from tests.cluster.helpers import (
     cni_config,
     kubectl_netclaim,
     macvlan,
-    pod_claim_conditions,
     pod_manifest,
 )
 from tests.cluster.ipam import ip_pool, pool_template
@@ -117,28 +116,3 @@ def test_explain_names_exhausted_attachments_and_addresses(
     told = kubectl_netclaim(cluster, "explain", "pod/a3", "-n", ns)
     assert f"IPPool {tiny_pool}: does not fit: addresses: 0 free of 2, asks 1" in told, told
     assert f"fix: no device has the addresses asked for free (IPPool {tiny_pool}: 0)" in told, told
-
-
-def test_explain_reports_a_config_refused_at_prepare_with_its_field(
-    cluster: ClusterHandle, kube: Client, ns: str
-) -> None:
-    uplink = {
-        "type": "macvlan",
-        "master": "eth0",
-        "mode": "bridge",
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.96.0.0/24"}]]},
-    }
-    apply(
-        cluster,
-        ns,
-        claim_template("grab", "netclaim-shared", ENS3F0, cni_config([uplink], name="grab-net")),
-        pod_manifest("greedy", "grab"),
-    )
-    wait_for(
-        lambda: any(c.get("reason") == "PrepareFailed" for c in pod_claim_conditions(kube, ns, "greedy")),
-        90,
-        "PrepareFailed in the claim status",
-    )
-    told = kubectl_netclaim(cluster, "explain", "pod/greedy", "-n", ns)
-    assert "PrepareFailed: " in told and "'eth0' is not the allocated device's interface" in told, told
-    assert "fix: fix the config of claim" in told, told
