@@ -5,6 +5,7 @@ test_fail_closed, a config refused at prepare in test_admission)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 
 from netclaim.cluster.cluster import ClusterHandle
+from netclaim.cluster.controlplane import write_kubeconfig
 from tests.cluster.helpers import (
     apply,
     claim_template,
@@ -116,3 +118,48 @@ def test_explain_names_exhausted_attachments_and_addresses(
     told = kubectl_netclaim(cluster, "explain", "pod/a3", "-n", ns)
     assert f"IPPool {tiny_pool}: does not fit: addresses: 0 free of 2, asks 1" in told, told
     assert f"fix: no device has the addresses asked for free (IPPool {tiny_pool}: 0)" in told, told
+
+
+def test_explain_status_and_nics_need_only_the_viewer_role(
+    cluster: ClusterHandle, ns: str, tmp_path: Path
+) -> None:
+    """A user bound to deploy/rbac.yaml's netclaim-viewer (get and list, nothing else) runs every reading
+    command; the same user without the binding is refused."""
+    cluster.kubectl("create", "serviceaccount", "reader", "-n", ns)
+    token = cluster.kubectl("create", "token", "reader", "-n", ns, "--duration=10m").strip()
+    kubeconfig = tmp_path / "reader.kubeconfig"
+    server = f"https://{cluster.spec.management_gateway().ip}:{cluster.spec.ports.apiserver}"
+    write_kubeconfig(kubeconfig, server, cluster.layout.pki / "ca.crt", "reader", {"token": token})
+    with pytest.raises(AssertionError, match=r"[Ff]orbidden"):
+        kubectl_netclaim(cluster, "nics", "--kubeconfig", str(kubeconfig))
+    binding = f"netclaim-viewer-{ns}"
+    cluster.kubectl(
+        "create",
+        "clusterrolebinding",
+        binding,
+        "--clusterrole=netclaim-viewer",
+        f"--serviceaccount={ns}:reader",
+    )
+    try:
+        apply(
+            cluster,
+            ns,
+            claim_template(
+                "nowhere", "netclaim-shared", 'device.attributes["netclaim.dev"].ifName == "enp99s0"', None
+            ),
+            pod_manifest("nowhere", "nowhere"),
+        )
+
+        def told() -> str:
+            try:
+                return kubectl_netclaim(
+                    cluster, "explain", "pod/nowhere", "-n", ns, "--kubeconfig", str(kubeconfig)
+                )
+            except AssertionError as err:  # RBAC caches refresh within a second or two
+                return str(err)
+
+        wait_for(lambda: "published ifName values" in told(), 30, "explain as the viewer")
+        assert "enp0s10 on node-1" in kubectl_netclaim(cluster, "nics", "--kubeconfig", str(kubeconfig))
+        kubectl_netclaim(cluster, "status", "-n", ns, "--kubeconfig", str(kubeconfig))
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found")

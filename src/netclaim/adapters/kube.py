@@ -68,7 +68,7 @@ def translated(what: str) -> Iterator[None]:
         if code == 429 or (code is not None and code >= 500):
             raise ApiUnavailableError(f"{what}: {code} {message}") from err
         if code in (401, 403):
-            raise ApiRejectedError(f"{what}: {message} (check the agent's RBAC)") from err
+            raise ApiRejectedError(f"{what}: {message} (check the RBAC of the identity in use)") from err
         raise ApiRejectedError(f"{what}: {code} {message}") from err
     except httpx.HTTPStatusError as err:  # a watch refused before it streams (lightkube raises it as is)
         code = err.response.status_code
