@@ -4,6 +4,7 @@ test_fail_closed, a config refused at prepare in test_admission)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,8 @@ def test_explain_status_and_nics_need_only_the_viewer_role(
                 return str(err)
 
         wait_for(lambda: "published ifName values" in told(), 30, "explain as the viewer")
-        assert "enp0s10 on node-1" in kubectl_netclaim(cluster, "nics", "--kubeconfig", str(kubeconfig))
+        nics = kubectl_netclaim(cluster, "nics", "--kubeconfig", str(kubeconfig), "-o", "json")
+        assert ("node-1", "enp0s10") in {(row["node"], row["ifName"]) for row in json.loads(nics)}
         kubectl_netclaim(cluster, "status", "-n", ns, "--kubeconfig", str(kubeconfig))
     finally:
         cluster.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found")

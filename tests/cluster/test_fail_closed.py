@@ -72,8 +72,13 @@ def test_pods_created_while_the_agent_is_down_start_only_with_their_interface(
             time.sleep(0.2)
         assert seen == {"plain"}, f"expected only the pod without claims running, saw {sorted(seen)}"
         told = kubectl_netclaim(cluster, "explain", "pod/p0", "-n", ns)
-        assert f"no netclaim agent is Ready on {NODE}: the pod waits for it (fail closed)" in told, told
-        assert f"fix: start the agent on {NODE}" in told, told
+        # stop_agent takes it off as an admin would: the node label
+        label = "netclaim.dev/agent"
+        assert (
+            f"no netclaim agent is Ready on {NODE} (the node is labelled {label}=disabled): "
+            "the pod waits for it (fail closed)"
+        ) in told, told
+        assert f"fix: start the agent on {NODE}: kubectl label node {NODE} {label}-" in told, told
     finally:
         agents.start_agent(cluster, NODE)
     back = time.monotonic()

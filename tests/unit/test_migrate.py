@@ -11,6 +11,7 @@ import yaml
 
 from netclaim import cli
 from netclaim.api.validate import validate_files
+from netclaim.tools.explain import evaluate, published_devices
 from netclaim.tools.migrate import Migration, migrate, selections
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "multus"
@@ -149,3 +150,14 @@ def test_the_command_writes_the_objects_and_lists_the_rest(
     assert len(list(yaml.safe_load_all(out.read_text()))) == len(migrate(_documents()).objects)
     err = capsys.readouterr().err
     assert "# not migrated: NetworkAttachmentDefinition/shop/overlay" in err and "# validate:" not in err
+
+
+def test_no_migrated_selector_errs_on_an_ip_pool_device(migration: Migration) -> None:
+    """The driver also publishes IP pools, without NIC attributes: a selector reading one there is a CEL
+    error, and the scheduler then fails the whole allocation (every pod Pending)."""
+    pool = {"name": "demo-net", "attributes": {"netclaim.dev/pool": {"string": "demo-net"}}}
+    [device] = published_devices(
+        [{"spec": {"driver": "netclaim.dev", "allNodes": True, "pool": {"name": "p"}, "devices": [pool]}}]
+    )
+    for name, klass in _of(migration, "DeviceClass").items():
+        assert evaluate(klass["spec"]["selectors"][0]["cel"]["expression"], device) == (False, ""), name

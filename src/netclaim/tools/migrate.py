@@ -84,7 +84,9 @@ def network_of(nad: dict[str, Any], migration: Migration) -> Network | None:
     except (ValueError, AttributeError) as err:
         migration.unmapped.append(f"{where}: spec.config is not a JSON object ({err})")
         return None
-    selectors = ['device.driver == "netclaim.dev"']
+    # "ifName" first: the driver also publishes IP pools, which have no NIC attributes, and a selector
+    # reading a missing attribute is a CEL error that fails the whole allocation
+    selectors = ['device.driver == "netclaim.dev"', '"ifName" in device.attributes["netclaim.dev"]']
     exclusive = False
     for index, plugin in enumerate(chain.get("plugins") or []):
         kind = str(plugin.get("type", ""))
@@ -112,6 +114,7 @@ def network_of(nad: dict[str, Any], migration: Migration) -> Network | None:
             if plugin.get("device"):
                 selectors.append(_attribute("ifName", str(plugin.pop("device"))))
             elif plugin.get("pciBusID"):
+                selectors.append('"pciAddress" in device.attributes["netclaim.dev"]')
                 selectors.append(_attribute("pciAddress", str(plugin.pop("pciBusID"))))
             plugin["device"] = "{{ device.ifName }}"
         elif kind == "bridge":
