@@ -374,7 +374,7 @@ def test_an_agent_token_may_only_write_network_status_on_pods_of_its_own_node(
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "plain", "labels": {"app": "plain"}},
+        "metadata": {"name": "plain", "labels": {"app": "plain"}, "annotations": {"example.com/audit": "on"}},
         "spec": {
             "nodeName": "node-2",
             "terminationGracePeriodSeconds": 1,
@@ -391,16 +391,15 @@ def test_an_agent_token_may_only_write_network_status_on_pods_of_its_own_node(
     apply(cluster, ns, pod)
     status = json.dumps([{"name": f"{ns}/net", "interface": "net1", "ips": ["10.0.0.2"]}])
 
-    def patch_as(node: str, metadata: dict[str, Any]) -> None:
+    def patch_as(node: str, metadata: dict[str, Any], spec: dict[str, Any] | None = None) -> None:
         agent_config = KubeConfig.from_file(agents.pod_token_kubeconfig(cluster, node))
+        body: dict[str, Any] = {"metadata": metadata, **({"spec": spec} if spec else {})}
         with Client(agent_config, field_manager="netclaim.dev") as agent:
-            agent.patch(
-                Pod, "plain", {"metadata": metadata}, namespace=ns, patch_type=PatchType.MERGE, dry_run=True
-            )
+            agent.patch(Pod, "plain", body, namespace=ns, patch_type=PatchType.STRATEGIC, dry_run=True)
 
-    def refused(node: str, metadata: dict[str, Any]) -> str:
+    def refused(node: str, metadata: dict[str, Any], spec: dict[str, Any] | None = None) -> str:
         with pytest.raises(ApiError) as denied:
-            patch_as(node, metadata)
+            patch_as(node, metadata, spec)
         assert denied.value.status.code == 403, denied.value.status
         return str(denied.value.status.message)
 
@@ -412,3 +411,15 @@ def test_an_agent_token_may_only_write_network_status_on_pods_of_its_own_node(
     assert only in refused("node-2", {"labels": {"app": "hijacked"}})  # a Service's selector would follow
     assert only in refused("node-2", {"annotations": {"example.com/other": "x", NETWORK_STATUS: status}})
     assert only in refused("node-2", {"finalizers": ["example.com/never-deleted"]})
+    assert only in refused("node-2", {"annotations": {"example.com/audit": None}})  # removing one
+    owner = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "x",
+        "uid": "00000000-0000-0000-0000-000000000001",
+    }
+    assert only in refused("node-2", {"ownerReferences": [owner]})  # the garbage collector would follow
+    image = {
+        "containers": [{"name": "main", "image": "netclaim.local/pause:1"}]
+    }  # the one spec change pods allow
+    assert only in refused("node-2", {}, image)

@@ -586,11 +586,12 @@ class ConfigureRig:
         """Let the work hooks leave for later finish: queued Events, rollbacks, then the claims' status."""
         while self.status._events or self.attacher._undoing:
             await asyncio.gather(*self.status._events, *self.attacher._undoing)
-        while not self.status._queue.empty():
-            target = self.status._queue.get_nowait()
-            self.status._pending.discard(target.uid)
-            with contextlib.suppress(GoneError):  # as StatusWriter.run: a deleted claim or pod is dropped
-                await self.status.write(target)
+        for queue in (self.status._queue, self.status._pod_queue):
+            while not queue.empty():
+                target = queue.get_nowait()
+                self.status._pending.discard(target.uid)
+                with contextlib.suppress(GoneError):  # as StatusWriter.run: a deleted claim or pod is dropped
+                    await self.status.write(target)
 
     def entries(self, claim: ClaimRef) -> list[dict[str, Any]]:
         """status.devices of the claim as the API server has it now, netclaim's entries only."""

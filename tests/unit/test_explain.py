@@ -12,6 +12,7 @@ import pytest
 from netclaim import cli
 from netclaim.tools import report
 from netclaim.tools.explain import (
+    Explanation,
     Snapshot,
     clauses,
     explain_pod,
@@ -46,7 +47,7 @@ def nic(
     device: dict[str, Any] = {
         "name": name,
         "attributes": {"ifName": {"string": if_name}, "shared": {"bool": shared}},
-        "capacity": {"bandwidth": capacity},
+        "capacity": {"netclaim.dev/bandwidth": capacity},
     }
     if shared:
         device["allowMultipleAllocations"] = True
@@ -428,3 +429,150 @@ def test_kubectl_netclaim_refuses_a_target_it_cannot_explain(
     assert found["pod"] == "demo/b-3" and found["fixes"]
     assert cli.kubectl_main(["explain", "claim/nope", "-n", "demo"]) == 2
     assert "claim demo/nope not found" in capsys.readouterr().err
+
+
+# the scheduler's own arithmetic and rules (k8s.io/dynamic-resource-allocation, consumable_capacity.go)
+
+
+def _one_nic(device: dict[str, Any], request: dict[str, Any], **extra: Any) -> Explanation:
+    parts: dict[str, Any] = {
+        "claims": [],
+        "slices": [node_slice("node-1", device)],
+        "nodes": [node("node-1")],
+        **extra,
+    }
+    return explain_pod(pending_pod("t"), demo_snapshot(request, **parts))
+
+
+def test_capacity_names_are_matched_exactly_as_the_scheduler_does() -> None:
+    found = _one_nic(nic("enp0s10"), {**FIVE_GIG, "capacity": {"requests": {"bandwidth": "5Gi"}}})
+    assert (
+        "  enp0s10 on node-1: does not fit: has no capacity bandwidth (it publishes: netclaim.dev/bandwidth)"
+        in found.lines
+    )
+
+
+def test_an_exclusive_nic_is_checked_against_what_is_asked() -> None:
+    whole = {"metadata": {"name": "whole"}, "spec": {}}
+    request = {"deviceClassName": "whole", "capacity": {"requests": {"netclaim.dev/bandwidth": "40G"}}}
+    found = _one_nic(nic("enp7s0", "enp7s0", shared=False, bandwidth="10G"), request, device_classes=[whole])
+    assert "  enp7s0 on node-1: does not fit: bandwidth: has 10G, asks 40G" in found.lines
+
+
+def test_an_ask_is_rounded_up_to_the_policy_before_it_is_compared() -> None:
+    device = nic("enp0s10")
+    device["capacity"]["netclaim.dev/bandwidth"]["requestPolicy"] = {
+        "default": "1Gi",
+        "validRange": {"min": "1Gi", "step": "1Gi"},
+    }
+    holder = allocated("a", "node-1", "enp0s10", "9728Mi")  # 512Mi left
+    found = _one_nic(
+        device, {**FIVE_GIG, "capacity": {"requests": {"netclaim.dev/bandwidth": "500Mi"}}}, claims=[holder]
+    )
+    assert (
+        "  enp0s10 on node-1: does not fit: bandwidth: 512Mi free of 10Gi, asks 1Gi (500Mi rounded up)"
+        in found.lines
+    )
+
+
+def test_a_capacity_without_policy_or_ask_is_consumed_whole() -> None:
+    device = nic("enp0s10")
+    del device["capacity"]["netclaim.dev/bandwidth"]["requestPolicy"]
+    holder = allocated("a", "node-1", "enp0s10", "1Gi")
+    request = {k: v for k, v in FIVE_GIG.items() if k != "capacity"}
+    found = _one_nic(device, request, claims=[holder])
+    assert "  enp0s10 on node-1: does not fit: bandwidth: 9Gi free of 10Gi, asks 10Gi" in found.lines
+
+
+def test_an_admin_access_allocation_takes_nothing() -> None:
+    watcher = allocated("monitor", "node-1", "enp0s10", None)
+    watcher["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    assert _one_nic(nic("enp0s10"), FIVE_GIG, claims=[watcher]).fits_on == ["node-1"]
+
+
+def test_an_allocated_claim_keeps_the_pod_on_the_nodes_its_devices_are_on() -> None:
+    pinned = allocated("a", "node-1", "enp0s10", "1Gi")
+    pinned["status"]["allocation"]["nodeSelector"] = {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}
+        ]
+    }
+    pod = pending_pod("t")
+    pod["spec"]["resourceClaims"].append({"name": "held", "resourceClaimName": "a"})
+    snapshot = demo_snapshot(
+        FIVE_GIG,
+        claims=[pinned],
+        slices=[node_slice("node-1", nic("enp0s10", bandwidth="5Gi")), node_slice("node-2", nic("enp0s10"))],
+    )
+    found = explain_pod(pod, snapshot)
+    assert "node node-2: claim a is allocated to devices this node does not reach" in found.lines
+    # its 1Gi on node-1's NIC counts too: 4Gi left of 5Gi, the request asks 5Gi
+    assert "  enp0s10 on node-1: does not fit: bandwidth: 4Gi free of 5Gi, asks 5Gi" in found.lines
+    assert found.fits_on == []
+
+
+def test_first_available_fits_when_any_alternative_does() -> None:
+    request = {
+        "name": "nic",
+        "firstAvailable": [
+            {
+                "name": "fast",
+                "deviceClassName": "netclaim-shared",
+                "selectors": [{"cel": {"expression": ON_ENP0S10}}],
+                "capacity": {"requests": {"netclaim.dev/bandwidth": "5Gi"}},
+            },
+            {"name": "any", "deviceClassName": "netclaim-shared"},
+        ],
+    }
+    snapshot = demo_snapshot({})
+    snapshot.templates[0]["spec"]["spec"]["devices"]["requests"] = [request]
+    found = explain_pod(pending_pod("t"), snapshot)
+    assert any(line.startswith("claim net (template t), request nic/fast") for line in found.lines)
+    assert found.fits_on == ["node-1"]  # node-1's enp0s11 serves the second alternative
+    assert not any("DeviceClass ''" in line for line in found.lines)
+
+
+def test_a_slice_for_some_nodes_reaches_only_them() -> None:
+    racked = node_slice("node-1", nic("enp0s10"))
+    del racked["spec"]["nodeName"]
+    racked["spec"]["nodeSelector"] = {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}]
+    }
+    assert _one_nic(nic("x"), FIVE_GIG, slices=[racked], nodes=[node("node-1"), node("node-2")]).fits_on == []
+    in_rack = node("node-2")
+    in_rack["metadata"]["labels"]["rack"] = "r1"
+    assert _one_nic(nic("x"), FIVE_GIG, slices=[racked], nodes=[node("node-1"), in_rack]).fits_on == [
+        "node-2"
+    ]
+
+
+def test_a_selector_cel_here_cannot_evaluate_does_not_count_the_device_out() -> None:
+    request = {
+        **FIVE_GIG,
+        "selectors": [
+            {
+                "cel": {
+                    "expression": 'device.capacity["netclaim.dev"].bandwidth.compareTo(quantity("1G")) >= 0'
+                }
+            }
+        ],
+    }
+    found = _one_nic(nic("enp0s10"), request)
+    assert found.fits_on == ["node-1"]
+    assert any(line.startswith("    not judged here, the request's selector:") for line in found.lines)
+
+
+def test_slices_of_an_older_pool_generation_are_ignored() -> None:
+    old = node_slice("node-1", nic("gone", "gone"))
+    old["spec"]["pool"]["generation"] = 1
+    new = node_slice("node-1", nic("enp0s10"))
+    new["spec"]["pool"]["generation"] = 2
+    assert [d.name for d in published_devices([old, new])] == ["enp0s10"]
+
+
+def test_what_the_reader_may_not_list_is_said() -> None:
+    snapshot = demo_snapshot(FIVE_GIG, unreadable=["Node (cluster)"])
+    assert (
+        "could not read Node (cluster) (RBAC): what follows may be incomplete"
+        in explain_pod(pending_pod("t"), snapshot).lines
+    )

@@ -106,14 +106,14 @@ def test_pods_get_claims_named_after_their_nads_with_multus_interface_names(migr
 
 def test_per_pod_ips_mac_and_default_route_restate_the_chain(migration: Migration) -> None:
     templates = _of(migration, "ResourceClaimTemplate")
-    ledger = _parameters(templates["ledger-fixed-fixed0"])
+    ledger = _parameters(templates["deployment-ledger-fixed-fixed0"])
     assert ledger["interfaceName"] == "fixed0"
     assert ledger["config"]["plugins"][0]["ipam"] == {
         "type": "static",
         "addresses": [{"address": "10.120.2.10/24"}],
     }
     assert "capabilities" not in ledger["config"]["plugins"][0]
-    web = _parameters(templates["web-front-net1"])["config"]["plugins"]
+    web = _parameters(templates["deployment-web-front-net1"])["config"]["plugins"]
     assert web[1] == {"type": "tuning", "mac": "02:00:00:00:12:34"}
     assert web[0]["ipam"]["routes"] == [
         {"dst": "0.0.0.0/1", "gw": "10.120.8.1"},
@@ -161,3 +161,46 @@ def test_no_migrated_selector_errs_on_an_ip_pool_device(migration: Migration) ->
     )
     for name, klass in _of(migration, "DeviceClass").items():
         assert evaluate(klass["spec"]["selectors"][0]["cel"]["expression"], device) == (False, ""), name
+
+
+def test_networks_and_workloads_of_one_name_never_share_a_template() -> None:
+    def nad(namespace: str, subnet: str) -> dict[str, Any]:
+        config = (
+            '{"cniVersion": "1.0.0", "name": "foo", "type": "macvlan", "master": "eth1", '
+            f'"ipam": {{"type": "host-local", "subnet": "{subnet}"}}}}'
+        )
+        return {
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": "foo", "namespace": namespace},
+            "spec": {"config": config},
+        }
+
+    def workload(kind: str, networks: str) -> dict[str, Any]:
+        template = {
+            "metadata": {"annotations": {"k8s.v1.cni.cncf.io/networks": networks}},
+            "spec": {"containers": [{"name": "c"}]},
+        }
+        return {"kind": kind, "metadata": {"name": "web", "namespace": "app"}, "spec": {"template": template}}
+
+    migration = migrate(
+        [
+            nad("app", "10.1.0.0/24"),
+            nad("infra", "10.2.0.0/24"),
+            workload(
+                "Deployment",
+                '[{"name": "foo", "ips": ["10.1.0.5/24"]}, '
+                '{"name": "foo", "namespace": "infra", "interface": "net9"}]',
+            ),
+            workload("StatefulSet", '[{"name": "foo", "ips": ["10.1.0.6/24"]}]'),
+        ]
+    )
+    templates = _of(migration, "ResourceClaimTemplate")
+    assert sorted(templates) == ["deployment-web-foo-net1", "infra-foo-net9", "statefulset-web-foo-net1"]
+    assert (
+        templates["infra-foo-net9"]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"]
+        == "infra-foo"
+    )
+    assert _parameters(templates["statefulset-web-foo-net1"])["config"]["plugins"][0]["ipam"][
+        "addresses"
+    ] == [{"address": "10.1.0.6/24"}]
+    assert "ResourceQuota app-foo.deviceclass.resource.k8s.io/devices: 0" in "\n".join(migration.notes)

@@ -25,7 +25,7 @@ from netclaim.configure.status import (
     network_status,
 )
 from netclaim.configure.store import Interface, Outcome, State, Store
-from netclaim.errors import ApiUnavailableError, GoneError
+from netclaim.errors import ApiRejectedError, ApiUnavailableError, GoneError
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
 
 CLAIM = ClaimRef("team-a", "claim-1", "claim-uid-1")
@@ -403,7 +403,7 @@ async def test_the_annotation_is_not_written_for_a_new_pod_of_the_same_name_nor_
     assert api.calls == ["get_pod"]
     opted_out = StatusWriter(api, SAMPLE_DRIVER, store, annotate_pods=False)
     opted_out.enqueue(pod)
-    assert opted_out._queue.empty()
+    assert opted_out._pod_queue.empty() and opted_out._queue.empty()
 
 
 async def test_a_pod_whose_interfaces_are_not_attached_is_not_annotated(
@@ -450,3 +450,28 @@ async def test_a_conflicting_annotation_write_is_retried_keeping_what_the_other_
     written = json.loads(api.pod_objects[("team-a", "pod-1")]["metadata"]["annotations"][NETWORK_STATUS])
     assert [e["interface"] for e in written] == ["eth0", "net1"]
     assert api.calls.count("write_pod_annotation") == 2 and backoff.waits == 0
+
+
+class _RefusingPodApi(_RacingApi):
+    """Another admission webhook refuses every pod patch; claim writes go through."""
+
+    races = 0
+
+    async def write_pod_annotation(self, pod: dict[str, Any], key: str, value: str) -> None:
+        self._call("write_pod_annotation")
+        raise ApiRejectedError("pod team-a/pod-1: admission webhook denied the request")
+
+
+async def test_a_pod_write_refused_for_good_is_dropped_and_never_holds_up_the_claims(
+    store: Store, backoff: type[_Backoff]
+) -> None:
+    api = _RefusingPodApi()
+    api.add_claim(sample_claim((), ()))
+    api.pod_objects[("team-a", "pod-1")] = _pod()
+    writer = StatusWriter(api, SAMPLE_DRIVER, store)
+    store.put(ATTACHED)
+    writer.enqueue(PodRef("team-a", "pod-1", "pod-uid-1"))
+    writer.enqueue(CLAIM)
+    await _run_until_written(writer, api)
+    assert api.calls.count("write_pod_annotation") == 1  # not retried
+    assert [e["device"] for e in api.claims[("team-a", "claim-1")].devices_status] == [ATTACHED.device]

@@ -392,3 +392,12 @@ def test_every_yaml_example_in_the_docs_is_accepted(tmp_path: Path, where: str, 
 
 def test_the_docs_have_examples_to_check() -> None:
     assert len(_docs_blocks()) >= 10
+
+
+def test_a_claim_wide_config_does_not_make_another_drivers_request_an_interface(tmp_path: Path) -> None:
+    claim = template("t", cni())
+    claim["spec"]["spec"]["devices"]["requests"].append(
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}
+    )
+    del claim["spec"]["spec"]["devices"]["config"][0]["requests"]  # applies to every request
+    assert validate_files([_write(tmp_path, [claim, pod("t")])], KNOWN).problems == []

@@ -504,10 +504,11 @@ class KubeApi:
             )
         ]
 
-    async def read_cluster(self, namespace: str | None) -> dict[str, list[dict[str, Any]]]:
+    async def read_cluster(self, namespace: str | None) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
         """What `netclaim explain` and `status` read, with read access only: the namespace's pods and claim
         templates (every namespace's when None), and the cluster's claims, DeviceClasses, ResourceSlices,
-        nodes and netclaim agent pods."""
+        nodes and netclaim agent pods. A list the reader may not make is left empty and named in the
+        second value (a tenant with a namespace's rights still gets what they may see)."""
         scope = namespace or "*"
         reads: dict[str, Any] = {
             "pods": (Pod, scope, None),
@@ -519,12 +520,28 @@ class KubeApi:
             "agent_pods": (Pod, "*", {"app.kubernetes.io/name": "netclaim-agent"}),
         }
         found: dict[str, list[dict[str, Any]]] = {}
+        refused = []
         for key, (kind, where, labels) in reads.items():
-            with translated(f"list {kind.__name__}"):
-                listing = (
-                    self._client.list(kind, namespace=where, labels=labels)
-                    if where is not None
-                    else self._client.list(kind, labels=labels)
-                )
-                found[key] = [item.to_dict() async for item in listing]
-        return found
+            what = f"{kind.__name__} ({'netclaim agent pods' if labels else where or 'cluster'})"
+            try:
+                with translated(f"list {what}"):
+                    listing = (
+                        self._client.list(kind, namespace=where, labels=labels)
+                        if where is not None
+                        else self._client.list(kind, labels=labels)
+                    )
+                    found[key] = [item.to_dict() async for item in listing]
+            except ApiRejectedError:
+                if key == "claims" and namespace:  # a tenant: the namespace's own claims at least
+                    try:
+                        with translated(f"list {what}"):
+                            found[key] = [
+                                c.to_dict()
+                                async for c in self._client.list(ResourceClaim, namespace=namespace)
+                            ]
+                    except ApiRejectedError:
+                        found[key] = []
+                else:
+                    found[key] = []
+                refused.append(what)
+        return found, refused

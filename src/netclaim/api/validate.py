@@ -157,9 +157,13 @@ def interface_names(claim: dict[str, Any], classes: dict[str, dict[str, Any]]) -
         exactly = request.get("exactly") or request
         class_name = str(exactly.get("deviceClassName", ""))
         device_class = classes.get(class_name, {})
-        configs = list(_our_configs(((device_class.get("spec") or {}).get("config")) or []))
-        configs += [c for c in claim_configs if c[0] is None or request.get("name") in c[0]]
-        ours = bool(configs) or (class_name.startswith("netclaim-") and class_name != POOL_CLASS)
+        class_configs = list(_our_configs(((device_class.get("spec") or {}).get("config")) or []))
+        named = [c for c in claim_configs if c[0] is not None and request.get("name") in c[0]]
+        # a claim-wide config (no `requests`) reaches only the requests that are netclaim's anyway
+        ours = bool(class_configs or named) or (
+            class_name.startswith("netclaim-") and class_name != POOL_CLASS
+        )
+        configs = class_configs + [c for c in claim_configs if c[0] is None or request.get("name") in c[0]]
         if not ours or class_name == POOL_CLASS or any(p.get("kind") == "AddressConfig" for _, p in configs):
             continue
         name = DEFAULT_INTERFACE

@@ -32,7 +32,7 @@ from netclaim.adapters.kube import KubeApi
 from netclaim.adapters.nri import PodSandbox
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
-from netclaim.errors import ConflictError, GoneError, NetclaimError
+from netclaim.errors import ApiRejectedError, ConflictError, GoneError, NetclaimError
 from netclaim.names import DRIVER_DOMAIN
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,10 @@ class StatusWriter:
     driver: str
     store: Store
     annotate_pods: bool = True  # the network-status annotation
-    _queue: asyncio.Queue[ClaimRef | PodRef] = field(default_factory=asyncio.Queue)
+    _queue: asyncio.Queue[ClaimRef] = field(default_factory=asyncio.Queue)
+    # pods have a queue and a worker of their own: a pod write refused for good (another admission
+    # webhook, an annotation over the size limit) must never hold up the claims' status
+    _pod_queue: asyncio.Queue[PodRef] = field(default_factory=asyncio.Queue)
     _failures: dict[str, Failure] = field(default_factory=dict)
     _pending: set[str] = field(default_factory=set)
     _events: set[asyncio.Task[None]] = field(default_factory=set)
@@ -196,7 +199,10 @@ class StatusWriter:
             return
         if target.uid not in self._pending:
             self._pending.add(target.uid)
-            self._queue.put_nowait(target)
+            if isinstance(target, PodRef):
+                self._pod_queue.put_nowait(target)
+            else:
+                self._queue.put_nowait(target)
 
     def fail(self, claim: ClaimRef, failure: Failure) -> None:
         self._failures[claim.uid] = failure
@@ -226,10 +232,13 @@ class StatusWriter:
         return entries
 
     async def run(self) -> None:
-        """Write each queued claim's entries or pod's annotation; retry with backoff while the apiserver is
-        away."""
+        """Write each queued claim's entries and each queued pod's annotation, each queue by a worker of
+        its own; retry with backoff while the apiserver is away."""
+        await asyncio.gather(self._drain(self._queue), self._drain(self._pod_queue))
+
+    async def _drain(self, queue: asyncio.Queue[ClaimRef] | asyncio.Queue[PodRef]) -> None:
         while True:
-            target = await self._queue.get()
+            target = await queue.get()
             self._pending.discard(target.uid)
             backoff = Backoff()
             conflicts = 0
@@ -245,6 +254,14 @@ class StatusWriter:
                     if conflicts <= MAX_CONFLICT_RETRIES:
                         continue  # someone else wrote it meanwhile: read it again
                     log.warning("status write kept conflicting; retrying", extra={"of": target.name})
+                except ApiRejectedError as err:
+                    if isinstance(target, PodRef):  # refused for good: the annotation is a courtesy
+                        log.warning(
+                            "network-status refused; not retried",
+                            extra={"of": target.name, "error": str(err)},
+                        )
+                        break
+                    log.warning("status write failed; retrying", extra={"of": target.name, "error": str(err)})
                 except NetclaimError as err:
                     log.warning("status write failed; retrying", extra={"of": target.name, "error": str(err)})
                 except Exception:

@@ -14,6 +14,7 @@ two requests compete for one device is not redone here.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from netclaim.publish.devices import BANDWIDTH
 from netclaim.quantity import parse_quantity, readable_quantity
 
 DISABLED_LABEL = f"{DRIVER_DOMAIN}/agent"
+SELECTOR_ORIGINS = ("DeviceClass ", "the request's selector")  # reasons that unselect a device
 ATTRIBUTE_IN_CLAUSE = re.compile(r'device\.attributes\["([^"]+)"\]\.(\w+)')
 
 
@@ -40,6 +42,7 @@ class Snapshot:
     slices: list[dict[str, Any]]
     nodes: list[dict[str, Any]]
     agent_pods: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)  # what the reader's RBAC did not let it list
 
 
 @dataclass(frozen=True)
@@ -47,11 +50,22 @@ class PublishedDevice:
     driver: str
     pool: str
     name: str
-    node: str  # "" for a device every node reaches (an IP pool)
+    node: str  # "" for a device other nodes reach too (all nodes, or those `node_selector` selects)
     attributes: dict[str, dict[str, Any]]  # domain -> name -> value
-    capacity: dict[str, Decimal]  # qualified name -> total
-    defaults: dict[str, Decimal]  # qualified name -> what a request naming none consumes
+    capacity: dict[str, Decimal]  # the name as published -> total
+    policies: dict[str, dict[str, Any]]  # the name as published -> its requestPolicy
     shared: bool
+    node_selector: dict[str, Any] | None = None  # a NodeSelector; None with node "": every node
+
+    @property
+    def defaults(self) -> dict[str, Decimal]:
+        """What a request naming the capacity does not consume: the policy's default."""
+        return {n: parse_quantity(p["default"]) for n, p in self.policies.items() if p.get("default")}
+
+    def reaches(self, node: dict[str, Any]) -> bool:
+        if self.node:
+            return bool(self.node == node["metadata"]["name"])
+        return self.node_selector is None or node_selector_matches(self.node_selector, node)
 
     @property
     def label(self) -> str:
@@ -71,6 +85,7 @@ class DeviceVerdict:
     reasons: list[str] = field(default_factory=list)  # empty: it fits
     free: dict[str, Decimal] = field(default_factory=dict)  # of the capacities the request consumes
     short: set[str] = field(default_factory=set)  # the capacities with less free than asked
+    unjudged: list[str] = field(default_factory=list)  # selectors CEL here cannot evaluate
 
 
 @dataclass
@@ -83,8 +98,8 @@ class RequestVerdict:
     problems: list[str] = field(default_factory=list)  # request-wide (a missing DeviceClass)
     devices: list[DeviceVerdict] = field(default_factory=list)
 
-    def fitting(self, node: str) -> list[DeviceVerdict]:
-        return [v for v in self.devices if not v.reasons and v.device.node in ("", node)]
+    def fitting(self, node: dict[str, Any]) -> list[DeviceVerdict]:
+        return [v for v in self.devices if not v.reasons and v.device.reaches(node)]
 
 
 @dataclass
@@ -123,34 +138,46 @@ def _attribute_value(value: dict[str, Any]) -> Any:
 
 
 def published_devices(slices: list[dict[str, Any]]) -> list[PublishedDevice]:
+    """Every device of the slices of each pool's newest generation (older ones are being replaced)."""
+    newest: dict[tuple[str, str], int] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        key = (str(spec.get("driver", "")), str((spec.get("pool") or {}).get("name", "")))
+        newest[key] = max(newest.get(key, 0), int((spec.get("pool") or {}).get("generation") or 0))
     devices = []
     for item in slices:
         spec = item.get("spec") or {}
         driver = str(spec.get("driver", ""))
         pool = str((spec.get("pool") or {}).get("name", ""))
-        node = str(spec.get("nodeName") or "")
+        if int((spec.get("pool") or {}).get("generation") or 0) < newest[(driver, pool)]:
+            continue
         for device in spec.get("devices") or []:
             attributes: dict[str, dict[str, Any]] = {}
             for name, value in (device.get("attributes") or {}).items():
                 domain, _, short = name.rpartition("/")
                 attributes.setdefault(domain or driver, {})[short] = _attribute_value(value)
-            capacity, defaults = {}, {}
-            for name, value in (device.get("capacity") or {}).items():
-                qualified = name if "/" in name else f"{driver}/{name}"
-                capacity[qualified] = parse_quantity(value["value"])
-                default = (value.get("requestPolicy") or {}).get("default")
-                if default is not None:
-                    defaults[qualified] = parse_quantity(default)
+            capacity = {
+                str(name): parse_quantity(value["value"])
+                for name, value in (device.get("capacity") or {}).items()
+            }
+            policies = {
+                str(name): dict(value["requestPolicy"])
+                for name, value in (device.get("capacity") or {}).items()
+                if value.get("requestPolicy")
+            }
+            # perDeviceNodeSelection: each device says where it is
+            where = device if spec.get("perDeviceNodeSelection") else spec
             devices.append(
                 PublishedDevice(
                     driver=driver,
                     pool=pool,
                     name=str(device["name"]),
-                    node=node,
+                    node=str(where.get("nodeName") or ""),
                     attributes=attributes,
                     capacity=capacity,
-                    defaults=defaults,
+                    policies=policies,
                     shared=bool(device.get("allowMultipleAllocations")),
+                    node_selector=where.get("nodeSelector") if not where.get("allNodes") else None,
                 )
             )
     return devices
@@ -181,6 +208,11 @@ def clauses(expression: str) -> list[str]:
     return [p for p in parts if p]
 
 
+@functools.lru_cache(maxsize=512)
+def _compiled(expression: str) -> Any:
+    return _cel().compile(expression)
+
+
 def evaluate(expression: str, device: PublishedDevice) -> tuple[bool | None, str]:
     """(True/False, "") or (None, why it cannot be evaluated here) for one device."""
     cel = _cel()
@@ -197,7 +229,7 @@ def evaluate(expression: str, device: PublishedDevice) -> tuple[bool | None, str
         }
     }
     try:
-        result = cel.compile(expression).execute(cel.Context(context))
+        result = _compiled(expression).execute(cel.Context(context))
     except KeyError as err:
         return False, f"the device has no attribute {err}"
     except (ValueError, RuntimeError, TypeError) as err:
@@ -216,31 +248,67 @@ def failing_clause(expression: str, device: PublishedDevice) -> str | None:
     if len(parts) > 1:
         for part in parts:
             part_result, part_why = evaluate(part, device)
-            if part_result is not True:
+            if part_result is False:
                 return f"`{part}` is false{f' ({part_why})' if part_why else ''}"
     return f"`{expression}` is {'false' if result is False else 'unknown'}{f' ({why})' if why else ''}"
 
 
 def consumed_capacity(
-    claims: list[dict[str, Any]], skip: set[str]
+    claims: list[dict[str, Any]],
 ) -> tuple[dict[tuple[str, str, str], dict[str, Decimal]], dict[tuple[str, str, str], str]]:
-    """(capacity consumed per shared device, the claim holding each device) of every allocated claim but
-    those in `skip` (the pod's own)."""
+    """(capacity consumed per device, by the names the scheduler recorded; the claim holding each device)
+    of every allocated claim. An adminAccess allocation (monitoring) takes nothing from anyone."""
     consumed: dict[tuple[str, str, str], dict[str, Decimal]] = {}
     holders: dict[tuple[str, str, str], str] = {}
     for claim in claims:
         meta = claim.get("metadata") or {}
-        if meta.get("uid") in skip:
-            continue
         allocation = (claim.get("status") or {}).get("allocation") or {}
         for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("adminAccess"):
+                continue
             key = (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
             holders.setdefault(key, f"{meta.get('namespace')}/{meta.get('name')}")
             for name, value in (result.get("consumedCapacity") or {}).items():
-                qualified = name if "/" in name else f"{key[0]}/{name}"
                 used = consumed.setdefault(key, {})
-                used[qualified] = used.get(qualified, Decimal(0)) + parse_quantity(value)
+                used[str(name)] = used.get(str(name), Decimal(0)) + parse_quantity(value)
     return consumed, holders
+
+
+def consumption(asked: Decimal | None, total: Decimal, policy: dict[str, Any] | None) -> Decimal:
+    """What one allocation consumes of a capacity, as the scheduler computes it (KEP-5075): an ask
+    rounded up to the policy's range (min, then steps from min) or to its next valid value; no ask:
+    the policy's default, else all of it."""
+    if asked is None:
+        return parse_quantity(policy["default"]) if policy and policy.get("default") else total
+    if not policy:
+        return asked
+    valid_range = policy.get("validRange") or {}
+    if valid_range.get("min") is not None:
+        low = parse_quantity(valid_range["min"])
+        if asked < low:
+            return low
+        if valid_range.get("step") is None:
+            return asked
+        step = parse_quantity(valid_range["step"])
+        steps = -(-(asked - low) // step)  # ceiling
+        return low + steps * step
+    for value in (parse_quantity(v) for v in policy.get("validValues") or []):
+        if asked <= value:
+            return value
+    return asked
+
+
+def _over_policy(consumed: Decimal, policy: dict[str, Any] | None) -> str:
+    """Why the consumption breaks the policy ("" when it does not)."""
+    if not policy:
+        return ""
+    valid_range = policy.get("validRange") or {}
+    if valid_range.get("max") is not None and consumed > parse_quantity(valid_range["max"]):
+        return f"at most {show_quantity(parse_quantity(valid_range['max']))} per allocation"
+    values = [parse_quantity(v) for v in policy.get("validValues") or []]
+    if values and consumed not in values:
+        return f"one of {', '.join(show_quantity(v) for v in values)} per allocation"
+    return ""
 
 
 def show_quantity(value: Decimal) -> str:
@@ -275,7 +343,26 @@ def _expression_holds(expression: dict[str, Any], labels: dict[str, str]) -> boo
         return key in labels
     if operator == "DoesNotExist":
         return key not in labels
-    return True  # Gt/Lt: not judged here
+    if operator in ("Gt", "Lt"):
+        try:
+            have, limit = int(labels[key]), int(values[0])
+        except (KeyError, ValueError, IndexError):
+            return False
+        return have > limit if operator == "Gt" else have < limit
+    return False
+
+
+def node_selector_matches(selector: dict[str, Any], node: dict[str, Any]) -> bool:
+    """A NodeSelector (its terms ORed; each term's expressions and fields ANDed) against a node."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    fields = {"metadata.name": str(node["metadata"]["name"])}
+    terms = selector.get("nodeSelectorTerms") or []
+    return any(
+        (term.get("matchExpressions") or term.get("matchFields"))
+        and all(_expression_holds(e, labels) for e in term.get("matchExpressions") or [])
+        and all(_expression_holds(e, fields) for e in term.get("matchFields") or [])
+        for term in terms
+    )
 
 
 def node_problems(pod: dict[str, Any], node: dict[str, Any]) -> list[str]:
@@ -297,15 +384,10 @@ def node_problems(pod: dict[str, Any], node: dict[str, Any]) -> list[str]:
             problems.append(
                 f"the pod's nodeSelector {key}={value} excludes it ({key}={labels.get(key, '(unset)')})"
             )
-    required = (
-        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-        or {}
-    ).get("nodeSelectorTerms") or []
-    if required and not any(
-        all(_expression_holds(e, labels) for e in term.get("matchExpressions") or []) for term in required
-    ):
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if required and not node_selector_matches(required, node):
         problems.append("the pod's required node affinity excludes it")
     return problems
 
@@ -346,14 +428,14 @@ def judge_request(
     consumed: dict[tuple[str, str, str], dict[str, Decimal]],
     holders: dict[tuple[str, str, str], str],
 ) -> RequestVerdict:
-    exactly = request.get("exactly") or request
-    class_name = str(exactly.get("deviceClassName", ""))
+    """One request (or one firstAvailable subrequest) against every published device."""
+    class_name = str(request.get("deviceClassName", ""))
     asked = {
-        (name if "/" in name else f"{DRIVER_DOMAIN}/{name}"): parse_quantity(value)
-        for name, value in ((exactly.get("capacity") or {}).get("requests") or {}).items()
+        str(name): parse_quantity(value)
+        for name, value in ((request.get("capacity") or {}).get("requests") or {}).items()
     }
     verdict = RequestVerdict(
-        claim, str(request.get("name", "")), class_name, asked, int(exactly.get("count") or 1)
+        claim, str(request.get("name", "")), class_name, asked, int(request.get("count") or 1)
     )
     device_class = classes.get(class_name)
     if device_class is None:
@@ -364,7 +446,7 @@ def judge_request(
     class_selectors = [
         s["cel"]["expression"] for s in (device_class.get("spec") or {}).get("selectors") or [] if "cel" in s
     ]
-    own_selectors = [s["cel"]["expression"] for s in exactly.get("selectors") or [] if "cel" in s]
+    own_selectors = [s["cel"]["expression"] for s in request.get("selectors") or [] if "cel" in s]
     for device in devices:
         judged = DeviceVerdict(device)
         for origin, expressions in (
@@ -372,46 +454,65 @@ def judge_request(
             ("the request's selector", own_selectors),
         ):
             for expression in expressions:
-                failing = failing_clause(expression, device)
-                if failing is not None:
-                    judged.reasons.append(f"{origin}: {failing}")
+                result, why = evaluate(expression, device)
+                if result is None:  # the scheduler may well select it: do not count it out
+                    judged.unjudged.append(f"{origin}: `{expression}` {why}")
+                elif result is False:
+                    judged.reasons.append(f"{origin}: {failing_clause(expression, device)}")
         if judged.reasons:
             verdict.devices.append(judged)
             continue
-        used = consumed.get(device.key, {})
-        holder = holders.get(device.key)
-        if not device.shared:
-            if holder is not None:
-                judged.reasons.append(f"taken whole by {holder}")
-        else:
-            for name, total in device.capacity.items():
-                want = asked.get(name, device.defaults.get(name))
-                if want is None:
-                    continue
-                free = total - used.get(name, Decimal(0))
-                judged.free[name] = free
-                if want > free:
-                    judged.short.add(name)
-                    short, of = name.rpartition("/")[2], show_quantity(total)
-                    judged.reasons.append(
-                        f"{short}: {show_quantity(free)} free of {of}, asks {show_quantity(want)}"
-                    )
+        _judge_capacity(judged, asked, consumed.get(device.key, {}), holders.get(device.key))
         verdict.devices.append(judged)
     return verdict
 
 
-def _fix_for(verdict: RequestVerdict, nodes_open: set[str]) -> list[str]:
+def _judge_capacity(
+    judged: DeviceVerdict, asked: dict[str, Decimal], used: dict[str, Decimal], holder: str | None
+) -> None:
+    device = judged.device
+    missing = sorted(set(asked) - set(device.capacity))
+    if missing:  # the scheduler matches capacity names exactly
+        published = ", ".join(sorted(device.capacity)) or "none"
+        judged.reasons.append(f"has no capacity {', '.join(missing)} (it publishes: {published})")
+        return
+    if not device.shared:
+        if holder is not None:
+            judged.reasons.append(f"taken whole by {holder}")
+        for name, want in asked.items():
+            if want > device.capacity[name]:
+                short = name.rpartition("/")[2]
+                judged.reasons.append(
+                    f"{short}: has {show_quantity(device.capacity[name])}, asks {show_quantity(want)}"
+                )
+        return
+    for name, total in device.capacity.items():
+        policy = device.policies.get(name)
+        want = consumption(asked.get(name), total, policy)
+        short = name.rpartition("/")[2]
+        breaks = _over_policy(want, policy)
+        if breaks:
+            judged.reasons.append(f"{short}: asks {show_quantity(want)}, the device allows {breaks}")
+            continue
+        free = total - used.get(name, Decimal(0))
+        judged.free[name] = free
+        if want > free:
+            judged.short.add(name)
+            rounded = (
+                f" ({show_quantity(asked[name])} rounded up)" if name in asked and asked[name] != want else ""
+            )
+            free_of = f"{show_quantity(free)} free of {show_quantity(total)}"
+            judged.reasons.append(f"{short}: {free_of}, asks {show_quantity(want)}{rounded}")
+
+
+def _fix_for(verdict: RequestVerdict, nodes_open: list[dict[str, Any]]) -> list[str]:
     """The smallest change that would let this request fit, when one can be named."""
     if verdict.problems:
         return [
             f"create DeviceClass {verdict.device_class!r} "
             f"or name an existing one in request {verdict.request}"
         ]
-    selected = [
-        v
-        for v in verdict.devices
-        if not any(r.startswith(("DeviceClass", "the request's")) for r in v.reasons)
-    ]
+    selected = [v for v in verdict.devices if not any(r.startswith(SELECTOR_ORIGINS) for r in v.reasons)]
     if not selected:
         fixes = []
         failing = {r for v in verdict.devices for r in v.reasons}
@@ -429,9 +530,9 @@ def _fix_for(verdict: RequestVerdict, nodes_open: set[str]) -> list[str]:
                     f"published {attribute} values: {', '.join(values) or 'none'}"
                 )
         return fixes or [f"no published device passes the selectors of request {verdict.request}"]
-    reachable = [v for v in selected if v.device.node in ("",) or v.device.node in nodes_open]
+    reachable = [v for v in selected if any(v.device.reaches(node) for node in nodes_open)]
     if not reachable:
-        where = sorted({v.device.node for v in selected})
+        where = sorted({v.device.node or "the nodes its slice selects" for v in selected})
         return [
             f"the devices request {verdict.request} selects are on {', '.join(where)}, which the pod may "
             "not use: change its node selection or tolerations"
@@ -474,21 +575,26 @@ def explain_pod(pod: dict[str, Any], snapshot: Snapshot) -> Explanation:
     if node_name:
         _explain_scheduled(pod, claims, snapshot, explanation)
         return explanation
+    for what in snapshot.unreadable:
+        say(f"could not read {what} (RBAC): what follows may be incomplete")
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             say(f"scheduler: {condition.get('message', '')}")
     classes = {c["metadata"]["name"]: c for c in snapshot.device_classes}
     devices = published_devices(snapshot.slices)
-    own = {c["metadata"].get("uid") for _, c, _ in claims if c is not None}
-    consumed, holders = consumed_capacity(snapshot.claims, own)
-    nodes_open = set()
+    consumed, holders = consumed_capacity(snapshot.claims)
+    nodes_open = []
     for node in snapshot.nodes:
         problems = node_problems(pod, node)
+        for shown, claim, _ in claims:  # an allocated claim keeps the pod where its devices are
+            selector = ((claim or {}).get("status") or {}).get("allocation", {}).get("nodeSelector")
+            if selector and not node_selector_matches(selector, node):
+                problems.append(f"{shown} is allocated to devices this node does not reach")
         if problems:
             say(f"node {node['metadata']['name']}: " + "; ".join(problems))
         else:
-            nodes_open.add(node["metadata"]["name"])
-    verdicts = []
+            nodes_open.append(node)
+    groups: list[list[RequestVerdict]] = []  # each request: its alternatives (firstAvailable), any will do
     for shown, claim, claim_spec in claims:
         if claim is not None and (claim.get("status") or {}).get("allocation"):
             say(f"{shown}: allocated")
@@ -497,21 +603,31 @@ def explain_pod(pod: dict[str, Any], snapshot: Snapshot) -> Explanation:
         if not requests:
             say(f"{shown}: not found, and no template makes it")
         for request in requests:
-            verdicts.append(judge_request(shown, request, classes, devices, consumed, holders))
-    for verdict in verdicts:
-        _say_request(verdict, explanation)
+            alternatives = [
+                {**sub, "name": f"{request.get('name')}/{sub.get('name')}"}
+                for sub in request.get("firstAvailable") or []
+            ] or [{**(request.get("exactly") or {}), "name": request.get("name")}]
+            groups.append(
+                [judge_request(shown, alt, classes, devices, consumed, holders) for alt in alternatives]
+            )
+    for group in groups:
+        for verdict in group:
+            _say_request(verdict, explanation)
+
+    def fits(group: list[RequestVerdict], node: dict[str, Any]) -> bool:
+        return any(not v.problems and len(v.fitting(node)) >= v.count for v in group)
+
     explanation.fits_on = sorted(
-        node
-        for node in nodes_open
-        if all(len(v.fitting(node)) >= v.count for v in verdicts) and not any(v.problems for v in verdicts)
+        str(n["metadata"]["name"]) for n in nodes_open if all(fits(g, n) for g in groups)
     )
     if explanation.fits_on:
         say(f"fits on: {', '.join(explanation.fits_on)} (the scheduler may not have retried yet)")
         explanation.summary = explanation.lines[-1]
         return explanation
-    for verdict in verdicts:
-        if not any(len(verdict.fitting(node)) >= verdict.count for node in nodes_open) or verdict.problems:
-            explanation.fixes += _fix_for(verdict, nodes_open)
+    for group in groups:
+        if not any(fits(group, node) for node in nodes_open):
+            for verdict in group:
+                explanation.fixes += _fix_for(verdict, nodes_open)
     explanation.summary = explanation.fixes[0] if explanation.fixes else explanation.lines[-1]
     return explanation
 
@@ -538,11 +654,14 @@ def _say_request(verdict: RequestVerdict, explanation: Explanation) -> None:
                 f"{show_quantity(v)} {k.rpartition('/')[2]} free" for k, v in judged.free.items()
             )
             say(f"  {judged.device.label}: fits{f' ({free})' if free else ''}")
-    for name in verdict.asks.keys() | {n for d in verdict.devices for n in d.device.defaults}:
-        if name not in verdict.asks and any(name in d.device.defaults for d in verdict.devices):
-            defaults = sorted(
-                {show_quantity(d.device.defaults[name]) for d in verdict.devices if name in d.device.defaults}
-            )
+        for unjudged in judged.unjudged:
+            say(f"    not judged here, {unjudged}")
+    selected = [d for d in verdict.devices if not any(r.startswith(SELECTOR_ORIGINS) for r in d.reasons)]
+    for name in sorted({n for d in selected for n in d.device.defaults} - set(verdict.asks)):
+        defaults = sorted(
+            {show_quantity(d.device.defaults[name]) for d in selected if name in d.device.defaults}
+        )
+        if defaults:
             short = name.rpartition("/")[2]
             takes = "consumes, and is capped at," if name == BANDWIDTH else "takes"
             say(f"  asks no {short}: {takes} the device's default {' / '.join(defaults)}")

@@ -131,6 +131,11 @@ def network_of(nad: dict[str, Any], migration: Migration) -> Network | None:
             'publishes; narrow it with the PF (device.attributes["netclaim.dev"].sriovPF)'
         )
     selectors.append(f'device.attributes["netclaim.dev"].shared == {"false" if exclusive else "true"}')
+    migration.notes.append(
+        f"{where}: a NAD is its namespace's; its DeviceClass {namespace}-{name} is cluster-wide and its "
+        "chain the admin's: keep other namespaces off it with ResourceQuota "
+        f"{namespace}-{name}.deviceclass.resource.k8s.io/devices: 0 (docs/multus-users.md)"
+    )
     return Network(namespace, name, f"{namespace}-{name}", chain, tuple(selectors), exclusive)
 
 
@@ -286,15 +291,17 @@ def migrate(documents: list[dict[str, Any]]) -> Migration:
                 migration.unmapped.append(f"{where}: network {key[0]}/{key[1]}: no migrated NAD of that name")
                 continue
             chain = _per_pod(network.chain, selection, f"{where}: network {key[1]}", migration)
-            own = (
-                f"{network.name}-{interface}"
-                if chain is None
-                else f"{workload_name}-{network.name}-{interface}"
-            )
+            # names that cannot meet: another namespace's NAD of the same name, two kinds of one name
+            base = network.name if network.namespace == namespace else f"{network.namespace}-{network.name}"
+            kind = str(patched.get("kind", "")).lower()
+            own = f"{base}-{interface}" if chain is None else f"{kind}-{workload_name}-{base}-{interface}"
             template = _label(own)
-            templates.setdefault(
-                f"{namespace}/{template}", _claim_template(template, namespace, network, interface, chain)
-            )
+            made = _claim_template(template, namespace, network, interface, chain)
+            if templates.setdefault(f"{namespace}/{template}", made) != made:
+                migration.unmapped.append(
+                    f"{where}: network {key[1]}: the template name {template} is taken by a different one"
+                )
+                continue
             # the pod's name for the claim is the NAD's: the agent's network-status entry is then named
             # <namespace>/<NAD> as Multus names it
             twice = sum(1 for s in chosen if s["name"] == selection["name"]) > 1

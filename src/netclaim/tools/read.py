@@ -13,6 +13,7 @@ FIELD_MANAGER = "netclaim-cli"  # never used to write: the tools only read
 async def read_snapshot(kubeconfig: Path | None, namespace: str | None) -> Snapshot:
     api = KubeApi.connect(kubeconfig, FIELD_MANAGER)
     try:
-        return Snapshot(**await api.read_cluster(namespace))
+        found, refused = await api.read_cluster(namespace)
+        return Snapshot(**found, unreadable=refused)
     finally:
         await api.close()

@@ -84,7 +84,7 @@ def status_rows(snapshot: Snapshot) -> list[dict[str, str]]:
 
 def nic_rows(snapshot: Snapshot) -> list[dict[str, str]]:
     """Per node, each netclaim device and its capacities: total, used, free."""
-    consumed, holders = consumed_capacity(snapshot.claims, set())
+    consumed, holders = consumed_capacity(snapshot.claims)
     rows = []
     for device in published_devices(snapshot.slices):
         if device.driver != DRIVER_DOMAIN:
