@@ -217,7 +217,10 @@ def _snapshot(args: argparse.Namespace) -> Any:
 
     from netclaim.tools.read import read_snapshot
 
-    return asyncio.run(read_snapshot(args.kubeconfig, args.namespace))
+    snapshot = asyncio.run(read_snapshot(args.kubeconfig, args.namespace))
+    for what in snapshot.unreadable:
+        print(f"netclaim: could not read {what} (RBAC): what follows may be incomplete", file=sys.stderr)
+    return snapshot
 
 
 def _print_data(data: Any, output: str) -> None:

@@ -357,7 +357,7 @@ def network_status(kube: Client, namespace: str, pod: str) -> list[dict[str, Any
     return list(json.loads(annotations.get(NETWORK_STATUS, "[]")))
 
 
-def kubectl_netclaim(cluster: ClusterHandle, *args: str) -> str:
+def run_kubectl_netclaim(cluster: ClusterHandle, *args: str) -> subprocess.CompletedProcess[str]:
     """`kubectl netclaim ARGS` as a user runs it: kubectl finds the kubectl-netclaim plugin on PATH."""
     plugin_dir = Path(sys.executable).parent  # the venv's bin, where kubectl-netclaim is installed
     if not (plugin_dir / "kubectl-netclaim").exists():
@@ -368,7 +368,7 @@ def kubectl_netclaim(cluster: ClusterHandle, *args: str) -> str:
         "KUBECONFIG": str(cluster.kubeconfig),
         "NO_COLOR": "1",
     }
-    done = subprocess.run(
+    return subprocess.run(
         [str(cluster.bin_dir / "kubectl"), "netclaim", *args],
         env=env,
         capture_output=True,
@@ -376,5 +376,10 @@ def kubectl_netclaim(cluster: ClusterHandle, *args: str) -> str:
         timeout=60,
         check=False,
     )
+
+
+def kubectl_netclaim(cluster: ClusterHandle, *args: str) -> str:
+    """The standard output of `kubectl netclaim ARGS`, which must succeed."""
+    done = run_kubectl_netclaim(cluster, *args)
     assert done.returncode == 0, f"kubectl netclaim {' '.join(args)}: {done.stderr}"
     return done.stdout
