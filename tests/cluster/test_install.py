@@ -52,7 +52,7 @@ def _spec_file(directory: Path) -> Path:
         name="ncinst",
         managementCIDR="10.205.0.0/24",
         podCIDR="10.248.0.0/16",
-        ports={"apiserver": 46443, "etcdClient": 42379, "etcdPeer": 42380},
+        ports={"apiserver": 18443, "etcdClient": 18379, "etcdPeer": 18380},
     )
     path = directory / "ncinst.yaml"
     path.write_text(yaml.safe_dump(spec))

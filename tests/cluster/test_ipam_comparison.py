@@ -68,7 +68,7 @@ kind: LocalCluster
 name: ncwb
 managementCIDR: 10.204.0.0/24
 podCIDR: 10.247.0.0/16
-ports: {{apiserver: 36443, etcdClient: 32379, etcdPeer: 32380}}
+ports: {{apiserver: 17443, etcdClient: 17379, etcdPeer: 17380}}
 # whereabouts takes a Kubernetes lease and writes its IPPool in every ADD: a slow chain, given the budget
 # README tells admins to give one (containerd's NRI request timeout), for both sides alike
 nriRequestTimeout: 10s

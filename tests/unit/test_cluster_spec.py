@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from netclaim.cluster import cluster
 from netclaim.cluster.spec import load_cluster_spec
 from netclaim.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 VALID = """
 apiVersion: netclaim.dev/v1alpha1
@@ -71,3 +74,19 @@ def test_yaml_syntax_error_names_the_file(tmp_path: Path) -> None:
     path = _write(tmp_path, "nodes: [unclosed")
     with pytest.raises(ConfigError, match=r"cluster\.yaml: not valid YAML"):
         load_cluster_spec(path)
+
+
+def test_control_plane_ports_in_the_ephemeral_range_are_refused_naming_the_field(tmp_path: Path) -> None:
+    """An outgoing connection may hold such a port when etcd starts: CI lost a run to 52380 that way."""
+    low, _ = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    path = _write(tmp_path, VALID + f"ports: {{etcdPeer: {low + 1}}}\n")
+    with pytest.raises(ConfigError, match=rf"ports\.etcdPeer: {low + 1} is in the ephemeral port range"):
+        cluster._require_fixed_ports(load_cluster_spec(path), path)
+    for spec_file in (
+        ROOT / "examples/demo/cluster.yaml",
+        ROOT / "tests/cluster/cluster.yaml",
+        ROOT / "benchmarks/cluster.yaml",
+    ):
+        cluster._require_fixed_ports(
+            load_cluster_spec(spec_file), spec_file
+        )  # the shipped ones are clear of it

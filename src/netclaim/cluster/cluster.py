@@ -20,7 +20,7 @@ from netclaim.cluster.images import build_images
 from netclaim.cluster.layout import ClusterLayout
 from netclaim.cluster.node import LocalNode, install_cni_plugins
 from netclaim.cluster.spec import ClusterSpec, load_cluster_spec
-from netclaim.errors import NetclaimError, PrerequisiteError, TransientError
+from netclaim.errors import ConfigError, NetclaimError, PrerequisiteError, TransientError
 
 CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
 KEEPER = "node-keeper"
@@ -71,6 +71,19 @@ def _require_prerequisites() -> None:
             raise PrerequisiteError(f"{path} is missing: apt-get install {package} (or run `make deps`)")
 
 
+def _require_fixed_ports(spec: ClusterSpec, spec_path: Path) -> None:
+    """The control plane's ports outside the kernel's ephemeral range: a port there may be held by any
+    outgoing connection at that moment, and etcd or the apiserver then fails to bind now and then."""
+    low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    for name, port in spec.ports.model_dump().items():
+        if low <= port <= high:
+            raise ConfigError(
+                f"{spec_path}: ports.{name}: {port} is in the ephemeral port range {low}-{high} "
+                "(net.ipv4.ip_local_port_range), where an outgoing connection may hold it: choose one below "
+                f"{low}"
+            )
+
+
 def _bridges(spec: ClusterSpec) -> tuple[str, dict[str, str]]:
     management = f"{spec.link_prefix}m"
     segments = {segment.name: f"{spec.link_prefix}s{i}" for i, segment in enumerate(spec.segments)}
@@ -85,6 +98,7 @@ def up(spec_path: Path, log: TextIO = sys.stderr) -> ClusterHandle:
     """Bring the cluster of `spec_path` up; a no-op when that same cluster already runs."""
     spec = load_cluster_spec(spec_path)
     _require_prerequisites()
+    _require_fixed_ports(spec, spec_path)
     bin_dir = binaries.built_bin_dir()
     layout = ClusterLayout.for_cluster(spec.name)
     handle = ClusterHandle(spec, layout, bin_dir)
