@@ -7,6 +7,7 @@ unreachable after its grace period; the scheduler would then skip it.
 from __future__ import annotations
 
 import datetime
+import itertools
 import signal
 import threading
 
@@ -22,11 +23,19 @@ from lightkube.resources.core_v1 import Node
 from netclaim.cluster.layout import ClusterLayout
 from netclaim.cluster.spec import ClusterSpec
 
-HEARTBEAT_SECONDS = 10
+HEARTBEAT_SECONDS = 10  # a kubelet renews its Lease every 10 s (a quarter of its 40 s duration)
+STATUS_EVERY = 6  # heartbeats; the node lifecycle controller takes a renewed Lease for a heartbeat
 
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+
+
+def _micro_now() -> datetime.datetime:
+    """A Lease's renewTime is a MicroTime: the API server refuses one without its six fraction digits, which
+    lightkube leaves out when the microseconds are 0."""
+    now = datetime.datetime.now(datetime.UTC)
+    return now if now.microsecond else now.replace(microsecond=1)
 
 
 def _status() -> NodeStatus:
@@ -48,7 +57,7 @@ def _status() -> NodeStatus:
     )
 
 
-def _ensure_node(client: Client, name: str, labels: dict[str, str]) -> None:
+def ensure_node(client: Client, name: str, labels: dict[str, str]) -> None:
     try:
         client.get(Node, name)
     except ApiError as err:
@@ -66,17 +75,18 @@ def _ensure_node(client: Client, name: str, labels: dict[str, str]) -> None:
         client.create(Node(metadata=ObjectMeta(name=name, labels=all_labels), spec=NodeSpec(taints=[taint])))
 
 
-def heartbeat(client: Client, name: str) -> None:
-    client.apply(
-        Node.Status(metadata=ObjectMeta(name=name), status=_status()),
-        name,
-        field_manager="netclaim-node-keeper",
-        force=True,
-    )
+def heartbeat(client: Client, name: str, *, status: bool = True) -> None:
+    if status:
+        client.apply(
+            Node.Status(metadata=ObjectMeta(name=name), status=_status()),
+            name,
+            field_manager="netclaim-node-keeper",
+            force=True,
+        )
     client.apply(
         Lease(
             metadata=ObjectMeta(name=name, namespace="kube-node-lease"),
-            spec=LeaseSpec(holderIdentity=name, leaseDurationSeconds=40, renewTime=_now()),
+            spec=LeaseSpec(holderIdentity=name, leaseDurationSeconds=40, renewTime=_micro_now()),
         ),
         field_manager="netclaim-node-keeper",
         force=True,
@@ -92,11 +102,20 @@ def keep_nodes(cluster: str) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     nodes = [n for n in spec.nodes if not n.kubelet]
     for node in nodes:
-        _ensure_node(client, node.name, node.labels)
-    while not stop.is_set():
-        for node in nodes:
+        ensure_node(client, node.name, node.labels)
+    keep(client, [n.name for n in nodes], stop)
+
+
+def keep(client: Client, names: list[str], stop: threading.Event) -> None:
+    """Renew the Leases of `names` (read each round: a caller may add to it) until `stop`; their status
+    in their first round and every STATUS_EVERY rounds."""
+    reported: set[str] = set()
+    for round_ in itertools.count():
+        for name in list(names):
             try:
-                heartbeat(client, node.name)
+                heartbeat(client, name, status=round_ % STATUS_EVERY == 0 or name not in reported)
+                reported.add(name)
             except Exception as err:  # noqa: BLE001 - it must outlive the apiserver's restarts (tests stop it)
-                print(f"heartbeat of {node.name} failed: {err!r}", flush=True)
-        stop.wait(HEARTBEAT_SECONDS)
+                print(f"heartbeat of {name} failed: {err!r}", flush=True)
+        if stop.wait(HEARTBEAT_SECONDS):
+            return
