@@ -86,7 +86,15 @@ def test_control_plane_ports_in_the_ephemeral_range_are_refused_naming_the_field
         ROOT / "examples/demo/cluster.yaml",
         ROOT / "tests/cluster/cluster.yaml",
         ROOT / "benchmarks/cluster.yaml",
+        ROOT / "benchmarks/scale-cluster.yaml",
     ):
         cluster._require_fixed_ports(
             load_cluster_spec(spec_file), spec_file
         )  # the shipped ones are clear of it
+
+
+def test_the_optional_ports_are_checked_too(tmp_path: Path) -> None:
+    low, _ = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    path = _write(tmp_path, VALID + f"ports: {{agentApiserver: {low + 2}}}\n")
+    with pytest.raises(ConfigError, match=r"ports\.agentApiserver: .* ephemeral port range"):
+        cluster._require_fixed_ports(load_cluster_spec(path), path)

@@ -83,12 +83,17 @@ def pod_token_kubeconfig(handle: ClusterHandle, node: str) -> Path:
     return path
 
 
-def agent_kubeconfig(handle: ClusterHandle, node: str, path: Path) -> None:
-    """A token bound to a Node object, for agents run by hand (publish-only ones on kubelet-less nodes)."""
+def agent_kubeconfig(handle: ClusterHandle, node: str, path: Path, server: str | None = None) -> None:
+    """A token bound to a Node object, for agents run by hand (on kubelet-less nodes), for `server`
+    (default: the cluster's API server)."""
     bound = ("--bound-object-kind=Node", f"--bound-object-name={node}")
     token = handle.kubectl("create", "token", SERVICE_ACCOUNT, "-n", NAMESPACE, "--duration=48h", *bound)
     write_kubeconfig(
-        path, _server(handle), handle.layout.pki / "ca.crt", SERVICE_ACCOUNT, {"token": token.strip()}
+        path,
+        server or _server(handle),
+        handle.layout.pki / "ca.crt",
+        SERVICE_ACCOUNT,
+        {"token": token.strip()},
     )
 
 
@@ -295,6 +300,12 @@ def _pod_state(handle: ClusterHandle, node: str) -> object:
     return pod.get("status", {}).get("containerStatuses") or pod.get("status", {}).get("conditions")
 
 
+# what start_virtual_agent's agents publish by (the scale benchmark publishes other nodes by it too)
+VIRTUAL_POLICY = (
+    "apiVersion: netclaim.dev/v1alpha1\nkind: PublishPolicy\nrules: [{mode: shared, attachments: 32}]\n"
+)
+
+
 def synthetic_inventory(path: Path, count: int) -> None:
     """An inventory file of `count` physical-looking 25G NICs, for an agent of a kubelet-less node."""
     interfaces = [
@@ -314,14 +325,34 @@ def synthetic_inventory(path: Path, count: int) -> None:
     path.write_text(yaml.safe_dump(interfaces))
 
 
-def start_virtual_agent(handle: ClusterHandle, node: str, work: Path, nics: int) -> tuple[str, float]:
-    """An agent for the kubelet-less node `node`, run beside the cluster (publish only: no kubelet plugin,
-    no NRI) with `nics` synthetic NICs shared by one rule; it removes its slices when stopped. Returns
-    its process name (processes.stop(work, name)) and when it was started (time.time())."""
-    inventory, policy, kubeconfig = work / "inventory.yaml", work / "policy.yaml", work / f"{node}.kubeconfig"
+def start_virtual_agent(
+    handle: ClusterHandle,
+    node: str,
+    work: Path,
+    nics: int,
+    *,
+    server: str | None = None,
+    kubelet_plugin: bool = False,
+) -> tuple[str, float]:
+    """An agent for the kubelet-less node `node`, run beside the cluster (no NRI; no kubelet plugin unless
+    `kubelet_plugin`, whose socket no kubelet then calls) with `nics` synthetic NICs shared by one rule
+    (VIRTUAL_POLICY), talking to `server` (default: the cluster's API server); it removes its slices when
+    stopped. Returns its process name (processes.stop(work, name)) and when it was started (time.time())."""
+    files = work / node
+    files.mkdir(parents=True, exist_ok=True)
+    inventory, policy, kubeconfig = files / "inventory.yaml", files / "policy.yaml", files / "kubeconfig"
     synthetic_inventory(inventory, nics)
-    policy.write_text("apiVersion: netclaim.dev/v1alpha1\nkind: PublishPolicy\nrules: [{mode: shared}]\n")
-    agent_kubeconfig(handle, node, kubeconfig)
+    policy.write_text(VIRTUAL_POLICY)
+    agent_kubeconfig(handle, node, kubeconfig, server)
+    configure = (
+        [
+            "--kubelet-plugin=true",
+            f"--kubelet-root-dir={files / 'kubelet'}",
+            f"--cdi-spec-dir={files / 'cdi'}",
+        ]
+        if kubelet_plugin
+        else ["--kubelet-plugin=false"]
+    )
     name = f"{node}-agent"
     started = time.time()
     processes.start(
@@ -335,11 +366,11 @@ def start_virtual_agent(handle: ClusterHandle, node: str, work: Path, nics: int)
             f"--kubeconfig={kubeconfig}",
             f"--inventory-file={inventory}",
             f"--policy-file={policy}",
-            "--kubelet-plugin=false",
+            *configure,
             "--nri-socket=",
             "--metrics-address=",
             "--remove-slices-on-exit=true",
-            f"--state-dir={work / 'state'}",
+            f"--state-dir={files / 'state'}",
         ],
         pid_dir=work,
         log_dir=handle.layout.logs,

@@ -23,6 +23,7 @@ from netclaim.cluster.spec import ClusterSpec, load_cluster_spec
 from netclaim.errors import ConfigError, NetclaimError, PrerequisiteError, TransientError
 
 CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+AGENT_APISERVER = "kube-apiserver-agents"
 KEEPER = "node-keeper"
 _READY_JSONPATH = (
     "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=='Ready')].status}{'\\n'}{end}"
@@ -76,7 +77,7 @@ def _require_fixed_ports(spec: ClusterSpec, spec_path: Path) -> None:
     outgoing connection at that moment, and etcd or the apiserver then fails to bind now and then."""
     low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     for name, port in spec.ports.model_dump().items():
-        if low <= port <= high:
+        if port is not None and low <= port <= high:
             raise ConfigError(
                 f"{spec_path}: ports.{name}: {port} is in the ephemeral port range {low}-{high} "
                 "(net.ipv4.ip_local_port_range), where an outgoing connection may hold it: choose one below "
@@ -162,6 +163,9 @@ def _bring_up(handle: ClusterHandle, step: Callable[[str], None]) -> None:
     control_plane.start_etcd()
     step("kube-apiserver")
     control_plane.start_apiserver()
+    if spec.ports.agentApiserver is not None:
+        step("kube-apiserver for the agents")
+        control_plane.start_apiserver(AGENT_APISERVER, spec.ports.agentApiserver)
     step("kube-controller-manager, kube-scheduler")
     control_plane.start_controller_manager()
     control_plane.start_scheduler()
@@ -236,7 +240,7 @@ def down(name: str, log: TextIO = sys.stderr, keep_logs: bool = False) -> None:
         for index, node_spec in enumerate(spec.nodes):
             if node_spec.kubelet:
                 LocalNode(spec, index, layout, bin_dir).destroy()
-    for component in CONTROL_PLANE:
+    for component in (AGENT_APISERVER, *CONTROL_PLANE):
         processes.stop(layout.pids, component)
     prefix = spec.link_prefix if spec is not None else None
     if prefix:

@@ -50,6 +50,8 @@ _AUDIT_POLICY = {
             "resources": [{"group": "resource.k8s.io"}],
             "verbs": ["create", "update", "patch", "delete", "deletecollection"],
         },
+        # every request of the agents (docs/scale.md: what each agent reads, per event; tests check it)
+        {"level": "Metadata", "users": ["system:serviceaccount:netclaim-system:netclaim-agent"]},
         {"level": "None"},
     ],
 }
@@ -148,19 +150,22 @@ class ControlPlane:
         )
         _wait_http(f"http://127.0.0.1:{ports.etcdClient}/health", "etcd", self.layout.logs / "etcd.log")
 
-    def start_apiserver(self) -> None:
+    def start_apiserver(self, name: str = "kube-apiserver", port: int | None = None) -> None:
+        """The cluster's API server, or (name, port) another one on the same etcd and certificates."""
         pki = self.layout.pki
+        port = port or self.spec.ports.apiserver
+        audit_log = self.layout.apiserver_audit_log(name)
         policy = pki / "audit-policy.yaml"
         policy.write_text(yaml.safe_dump(_AUDIT_POLICY))
         admission = pki / "admission.yaml"
         admission.write_text(yaml.safe_dump(_ADMISSION))
         self._start(
-            "kube-apiserver",
+            name,
             [
                 str(self.bin / "kube-apiserver"),
                 f"--bind-address={self.address}",
                 f"--advertise-address={self.address}",
-                f"--secure-port={self.spec.ports.apiserver}",
+                f"--secure-port={port}",
                 f"--etcd-servers=http://127.0.0.1:{self.spec.ports.etcdClient}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
@@ -177,7 +182,7 @@ class ControlPlane:
                 "--allow-privileged=true",
                 f"--feature-gates={FEATURE_GATES}",
                 f"--audit-policy-file={policy}",
-                f"--audit-log-path={self.layout.audit_log}",
+                f"--audit-log-path={audit_log}",
                 "--audit-log-format=json",
                 "--audit-log-maxsize=200",
                 "--profiling=false",
@@ -185,7 +190,7 @@ class ControlPlane:
                 "--kubelet-preferred-address-types=InternalIP",
             ],
         )
-        self.wait_healthy("kube-apiserver", f"{self.server}/readyz")
+        self.wait_healthy(name, f"https://{self.address}:{port}/readyz")
 
     def start_controller_manager(self) -> None:
         pki = self.layout.pki
@@ -215,7 +220,11 @@ class ControlPlane:
                 {
                     "apiVersion": "kubescheduler.config.k8s.io/v1",
                     "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {"kubeconfig": str(pki / "scheduler.kubeconfig")},
+                    "clientConnection": {
+                        "kubeconfig": str(pki / "scheduler.kubeconfig"),
+                        "qps": self.spec.schedulerQPS,
+                        "burst": 2 * self.spec.schedulerQPS,
+                    },
                     "leaderElection": {"leaderElect": False},
                 }
             )
@@ -225,10 +234,22 @@ class ControlPlane:
             [
                 str(self.bin / "kube-scheduler"),
                 f"--config={config}",
-                "--secure-port=0",
+                *self._scheduler_serving(),
                 f"--feature-gates={FEATURE_GATES}",
             ],
         )
+
+    def _scheduler_serving(self) -> list[str]:
+        port = self.spec.ports.schedulerMetrics
+        if port is None:
+            return ["--secure-port=0"]
+        # /metrics and CPU profiles to anyone on the loopback address: a throwaway local cluster's benchmark
+        allowed = "/healthz,/readyz,/livez,/metrics,/debug/pprof/*"
+        return [
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            f"--authorization-always-allow-paths={allowed}",
+        ]
 
     def wait_healthy(self, component: str, url: str, timeout: float = 90) -> None:
         pki = self.layout.pki

@@ -157,5 +157,9 @@ class ClusterLayout:
     def audit_log(self) -> Path:
         return self.logs / "audit.log"
 
+    def apiserver_audit_log(self, apiserver: str) -> Path:
+        """The audit log of the API server `apiserver` (a process name): the main one's is audit_log."""
+        return self.audit_log if apiserver == "kube-apiserver" else self.logs / f"audit-{apiserver}.log"
+
     def node(self, name: str) -> NodeLayout:
         return NodeLayout(self.name, name, self.root / "nodes" / name)

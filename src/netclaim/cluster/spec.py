@@ -92,6 +92,16 @@ class Ports(_Strict):
     apiserver: int = Field(default=6443, ge=1024, le=65535)
     etcdClient: int = Field(default=2379, ge=1024, le=65535)
     etcdPeer: int = Field(default=2380, ge=1024, le=65535)
+    agentApiserver: int | None = Field(
+        default=None,
+        ge=1024,
+        le=65535,
+        description="a second kube-apiserver on the same etcd, for the agents only (as HA clusters run "
+        "several): its metrics then count exactly what the agents are sent",
+    )
+    schedulerMetrics: int | None = Field(
+        default=None, ge=1024, le=65535, description="kube-scheduler's /metrics on 127.0.0.1 (unset: none)"
+    )
 
 
 class ClusterSpec(_Strict):
@@ -107,6 +117,9 @@ class ClusterSpec(_Strict):
         default="2s", description="containerd's NRI plugin_request_timeout (README: raise it for slow chains)"
     )
     maxPods: int = Field(default=110, ge=10, le=250, description="kubelet's maxPods on every node")
+    schedulerQPS: int = Field(
+        default=50, ge=1, le=10000, description="kube-scheduler's clientConnection.qps (burst: twice it)"
+    )
 
     @field_validator("managementCIDR", "podCIDR")
     @classmethod
