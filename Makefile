@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool mmdebstrap
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
-.PHONY: deps system-deps bins image proto proto-check test unit lint typecheck bench soak demo demo-down clean
+.PHONY: deps system-deps bins image proto proto-check test unit lint typecheck bench bench-scale soak demo demo-down clean
 
 deps: system-deps $(DEPS_STAMP)
 
@@ -69,6 +69,11 @@ test: deps bins proto-check lint typecheck
 # The last line is the BENCH line.
 bench: deps bins
 	$(BIN)/python -m benchmarks.suite
+
+# The control plane's cost as the cluster grows: 3, 100 and 500 kubelet-less nodes, 5,000 claims
+# (benchmarks/scale.py; about 20 min on 2 cores); writes bench/scale.json and README's scale table.
+bench-scale: deps bins
+	$(BIN)/python -m benchmarks.scale
 
 # 1,000 pod create/delete cycles (about 35 min on 2 cores); exits 1 if anything leaked.
 soak: deps bins

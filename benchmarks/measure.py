@@ -6,6 +6,7 @@ Nothing here asks the agent anything; what the agent logs about itself is read b
 from __future__ import annotations
 
 import datetime
+import json
 import math
 import os
 import re
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +96,65 @@ class ProcessSampler:
     def millicores(self) -> float:
         (t0, _, c0), (t1, _, c1) = self.samples[0], self.samples[-1]
         return (c1 - c0) / (t1 - t0) * 1000
+
+
+AGENT_USER = "system:serviceaccount:netclaim-system:netclaim-agent"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"  # in tokens bound to a pod or a node
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    """One request of a netclaim agent, as the API server's audit log recorded it."""
+
+    node: str  # the node the agent's token is bound to
+    verb: str
+    resource: str
+    name: str
+    query: dict[str, list[str]]
+
+    def wide(self) -> str | None:
+        """Why this read grows with the cluster rather than with the agent's own node (None: it does not).
+        Named reads and writes are narrow; a list or watch must be narrowed server-side to this node's
+        slices, or to one claim's (or, after an address collision, one pool's) IPAllocations."""
+        if self.verb not in ("list", "watch"):
+            return (
+                None if self.name or self.verb == "create" else f"{self.verb} {self.resource} without a name"
+            )
+        fields = ",".join(self.query.get("fieldSelector", []))
+        labels = ",".join(self.query.get("labelSelector", []))
+        if self.resource == "resourceslices" and f"spec.nodeName={self.node}" in fields.split(","):
+            return None
+        by_claim_or_pool = "netclaim.dev/claim-uid=" in labels or "netclaim.dev/pool=" in labels
+        if self.resource == "ipallocations" and by_claim_or_pool:
+            return None
+        return (
+            f"{self.verb} {self.resource} (fieldSelector {fields!r}, labelSelector {labels!r}) "
+            f"by the agent of {self.node}"
+        )
+
+
+def agent_requests(audit_log: Path, offset: int = 0) -> list[AgentRequest]:
+    """Every request of a netclaim agent in the audit log after `offset` (one per request: the stage
+    ResponseComplete, or ResponseStarted for a watch still open)."""
+    found: dict[str, AgentRequest] = {}
+    with audit_log.open() as log:
+        log.seek(offset)
+        for line in log:
+            entry = json.loads(line)
+            user = entry.get("user") or {}
+            if user.get("username") != AGENT_USER:
+                continue
+            ref = entry.get("objectRef") or {}
+            uri = urllib.parse.urlsplit(entry.get("requestURI", ""))
+            found[entry["auditID"]] = AgentRequest(
+                node=((user.get("extra") or {}).get(NODE_NAME_EXTRA) or ["?"])[0],
+                verb=entry.get("verb", ""),
+                resource=ref.get("resource", "")
+                + (f"/{ref['subresource']}" if ref.get("subresource") else ""),
+                name=ref.get("name", ""),
+                query=urllib.parse.parse_qs(uri.query),
+            )
+    return list(found.values())
 
 
 _SANDBOX = re.compile(

@@ -443,6 +443,58 @@ def render(result: dict[str, Any], root: Path = ROOT) -> None:
     readme.write_text(pattern.sub(lambda _: readme_table(result), text))
 
 
+SCALE_BEGIN = "<!-- scale:begin (make bench-scale writes this table from bench/scale.json) -->"
+SCALE_END = "<!-- scale:end -->"
+
+
+def scale_values(line: str) -> dict[str, float]:
+    return {k: float(v) for k, v in (field.split("=") for field in line.split()[1:])}
+
+
+def scale_table(result: dict[str, Any]) -> str:
+    """README's scale table: the agents' cost at each cluster size, the scheduler's throughput."""
+    values = scale_values(result["scale_line"])
+    small, mid, large = result["small"]["churn"], result["mid"]["churn"], result["large"]["with_claims"]
+    plain = result["large"]["without_claims"]
+    sizes = result["sizes"]
+
+    def rss(window: dict[str, Any]) -> str:
+        return f"{sum(window['agent_rss_mib']) / len(window['agent_rss_mib']):.1f}"
+
+    rows = [
+        SCALE_BEGIN,
+        "",
+        "| `make bench-scale` (nodes, claims in the cluster) | 3, "
+        f"{sizes['churn_pods']} | {sizes['mid_nodes']}, {sizes['churn_pods']} | "
+        f"{sizes['nodes']:g}, {values['claims']:g} |",
+        "|---|---|---|---|",
+        f"| watch events the API server sent each agent (/s) | {small['agent_events_per_s']:.3f} "
+        f"| {mid['agent_events_per_s']:.3f} | {large['window']['agent_events_per_s']:.3f} |",
+        f"| … sent to one watch on every claim, as agents had (/s) | {small['probe_events_per_s']:.1f} "
+        f"| {mid['probe_events_per_s']:.1f} | {large['window']['probe_events_per_s']:.1f} |",
+        f"| agent RSS (MiB) | {rss(small)} | {rss(mid)} | {rss(large['window'])} |",
+        f"| scheduling, pods with a bandwidth claim ÷ without (pods/s) | | | "
+        f"{large['pods_per_s']:.1f} ÷ {plain['pods_per_s']:.1f} = "
+        f"{result['large']['claims_to_plain_ratio']:.2f} |",
+        "| a scheduling attempt with a claim, p99 (ms) | | | "
+        f"{large['scheduler']['attempt_p99_s'] * 1000:.1f} |",
+        f"| publish {result['large']['nodes'] - 3:g} nodes' slices, one process (s) | | | "
+        f"{result['publish_s']:.2f} |",
+        "",
+        SCALE_END,
+    ]
+    return "\n".join(rows)
+
+
+def render_scale(result: dict[str, Any], root: Path = ROOT) -> None:
+    readme = root / "README.md"
+    text = readme.read_text()
+    pattern = re.compile(re.escape(SCALE_BEGIN) + ".*?" + re.escape(SCALE_END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"README.md has no {SCALE_BEGIN!r} … {SCALE_END!r} section to write")
+    readme.write_text(pattern.sub(lambda _: scale_table(result), text))
+
+
 if __name__ == "__main__":
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "bench" / "report.json"
     render(json.loads(path.read_text()))

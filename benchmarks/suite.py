@@ -167,7 +167,7 @@ def _apply(handle: ClusterHandle, *objects: dict[str, Any]) -> None:
     handle.kubectl("apply", "-f", "-", input_text=yaml.safe_dump_all(objects), timeout=120)
 
 
-def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -179,7 +179,7 @@ def _clear_pods(kube: Client, timeout: float = 300) -> None:
     for item in kube.list(Pod, namespace=NAMESPACE):
         if item.metadata and item.metadata.name:
             kube.delete(Pod, item.metadata.name, namespace=NAMESPACE)
-    _wait(lambda: not list(kube.list(Pod, namespace=NAMESPACE)), timeout, "the bench pods gone")
+    wait_for(lambda: not list(kube.list(Pod, namespace=NAMESPACE)), timeout, "the bench pods gone")
 
 
 def _agent_log_values(
@@ -283,14 +283,14 @@ def serial(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
             for kind, claim_template in kinds.items():  # interleaved: drift hits every kind alike
                 name = f"serial-{kind}-{index}"
                 kube.create(_typed_pod(pod(name, claim_template, NODE)))
-                _wait(
+                wait_for(
                     functools.partial(_ready, watch, name, claim_template is not None), 120, f"{name} Ready"
                 )
                 names[kind].append(name)
             _clear_pods(kube)  # 4 NICs x 32 attachments cannot hold 30 x 5 interfaces at once
     uids = {n: watch.pod_uid[n] for kind in names for n in names[kind]}
     claims = len(names["one"]) + len(names["four"])
-    _wait(  # kubelet unprepares after the pod object is gone
+    wait_for(  # kubelet unprepares after the pod object is gone
         lambda: len(_agent_log_values(handle, NODE, log_offset, "unprepared", "ms")) >= claims,
         120,
         f"{claims} claims unprepared",
@@ -344,7 +344,7 @@ def _burst_round(
         measure.CpuSplit() as cpu,
     ):
         created = _create_timed(kube, manifests)
-        _wait(lambda: all(watch.ready_at(n, with_claim) for n in created), 300, f"{pods} pods Ready")
+        wait_for(lambda: all(watch.ready_at(n, with_claim) for n in created), 300, f"{pods} pods Ready")
     ready = {n: watch.ready_at(n, with_claim) or 0.0 for n in created}
     sandboxes: dict[str, tuple[float, float]] = {}
     for node, offset in offsets.items():
@@ -407,7 +407,7 @@ def full_node(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, An
     ):
         started = time.time()
         created = _create_timed(kube, manifests)
-        _wait(
+        wait_for(
             lambda: all(watch.ready_at(n, True) for n in created), 900, f"{sizes.full_node_pods} pods Ready"
         )
         all_ready = max(watch.ready_at(n, True) or 0.0 for n in created) - started
@@ -455,7 +455,7 @@ def _publish_1024(handle: ClusterHandle, kube: Client, work: Path) -> float:
         return sum(len(s.spec.devices or []) for s in slices)
 
     try:
-        _wait(lambda: devices() == 1024, 120, "1,024 devices published")
+        wait_for(lambda: devices() == 1024, 120, "1,024 devices published")
         time.sleep(1)  # the audit log's last line
         writes = _audit_slice_writes(handle, offset, node)
         log(f"  {len(writes)} slice writes at {[round(w - started, 2) for w in sorted(writes)]} s")
@@ -474,13 +474,13 @@ def _nic_change(handle: ClusterHandle, index: int) -> float:
     processes.run([*node.enter(), "ip", "link", "add", name, "type", "veth", "peer", "name", f"x{name}"])
     processes.run([*node.enter(), "ip", "link", "set", name, "up"])
     try:
-        _wait(lambda: bool(_audit_slice_writes(handle, offset, "node-2")), 60, f"{name} published")
+        wait_for(lambda: bool(_audit_slice_writes(handle, offset, "node-2")), 60, f"{name} published")
         return min(_audit_slice_writes(handle, offset, "node-2")) - started
     finally:
         time.sleep(1.5)  # the add's last write is in; the next write is the withdrawal
         removed = handle.layout.audit_log.stat().st_size
         processes.run([*node.enter(), "ip", "link", "del", name])
-        _wait(lambda: bool(_audit_slice_writes(handle, removed, "node-2")), 60, f"{name} withdrawn")
+        wait_for(lambda: bool(_audit_slice_writes(handle, removed, "node-2")), 60, f"{name} withdrawn")
 
 
 def publish(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
@@ -543,7 +543,7 @@ def profile(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]
                 for index in range(sizes.profiled_pods):
                     name = f"profile-{index}"
                     kube.create(_typed_pod(pod(name, "one", NODE)))
-                    _wait(functools.partial(_ready, watch, name, True), 120, f"{name} Ready")
+                    wait_for(functools.partial(_ready, watch, name, True), 120, f"{name} Ready")
             _clear_pods(kube)
         with measure.Profile(_agent_pid(handle, NODE), burst_stacks):
             _burst_round(handle, kube, sizes.burst_pods, "profiled", "shaped")

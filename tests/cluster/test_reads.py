@@ -1,0 +1,57 @@
+"""Issue 15: an agent's cost does not grow with the cluster. Every request the deployed agents made in this
+test session (the API server's audit log: prepares, attaches, IPAM, restarts, repairs of the tests before
+this one) reads by name, or lists and watches only what its own node's token may need: its node's slices,
+one claim's (or one pool's) IPAllocations. docs/scale.md lists them per event."""
+
+from __future__ import annotations
+
+from benchmarks import measure
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod
+
+from netclaim.cluster import agents
+from netclaim.cluster.cluster import ClusterHandle
+from tests.cluster.helpers import (
+    apply,
+    claim_devices,
+    claim_template,
+    cni_config,
+    configured_and_running,
+    macvlan,
+    node_name,
+    pod_claim_name,
+    pod_manifest,
+)
+from tests.kube import delete, wait_for
+
+
+def test_agents_read_only_what_concerns_their_own_node(cluster: ClusterHandle, kube: Client, ns: str) -> None:
+    offset = cluster.layout.audit_log.stat().st_size
+    on_enp0s10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
+    network = cni_config([macvlan("10.51.0.0/24")], name="reads-net")
+    apply(
+        cluster,
+        ns,
+        claim_template("reads", "netclaim-shared", on_enp0s10, network),
+        pod_manifest("reader", "reads"),
+    )
+    wait_for(lambda: configured_and_running(kube, ns, "reader"), 120, "the pod running with its interface")
+    node = node_name(kube.get(Pod, "reader", namespace=ns))
+    claim = pod_claim_name(kube, ns, "reader")
+    delete(kube, Pod, "reader", ns)
+    wait_for(lambda: not claim_devices(kube, ns, claim), 60, "the claim's status entry gone (unprepared)")
+
+    mine = [r for r in measure.agent_requests(cluster.layout.audit_log, offset) if r.node == node]
+    # sampled: kubelet's prepare made the agent read this claim by name, and the attach wrote its status
+    assert any(r.verb == "get" and r.resource == "resourceclaims" and r.name == claim for r in mine), mine
+    assert any(r.verb == "patch" and r.resource == "resourceclaims/status" and r.name == claim for r in mine)
+
+    session = measure.agent_requests(cluster.layout.audit_log)
+    assert {r.node for r in session} <= set(agents.kubelet_nodes(cluster))  # every token is bound to its node
+    assert [r.wide() for r in session if r.wide()] == []
+    # nothing cluster-wide was even tried: no list or watch of claims, pods or nodes
+    assert not [
+        r
+        for r in session
+        if r.verb in ("list", "watch") and r.resource in ("resourceclaims", "pods", "nodes")
+    ]

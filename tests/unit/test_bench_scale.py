@@ -1,0 +1,129 @@
+"""make bench-scale's pure parts: the audit log's agent requests and which are wide, Prometheus histogram
+quantiles, the SCALE line and README's table, the node keeper's Lease time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from benchmarks import measure, report, scale
+
+from netclaim.cluster import keeper
+
+NODE_EXTRA = {measure.NODE_NAME_EXTRA: ["node-1"]}
+
+
+def _entry(
+    audit_id: str, verb: str, uri: str, resource: str, name: str = "", **extra: str
+) -> dict[str, object]:
+    ref: dict[str, str] = {"resource": resource, **extra}
+    if name:
+        ref["name"] = name
+    return {
+        "auditID": audit_id,
+        "stage": "ResponseComplete",
+        "verb": verb,
+        "requestURI": uri,
+        "objectRef": ref,
+        "user": {"username": measure.AGENT_USER, "extra": NODE_EXTRA},
+    }
+
+
+def _write(path: Path, entries: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return path
+
+
+def test_named_reads_and_own_node_selectors_are_narrow_everything_else_is_wide(tmp_path: Path) -> None:
+    slices = "/apis/resource.k8s.io/v1/resourceslices"
+    entries = [
+        _entry("1", "get", "/apis/resource.k8s.io/v1/namespaces/a/resourceclaims/c", "resourceclaims", "c"),
+        _entry(
+            "2",
+            "watch",
+            f"{slices}?fieldSelector=spec.nodeName%3Dnode-1%2Cspec.driver%3Dnetclaim.dev&watch=true",
+            "resourceslices",
+        ),
+        _entry(
+            "3",
+            "list",
+            "/apis/netclaim.dev/v1alpha1/ipallocations?labelSelector=netclaim.dev%2Fclaim-uid%3Du",
+            "ipallocations",
+        ),
+        _entry(
+            "4",
+            "patch",
+            "/apis/resource.k8s.io/v1/namespaces/a/resourceclaims/c/status",
+            "resourceclaims",
+            "c",
+            subresource="status",
+        ),
+        _entry("5", "create", "/api/v1/namespaces/a/events", "events"),
+        # wide: another node's slices, every slice, every claim
+        _entry("6", "list", f"{slices}?fieldSelector=spec.nodeName%3Dnode-2", "resourceslices"),
+        _entry("7", "watch", f"{slices}?watch=true", "resourceslices"),
+        _entry("8", "watch", "/apis/resource.k8s.io/v1/resourceclaims?watch=true", "resourceclaims"),
+        {
+            **_entry("9", "watch", "/api/v1/pods?watch=true", "pods"),
+            "user": {"username": "system:kube-scheduler"},
+        },
+    ]
+    requests = measure.agent_requests(_write(tmp_path / "audit.log", entries))
+    assert [r.resource for r in requests][3] == "resourceclaims/status"
+    assert [r.node for r in requests] == ["node-1"] * 8  # the scheduler's entry is not an agent's
+    wide = [r.wide() for r in requests]
+    assert wide[:5] == [None] * 5
+    assert all(wide[5:]) and "node-2" in str(wide[5]) and "resourceclaims" in str(wide[7])
+
+
+def test_a_request_logged_at_two_stages_counts_once(tmp_path: Path) -> None:
+    started = {**_entry("1", "watch", "/apis/x?watch=true", "resourceslices"), "stage": "ResponseStarted"}
+    done = _entry("1", "watch", "/apis/x?watch=true", "resourceslices")
+    assert len(measure.agent_requests(_write(tmp_path / "audit.log", [started, done]))) == 1
+
+
+def test_histogram_quantile_interpolates_within_the_bucket_as_prometheus_does() -> None:
+    buckets = [(0.1, 50.0), (0.2, 90.0), (0.4, 100.0), (float("inf"), 100.0)]
+    assert scale.histogram_quantile(buckets, 0.5) == pytest.approx(0.1)
+    assert scale.histogram_quantile(buckets, 0.7) == pytest.approx(0.15)
+    assert scale.histogram_quantile(buckets, 0.99) == pytest.approx(0.38)
+    with pytest.raises(ValueError, match="no samples"):
+        scale.histogram_quantile([(0.1, 0.0), (float("inf"), 0.0)], 0.5)
+
+
+def test_every_node_has_two_to_eight_nics() -> None:
+    counts = {scale.nic_count(scale.node_name(i)) for i in range(1, 501)}
+    assert counts == set(range(2, 9))
+
+
+def _window(events: float, rss: float) -> dict[str, object]:
+    return {"agent_events_per_s": events, "probe_events_per_s": 100.0, "agent_rss_mib": [rss, rss, rss]}
+
+
+def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
+    claims = {
+        "allocated": 5000,
+        "pods_per_s": 80.0,
+        "scheduler": {"attempt_p99_s": 1.5},
+        "window": _window(0.0, 75.5),
+    }
+    result = {
+        "sizes": {"nodes": 500, "mid_nodes": 100, "churn_pods": 30},
+        "publish_s": 3.2,
+        "small": {"churn": _window(0.0, 75.4)},
+        "mid": {"churn": _window(0.0, 75.4)},
+        "large": {"nodes": 500, "with_claims": claims, "without_claims": {"pods_per_s": 200.0}},
+    }
+    result["large"]["claims_to_plain_ratio"] = 0.4  # type: ignore[index]
+    result["scale_line"] = scale.scale_line(result)
+    assert result["scale_line"] == (
+        "SCALE nodes=500 claims=5000 publish_s=3.20 sched_pods_per_s=80.0 sched_p99_s=1.500 "
+        "agent_events_per_s=0.000 agent_rss_mib=75.5"
+    )
+    table = report.scale_table(result)
+    assert "| 500, 5000 |" in table and "80.0 ÷ 200.0 = 0.40" in table and "| 75.4 | 75.4 | 75.5 |" in table
+
+
+def test_lease_renew_times_always_carry_their_microseconds() -> None:
+    assert keeper._micro_now().microsecond > 0
