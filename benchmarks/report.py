@@ -432,28 +432,28 @@ def readme_table(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def render(result: dict[str, Any], root: Path = ROOT) -> None:
+def _write_readme_section(root: Path, begin: str, end: str, section: str) -> None:
     readme = root / "README.md"
     text = readme.read_text()
-    pattern = re.compile(re.escape(README_BEGIN) + ".*?" + re.escape(README_END), re.S)
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     if not pattern.search(text):
-        raise SystemExit(f"README.md has no {README_BEGIN!r} … {README_END!r} section to write")
+        raise SystemExit(f"README.md has no {begin!r} … {end!r} section to write")
+    readme.write_text(pattern.sub(lambda _: section, text))
+
+
+def render(result: dict[str, Any], root: Path = ROOT) -> None:
+    _write_readme_section(root, README_BEGIN, README_END, readme_table(result))
     _plots(result, root / PLOTS)
     (root / "docs" / "benchmarks.md").write_text(markdown(result))
-    readme.write_text(pattern.sub(lambda _: readme_table(result), text))
 
 
 SCALE_BEGIN = "<!-- scale:begin (make bench-scale writes this table from bench/scale.json) -->"
 SCALE_END = "<!-- scale:end -->"
 
 
-def scale_values(line: str) -> dict[str, float]:
-    return {k: float(v) for k, v in (field.split("=") for field in line.split()[1:])}
-
-
 def scale_table(result: dict[str, Any]) -> str:
     """README's scale table: the agents' cost at each cluster size, the scheduler's throughput."""
-    values = scale_values(result["scale_line"])
+    values = bench_values(result["scale_line"])
     small, mid, large = result["small"]["churn"], result["mid"]["churn"], result["large"]["with_claims"]
     plain = result["large"]["without_claims"]
     sizes = result["sizes"]
@@ -487,12 +487,7 @@ def scale_table(result: dict[str, Any]) -> str:
 
 
 def render_scale(result: dict[str, Any], root: Path = ROOT) -> None:
-    readme = root / "README.md"
-    text = readme.read_text()
-    pattern = re.compile(re.escape(SCALE_BEGIN) + ".*?" + re.escape(SCALE_END), re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"README.md has no {SCALE_BEGIN!r} … {SCALE_END!r} section to write")
-    readme.write_text(pattern.sub(lambda _: scale_table(result), text))
+    _write_readme_section(root, SCALE_BEGIN, SCALE_END, scale_table(result))
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
 
+import httpx2
 from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Node, Pod
@@ -485,6 +486,18 @@ CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
+@dataclasses.dataclass(frozen=True)
+class Bench:
+    """What every stage works with. `internal`: the watches the agents' API server keeps itself, by kind,
+    counted before any agent or probe connected."""
+
+    handle: ClusterHandle
+    kube: Client
+    work: Path
+    sizes: Sizes
+    internal: dict[str, float]
+
+
 @dataclasses.dataclass
 class Window:
     """A measurement window at the agents' API server: probes on every claim and every slice, its counters
@@ -502,8 +515,9 @@ def _agents_audit_log(handle: ClusterHandle) -> Path:
     return handle.layout.apiserver_audit_log(cluster.AGENT_APISERVER)
 
 
-def _window(handle: ClusterHandle) -> Window:
+def _window(bench: Bench) -> Window:
     """Open a window while claims and slices are quiet (the probes and the counters then agree)."""
+    handle = bench.handle
     claims, slices = WatchProbe(handle, CLAIMS), WatchProbe(handle, SLICES)
     claims.start()
     slices.start()
@@ -511,19 +525,20 @@ def _window(handle: ClusterHandle) -> Window:
     return Window(claims, slices, watch_events(handle), open_watches(handle), offset, time.monotonic())
 
 
-def _close(handle: ClusterHandle, work: Path, window: Window, quiet: Callable[[], bool]) -> dict[str, Any]:
+def _close(bench: Bench, window: Window, quiet: Callable[[], bool]) -> dict[str, Any]:
     """Close the window; the probes stop once `quiet()` (no claim changes in flight).
 
-    The agents' API server sends each event of a kind to each watcher of it: its own one watcher per kind
-    (the probe of that kind is sent the same), the probe, and the agents. Hence what the agents were sent:
-    the counter's growth less twice the probe's count; for claims that is checked to be 0 (no agent
-    watches them), which also checks the counter against what a watcher received. The API server's own
-    watchers also get a bookmark about once a minute, which the probes did not ask for: those (at most
-    `internal_bookmarks_at_most` per kind) are in the agents' figure, an upper bound."""
+    The agents' API server sends each event of a kind to each watcher of it: its own watchers of that kind
+    (each is sent what the probe of that kind is sent), the probe, and the agents. Hence what the agents
+    were sent: the counter's growth less (its own watchers + 1) times the probe's count. It keeps no watch
+    of its own on slices (no Node authorizer), the one kind agents watch: their figure is exact. For
+    claims, which no agent watches, what remains are its own watcher's bookmarks (about one a minute,
+    which the probe did not ask for): at most `own_bookmarks_at_most`."""
+    handle = bench.handle
     ended = time.monotonic()
     seconds = ended - window.started
     requests = measure.agent_requests(_agents_audit_log(handle), window.audit_offset)
-    rss = agent_rss(work)
+    rss = agent_rss(bench.work)
     wait_for(quiet, 300, "the claims settled")
     time.sleep(2)
     window.claims.stop()
@@ -532,21 +547,22 @@ def _close(handle: ClusterHandle, work: Path, window: Window, quiet: Callable[[]
     probed_seconds = time.monotonic() - window.started
 
     def sent_to_agents(resource: str, probe: WatchProbe) -> float:
-        return after.get(resource, 0.0) - window.events.get(resource, 0.0) - 2 * len(probe.stamps)
+        own = bench.internal.get(resource, 0.0)
+        return after.get(resource, 0.0) - window.events.get(resource, 0.0) - (own + 1) * len(probe.stamps)
 
-    # each kind's watchers besides the agents': the API server's own and the probe
     agent_watches = {
-        kind: count - 2
-        for kind, count in window.watches.items()
-        if kind in ("resourceclaims", "resourceslices")
+        kind: window.watches.get(kind, 0.0) - bench.internal.get(kind, 0.0) - 1
+        for kind in ("resourceclaims", "resourceslices")
     }
     slice_events = sent_to_agents("resourceslices", window.slices)
     return {
         "seconds": seconds,
+        "own_watches": {k: bench.internal.get(k, 0.0) for k in agent_watches},
         "agent_watches": agent_watches,
         "agent_slice_events": slice_events,
         "agent_claim_events": sent_to_agents("resourceclaims", window.claims),
-        "internal_bookmarks_at_most": int(probed_seconds // 60) + 1,
+        "own_bookmarks_at_most": int(bench.internal.get("resourceclaims", 0.0))
+        * (int(probed_seconds // 60) + 1),
         "agent_events_per_s": slice_events / len(MEASURED) / seconds,
         "agent_rss_mib": rss,
         "agent_requests": len(requests),
@@ -558,10 +574,11 @@ def _close(handle: ClusterHandle, work: Path, window: Window, quiet: Callable[[]
     }
 
 
-def churn(handle: ClusterHandle, kube: Client, work: Path, sizes: Sizes, stage: str) -> dict[str, Any]:
+def churn(bench: Bench, stage: str) -> dict[str, Any]:
     """`churn_pods` pods with claims created, scheduled and deleted, over and over for churn_seconds."""
+    handle, kube, sizes = bench.handle, bench.kube, bench.sizes
     log(f"{stage}: churn of {sizes.churn_pods} pods with claims for {sizes.churn_seconds:.0f} s")
-    window = _window(handle)
+    window = _window(bench)
     cycles = 0
     while time.monotonic() - window.started < sizes.churn_seconds:
         cycles += 1
@@ -569,7 +586,7 @@ def churn(handle: ClusterHandle, kube: Client, work: Path, sizes: Sizes, stage: 
         wait_for(lambda: not _unbound_left(kube), 120, f"{stage} churn pods scheduled")
         kube.deletecollection(Pod, namespace=NAMESPACE, grace_period=0)
         kube.deletecollection(ResourceClaim, namespace=NAMESPACE)
-    result = _close(handle, work, window, lambda: _empty(kube))
+    result = _close(bench, window, lambda: _empty(kube))
     result["cycles"] = cycles
     log(
         f"  {cycles} cycles; agents sent {result['agent_events_per_s']:.3f} events/s each, made "
@@ -590,24 +607,23 @@ def _bind_seconds(kube: Client) -> list[float]:
     return stamps
 
 
-def schedule(
-    handle: ClusterHandle, kube: Client, work: Path, sizes: Sizes, with_claims: bool
-) -> dict[str, Any]:
+def schedule(bench: Bench, with_claims: bool) -> dict[str, Any]:
     """`pods` pods created while the scheduler is stopped, then scheduled from a standing start."""
+    handle, kube, work, sizes = bench.handle, bench.kube, bench.work, bench.sizes
     kind = "with a claim each" if with_claims else "without claims"
     log(f"large: {sizes.pods} pods {kind}: created with the scheduler stopped")
     plane = ControlPlane(handle.spec, handle.layout, binaries.bin_dir())
     processes.stop(handle.layout.pids, "kube-scheduler")
     create_pods(handle, "claim" if with_claims else "plain", sizes.pods, with_claims)
     measure.wait_quiet()
-    window = _window(handle) if with_claims else None
+    window = _window(bench) if with_claims else None
     log("  scheduler started")
     plane.start_scheduler()
     name = f"scheduler-{'claims' if with_claims else 'plain'}.pprof"
     profile = SchedulerProfile(handle, work / name, sizes.profile_seconds)
     profile.start()
     wait_for(lambda: not _unbound_left(kube), sizes.schedule_timeout, "every pod scheduled")
-    closed = _close(handle, work, window, lambda: True) if window is not None else None
+    closed = _close(bench, window, lambda: True) if window is not None else None
     binds = _bind_seconds(kube)
     if len(binds) != sizes.pods:
         raise SystemExit(f"bench-scale: {len(binds)} of {sizes.pods} pods scheduled")
@@ -661,7 +677,8 @@ def oversubscribed(kube: Client) -> list[str]:
 
 
 # --- the run -------------------------------------------------------------------------------------------
-def grow(handle: ClusterHandle, kube: Client, nodes: Nodes, work: Path, total: int) -> dict[str, Any]:
+def grow(bench: Bench, nodes: Nodes, total: int) -> dict[str, Any]:
+    handle, kube, work = bench.handle, bench.kube, bench.work
     present = len(MEASURED) + len(nodes.names)
     added = [node_name(i) for i in range(present + 1, total + 1)]
     log(f"grow: {len(added)} nodes ({present} -> {total}), their slices by netclaim's publish code")
@@ -701,25 +718,29 @@ def scale_line(result: dict[str, Any]) -> str:
 
 def run(handle: ClusterHandle, sizes: Sizes, work: Path) -> dict[str, Any]:
     agents.apply_manifests(handle)
+    internal = open_watches(handle)  # before any agent or probe: the API server's own
     start_agents(handle, work)
     result: dict[str, Any] = {"when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
     result["sizes"] = dataclasses.asdict(sizes)
-    with Client(KubeConfig.from_file(handle.kubeconfig), field_manager="netclaim-bench") as kube:
+    config = KubeConfig.from_file(handle.kubeconfig)
+    # deleting 5,000 pods is one request the API server answers when it is done
+    with Client(config, field_manager="netclaim-bench", timeout=httpx2.Timeout(300.0)) as kube:
         try:
             kube.create(Namespace(metadata={"name": NAMESPACE}))  # type: ignore[arg-type]
         except ApiError as err:
             if err.status.code != 409:
                 raise
+        bench = Bench(handle, kube, work, sizes, internal)
         nodes = Nodes(kube)
         try:
             result["slices_match_agents"] = slices_match_agents(kube, work)
-            result["small"] = {"nodes": len(MEASURED), "churn": churn(handle, kube, work, sizes, "small")}
-            result["mid"] = grow(handle, kube, nodes, work, sizes.mid_nodes)
-            result["mid"]["churn"] = churn(handle, kube, work, sizes, "mid")
-            result["large"] = grow(handle, kube, nodes, work, sizes.nodes)
-            result["large"]["without_claims"] = schedule(handle, kube, work, sizes, with_claims=False)
+            result["small"] = {"nodes": len(MEASURED), "churn": churn(bench, "small")}
+            result["mid"] = grow(bench, nodes, sizes.mid_nodes)
+            result["mid"]["churn"] = churn(bench, "mid")
+            result["large"] = grow(bench, nodes, sizes.nodes)
+            result["large"]["without_claims"] = schedule(bench, with_claims=False)
             delete_all(kube)
-            result["large"]["with_claims"] = schedule(handle, kube, work, sizes, with_claims=True)
+            result["large"]["with_claims"] = schedule(bench, with_claims=True)
         finally:
             nodes.stop()
     result["publish_s"] = result["mid"]["publish_s"] + result["large"]["publish_s"]

@@ -165,7 +165,8 @@ def _bring_up(handle: ClusterHandle, step: Callable[[str], None]) -> None:
     control_plane.start_apiserver()
     if spec.ports.agentApiserver is not None:
         step("kube-apiserver for the agents")
-        control_plane.start_apiserver(AGENT_APISERVER, spec.ports.agentApiserver)
+        # RBAC alone: the Node authorizer is for kubelets, and its graph is one more watcher of every slice
+        control_plane.start_apiserver(AGENT_APISERVER, spec.ports.agentApiserver, authorization="RBAC")
     step("kube-controller-manager, kube-scheduler")
     control_plane.start_controller_manager()
     control_plane.start_scheduler()

@@ -150,7 +150,9 @@ class ControlPlane:
         )
         _wait_http(f"http://127.0.0.1:{ports.etcdClient}/health", "etcd", self.layout.logs / "etcd.log")
 
-    def start_apiserver(self, name: str = "kube-apiserver", port: int | None = None) -> None:
+    def start_apiserver(
+        self, name: str = "kube-apiserver", port: int | None = None, authorization: str = "Node,RBAC"
+    ) -> None:
         """The cluster's API server, or (name, port) another one on the same etcd and certificates."""
         pki = self.layout.pki
         port = port or self.spec.ports.apiserver
@@ -172,7 +174,7 @@ class ControlPlane:
                 f"--client-ca-file={pki / 'ca.crt'}",
                 f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
                 f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
-                "--authorization-mode=Node,RBAC",
+                f"--authorization-mode={authorization}",
                 "--enable-admission-plugins=NodeRestriction",
                 f"--admission-control-config-file={admission}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",

@@ -97,7 +97,7 @@ class Ports(_Strict):
         ge=1024,
         le=65535,
         description="a second kube-apiserver on the same etcd, for the agents only (as HA clusters run "
-        "several): its metrics then count exactly what the agents are sent",
+        "several; RBAC authorization alone): its metrics then count exactly what the agents are sent",
     )
     schedulerMetrics: int | None = Field(
         default=None, ge=1024, le=65535, description="kube-scheduler's /metrics on 127.0.0.1 (unset: none)"
