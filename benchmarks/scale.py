@@ -305,7 +305,7 @@ class SchedulerProfile:
             part: max((share for share, function in rows if needle in function), default=0.0)
             for part, needle in PROFILE_PARTS.items()
         }
-        scheduler = [(share, f) for share, f in rows if "k8s.io/" in f][:15]
+        scheduler = [(share, f) for share, f in rows if "k8s.io/" in f][:40]
         return {"parts_percent": parts, "top_cumulative": [[share, f] for share, f in scheduler]}
 
 
@@ -629,10 +629,15 @@ def schedule(bench: Bench, with_claims: bool) -> dict[str, Any]:
         raise SystemExit(f"bench-scale: {len(binds)} of {sizes.pods} pods scheduled")
     # PodScheduled's time has whole seconds: the run spans from the first bind's second to the last's end
     span = max(binds) - min(binds) + 1
+    binds.sort()
+    fifth = len(binds) // 5
     result: dict[str, Any] = {
         "pods": sizes.pods,
         "span_s": span,
         "pods_per_s": sizes.pods / span,
+        # does the pace fall as allocated claims pile up? the first and the last fifth of the pods
+        "first_fifth_pods_per_s": fifth / (binds[fifth] - binds[0] + 1),
+        "last_fifth_pods_per_s": fifth / (binds[-1] - binds[-fifth - 1] + 1),
         "scheduler": scheduler_figures(handle),
         "window": closed,
         "profile": profile.shares(),

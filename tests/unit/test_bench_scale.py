@@ -105,7 +105,7 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
     claims = {
         "allocated": 5000,
         "pods_per_s": 80.0,
-        "scheduler": {"attempt_p99_s": 1.5},
+        "scheduler": {"attempt_p99_s": 1.5, "algorithm_p99_s": 0.1},
         "window": _window(0.0, 75.5),
     }
     result = {
@@ -113,7 +113,11 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
         "publish_s": 3.2,
         "small": {"churn": _window(0.0, 75.4)},
         "mid": {"churn": _window(0.0, 75.4)},
-        "large": {"nodes": 500, "with_claims": claims, "without_claims": {"pods_per_s": 200.0}},
+        "large": {
+            "nodes": 500,
+            "with_claims": claims,
+            "without_claims": {"pods_per_s": 200.0, "scheduler": {"algorithm_p99_s": 0.02}},
+        },
     }
     result["large"]["claims_to_plain_ratio"] = 0.4  # type: ignore[index]
     result["scale_line"] = scale.scale_line(result)
@@ -123,6 +127,7 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
     )
     table = report.scale_table(result)
     assert "| 500, 5000 |" in table and "80.0 ÷ 200.0 = 0.40" in table and "| 75.4 | 75.4 | 75.5 |" in table
+    assert "| 100.0 ÷ 20.0 |" in table and "| 1500 |" in table
 
 
 def test_lease_renew_times_always_carry_their_microseconds() -> None:
