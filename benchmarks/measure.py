@@ -102,7 +102,7 @@ AGENT_USER = "system:serviceaccount:netclaim-system:netclaim-agent"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"  # in tokens bound to a pod or a node
 
 
-@dataclass(frozen=True)
+@dataclass
 class AgentRequest:
     """One request of a netclaim agent, as the API server's audit log recorded it."""
 
@@ -124,8 +124,8 @@ class AgentRequest:
         labels = ",".join(self.query.get("labelSelector", []))
         if self.resource == "resourceslices" and f"spec.nodeName={self.node}" in fields.split(","):
             return None
-        by_claim_or_pool = "netclaim.dev/claim-uid=" in labels or "netclaim.dev/pool=" in labels
-        if self.resource == "ipallocations" and by_claim_or_pool:
+        keys = {term.split("=", 1)[0] for term in labels.split(",") if "=" in term and "!=" not in term}
+        if self.resource == "ipallocations" and keys & {"netclaim.dev/claim-uid", "netclaim.dev/pool"}:
             return None
         return (
             f"{self.verb} {self.resource} (fieldSelector {fields!r}, labelSelector {labels!r}) "
@@ -140,7 +140,10 @@ def agent_requests(audit_log: Path, offset: int = 0) -> list[AgentRequest]:
     with audit_log.open() as log:
         log.seek(offset)
         for line in log:
-            entry = json.loads(line)
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:  # the line the API server is writing now
+                continue
             user = entry.get("user") or {}
             if user.get("username") != AGENT_USER:
                 continue

@@ -452,37 +452,57 @@ SCALE_END = "<!-- scale:end -->"
 
 
 def scale_table(result: dict[str, Any]) -> str:
-    """README's scale table: the agents' cost at each cluster size, the scheduler's throughput."""
-    values = bench_values(result["scale_line"])
-    small, mid, large = result["small"]["churn"], result["mid"]["churn"], result["large"]["with_claims"]
-    plain = result["large"]["without_claims"]
-    sizes = result["sizes"]
+    """README's scale table: the same churn window at each cluster size, then the scheduler's runs."""
+    sizes, large = result["sizes"], result["large"]
+    windows = [result["small"]["churn"], result["mid"]["churn"], large["churn"]]
+    claims, plain = large["with_claims"], large["without_claims"]
+    churn = sizes["churn_pods"]
 
-    def rss(window: dict[str, Any]) -> str:
-        return f"{sum(window['agent_rss_mib']) / len(window['agent_rss_mib']):.1f}"
+    def row(what: str, cells: list[str]) -> str:
+        return f"| {what} | " + " | ".join(cells) + " |"
+
+    def each(key: str, form: str) -> list[str]:
+        return [format(window[key], form) for window in windows]
+
+    published = result["mid"]["added"] + large["added"]
+    ratio = large["claims_to_plain_ratio"]
+
+    def algorithm(run: dict[str, Any]) -> float:
+        return float(run["scheduler"]["algorithm_p99_s"]) * 1000
 
     rows = [
         SCALE_BEGIN,
         "",
-        "| `make bench-scale` (nodes, claims in the cluster) | 3, "
-        f"{sizes['churn_pods']} | {sizes['mid_nodes']}, {sizes['churn_pods']} | "
-        f"{sizes['nodes']:g}, {values['claims']:g} |",
+        row(
+            "`make bench-scale`: nodes, claims in the cluster",
+            [
+                f"3, {churn}",
+                f"{sizes['mid_nodes']}, {churn}",
+                f"{sizes['nodes']}, {claims['allocated']:,} + {churn}",
+            ],
+        ),
         "|---|---|---|---|",
-        f"| watch events the API server sent each agent (/s) | {small['agent_events_per_s']:.3f} "
-        f"| {mid['agent_events_per_s']:.3f} | {large['window']['agent_events_per_s']:.3f} |",
-        f"| … sent to one watch on every claim, as agents had (/s) | {small['probe_events_per_s']:.1f} "
-        f"| {mid['probe_events_per_s']:.1f} | {large['window']['probe_events_per_s']:.1f} |",
-        f"| agent RSS (MiB) | {rss(small)} | {rss(mid)} | {rss(large['window'])} |",
-        f"| scheduling, pods with a bandwidth claim ÷ without (pods/s) | | | "
-        f"{large['pods_per_s']:.1f} ÷ {plain['pods_per_s']:.1f} = "
-        f"{result['large']['claims_to_plain_ratio']:.2f} |",
-        "| the scheduler's algorithm (filters, scores) per pod with ÷ without a claim, p99 (ms) | | | "
-        f"{large['scheduler']['algorithm_p99_s'] * 1000:.1f} ÷ "
-        f"{plain['scheduler']['algorithm_p99_s'] * 1000:.1f} |",
-        "| a scheduling attempt (algorithm and binding) with a claim, p99 (ms) | | | "
-        f"{large['scheduler']['attempt_p99_s'] * 1000:.0f} |",
-        f"| publish {result['large']['nodes'] - 3:g} nodes' slices, one process (s) | | | "
-        f"{result['publish_s']:.2f} |",
+        row(
+            "watch events the API server sent each agent in the window (its node's slice changed twice)",
+            each("agent_events_per_agent", "g"),
+        ),
+        row("… per second", each("agent_events_per_s", ".3f")),
+        row("… sent to one watch on every slice, in the window", each("slice_probe_events", "g")),
+        row("… sent to one watch on every claim, as agents had (/s)", each("probe_events_per_s", ".1f")),
+        row("agent RSS (MiB)", each("agent_rss_mean_mib", ".1f")),
+        row(
+            "scheduling, pods with a bandwidth claim ÷ without (pods/s)",
+            ["", "", f"{claims['pods_per_s']:.1f} ÷ {plain['pods_per_s']:.1f} = {ratio:.2f}"],
+        ),
+        row(
+            "the scheduler's algorithm (filters, scores) per pod with ÷ without a claim, p99 (ms)",
+            ["", "", f"{algorithm(claims):.1f} ÷ {algorithm(plain):.1f}"],
+        ),
+        row(
+            "a scheduling attempt (algorithm and binding) with a claim, p99 (ms)",
+            ["", "", f"{claims['scheduler']['attempt_p99_s'] * 1000:.0f}"],
+        ),
+        row(f"publish {published:g} nodes' slices, one process (s)", ["", "", f"{result['publish_s']:.2f}"]),
         "",
         SCALE_END,
     ]

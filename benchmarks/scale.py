@@ -3,30 +3,33 @@
 Its own local cluster (benchmarks/scale-cluster.yaml): a control plane, no kubelet. Every node is a Node
 object kept Ready as kubelets keep theirs (a Lease renewed every 10 s). Three of them ("measured") run a
 netclaim agent process each, with its kubelet plugin serving (no kubelet calls it), connected to a second
-kube-apiserver of their own on the same etcd: that server's `apiserver_watch_events_total` counts exactly
-what the agents are sent, and its audit log holds exactly their requests. Every other node's slices are
+kube-apiserver of their own on the same etcd: that server's `apiserver_watch_events_total` counts what
+the agents are sent, and its audit log holds exactly their requests. Every other node's slices are
 published by netclaim's own publish code (inventory -> policy -> devices -> SlicePublisher), from the same
 synthetic inventories and policy the measured agents use, many nodes from this one process.
 
-Stages, each measured the same way:
-  small   3 nodes; 30 pods with claims created, scheduled and deleted over and over (the churn window)
-  mid     100 nodes; the same churn
-  large   500 nodes; 5,000 pods without claims, then 5,000 with a bandwidth claim each, scheduled by the
-          real kube-scheduler from a standing start (it is stopped while they are created); the claims'
-          run is this stage's churn window
+Stages:
+  small   3 nodes: a churn window
+  mid     100 nodes: a churn window
+  large   500 nodes: 5,000 pods without claims, then 5,000 with a bandwidth claim each, scheduled by the
+          real kube-scheduler from a standing start (it is stopped while they are created); then, with
+          those 5,000 claims allocated, a churn window
 
-In every churn window: watch events the agents' API server sent (resourceslices, the only kind agents
-watch), the agents' requests (its audit log), a probe that watches every ResourceClaim (what each agent did
-before it read claims by name) on the same server, and the agents' RSS (/proc). Writes bench/scale.json and
-README's scale table; the last line is the SCALE line. `--quick` runs it small (make test).
-NETCLAIM_KEEP_CLUSTER=1 keeps the cluster.
+A churn window (the same at every stage): 30 pods with claims created, scheduled and deleted over and
+over for 60 s; every measured node's slice changes twice (an MTU in its agent's inventory, and back), and
+so does a tenth of the other nodes' (republished). Measured in it: the watch events the agents' API server
+sent the agents (exactly 2 each: their own node's changes, nobody else's), two probes watching every
+slice and every claim (what a watch on the whole kind is sent: each agent had one on every claim before
+it read claims by name), the agents' requests (that server's audit log) and their RSS (/proc).
+
+Writes bench/scale.json and README's scale table; the last line is the SCALE line. `--quick` runs it small
+(make test). NETCLAIM_KEEP_CLUSTER=1 keeps the cluster.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import datetime
 import http.client
@@ -42,6 +45,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -69,10 +73,15 @@ from netclaim.quantity import parse_quantity
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-NAMESPACE = "scale"
+NAMESPACE = "scale"  # the 5,000-pod runs
+CHURN_NAMESPACE = "scale-churn"
 MEASURED = ("scale-0001", "scale-0002", "scale-0003")  # benchmarks/scale-cluster.yaml
 BANDWIDTH = f"{DRIVER_DOMAIN}/bandwidth"
-ASKS = ("1G", "2G", "5G", "10G")  # of 25G NICs, in turn
+ATTACHMENTS = f"{DRIVER_DOMAIN}/attachments"
+# of 25G NICs, in turn: 5,000 claims ask for 64 % of the 500 nodes' bandwidth, and a 2-NIC node fills up
+ASKS = ("2G", "5G", "10G", "15G")
+CHURN_ASKS = ("1G",)  # the churn windows' 30 claims fit on the 3 measured nodes' 9 NICs
+MTU, CHANGED_MTU = 1500, 9000  # a window's slice changes: every NIC's MTU, and back
 CREATORS = 32  # concurrent creates (one HTTP/2 connection)
 
 
@@ -109,10 +118,10 @@ async def node_devices(inventory: Path, policy: PolicyFile) -> list[Device]:
     return [d.device for d in scanned if d.device is not None]
 
 
-def write_inventory(work: Path, node: str) -> Path:
+def write_inventory(work: Path, node: str, mtu: int = MTU) -> Path:
     path = work / "inventories" / f"{node}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    agents.synthetic_inventory(path, nic_count(node))
+    agents.synthetic_inventory(path, nic_count(node), mtu)
     return path
 
 
@@ -122,14 +131,14 @@ def virtual_policy(work: Path) -> PolicyFile:
     return PolicyFile(path)
 
 
-async def _publish_nodes(kubeconfig: Path, work: Path, nodes: list[str]) -> float:
+async def _publish_nodes(kubeconfig: Path, work: Path, nodes: list[str], mtu: int = MTU) -> float:
     policy = virtual_policy(work)
     api = KubeApi.connect(kubeconfig, DRIVER_DOMAIN)
     limit = asyncio.Semaphore(CREATORS)
 
     async def one(node: str) -> None:
         async with limit:
-            devices = await node_devices(write_inventory(work, node), policy)
+            devices = await node_devices(write_inventory(work, node, mtu), policy)
             await SlicePublisher(api, node, DRIVER_DOMAIN).publish(devices)
 
     started = time.monotonic()
@@ -185,13 +194,30 @@ def _samples(url: str, context: ssl.SSLContext) -> Iterator[tuple[str, dict[str,
             yield sample.name, sample.labels, sample.value
 
 
-def watch_events(handle: ClusterHandle) -> dict[str, float]:
-    """apiserver_watch_events_total of the agents' API server, by resource."""
+def _by_resource(handle: ClusterHandle, metric: str, **wanted: str) -> dict[str, float]:
+    """A metric of the agents' API server summed by resource, over the samples with the `wanted` labels."""
     found: dict[str, float] = {}
     for name, labels, value in _samples(f"{agents_server(handle)}/metrics", _admin_context(handle)):
-        if name == "apiserver_watch_events_total":
+        if name == metric and all(labels.get(k) == v for k, v in wanted.items()):
             found[labels["resource"]] = found.get(labels["resource"], 0.0) + value
     return found
+
+
+def watch_events(handle: ClusterHandle) -> dict[str, float]:
+    """Watch events the agents' API server sent, by resource."""
+    return _by_resource(handle, "apiserver_watch_events_total")
+
+
+def open_watches(handle: ClusterHandle) -> dict[str, float]:
+    """Watches open at the agents' API server, by resource."""
+    return _by_resource(handle, "apiserver_longrunning_requests", verb="WATCH")
+
+
+def _scheduler_context() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the scheduler's self-signed serving certificate, on 127.0.0.1
+    return context
 
 
 def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float:
@@ -224,9 +250,7 @@ def scheduler_figures(handle: ClusterHandle) -> dict[str, Any]:
     """From kube-scheduler's /metrics (fresh: it was started for the run): attempts by result, and p50/p99
     of each of SCHEDULER_HISTOGRAMS (attempts that scheduled the pod)."""
     port = handle.spec.ports.schedulerMetrics
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE  # the scheduler's self-signed serving certificate, on 127.0.0.1
+    context = _scheduler_context()
     attempts: dict[str, float] = {}
     buckets: dict[str, dict[float, float]] = {key: {} for key in SCHEDULER_HISTOGRAMS}
     names = {f"{metric}_bucket": key for key, metric in SCHEDULER_HISTOGRAMS.items()}
@@ -245,11 +269,13 @@ def scheduler_figures(handle: ClusterHandle) -> dict[str, Any]:
 
 # where kube-scheduler's CPU goes, by the code's own packages (cumulative shares of its profile)
 PROFILE_PARTS = {
-    "DRA plugin (dynamicresources)": "scheduler/framework/plugins/dynamicresources.",
-    "DRA allocator (structured)": "dynamic-resource-allocation/structured",
-    "CEL selectors": "dynamic-resource-allocation/cel.",
+    "DRA Filter": "dynamicresources.(*DynamicResources).Filter",
+    "DRA PreFilter": "dynamicresources.(*DynamicResources).PreFilter",
+    "DRA allocator": "incubating.(*Allocator).Allocate",
+    "CEL DeviceMatches": "cel.CompilationResult.DeviceMatches",
+    "slices converted (GatherPools)": "incubating.GatherPools",
+    "capacity checks": "incubating.(*allocator).CmpRequestOverCapacity",
     "pod binding": "(*Scheduler).bindingCycle",
-    "scheduling cycle": "(*Scheduler).schedulingCycle",
     "garbage collection": "runtime.gcBgMarkWorker",
 }
 
@@ -265,9 +291,7 @@ class SchedulerProfile:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE  # the scheduler's self-signed serving certificate, on 127.0.0.1
+        context = _scheduler_context()
         deadline = time.monotonic() + 30
         while True:  # the scheduler was just started: its port opens once it has read its configuration
             try:
@@ -294,7 +318,7 @@ class SchedulerProfile:
             check=True,
             timeout=120,
         ).stdout
-        rows = []
+        rows: list[tuple[float, str]] = []
         for line in top.splitlines():
             fields = line.split(maxsplit=5)
             if len(fields) == 6 and fields[4].endswith("%") and fields[1].endswith("%"):
@@ -312,7 +336,7 @@ class SchedulerProfile:
 class WatchProbe:
     """One watch on every object of a kind through the agents' API server, from the resourceVersion of a
     list made at start (so no ADDED events for what exists): what any watcher of the whole kind is sent,
-    the API server's own one per kind included. Counts the events it receives, with their times."""
+    the API server's own ones included. Counts the events it receives, with their times."""
 
     def __init__(self, handle: ClusterHandle, path: str) -> None:
         self.path = path
@@ -323,6 +347,8 @@ class WatchProbe:
             timeout=60,
         )
         self.stamps: list[float] = []
+        self._stopping = False
+        self._error: str | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> None:
@@ -333,32 +359,33 @@ class WatchProbe:
         self._response = self._connection.getresponse()
         if self._response.status != 200:
             raise SystemExit(f"bench-scale: the watch of {self.path} was refused: {self._response.status}")
+        assert self._connection.sock is not None
+        self._connection.sock.settimeout(None)  # a quiet minute is no reason to stop counting
         self._thread.start()
 
     def _run(self) -> None:
-        with contextlib.suppress(OSError, ValueError, http.client.HTTPException):  # stop() cut it
+        try:
             for line in self._response:
                 if line.strip():
                     self.stamps.append(time.monotonic())
+        except (OSError, ValueError, http.client.HTTPException) as err:
+            if not self._stopping:
+                self._error = repr(err)
+        if not self._stopping:
+            self._error = self._error or "the API server ended the watch"
 
     def stop(self) -> None:
         """Once the kind is quiet: then what the server sent is what was read."""
+        self._stopping = True
         if self._connection.sock is not None:
             self._connection.sock.shutdown(socket.SHUT_RDWR)
         self._thread.join()
         self._connection.close()
+        if self._error is not None:
+            raise SystemExit(f"bench-scale: the probe's watch of {self.path} broke: {self._error}")
 
     def rate(self, start: float, end: float) -> float:
         return sum(1 for s in self.stamps if start <= s <= end) / (end - start)
-
-
-def open_watches(handle: ClusterHandle) -> dict[str, float]:
-    """Watches open at the agents' API server, by resource (apiserver_longrunning_requests)."""
-    found: dict[str, float] = {}
-    for name, labels, value in _samples(f"{agents_server(handle)}/metrics", _admin_context(handle)):
-        if name == "apiserver_longrunning_requests" and labels.get("verb") == "WATCH":
-            found[labels["resource"]] = found.get(labels["resource"], 0.0) + value
-    return found
 
 
 # --- the cluster's nodes ----------------------------------------------------------------------------------
@@ -404,17 +431,17 @@ def _published_nodes(kube: Client) -> set[str]:
 
 
 # --- pods and claims -------------------------------------------------------------------------------------
-def claim_body(name: str, ask: str) -> dict[str, Any]:
+def claim_body(name: str, namespace: str, ask: str) -> dict[str, Any]:
     request = {"deviceClassName": "netclaim-shared", "capacity": {"requests": {BANDWIDTH: ask}}}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {"devices": {"requests": [{"name": "nic", "exactly": request}]}},
     }
 
 
-def pod_body(name: str, claim: str | None) -> dict[str, Any]:
+def pod_body(name: str, namespace: str, claim: str | None) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "app", "image": "registry.k8s.io/pause:3.10"}
     spec: dict[str, Any] = {
         "containers": [container],
@@ -425,7 +452,7 @@ def pod_body(name: str, claim: str | None) -> dict[str, Any]:
     if claim is not None:
         spec["resourceClaims"] = [{"name": "nic", "resourceClaimName": claim}]
         container["resources"] = {"claims": [{"name": "nic"}]}
-    metadata = {"name": name, "namespace": NAMESPACE}
+    metadata = {"name": name, "namespace": namespace}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
@@ -444,31 +471,37 @@ async def _create_all(kubeconfig: Path, bodies: list[dict[str, Any]]) -> None:
         await client.close()
 
 
-def create_pods(handle: ClusterHandle, prefix: str, count: int, with_claims: bool) -> list[str]:
-    """`count` pods (and their claims first), names `<prefix>-00001`...; returns the pod names."""
+def create_pods(
+    handle: ClusterHandle, namespace: str, prefix: str, count: int, asks: tuple[str, ...] | None
+) -> None:
+    """`count` pods in `namespace`, named `<prefix>-00001`..., each with a claim first when `asks` (their
+    bandwidth, in turn)."""
     names = [f"{prefix}-{i:05d}" for i in range(1, count + 1)]
-    if with_claims:
-        claims = [claim_body(n, ASKS[i % len(ASKS)]) for i, n in enumerate(names)]
+    with_claims = asks is not None
+    if asks is not None:
+        claims = [claim_body(n, namespace, asks[i % len(asks)]) for i, n in enumerate(names)]
         asyncio.run(_create_all(handle.kubeconfig, claims))
-    asyncio.run(_create_all(handle.kubeconfig, [pod_body(n, n if with_claims else None) for n in names]))
-    return names
+    pods = [pod_body(n, namespace, n if with_claims else None) for n in names]
+    asyncio.run(_create_all(handle.kubeconfig, pods))
 
 
-def _unbound_left(kube: Client) -> bool:
-    return any(True for _ in kube.list(Pod, namespace=NAMESPACE, fields={"spec.nodeName": ""}, chunk_size=1))
+def _unbound_left(kube: Client, namespace: str) -> bool:
+    unbound = kube.list(Pod, namespace=namespace, fields={"spec.nodeName": ""}, chunk_size=1)
+    return any(True for _ in unbound)
 
 
-def _empty(kube: Client) -> bool:
-    return not any(True for _ in kube.list(Pod, namespace=NAMESPACE, chunk_size=1)) and not any(
-        True for _ in kube.list(ResourceClaim, namespace=NAMESPACE, chunk_size=1)
+def _empty(kube: Client, namespace: str) -> bool:
+    return not any(True for _ in kube.list(Pod, namespace=namespace, chunk_size=1)) and not any(
+        True for _ in kube.list(ResourceClaim, namespace=namespace, chunk_size=1)
     )
 
 
-def delete_all(kube: Client) -> None:
+def delete_all(kube: Client, namespace: str, *, wait: bool = True) -> None:
     """The namespace's pods at once (no kubelet to wait for), then its claims."""
-    kube.deletecollection(Pod, namespace=NAMESPACE, grace_period=0)
-    kube.deletecollection(ResourceClaim, namespace=NAMESPACE)
-    wait_for(lambda: _empty(kube), 300, "pods and claims deleted")
+    kube.deletecollection(Pod, namespace=namespace, grace_period=0)
+    kube.deletecollection(ResourceClaim, namespace=namespace)
+    if wait:
+        wait_for(lambda: _empty(kube, namespace), 300, f"pods and claims of {namespace} deleted")
 
 
 # --- what each stage measures ---------------------------------------------------------------------------
@@ -489,13 +522,14 @@ SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 @dataclasses.dataclass(frozen=True)
 class Bench:
     """What every stage works with. `internal`: the watches the agents' API server keeps itself, by kind,
-    counted before any agent or probe connected."""
+    counted before any agent or probe connected. `others`: the nodes this benchmark publishes."""
 
     handle: ClusterHandle
     kube: Client
     work: Path
     sizes: Sizes
     internal: dict[str, float]
+    others: list[str]
 
 
 @dataclasses.dataclass
@@ -525,6 +559,28 @@ def _window(bench: Bench) -> Window:
     return Window(claims, slices, watch_events(handle), open_watches(handle), offset, time.monotonic())
 
 
+def _mtus(kube: Client, nodes: list[str]) -> dict[str, set[int]]:
+    """The MTUs the nodes' published NICs have."""
+    found: dict[str, set[int]] = {node: set() for node in nodes}
+    for resource_slice in kube.list(ResourceSlice):
+        spec = resource_slice.to_dict()["spec"]
+        if spec["driver"] == DRIVER_DOMAIN and spec.get("nodeName") in found:
+            for device in spec.get("devices") or []:
+                found[spec["nodeName"]].add(device["attributes"][f"{DRIVER_DOMAIN}/mtu"]["int"])
+    return found
+
+
+def change_slices(bench: Bench, toggled: list[str], mtu: int) -> None:
+    """Every measured node's NICs and the `toggled` nodes' get `mtu`: one slice write per node, by the
+    measured agents (their inventory file changed) and by this process; returns once all are published."""
+    for node in MEASURED:
+        inventory = agents.virtual_agent_files(bench.work, node) / "inventory.yaml"
+        agents.synthetic_inventory(inventory, nic_count(node), mtu)
+    asyncio.run(_publish_nodes(bench.handle.kubeconfig, bench.work, toggled, mtu))
+    nodes = [*MEASURED, *toggled]
+    wait_for(lambda: all(m == {mtu} for m in _mtus(bench.kube, nodes).values()), 60, f"MTU {mtu} published")
+
+
 def _close(bench: Bench, window: Window, quiet: Callable[[], bool]) -> dict[str, Any]:
     """Close the window; the probes stop once `quiet()` (no claim changes in flight).
 
@@ -533,8 +589,8 @@ def _close(bench: Bench, window: Window, quiet: Callable[[], bool]) -> dict[str,
     were sent: the counter's growth less (its own watchers + 1) times the probe's count. It keeps no watch
     of its own on slices (no Node authorizer), the one kind agents watch: their figure is exact. For
     claims, which no agent watches, what remains are its own watcher's bookmarks, which the probe did not
-    ask for: about one a minute (the watch cache's bookmark period). `own_bookmarks_at_most` allows one
-    more than the minutes the probe was open: a reference run's 150 s window saw 4."""
+    ask for: about one a minute (the watch cache's bookmark period). `own_bookmarks_allowed` allows one
+    more than the minutes the probe was open: a 150 s window once saw 4."""
     handle = bench.handle
     ended = time.monotonic()
     seconds = ended - window.started
@@ -556,49 +612,59 @@ def _close(bench: Bench, window: Window, quiet: Callable[[], bool]) -> dict[str,
         for kind in ("resourceclaims", "resourceslices")
     }
     slice_events = sent_to_agents("resourceslices", window.slices)
+    own_claim_watches = int(bench.internal.get("resourceclaims", 0.0))
     return {
         "seconds": seconds,
         "own_watches": {k: bench.internal.get(k, 0.0) for k in agent_watches},
         "agent_watches": agent_watches,
         "agent_slice_events": slice_events,
-        "agent_claim_events": sent_to_agents("resourceclaims", window.claims),
-        "own_bookmarks_at_most": int(bench.internal.get("resourceclaims", 0.0))
-        * (int(probed_seconds // 60) + 2),
+        "agent_events_per_agent": slice_events / len(MEASURED),
         "agent_events_per_s": slice_events / len(MEASURED) / seconds,
+        "agent_claim_events": sent_to_agents("resourceclaims", window.claims),
+        "own_bookmarks_allowed": own_claim_watches * (int(probed_seconds // 60) + 2),
         "agent_rss_mib": rss,
+        "agent_rss_mean_mib": sum(rss) / len(rss),
         "agent_requests": len(requests),
-        "agent_requests_per_s": len(requests) / len(MEASURED) / seconds,
+        "agent_requests_by_kind": dict(Counter(f"{r.verb} {r.resource}" for r in requests)),
         "agent_wide_reads": [w for w in (r.wide() for r in requests) if w],
+        "slice_probe_events": len(window.slices.stamps),
         "probe_events": len(window.claims.stamps),
         "probe_events_per_s": window.claims.rate(window.started, ended),
-        "slice_probe_events": len(window.slices.stamps),
     }
 
 
 def churn(bench: Bench, stage: str) -> dict[str, Any]:
-    """`churn_pods` pods with claims created, scheduled and deleted, over and over for churn_seconds."""
+    """The churn window: `churn_pods` pods with claims created, scheduled and deleted, over and over for
+    churn_seconds; the measured nodes' slices and a tenth of the others' change twice."""
     handle, kube, sizes = bench.handle, bench.kube, bench.sizes
-    log(f"{stage}: churn of {sizes.churn_pods} pods with claims for {sizes.churn_seconds:.0f} s")
+    toggled = bench.others[: len(bench.others) // 10]
+    log(
+        f"{stage}: churn of {sizes.churn_pods} pods with claims for {sizes.churn_seconds:.0f} s; "
+        f"{len(MEASURED) + len(toggled)} nodes' slices changed twice"
+    )
     window = _window(bench)
+    change_slices(bench, toggled, CHANGED_MTU)
     cycles = 0
     while time.monotonic() - window.started < sizes.churn_seconds:
         cycles += 1
-        create_pods(handle, f"{stage}{cycles}", sizes.churn_pods, with_claims=True)
-        wait_for(lambda: not _unbound_left(kube), 120, f"{stage} churn pods scheduled")
-        kube.deletecollection(Pod, namespace=NAMESPACE, grace_period=0)
-        kube.deletecollection(ResourceClaim, namespace=NAMESPACE)
-    result = _close(bench, window, lambda: _empty(kube))
+        create_pods(handle, CHURN_NAMESPACE, f"{stage}{cycles}", sizes.churn_pods, CHURN_ASKS)
+        wait_for(lambda: not _unbound_left(kube, CHURN_NAMESPACE), 120, f"{stage} churn pods scheduled")
+        delete_all(kube, CHURN_NAMESPACE, wait=False)
+    change_slices(bench, toggled, MTU)
+    result = _close(bench, window, lambda: _empty(kube, CHURN_NAMESPACE))
     result["cycles"] = cycles
+    result["changed_nodes"] = len(MEASURED) + len(toggled)
     log(
-        f"  {cycles} cycles; agents sent {result['agent_events_per_s']:.3f} events/s each, made "
-        f"{result['agent_requests_per_s']:.3f} requests/s each; the claim probe "
-        f"{result['probe_events_per_s']:.1f} events/s; agent RSS {result['agent_rss_mib']} MiB"
+        f"  {cycles} cycles; each agent was sent {result['agent_events_per_agent']:g} watch events "
+        f"({result['agent_events_per_s']:.3f}/s) and made {result['agent_requests']} requests in all; "
+        f"a watch on every slice {result['slice_probe_events']}, on every claim "
+        f"{result['probe_events_per_s']:.1f}/s; agent RSS {result['agent_rss_mean_mib']:.1f} MiB"
     )
     return result
 
 
 def _bind_seconds(kube: Client) -> list[float]:
-    stamps = []
+    stamps: list[float] = []
     for pod in kube.list(Pod, namespace=NAMESPACE):
         conditions = (pod.status.conditions if pod.status else None) or []
         for condition in conditions:
@@ -615,36 +681,34 @@ def schedule(bench: Bench, with_claims: bool) -> dict[str, Any]:
     log(f"large: {sizes.pods} pods {kind}: created with the scheduler stopped")
     plane = ControlPlane(handle.spec, handle.layout, binaries.bin_dir())
     processes.stop(handle.layout.pids, "kube-scheduler")
-    create_pods(handle, "claim" if with_claims else "plain", sizes.pods, with_claims)
+    create_pods(
+        handle, NAMESPACE, "claim" if with_claims else "plain", sizes.pods, ASKS if with_claims else None
+    )
     measure.wait_quiet()
-    window = _window(bench) if with_claims else None
     log("  scheduler started")
     plane.start_scheduler()
     name = f"scheduler-{'claims' if with_claims else 'plain'}.pprof"
     profile = SchedulerProfile(handle, work / name, sizes.profile_seconds)
     profile.start()
-    wait_for(lambda: not _unbound_left(kube), sizes.schedule_timeout, "every pod scheduled")
-    closed = _close(bench, window, lambda: True) if window is not None else None
-    binds = _bind_seconds(kube)
+    wait_for(lambda: not _unbound_left(kube, NAMESPACE), sizes.schedule_timeout, "every pod scheduled")
+    binds = sorted(_bind_seconds(kube))
     if len(binds) != sizes.pods:
         raise SystemExit(f"bench-scale: {len(binds)} of {sizes.pods} pods scheduled")
     # PodScheduled's time has whole seconds: the run spans from the first bind's second to the last's end
-    span = max(binds) - min(binds) + 1
-    binds.sort()
+    span = binds[-1] - binds[0] + 1
     fifth = len(binds) // 5
     result: dict[str, Any] = {
         "pods": sizes.pods,
         "span_s": span,
         "pods_per_s": sizes.pods / span,
-        # does the pace fall as allocated claims pile up? the first and the last fifth of the pods
+        # does the pace fall as pods and claims pile up? (whole seconds: coarse when a fifth is quick)
         "first_fifth_pods_per_s": fifth / (binds[fifth] - binds[0] + 1),
         "last_fifth_pods_per_s": fifth / (binds[-1] - binds[-fifth - 1] + 1),
         "scheduler": scheduler_figures(handle),
-        "window": closed,
         "profile": profile.shares(),
     }
     if with_claims:
-        result["oversubscribed"] = oversubscribed(kube)
+        result["allocation_problems"] = allocation_problems(kube)
         result["allocated"] = sum(
             1 for c in kube.list(ResourceClaim, namespace=NAMESPACE) if c.status and c.status.allocation
         )
@@ -657,44 +721,72 @@ def schedule(bench: Bench, with_claims: bool) -> dict[str, Any]:
     return result
 
 
-def oversubscribed(kube: Client) -> list[str]:
-    """Devices whose allocated bandwidth exceeds what their slice publishes (the scheduler's promise)."""
-    capacity: dict[tuple[str, str], Decimal] = {}
+def allocation_problems(kube: Client) -> list[str]:
+    """What breaks the scheduler's promise: a claim's device result without consumed bandwidth and
+    attachments, bandwidth consumed below what the claim asked, or a device whose claims together consume
+    more than its slice publishes."""
+    capacity: dict[tuple[str, str, str], Decimal] = {}
     for resource_slice in kube.list(ResourceSlice):
         spec = resource_slice.to_dict()["spec"]
         if spec["driver"] != DRIVER_DOMAIN:
             continue
         for device in spec.get("devices") or []:
-            value = (device.get("capacity") or {}).get(BANDWIDTH)
-            if value is not None:
-                capacity[(spec["pool"]["name"], device["name"])] = parse_quantity(value["value"])
-    used: dict[tuple[str, str], Decimal] = {}
+            for name, value in (device.get("capacity") or {}).items():
+                capacity[(spec["pool"]["name"], device["name"], name)] = parse_quantity(value["value"])
+    problems: list[str] = []
+    used: dict[tuple[str, str, str], Decimal] = {}
     for claim in kube.list(ResourceClaim, namespace=NAMESPACE):
-        allocation = claim.status.allocation if claim.status else None
-        for result in (allocation.devices.results or []) if allocation and allocation.devices else []:
-            key = (result.pool, result.device)
-            consumed = (result.consumedCapacity or {}).get(BANDWIDTH)
-            used[key] = used.get(key, Decimal(0)) + parse_quantity(consumed or "0")
-    return sorted(
-        f"{p}/{d}: {used[(p, d)]:.0f} of {capacity.get((p, d), 0):.0f}"
-        for p, d in used
-        if used[(p, d)] > capacity.get((p, d), Decimal(0))
-    )
+        data = claim.to_dict()
+        name = data["metadata"]["name"]
+        asked = parse_quantity(
+            data["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"][BANDWIDTH]
+        )
+        allocation = (data.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            consumed = result.get("consumedCapacity") or {}
+            if BANDWIDTH not in consumed or ATTACHMENTS not in consumed:
+                problems.append(f"{name}: no consumed bandwidth or attachments: {consumed}")
+                continue
+            if parse_quantity(consumed[BANDWIDTH]) < asked:
+                problems.append(f"{name}: consumes {consumed[BANDWIDTH]} of bandwidth, asked {asked}")
+            for capacity_name in (BANDWIDTH, ATTACHMENTS):
+                key = (result["pool"], result["device"], capacity_name)
+                used[key] = used.get(key, Decimal(0)) + parse_quantity(consumed[capacity_name])
+    for key in sorted(used):
+        if used[key] > capacity.get(key, Decimal(0)):
+            pool, device, what = key
+            problems.append(f"{pool}/{device}: {what} {used[key]} allocated of {capacity.get(key, 0)}")
+    return problems
 
 
 # --- the run -------------------------------------------------------------------------------------------
+def _published(kube: Client) -> dict[str, tuple[int, int]]:
+    """netclaim's (slices, devices) per node."""
+    found: dict[str, tuple[int, int]] = {}
+    for resource_slice in kube.list(ResourceSlice):
+        node = resource_slice.spec.nodeName
+        if resource_slice.spec.driver == DRIVER_DOMAIN and node:
+            slices, devices = found.get(node, (0, 0))
+            found[node] = (slices + 1, devices + len(resource_slice.spec.devices or []))
+    return found
+
+
 def grow(bench: Bench, nodes: Nodes, total: int) -> dict[str, Any]:
+    """Nodes up to `total`, their slices published; checks each has one slice with all of its NICs."""
     handle, kube, work = bench.handle, bench.kube, bench.work
     present = len(MEASURED) + len(nodes.names)
     added = [node_name(i) for i in range(present + 1, total + 1)]
     log(f"grow: {len(added)} nodes ({present} -> {total}), their slices by netclaim's publish code")
     nodes.add(added)
+    bench.others.extend(added)
     seconds = asyncio.run(_publish_nodes(handle.kubeconfig, work, added))
     wait_for(lambda: _ready_nodes(kube) == total, 180, f"{total} nodes Ready")
-    published = _published_nodes(kube)
-    if len(published) != total:
-        raise SystemExit(f"bench-scale: {len(published)} of {total} nodes have slices")
-    devices = sum(nic_count(n) for n in [*MEASURED, *nodes.names])
+    published = _published(kube)
+    expected = {node: (1, nic_count(node)) for node in [*MEASURED, *nodes.names]}
+    if published != expected:
+        wrong = sorted(n for n in expected if published.get(n) != expected[n])
+        raise SystemExit(f"bench-scale: nodes without one slice of all their NICs: {wrong[:10]}")
+    devices = sum(d for _, d in published.values())
     log(f"  published {len(added)} nodes in {seconds:.2f} s; {devices} NICs in the cluster")
     return {"nodes": total, "added": len(added), "publish_s": seconds, "devices": devices}
 
@@ -705,19 +797,19 @@ def start_agents(handle: ClusterHandle, work: Path) -> None:
             handle, node, work, nic_count(node), server=agents_server(handle), kubelet_plugin=True
         )
     with Client(KubeConfig.from_file(handle.kubeconfig)) as kube:
-        wait_for(lambda: set(MEASURED) <= _published_nodes(kube), 120, "the measured agents' slices")
+        wait_for(lambda: set(MEASURED) <= set(_published(kube)), 120, "the measured agents' slices")
 
 
 def scale_line(result: dict[str, Any]) -> str:
-    claims = result["large"]["with_claims"]
+    claims, window = result["large"]["with_claims"], result["large"]["churn"]
     fields = {
         "nodes": str(result["sizes"]["nodes"]),
         "claims": str(claims["allocated"]),
         "publish_s": f"{result['publish_s']:.2f}",
         "sched_pods_per_s": f"{claims['pods_per_s']:.1f}",
         "sched_p99_s": f"{claims['scheduler']['attempt_p99_s']:.3f}",
-        "agent_events_per_s": f"{claims['window']['agent_events_per_s']:.3f}",
-        "agent_rss_mib": f"{sum(claims['window']['agent_rss_mib']) / len(MEASURED):.1f}",
+        "agent_events_per_s": f"{window['agent_events_per_s']:.3f}",
+        "agent_rss_mib": f"{window['agent_rss_mean_mib']:.1f}",
     }
     return "SCALE " + " ".join(f"{k}={v}" for k, v in fields.items())
 
@@ -731,12 +823,13 @@ def run(handle: ClusterHandle, sizes: Sizes, work: Path) -> dict[str, Any]:
     config = KubeConfig.from_file(handle.kubeconfig)
     # deleting 5,000 pods is one request the API server answers when it is done
     with Client(config, field_manager="netclaim-bench", timeout=httpx2.Timeout(300.0)) as kube:
-        try:
-            kube.create(Namespace(metadata={"name": NAMESPACE}))  # type: ignore[arg-type]
-        except ApiError as err:
-            if err.status.code != 409:
-                raise
-        bench = Bench(handle, kube, work, sizes, internal)
+        for namespace in (NAMESPACE, CHURN_NAMESPACE):
+            try:
+                kube.create(Namespace(metadata={"name": namespace}))  # type: ignore[arg-type]
+            except ApiError as err:
+                if err.status.code != 409:
+                    raise
+        bench = Bench(handle, kube, work, sizes, internal, [])
         nodes = Nodes(kube)
         try:
             result["slices_match_agents"] = slices_match_agents(kube, work)
@@ -745,8 +838,9 @@ def run(handle: ClusterHandle, sizes: Sizes, work: Path) -> dict[str, Any]:
             result["mid"]["churn"] = churn(bench, "mid")
             result["large"] = grow(bench, nodes, sizes.nodes)
             result["large"]["without_claims"] = schedule(bench, with_claims=False)
-            delete_all(kube)
+            delete_all(kube, NAMESPACE)
             result["large"]["with_claims"] = schedule(bench, with_claims=True)
+            result["large"]["churn"] = churn(bench, "large")
         finally:
             nodes.stop()
     result["publish_s"] = result["mid"]["publish_s"] + result["large"]["publish_s"]

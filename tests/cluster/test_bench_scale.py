@@ -49,29 +49,42 @@ def test_make_bench_scale_schedules_everything_and_oversubscribes_nothing(tmp_pa
     result = json.loads((tmp_path / "bench" / "scale.json").read_text())
     assert result["slices_match_agents"] == dict.fromkeys(scale.MEASURED, True)
     assert result["mid"]["nodes"] == quick.mid_nodes and result["large"]["nodes"] == quick.nodes
+    # counted from the listed slices: every node one slice, with all of its NICs (else the run stops)
     assert result["large"]["devices"] == sum(
         scale.nic_count(scale.node_name(i)) for i in range(1, quick.nodes + 1)
     )
     plain, claims = result["large"]["without_claims"], result["large"]["with_claims"]
     assert plain["pods"] == claims["pods"] == quick.pods
     assert claims["allocated"] == quick.pods  # every pod scheduled, each with its claim allocated
-    assert claims["oversubscribed"] == []
+    # every result consumed bandwidth (at least what it asked) and an attachment; no NIC gave more than it has
+    assert claims["allocation_problems"] == []
     assert claims["scheduler"]["attempts"].get("scheduled") == quick.pods
+    assert claims["profile"]["parts_percent"]["DRA Filter"] > 0
 
-    windows = [result["small"]["churn"], result["mid"]["churn"], claims["window"]]
-    for window in windows:
+    others = {"small": 0, "mid": (quick.mid_nodes - 3) // 10, "large": (quick.nodes - 3) // 10}
+    for stage, toggled in others.items():
+        window = result[stage]["churn"]
+        assert window["cycles"] >= 1 and window["probe_events"] > 0  # the window saw claim churn
         # three agents, one watch each, on their own slices; none on claims
         assert window["agent_watches"] == {"resourceslices": 3, "resourceclaims": 0}
-        # the agents' API server keeps no slice watch of its own: what it counted for slices is exactly
-        # the probe's and the agents' (their slices did not change: 0); for claims, what its own watchers
-        # and the probe received, give or take its own watchers' bookmarks (about one a minute)
+        # every measured node's slice changed twice, and a tenth of the others': a watch on every slice
+        # was sent all of those changes; each agent exactly its own node's two
+        assert window["changed_nodes"] == 3 + toggled
+        assert window["slice_probe_events"] == 2 * (3 + toggled)
         assert window["own_watches"]["resourceslices"] == 0
-        assert window["agent_slice_events"] == 0
-        assert 0 <= window["agent_claim_events"] <= window["own_bookmarks_at_most"]
-        assert window["probe_events"] > 0  # the window saw claim churn
+        assert window["agent_slice_events"] == 2 * 3
+        # for claims the counter agrees with what the API server's own watcher and the probe received,
+        # give or take that watcher's bookmarks
+        assert 0 <= window["agent_claim_events"] <= window["own_bookmarks_allowed"]
         assert window["agent_wide_reads"] == []
         assert len(window["agent_rss_mib"]) == len(scale.MEASURED)
-    assert result["small"]["churn"]["cycles"] >= 1 and result["mid"]["churn"]["cycles"] >= 1
+    # the agents' requests in the windows: their own slices after each change, nothing else
+    assert {
+        k.split()[1] for w in (result[s]["churn"] for s in others) for k in w["agent_requests_by_kind"]
+    } <= {
+        "resourceslices",
+        "nodes",
+    }
 
     assert report.scale_table(result) in (tmp_path / "README.md").read_text()
     if os.environ.get("NETCLAIM_KEEP_CLUSTER") != "1":

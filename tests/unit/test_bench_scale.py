@@ -4,10 +4,12 @@ quantiles, the SCALE line and README's table, the node keeper's Lease time."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from benchmarks import measure, report, scale
+from lightkube.models.coordination_v1 import LeaseSpec
 
 from netclaim.cluster import keeper
 
@@ -64,23 +66,35 @@ def test_named_reads_and_own_node_selectors_are_narrow_everything_else_is_wide(t
         _entry("6", "list", f"{slices}?fieldSelector=spec.nodeName%3Dnode-2", "resourceslices"),
         _entry("7", "watch", f"{slices}?watch=true", "resourceslices"),
         _entry("8", "watch", "/apis/resource.k8s.io/v1/resourceclaims?watch=true", "resourceclaims"),
+        _entry(
+            "9",
+            "list",
+            "/apis/netclaim.dev/v1alpha1/ipallocations?labelSelector=netclaim.dev%2Fpool%21%3Dx",
+            "ipallocations",
+        ),
         {
-            **_entry("9", "watch", "/api/v1/pods?watch=true", "pods"),
+            **_entry("10", "watch", "/api/v1/pods?watch=true", "pods"),
             "user": {"username": "system:kube-scheduler"},
         },
     ]
     requests = measure.agent_requests(_write(tmp_path / "audit.log", entries))
     assert [r.resource for r in requests][3] == "resourceclaims/status"
-    assert [r.node for r in requests] == ["node-1"] * 8  # the scheduler's entry is not an agent's
+    assert [r.node for r in requests] == ["node-1"] * 9  # the scheduler's entry is not an agent's
     wide = [r.wide() for r in requests]
     assert wide[:5] == [None] * 5
     assert all(wide[5:]) and "node-2" in str(wide[5]) and "resourceclaims" in str(wide[7])
+    assert "pool!=x" in str(wide[8])  # every pool's but one
 
 
-def test_a_request_logged_at_two_stages_counts_once(tmp_path: Path) -> None:
+def test_a_request_logged_at_two_stages_counts_once_and_a_half_written_line_is_skipped(
+    tmp_path: Path,
+) -> None:
     started = {**_entry("1", "watch", "/apis/x?watch=true", "resourceslices"), "stage": "ResponseStarted"}
     done = _entry("1", "watch", "/apis/x?watch=true", "resourceslices")
-    assert len(measure.agent_requests(_write(tmp_path / "audit.log", [started, done]))) == 1
+    path = _write(tmp_path / "audit.log", [started, done])
+    with path.open("a") as log:
+        log.write('{"auditID": "2", "verb": "ge')
+    assert len(measure.agent_requests(path)) == 1
 
 
 def test_histogram_quantile_interpolates_within_the_bucket_as_prometheus_does() -> None:
@@ -97,8 +111,14 @@ def test_every_node_has_two_to_eight_nics() -> None:
     assert counts == set(range(2, 9))
 
 
-def _window(events: float, rss: float) -> dict[str, object]:
-    return {"agent_events_per_s": events, "probe_events_per_s": 100.0, "agent_rss_mib": [rss, rss, rss]}
+def _window(events: float, rss: float, slices: int) -> dict[str, object]:
+    return {
+        "agent_events_per_agent": events,
+        "agent_events_per_s": events / 60,
+        "slice_probe_events": slices,
+        "probe_events_per_s": 100.0,
+        "agent_rss_mean_mib": rss,
+    }
 
 
 def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
@@ -106,29 +126,33 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
         "allocated": 5000,
         "pods_per_s": 80.0,
         "scheduler": {"attempt_p99_s": 1.5, "algorithm_p99_s": 0.1},
-        "window": _window(0.0, 75.5),
     }
     result = {
         "sizes": {"nodes": 500, "mid_nodes": 100, "churn_pods": 30},
         "publish_s": 3.2,
-        "small": {"churn": _window(0.0, 75.4)},
-        "mid": {"churn": _window(0.0, 75.4)},
+        "small": {"churn": _window(2, 75.4, 6)},
+        "mid": {"added": 97, "churn": _window(2, 75.4, 24)},
         "large": {
-            "nodes": 500,
+            "added": 400,
+            "churn": _window(2, 75.5, 104),
             "with_claims": claims,
             "without_claims": {"pods_per_s": 200.0, "scheduler": {"algorithm_p99_s": 0.02}},
+            "claims_to_plain_ratio": 0.4,
         },
     }
-    result["large"]["claims_to_plain_ratio"] = 0.4  # type: ignore[index]
     result["scale_line"] = scale.scale_line(result)
     assert result["scale_line"] == (
         "SCALE nodes=500 claims=5000 publish_s=3.20 sched_pods_per_s=80.0 sched_p99_s=1.500 "
-        "agent_events_per_s=0.000 agent_rss_mib=75.5"
+        "agent_events_per_s=0.033 agent_rss_mib=75.5"
     )
     table = report.scale_table(result)
-    assert "| 500, 5000 |" in table and "80.0 ÷ 200.0 = 0.40" in table and "| 75.4 | 75.4 | 75.5 |" in table
-    assert "| 100.0 ÷ 20.0 |" in table and "| 1500 |" in table
+    assert "| 3, 30 | 100, 30 | 500, 5,000 + 30 |" in table
+    assert "| 2 | 2 | 2 |" in table and "| 6 | 24 | 104 |" in table and "| 75.4 | 75.4 | 75.5 |" in table
+    assert "80.0 ÷ 200.0 = 0.40" in table and "| 100.0 ÷ 20.0 |" in table and "| 1500 |" in table
+    assert "publish 497 nodes' slices" in table
 
 
-def test_lease_renew_times_always_carry_their_microseconds() -> None:
-    assert keeper._micro_now().microsecond > 0
+def test_lease_renew_times_are_written_with_their_six_fraction_digits() -> None:
+    """The API server refuses a Lease's renewTime without them (a MicroTime)."""
+    written = LeaseSpec(renewTime=keeper._micro_now()).to_dict()["renewTime"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", written), written

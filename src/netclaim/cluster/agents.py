@@ -306,7 +306,7 @@ VIRTUAL_POLICY = (
 )
 
 
-def synthetic_inventory(path: Path, count: int) -> None:
+def synthetic_inventory(path: Path, count: int, mtu: int = 1500) -> None:
     """An inventory file of `count` physical-looking 25G NICs, for an agent of a kubelet-less node."""
     interfaces = [
         {
@@ -314,7 +314,7 @@ def synthetic_inventory(path: Path, count: int) -> None:
             "index": 100 + i,
             "kind": "physical",
             "mac": f"02:00:00:00:{i // 256:02x}:{i % 256:02x}",
-            "mtu": 1500,
+            "mtu": mtu,
             "up": True,
             "virtual": False,
             "speed_bps": 25_000_000_000,
@@ -323,6 +323,12 @@ def synthetic_inventory(path: Path, count: int) -> None:
         for i in range(count)
     ]
     path.write_text(yaml.safe_dump(interfaces))
+
+
+def virtual_agent_files(work: Path, node: str) -> Path:
+    """Where start_virtual_agent keeps the agent's files: inventory.yaml (rewrite it to change its NICs),
+    policy.yaml, kubeconfig, its state and kubelet plugin directories."""
+    return work / node
 
 
 def start_virtual_agent(
@@ -338,7 +344,7 @@ def start_virtual_agent(
     `kubelet_plugin`, whose socket no kubelet then calls) with `nics` synthetic NICs shared by one rule
     (VIRTUAL_POLICY), talking to `server` (default: the cluster's API server); it removes its slices when
     stopped. Returns its process name (processes.stop(work, name)) and when it was started (time.time())."""
-    files = work / node
+    files = virtual_agent_files(work, node)
     files.mkdir(parents=True, exist_ok=True)
     inventory, policy, kubeconfig = files / "inventory.yaml", files / "policy.yaml", files / "kubeconfig"
     synthetic_inventory(inventory, nics)
