@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 from netclaim.cluster import processes
 from netclaim.cluster.cluster import ClusterHandle
 from netclaim.cluster.images import BUSYBOX_IMAGE
+from netclaim.cluster.layout import REPO_ROOT
 from tests.kube import typed
 
 DRIVER = "netclaim.dev"
@@ -383,3 +385,18 @@ def kubectl_netclaim(cluster: ClusterHandle, *args: str) -> str:
     done = run_kubectl_netclaim(cluster, *args)
     assert done.returncode == 0, f"kubectl netclaim {' '.join(args)}: {done.stderr}"
     return done.stdout
+
+
+def run_quick(module: str, out: Path) -> str:
+    """`python -m <module> --quick --out <out>` (into a scratch copy of README.md): its last line."""
+    shutil.copy(REPO_ROOT / "README.md", out / "README.md")
+    run = subprocess.run(
+        [sys.executable, "-m", module, "--quick", "--out", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    return run.stdout.strip().splitlines()[-1]

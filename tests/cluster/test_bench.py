@@ -5,33 +5,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from benchmarks import report, suite
 
 from netclaim.cluster.layout import ClusterLayout
+from tests.cluster.helpers import run_quick
 
-ROOT = Path(__file__).resolve().parents[2]
 BENCH_KEYS = [key for key, _, _ in report.TARGETS] + ["fullnode_s"]
 
 
 def test_make_bench_runs_every_phase_and_writes_the_report(tmp_path: Path) -> None:
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
     (tmp_path / "docs").mkdir()
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.suite", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    last = run.stdout.strip().splitlines()[-1]
-    assert last.startswith("BENCH "), run.stdout[-2000:]
+    last = run_quick("benchmarks.suite", tmp_path)
+    assert last.startswith("BENCH "), last
     assert sorted(report.bench_values(last)) == sorted(BENCH_KEYS)
 
     result = json.loads((tmp_path / "bench" / "report.json").read_text())

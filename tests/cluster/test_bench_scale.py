@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from benchmarks import report, scale
 
 from netclaim.cluster.layout import ClusterLayout
+from tests.cluster.helpers import run_quick
 
-ROOT = Path(__file__).resolve().parents[2]
 SCALE_KEYS = [
     "nodes",
     "claims",
@@ -29,18 +26,8 @@ SCALE_KEYS = [
 
 
 def test_make_bench_scale_schedules_everything_and_oversubscribes_nothing(tmp_path: Path) -> None:
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scale", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    last = run.stdout.strip().splitlines()[-1]
-    assert last.startswith("SCALE "), run.stdout[-2000:]
+    last = run_quick("benchmarks.scale", tmp_path)
+    assert last.startswith("SCALE "), last
     values = report.bench_values(last)
     assert list(values) == SCALE_KEYS
     quick = scale.QUICK
