@@ -71,7 +71,7 @@ bench: deps bins
 	$(BIN)/python -m benchmarks.suite
 
 # The control plane's cost as the cluster grows: 3, 100 and 500 kubelet-less nodes, 5,000 claims
-# (benchmarks/scale.py; about 10 min on 2 cores); writes bench/scale.json and README's scale table.
+# (benchmarks/scale.py; about 12 min on 2 cores); writes bench/scale.json and README's scale table.
 bench-scale: deps bins
 	$(BIN)/python -m benchmarks.scale
 
