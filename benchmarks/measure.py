@@ -111,11 +111,14 @@ class AgentRequest:
     resource: str
     name: str
     query: dict[str, list[str]]
+    code: int  # the API server's answer (403: refused)
 
     def wide(self) -> str | None:
         """Why this read grows with the cluster rather than with the agent's own node (None: it does not).
         Named reads and writes are narrow; a list or watch must be narrowed server-side to this node's
         slices, or to one claim's (or, after an address collision, one pool's) IPAllocations."""
+        if not self.resource:  # discovery (/api, /apis, /version): no objects read
+            return None
         if self.verb not in ("list", "watch"):
             return (
                 None if self.name or self.verb == "create" else f"{self.verb} {self.resource} without a name"
@@ -156,6 +159,7 @@ def agent_requests(audit_log: Path, offset: int = 0) -> list[AgentRequest]:
                 + (f"/{ref['subresource']}" if ref.get("subresource") else ""),
                 name=ref.get("name", ""),
                 query=urllib.parse.parse_qs(uri.query),
+                code=int((entry.get("responseStatus") or {}).get("code", 0)),
             )
     return list(found.values())
 

@@ -156,3 +156,10 @@ def test_lease_renew_times_are_written_with_their_six_fraction_digits() -> None:
     """The API server refuses a Lease's renewTime without them (a MicroTime)."""
     written = LeaseSpec(renewTime=keeper._micro_now()).to_dict()["renewTime"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", written), written
+
+
+def test_discovery_is_not_a_read_and_the_answer_is_kept(tmp_path: Path) -> None:
+    discovery = {**_entry("1", "get", "/apis", ""), "responseStatus": {"code": 200}}
+    refused = {**_entry("2", "list", "/api/v1/secrets", "secrets"), "responseStatus": {"code": 403}}
+    requests = measure.agent_requests(_write(tmp_path / "audit.log", [discovery, refused]))
+    assert [(r.wide() is None, r.code) for r in requests] == [(True, 200), (False, 403)]
