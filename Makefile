@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool mmdebstrap
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
-.PHONY: deps system-deps bins image proto proto-check test unit lint typecheck bench bench-scale soak demo demo-down clean
+.PHONY: deps system-deps bins deploy image proto proto-check test unit lint typecheck bench bench-scale soak demo demo-down clean
 
 deps: system-deps $(DEPS_STAMP)
 
@@ -28,6 +28,11 @@ $(DEPS_STAMP): pyproject.toml
 
 bins: deps
 	$(BIN)/netclaim cluster build
+
+# deploy/ is the chart rendered with its default values (netclaim.cluster.manifests): edit the chart, then
+# run this; tests/test_helm_chart.py fails when they drift.
+deploy: bins
+	$(BIN)/python -m netclaim.cluster.manifests
 
 # The agent's image without a container engine (mmdebstrap + pip --target), reproducible and cached:
 # build/netclaim-image.tar, for `ctr -n k8s.io images import`. The Dockerfile builds the same content.

@@ -3,7 +3,6 @@ object, and each value reaches the objects it is for (and only those)."""
 
 from __future__ import annotations
 
-import copy
 import difflib
 import re
 import subprocess
@@ -15,6 +14,7 @@ import yaml
 
 from netclaim.api.publishpolicy import PublishPolicy
 from netclaim.api.validate import ALLOWED_PLUGINS
+from netclaim.cluster import manifests
 from netclaim.cluster.binaries import built_bin_dir
 from netclaim.cluster.layout import REPO_ROOT
 from netclaim.errors import PrerequisiteError
@@ -68,35 +68,6 @@ def render(helm: Path, *args: str, namespace: str = NAMESPACE) -> Objects:
     return _objects(result.stdout, "helm template")
 
 
-def deploy_objects() -> Objects:
-    objects: Objects = {}
-    for path in sorted(DEPLOY.glob("*.yaml")):
-        found = _objects(path.read_text(), str(path))
-        assert not found.keys() & objects.keys(), f"{path}: {found.keys() & objects.keys()} twice in deploy/"
-        objects |= found
-    return objects
-
-
-def _comparable(key: Key, obj: dict[str, Any]) -> dict[str, Any]:
-    """The object as compared. The one normalisation: the policy ConfigMap's policy.yaml is compared as the
-    YAML document it holds (the value `policy` is YAML, rendered by toYaml; deploy/ writes it by hand)."""
-    if key != POLICY:
-        return obj
-    obj = copy.deepcopy(obj)
-    obj["data"]["policy.yaml"] = yaml.safe_load(obj["data"]["policy.yaml"])
-    return obj
-
-
-def _diff(expected: dict[str, Any], actual: dict[str, Any], names: tuple[str, str]) -> str:
-    lines = difflib.unified_diff(
-        yaml.safe_dump(expected, sort_keys=True).splitlines(),
-        yaml.safe_dump(actual, sort_keys=True).splitlines(),
-        *names,
-        lineterm="",
-    )
-    return "\n".join(lines)
-
-
 def _container(objects: Objects, key: Key) -> dict[str, Any]:
     container: dict[str, Any] = objects[key]["spec"]["template"]["spec"]["containers"][0]
     return container
@@ -139,16 +110,21 @@ def test_helm_lint_is_clean(helm: Path) -> None:
         assert "1 chart(s) linted, 0 chart(s) failed" in output, output
 
 
-def test_default_values_render_exactly_deploy(helm: Path) -> None:
-    expected, actual = deploy_objects(), render(helm)
-    assert expected.keys() == actual.keys(), (
-        f"only in deploy/: {sorted(expected.keys() - actual.keys())}\n"
-        f"only in the chart: {sorted(actual.keys() - expected.keys())}"
+def test_deploy_is_the_chart_rendered_with_its_defaults(helm: Path) -> None:
+    """One source: deploy/ is what `make deploy` renders from the chart, byte for byte."""
+    rendered = manifests.render(helm)
+    on_disk = {p.name: p.read_text() for p in sorted(DEPLOY.glob("*.yaml"))}
+    assert on_disk.keys() == rendered.keys(), (
+        "deploy/ has other files than the chart renders: run make deploy"
     )
-    for key in sorted(expected):
-        want, got = _comparable(key, expected[key]), _comparable(key, actual[key])
-        if want != got:
-            pytest.fail(f"{key} differs:\n" + _diff(want, got, ("deploy/", "helm template")))
+    for name, text in rendered.items():
+        if on_disk[name] != text:
+            diff = difflib.unified_diff(
+                on_disk[name].splitlines(), text.splitlines(), f"deploy/{name}", "chart", lineterm=""
+            )
+            pytest.fail(
+                f"deploy/{name} differs from the chart's rendering (run make deploy):\n" + "\n".join(diff)
+            )
 
 
 def test_the_default_plugin_list_is_what_netclaim_validate_allows(helm: Path) -> None:

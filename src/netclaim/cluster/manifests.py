@@ -1,0 +1,59 @@
+"""deploy/ is the chart rendered with its default values: one source for both install paths.
+
+`make deploy` writes it (`python -m netclaim.cluster.manifests`); tests/test_helm_chart.py fails when the
+checked-in files differ from a fresh rendering. Each template becomes the file of the same name (the
+namespace first, so that `kubectl apply -f deploy/` creates it before what lives in it), its documents in
+the order helm installs them, with a header saying where they come from.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from netclaim.cluster.binaries import built_bin_dir
+from netclaim.cluster.layout import REPO_ROOT
+
+CHART = REPO_ROOT / "charts" / "netclaim"
+DEPLOY = REPO_ROOT / "deploy"
+RELEASE = "netclaim"
+NAMESPACE = "netclaim-system"
+SOURCE = f"# Source: {RELEASE}/templates/"
+FILE_NAMES = {"namespace.yaml": "00-namespace.yaml"}  # applied first by `kubectl apply -f deploy/`
+HEADER = (
+    "# Rendered from charts/netclaim with its default values by `make deploy`: edit the chart, then run it.\n"
+)
+
+
+def render(helm: Path) -> dict[str, str]:
+    """deploy/'s file name -> its text, from `helm template` of the chart with its default values."""
+    output = subprocess.run(
+        [str(helm), "template", RELEASE, str(CHART), "--namespace", NAMESPACE],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    files: dict[str, list[str]] = {}
+    for document in output.split("\n---\n"):
+        first, _, body = document.removeprefix("---\n").partition("\n")
+        if not first.startswith(SOURCE):
+            raise ValueError(f"helm template: a document without its source: {first!r}")
+        template = first.removeprefix(SOURCE)
+        files.setdefault(FILE_NAMES.get(template, template), []).append(body.strip("\n") + "\n")
+    return {name: HEADER + "---\n".join(documents) for name, documents in files.items()}
+
+
+def main() -> int:
+    rendered = render(built_bin_dir() / "helm")
+    for stale in set(p.name for p in DEPLOY.glob("*.yaml")) - set(rendered):
+        (DEPLOY / stale).unlink()
+    for name, text in rendered.items():
+        (DEPLOY / name).write_text(text)
+    print(f"deploy/: {len(rendered)} files rendered from charts/netclaim")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
