@@ -364,7 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--cni-plugins", help="comma-separated plugin types claims may use (default: all installed)"
     )
     agent.add_argument(
-        "--ipam-data-dir", type=Path, help="host-local reservations of configs naming no dataDir go here"
+        "--ipam-data-dir",
+        type=Path,
+        help="host-local reservations of configs naming no dataDir go here (default <state-dir>/host-local)",
+    )
+    agent.add_argument(
+        "--reserved-cidrs",
+        help="comma-separated networks a claim's own IPAM never uses: the cluster's pod and Service CIDRs",
     )
     agent.add_argument("--inventory-file", type=Path, help="a synthetic inventory instead of netlink (tests)")
     agent.add_argument("--state-dir", type=Path, help="durable state (default /var/lib/netclaim)")

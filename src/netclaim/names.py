@@ -21,9 +21,16 @@ PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 PCIE_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
 PCI_ID = re.compile(r"0x[0-9a-f]{4}")
 MAC = re.compile(r"([0-9a-f]{2}:){5}[0-9a-f]{2}")
-# Linux accepts any 1-15 bytes but '/', ':' and white space; '%' is refused too (it is the kernel's
-# printf-style template for "next free name", e.g. `net%d`, never a fixed name).
-INTERFACE_NAME = re.compile(r"[^/\s:%]{1,15}")
+# Linux accepts any 1-15 bytes but '/', ':' and white space; a name inside a pod is narrower, so that it
+# is one token in every status, Event, log line and tool that shows it: ASCII letters, digits, '_', '.',
+# '-', starting with a letter or digit (no control characters, no NUL, no `%d` kernel template).
+INTERFACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
+# Names a pod's interface may not take: loopback, the primary network's interface, and the prefix of the
+# ingress-shaping devices netclaim creates beside it (netclaim.adapters.netlink.ifb_name).
+RESERVED_INTERFACE_NAMES = frozenset({"lo", "eth0"})
+RESERVED_INTERFACE_PREFIX = "ifb"
+# A CNI network's name (the spec's rule): host-local keys its reservations by it, libcni its cache files.
+NETWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 PLUGIN_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 QUALIFIED_NAME = re.compile(
     r"(([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z_][A-Za-z0-9_]{0,31}"
@@ -40,10 +47,23 @@ def is_dns_label(name: str) -> bool:
 
 
 def check_interface_name(name: str) -> str:
-    """`name` when Linux (and every CNI plugin) takes it as an interface name; else a ValueError."""
-    if INTERFACE_NAME.fullmatch(name) is None or len(name.encode()) > 15 or name in {".", "..", "lo"}:
+    """`name` when it may name a NIC (on the node or in a pod); else a ValueError."""
+    if INTERFACE_NAME.fullmatch(name) is None:
         raise ValueError(
-            f"{name!r} is not a usable interface name: 1-15 bytes, no '/', ':', '%' or spaces, not lo"
+            f"{name!r} is not a usable interface name: 1-15 of A-Z a-z 0-9 _ . -, starting with a letter "
+            "or digit"
+        )
+    return name
+
+
+def check_pod_interface_name(name: str) -> str:
+    """`name` when a pod's interface may take it: a usable name that is not the pod's loopback or primary
+    interface, nor one of netclaim's shaping devices; else a ValueError."""
+    check_interface_name(name)
+    if name in RESERVED_INTERFACE_NAMES or name.startswith(RESERVED_INTERFACE_PREFIX):
+        raise ValueError(
+            f"{name!r} is taken inside the pod: lo, eth0 (the primary network) and ifb* (netclaim's "
+            "shaping devices) are not a claim's to name"
         )
     return name
 

@@ -464,6 +464,7 @@ def sample_device(
             "netclaim.dev/shared": shared,
         },
         capacity={BANDWIDTH: bandwidth},
+        tenant_ranges=("10.0.0.0/8", "fd00::/8"),  # where the unit tests' own host-local ranges lie
     )
 
 

@@ -42,37 +42,29 @@ def test_claims_may_use_exactly_the_tenant_allow_list() -> None:
     assert _admission_plugin_lists()[1] == set(PLUGINS) | set(IPAM)
 
 
-def _cel_map(name: str) -> dict[str, set[str]]:
-    """A variable of netclaim-config that is a CEL map of lists of strings, as Python."""
+def _cel_map_of_maps(name: str) -> dict[str, set[str]]:
+    """A variable of netclaim-config that is a CEL map of maps (name -> {key: type}), as name -> keys."""
     expression = _variable(name)
     return {
-        key: set(re.findall(r"'([a-z-]+)'", names))
-        for key, names in re.findall(r"'([a-z-]+)':\s*\[([^\]]*)\]", expression)
+        outer: set(re.findall(r"'([A-Za-z-]+)':", inner))
+        for outer, inner in re.findall(r"'([A-Za-z-]+)':\s*\{([^}]*)\}", expression)
     }
 
 
-def test_claims_may_set_the_keys_the_agent_allows() -> None:
-    assert _cel_map("tenantKeys") == {kind: {"type", *fields} for kind, fields in PLUGINS.items()}
-    assert _cel_map("tenantIpamKeys") == {kind: set(fields) for kind, fields in IPAM.items()}
-
-
-def _fields_of() -> dict[str, set[str]]:
-    """The fieldsOf variable of netclaim-config (kind -> the fields a config of that kind may have)."""
-    expression = _variable("fieldsOf")
-    return {
-        kind: set(re.findall(r"'([A-Za-z]+)'", names))
-        for kind, names in re.findall(r"'([A-Za-z]+)':\s*\[([^\]]*)\]", expression)
-    }
+def test_claims_may_set_the_keys_the_agent_allows_in_the_same_spelling() -> None:
+    assert _cel_map_of_maps("tenantTypes") == {kind: {"type", *fields} for kind, fields in PLUGINS.items()}
+    assert _cel_map_of_maps("tenantIpamTypes") == {kind: set(fields) for kind, fields in IPAM.items()}
 
 
 def test_address_configs_may_have_exactly_the_fields_the_agent_decodes() -> None:
-    assert _fields_of()["AddressConfig"] == set(AddressConfig.model_fields)
+    assert _cel_map_of_maps("fieldTypes")["AddressConfig"] == set(AddressConfig.model_fields)
 
 
-def test_cni_configs_may_have_the_fields_the_agent_decodes_but_pinned() -> None:
-    """`pinned` is allowed in a DeviceClass only, by its own clause of unknownFields."""
-    assert _fields_of()["CNIConfig"] == set(CNIConfig.model_fields) - {"pinned"}
+def test_cni_configs_may_have_the_fields_the_agent_decodes() -> None:
+    """`pinned` and `devicesPerRequest` too, in a DeviceClass only (the variable classOnly)."""
+    assert _cel_map_of_maps("fieldTypes")["CNIConfig"] == set(CNIConfig.model_fields)
+    assert set(re.findall(r"'([A-Za-z]+)'", _variable("classOnly"))) == {"pinned", "devicesPerRequest"}
 
 
 def test_admission_knows_the_kinds_the_agent_decodes() -> None:
-    assert set(_fields_of()) == set(KINDS)
+    assert set(_cel_map_of_maps("fieldTypes")) == set(KINDS)

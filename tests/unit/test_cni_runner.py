@@ -70,7 +70,7 @@ def test_host_local_without_a_data_dir_keeps_reservations_where_the_node_says(tm
     }
     filled = with_node_defaults(chain, tmp_path / "ipam")
     assert [p.get("ipam", {}).get("dataDir") for p in filled["plugins"]] == [
-        str(tmp_path / "ipam"),
+        str(tmp_path / "ipam" / "admin"),
         "/admin/chose",
         None,
         None,

@@ -34,7 +34,7 @@ def test_good_config_decodes() -> None:
         ),
         (_with(["colour"], "red"), f"{LOCATION}.colour: unknown field"),
         (_with(["interfaceName"], "a/b"), f"{LOCATION}.interfaceName: 'a/b' is not a usable interface name"),
-        (_with(["interfaceName"], "lo"), f"{LOCATION}.interfaceName: 'lo' is not"),
+        (_with(["interfaceName"], "lo"), f"{LOCATION}.interfaceName: 'lo' is taken inside the pod"),
         (_with(["interfaceName"], "x" * 16), f"{LOCATION}.interfaceName"),
         (_with(["bandwidth"], "max"), f"{LOCATION}.bandwidth"),
         (
@@ -128,7 +128,9 @@ def test_a_config_nested_two_thousand_deep_is_a_clear_error_naming_it() -> None:
     for _ in range(2000):
         deep = {"a": [deep]}
     parameters = {**VALID_CONFIG, "config": {**VALID_CONFIG["config"], "extra": deep}}
-    with pytest.raises(ConfigError, match=r"^claim ns/c: nested deeper than 32 levels$"):
+    with pytest.raises(
+        ConfigError, match=r"^claim ns/c\.config\.extra\.a\[0\]\.a.*…: nested deeper than 32 levels$"
+    ):
         decode(parameters, "claim ns/c")
 
 

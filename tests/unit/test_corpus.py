@@ -35,6 +35,7 @@ DEVICE = Device(
     if_name="enp0s10",
     shared=True,
     attributes={"netclaim.dev/ifName": "enp0s10", "netclaim.dev/mtu": 1500},
+    tenant_ranges=("10.90.0.0/16",),  # VALID_CONFIG's range: the test cluster's policy gives tenants it too
 )
 
 

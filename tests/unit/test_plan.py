@@ -78,16 +78,29 @@ def test_a_claim_is_planned_from_its_config_and_the_published_device() -> None:
 
 
 @pytest.mark.parametrize(
-    ("bandwidth_mode", "consumed", "expected"),
-    [("enforce", "1G", 1_000_000_000), ("none", "1G", None), ("enforce", None, None)],
+    ("bandwidth_mode", "source", "consumed", "expected"),
+    [
+        ("enforce", "FromClaim", "1G", 1_000_000_000),
+        ("none", "FromClass", "1G", None),
+        ("enforce", "FromClaim", None, None),
+    ],
 )
 def test_bandwidth_is_shaped_only_when_enforced_and_consumed(
-    bandwidth_mode: str, consumed: str | None, expected: int | None
+    bandwidth_mode: str, source: str, consumed: str | None, expected: int | None
 ) -> None:
     claim = sample_claim(
-        (sample_allocation(NIC, bandwidth=consumed),), (sample_config(_config(bandwidth=bandwidth_mode)),)
+        (sample_allocation(NIC, bandwidth=consumed),),
+        (sample_config(_config(bandwidth=bandwidth_mode), source),),
     )
     assert _only_plan(claim).bandwidth_bps == expected
+
+
+def test_a_claim_cannot_turn_the_shaping_of_its_share_off() -> None:
+    claim = sample_claim(
+        (sample_allocation(NIC, bandwidth="1G"),), (sample_config(_config(bandwidth="none")),)
+    )
+    with pytest.raises(ConfigError, match=r"opaque\.parameters\.bandwidth: a claim cannot turn shaping off"):
+        _plan(claim)
 
 
 def test_only_this_drivers_devices_and_configs_are_planned() -> None:
@@ -166,7 +179,7 @@ def test_a_device_the_node_no_longer_publishes_is_a_config_error() -> None:
     ("cni", "field"),
     [
         (_cni({"master": "eth0"}), r"config\.plugins\[0\]\.master: 'eth0' is not the allocated device"),
-        (_cni({"Master": "eth0"}), r"config\.plugins\[0\]\.Master: 'eth0' is not the allocated device"),
+        (_cni({"Master": "eth0"}), r"config\.plugins\[0\]\.Master: write it 'master'"),
         (_cni({"device": "enp2s0"}), r"config\.plugins\[0\]\.device: not a field a claim may set here"),
         (_cni(dataDir="/var/lib/mine"), r"config\.plugins\[0\]\.ipam\.dataDir: not a field a claim may set"),
         (_cni(datadir="/var/lib/mine"), r"config\.plugins\[0\]\.ipam\.datadir: not a field a claim may set"),
@@ -186,7 +199,7 @@ def test_the_admin_config_may_name_other_host_interfaces_and_ipam_state() -> Non
     claim = sample_claim(
         (sample_allocation(NIC),), (sample_config(admin, "FromClass"), sample_config(user, "FromClaim"))
     )
-    plan = _only_plan(claim, ipam_data_dir=Path("/var/lib/netclaim/ipam"))
+    plan = _only_plan(claim, host_local_dir=Path("/var/lib/netclaim/ipam"))
     assert plan.interface_name == "data0"
     assert plan.conflist["plugins"][0]["master"] == "bond0"
     assert plan.conflist["plugins"][0]["ipam"]["dataDir"] == "/var/lib/netclaim/ipam-admin"
@@ -280,11 +293,13 @@ def test_node_defaults_put_host_local_state_in_the_agents_directory() -> None:
     }
     filled = with_node_defaults(conflist, Path("/var/lib/netclaim/ipam"))
     assert [p.get("ipam", {}).get("dataDir") for p in filled["plugins"]] == [
-        "/var/lib/netclaim/ipam",
+        "/var/lib/netclaim/ipam/admin",
         "/admin/chose",
         None,
         None,
     ]
+    tenants = with_node_defaults(conflist, Path("/var/lib/netclaim/ipam"), tenant="team-a")
+    assert tenants["plugins"][0]["ipam"]["dataDir"] == "/var/lib/netclaim/ipam/tenant/team-a"
     assert "dataDir" not in conflist["plugins"][0]["ipam"]  # the input is not changed
     assert with_node_defaults(conflist, None) == conflist
 

@@ -4,6 +4,7 @@ they are released."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import ipaddress
 from collections.abc import Iterator
 from dataclasses import replace
@@ -57,7 +58,6 @@ CNI: dict[str, Any] = {  # a tenant's config leaving the addresses to the pool
     "apiVersion": "netclaim.dev/v1alpha1",
     "kind": "CNIConfig",
     "interfaceName": "net1",
-    "bandwidth": "none",
     "config": {
         "cniVersion": "1.0.0",
         "name": "lan3",
@@ -237,16 +237,34 @@ def test_only_the_target_interface_gets_the_addresses() -> None:
     assert [p.ips for p in by_request["net2"].pool_addresses] == [("10.10.3.17/24", "fd00:10:3::7/64")]
 
 
-@pytest.mark.parametrize("key", ["ipam", "IPAM", "Ipam"])
-def test_a_first_plugin_with_its_own_ipam_is_a_config_error(key: str) -> None:
+@pytest.mark.parametrize(
+    ("key", "refusal"),
+    [
+        ("ipam", r"config.plugins\[0\].ipam: the device's network is served by IPPool lan3"),
+        ("IPAM", r"config.plugins\[0\].IPAM: write it 'ipam'"),
+        ("Ipam", r"config.plugins\[0\].Ipam: write it 'ipam'"),
+    ],
+)
+def test_a_first_plugin_with_its_own_ipam_is_a_config_error(key: str, refusal: str) -> None:
     own = {"type": "host-local", "ranges": [[{"subnet": "10.90.0.0/24"}]]}
     configs = ((_cni(**{key: own}), ("net",)), (_addresses(), ("addr",)))
+    with pytest.raises(ConfigError, match=refusal):
+        _plan(_claim(*configs), [_grant()])
+
+
+def test_an_admin_ipam_beside_the_pools_addresses_is_a_config_error() -> None:
+    own = {"type": "host-local", "ranges": [[{"subnet": "10.90.0.0/24"}]]}
+    configs = ((_cni(ipam=own), ("net",)), (_addresses(), ("addr",)))
+    claim = _claim(*configs)
+    claim = dataclasses.replace(
+        claim, configs=tuple(dataclasses.replace(c, source="FromClass") for c in claim.configs)
+    )
     with pytest.raises(
         ConfigError,
         match=r"claim team-a/claim-1: request net: config.plugins\[0\].ipam: the claim takes its addresses "
         r"from IPPool lan3; leave ipam out",
     ):
-        _plan(_claim(*configs), [_grant()])
+        _plan(claim, [_grant()])
 
 
 @pytest.mark.parametrize("network", ["lan4", None])

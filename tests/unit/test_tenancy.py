@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+from typing import Any
 
 import pytest
 
 from netclaim.adapters.kube import Claim, DeviceConfig
 from netclaim.api.cniconfig import plugin_types
-from netclaim.api.tenancy import Target, case_duplicates, tenant_problems
+from netclaim.api.ippool import IPPool
+from netclaim.api.tenancy import Target, tenant_problems
 from netclaim.api.validate import ALLOWED_PLUGINS, problems
 from netclaim.configure.plan import plan_claim
 from netclaim.errors import ConfigError
 from netclaim.publish.devices import Device
-from tests.attacks import Attack, attacks, chain, macvlan
+from tests.attacks import CORPUS_POOL, TENANT_RANGES, Attack, Nested, attacks, chain, macvlan, nested_value
 from tests.unit.fakes import sample_allocation, sample_claim, sample_config
 
 ATTACKS = attacks()
@@ -21,38 +24,72 @@ SHARED = Device(
     name="pci-0000-5e-00-0",
     if_name="enp0s10",
     shared=True,
-    attributes={"netclaim.dev/ifName": "enp0s10", "netclaim.dev/kind": "physical"},
+    attributes={
+        "netclaim.dev/ifName": "enp0s10",
+        "netclaim.dev/kind": "physical",
+        "netclaim.dev/childType": "macvlan",
+    },
+    tenant_ranges=TENANT_RANGES,
 )
 EXCLUSIVE = dataclasses.replace(SHARED, shared=False)
+POOLS = (IPPool.from_api(CORPUS_POOL),)
+CLUSTER = tuple(ipaddress.ip_network(n) for n in ("10.245.0.0/16", "10.96.0.0/16"))
 
 
-def _claim(config: dict[str, object], source: str, device: Device) -> Claim:
-    parameters = {"apiVersion": "netclaim.dev/v1alpha1", "kind": "CNIConfig", "config": config}
-    return sample_claim((sample_allocation(device),), (sample_config(parameters, source),))
+def _deep(value: Any) -> Any:
+    """`value` with every Nested placeholder of the corpus built for real (the planner reads JSON values)."""
+    if isinstance(value, Nested):
+        return nested_value()
+    if isinstance(value, dict):
+        return {k: _deep(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep(v) for v in value]
+    return value
 
 
-def _plan(config: dict[str, object], source: str, device: Device) -> None:
+def _claim(
+    config: dict[str, object], source: str, device: Device, extra: dict[str, object] | None = None
+) -> Claim:
+    parameters = {
+        "apiVersion": "netclaim.dev/v1alpha1",
+        "kind": "CNIConfig",
+        "config": config,
+        **(extra or {}),
+    }
+    return sample_claim((sample_allocation(device),), (sample_config(_deep(parameters), source),))
+
+
+def _plan(
+    config: dict[str, object], source: str, device: Device, extra: dict[str, object] | None = None
+) -> None:
     plan_claim(
-        _claim(config, source, device), driver="netclaim.dev", node="node-1", device={device.name: device}.get
+        _claim(config, source, device, extra),
+        driver="netclaim.dev",
+        node="node-1",
+        device={device.name: device}.get,
+        pools=POOLS,
+        reserved=CLUSTER,
     )
 
 
 def test_the_attack_corpus_is_big_enough() -> None:
     print(f"attack corpus: {len(ATTACKS)} tenant configs")
-    assert len(ATTACKS) >= 60
+    assert len(ATTACKS) >= 122  # 72 before the second round of tenant hardening, and 50 more
     assert len({a.name for a in ATTACKS}) == len(ATTACKS)
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.name)
 def test_every_attack_is_refused_at_prepare_naming_the_field(attack: Attack) -> None:
     with pytest.raises(ConfigError) as err:
-        _plan(attack.config, "FromClaim", SHARED)
+        _plan(attack.config, "FromClaim", SHARED, attack.parameters)
     assert attack.field in str(err.value), str(err.value)
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.name)
 def test_the_same_config_from_the_admin_is_accepted_where_admins_may(attack: Attack) -> None:
     """The boundary is who writes the config: a DeviceClass's on an exclusive device may do all this."""
+    if attack.parameters:  # the CNIConfig's own fields: decoded alike for both (names, nesting)
+        return
     if attack.admin_may:
         _plan(attack.config, "FromClass", EXCLUSIVE)
         return
@@ -78,11 +115,15 @@ def test_host_device_on_a_shared_device_is_refused_even_for_the_admin() -> None:
         _plan(chain({"type": "host-device", "device": "{{ device.ifName }}"}), "FromClass", SHARED)
 
 
-def test_case_duplicates_are_found_at_any_depth() -> None:
-    value = {"a": [{"ipam": {"ranges": 1, "Ranges": 2}}], "A": 1}
-    assert sorted(case_duplicates(value, "config")) == [
-        "config.a[0].ipam: keys 'ranges' and 'Ranges' differ only in case; CNI plugins read them as one",
-        "config: keys 'a' and 'A' differ only in case; CNI plugins read them as one",
+def test_a_claim_writes_each_key_in_its_canonical_case_at_any_depth() -> None:
+    value = chain(
+        macvlan(master="enp0s10", ipam={"type": "host-local", "ranges": [[{"Subnet": "10.70.0.0/24"}]]})
+    )
+    value["Name"] = value.pop("name")
+    assert sorted(tenant_problems(value, Target(if_name="enp0s10", shared=True))) == [
+        "config.Name: write it 'name': a claim's keys must be in their canonical case",
+        "config.plugins[0].ipam.ranges[0][0].Subnet: write it 'subnet': a claim's keys must be in their "
+        "canonical case",
     ]
 
 

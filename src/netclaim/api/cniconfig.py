@@ -27,19 +27,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from netclaim.api.cnikeys import canonical_keys, get_key, lookup_key
 from netclaim.api.ippool import AddressConfig
 from netclaim.api.placeholders import check_placeholders
 from netclaim.errors import ConfigError, field_path
-from netclaim.names import API_VERSION, PLUGIN_TYPE, check_interface_name
+from netclaim.names import API_VERSION, NETWORK_NAME, PLUGIN_TYPE, check_pod_interface_name
 
 KINDS = ("CNIConfig", "AddressConfig")
 MAX_PARAMETERS_BYTES = 10 * 1024
 MAX_PLUGINS = 16
 MAX_DEPTH = 32  # objects and lists inside each other; a CNI config needs 6
+MAX_DEVICES_PER_REQUEST = 16
 CNI_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 RESERVED_PLUGIN_KEYS = ("runtimeConfig", "args", "prevResult")
 DEFAULT_INTERFACE = "net1"
-PRIMARY_INTERFACE = "eth0"  # the runtime names the cluster network's interface so
 
 
 Pinnable = Literal["config", "plugins", "ipam", "master", "interfaceName", "bandwidth"]
@@ -58,16 +59,18 @@ class CNIConfig(BaseModel):
     pinned: list[Pinnable] | None = Field(
         default=None, description="DeviceClass configs only: the parts a claim's config may not change"
     )
+    devicesPerRequest: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DEVICES_PER_REQUEST,
+        description="DeviceClass configs only: devices one request may be allocated (allocationMode All, a "
+        "count); each gets an interface of its own (net1, net1-1…). Default 1",
+    )
 
     @field_validator("interfaceName")
     @classmethod
     def _interface(cls, value: str | None) -> str | None:
-        if value == PRIMARY_INTERFACE:
-            raise ValueError(
-                f"{value!r} is the pod's primary interface (the cluster network's): "
-                "name it otherwise, e.g. net1"
-            )
-        return check_interface_name(value) if value is not None else None
+        return check_pod_interface_name(value) if value is not None else None
 
     @field_validator("config")
     @classmethod
@@ -81,25 +84,26 @@ class CNIConfig(BaseModel):
         return value
 
 
+LIST_ONLY_KEYS = ("cniVersion", "cniVersions", "name", "disableCheck", "disableGC")
+
+
 def as_conflist(config: dict[str, Any]) -> dict[str, Any]:
     """A single plugin config becomes a one-plugin list (what libcni does for .conf files)."""
-    if "plugins" in config:
+    if get_key(config, "plugins") is not None:
         return config
-    plugin = {
-        k: v for k, v in config.items() if k not in ("cniVersion", "cniVersions", "name", "disableCheck")
-    }
-    listed: dict[str, Any] = {k: config[k] for k in ("cniVersion", "cniVersions", "name") if k in config}
-    return {**listed, "plugins": [plugin]}
+    listed = {key.lower() for key in LIST_ONLY_KEYS}
+    plugin = {k: v for k, v in config.items() if k.lower() not in listed}
+    return {**{k: v for k, v in config.items() if k.lower() in listed}, "plugins": [plugin]}
 
 
 def plugin_types(conflist: dict[str, Any]) -> list[str]:
     """Every binary a chain will run: each plugin and each delegated IPAM plugin."""
     types = []
-    for plugin in conflist["plugins"]:
-        types.append(str(plugin["type"]))
-        ipam = plugin.get("ipam")
-        if isinstance(ipam, dict) and "type" in ipam:
-            types.append(str(ipam["type"]))
+    for plugin in get_key(conflist, "plugins"):
+        types.append(str(get_key(plugin, "type")))
+        ipam = get_key(plugin, "ipam")
+        if isinstance(ipam, dict) and get_key(ipam, "type") is not None:
+            types.append(str(get_key(ipam, "type")))
     return types
 
 
@@ -108,23 +112,32 @@ def cni_problems(config: dict[str, Any]) -> Iterator[str]:
     if len(json.dumps(config)) > MAX_PARAMETERS_BYTES:
         yield f": larger than {MAX_PARAMETERS_BYTES} bytes"
         return
-    conflist = as_conflist(config)
-    if not isinstance(conflist.get("name"), str) or not conflist["name"]:
+    conflist = canonical_keys(as_conflist(config))
+    name = conflist.get("name")
+    if not isinstance(name, str) or not name:
         yield "name: required (the network name; host-local keys its reservations by it)"
+    elif not NETWORK_NAME.fullmatch(name) and "{{" not in name:
+        yield (
+            f"name: {name!r} is not a CNI network name: 1-63 of A-Z a-z 0-9 _ . -, starting with a letter "
+            "or digit"
+        )
     version = conflist.get("cniVersion")
     versions = conflist.get("cniVersions")
     if version is None and versions is None:
         yield "cniVersion: required"
-    for item in ([version] if version is not None else []) + (versions if isinstance(versions, list) else []):
-        if item not in CNI_VERSIONS:
-            yield f"cniVersion: {item!r} is not one of {list(CNI_VERSIONS)}"
+    if version is not None and version not in CNI_VERSIONS:
+        yield f"cniVersion: {version!r} is not one of {list(CNI_VERSIONS)}"
+    if versions is not None and (
+        not isinstance(versions, list) or not versions or any(v not in CNI_VERSIONS for v in versions)
+    ):
+        yield f"cniVersions: must be a non-empty list of {list(CNI_VERSIONS)}"
     plugins = conflist.get("plugins")
     if not isinstance(plugins, list) or not plugins:
         yield "plugins: a non-empty list of plugin configs is required"
         return
     if len(plugins) > MAX_PLUGINS:
         yield f"plugins: at most {MAX_PLUGINS}"
-    prefix = "plugins" if "plugins" in config else ""
+    prefix = "plugins" if get_key(config, "plugins") is not None else ""
     for index, plugin in enumerate(plugins):
         where = f"{prefix}[{index}]." if prefix else ""
         if not isinstance(plugin, dict):
@@ -242,28 +255,34 @@ class EffectiveConfig:
     # parts of the DeviceClass's config a claim's config left out but the class pinned: filled in after the
     # claim's own config passed the tenant checks (they are the admin's)
     admin_parts: tuple[tuple[int, str, Any], ...] = ()
+    devices_per_request: int = 1
 
 
-def nesting_depth(value: object) -> int:
-    """How deep objects and lists are nested in `value`, counted without recursion."""
-    deepest, pending = 0, [(value, 1)]
+def too_deep(value: object, limit: int = MAX_DEPTH) -> str | None:
+    """The path of the first object or list nested deeper than `limit` in `value` (found without
+    recursion: a tenant's value may be nested thousands deep); None when nothing is."""
+    pending: list[tuple[object, int, str]] = [(value, 1, "")]
     while pending:
-        item, depth = pending.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
+        item, depth, path = pending.pop()
+        if isinstance(item, dict):
+            children = [(child, f"{path}.{key}" if path else str(key)) for key, child in item.items()]
+        elif isinstance(item, list):
+            children = [(child, f"{path}[{index}]") for index, child in enumerate(item)]
+        else:
             continue
-        deepest = max(deepest, depth)
-        if depth <= MAX_DEPTH:  # past it the answer is known
-            pending.extend((child, depth + 1) for child in children)
-    return deepest
+        if depth > limit:
+            return path if len(path) <= 80 else f"{path[:80]}…"
+        pending.extend((child, depth + 1, where) for child, where in reversed(children))
+    return None
 
 
 def decode(parameters: object, location: str) -> CNIConfig | AddressConfig:
     """Strictly decode one opaque `parameters` object; the error names `location` and the field."""
     if not isinstance(parameters, dict):
         raise ConfigError(f"{location}: parameters must be an object with apiVersion: {API_VERSION}")
-    if nesting_depth(parameters) > MAX_DEPTH:
-        raise ConfigError(f"{location}: nested deeper than {MAX_DEPTH} levels")
+    deep = too_deep(parameters)
+    if deep is not None:
+        raise ConfigError(f"{location}.{deep}: nested deeper than {MAX_DEPTH} levels")
     if parameters.get("apiVersion") != API_VERSION:
         raise ConfigError(f"{location}.apiVersion: {parameters.get('apiVersion')!r} is not {API_VERSION!r}")
     nulls = sorted(str(key) for key, value in parameters.items() if value is None)
@@ -297,6 +316,7 @@ def merge(configs: list[SourcedConfig], request: str) -> EffectiveConfig:
     what a DeviceClass config pinned: a claim may restate a pinned part unchanged or leave it out (it is
     then the class's), never change it."""
     interface, bandwidth, cni, cni_source = None, None, None, ""
+    devices_per_request = 1
     admin_cni: dict[str, Any] | None = None
     pins: set[str] = set()
     carried: list[tuple[int, str, Any]] = []
@@ -307,16 +327,27 @@ def merge(configs: list[SourcedConfig], request: str) -> EffectiveConfig:
         if sourced.source != "FromClass":
             if cfg.pinned is not None:
                 raise ConfigError(f"{where}.pinned: only a DeviceClass config may pin parts of the config")
+            if cfg.devicesPerRequest is not None:
+                raise ConfigError(
+                    f"{where}.devicesPerRequest: only a DeviceClass config may let a request take several "
+                    "devices"
+                )
             if "interfaceName" in pins and cfg.interfaceName not in (None, interface):
                 raise ConfigError(f"{where}.interfaceName: pinned by the DeviceClass to {interface!r}")
             if "bandwidth" in pins and cfg.bandwidth not in (None, bandwidth):
                 raise ConfigError(f"{where}.bandwidth: pinned by the DeviceClass to {bandwidth!r}")
+            if cfg.bandwidth == "none":
+                raise ConfigError(
+                    f"{where}.bandwidth: a claim cannot turn shaping off: on a shared NIC its share is "
+                    "what it consumed (an exclusive NIC is never shaped); only a DeviceClass may"
+                )
             if cfg.config is not None and admin_cni is not None:
                 if "config" in pins:
                     raise ConfigError(f"{where}.config: the DeviceClass pinned its whole config")
                 carried = _pinned_parts(as_conflist(cfg.config), admin_cni, pins, f"{where}.config")
         else:
             pins |= set(cfg.pinned or ())
+            devices_per_request = cfg.devicesPerRequest or devices_per_request
             if cfg.config is not None:
                 admin_cni = as_conflist(cfg.config)
         interface = cfg.interfaceName or interface
@@ -334,12 +365,8 @@ def merge(configs: list[SourcedConfig], request: str) -> EffectiveConfig:
         cni=as_conflist(cni),
         cni_from_admin=cni_source == "FromClass",
         admin_parts=tuple(carried),
+        devices_per_request=devices_per_request,
     )
-
-
-def _lookup(obj: dict[str, Any], key: str) -> tuple[str, Any] | None:
-    """(the key as written, its value) for `key` compared case-insensitively, as Go plugins read it."""
-    return next(((name, value) for name, value in obj.items() if name.lower() == key.lower()), None)
 
 
 def _pinned_parts(
@@ -347,10 +374,10 @@ def _pinned_parts(
 ) -> list[tuple[int, str, Any]]:
     """Check a claim's config list against the class's pinned parts; return the parts to carry over
     (plugin index, key, the class's value) where the claim left them out."""
-    claim_plugins, admin_plugins = claim.get("plugins", []), admin.get("plugins", [])
+    claim_plugins, admin_plugins = get_key(claim, "plugins") or [], get_key(admin, "plugins") or []
     if "plugins" in pins:
-        claim_types = [p.get("type") for p in claim_plugins if isinstance(p, dict)]
-        admin_types = [p.get("type") for p in admin_plugins if isinstance(p, dict)]
+        claim_types = [get_key(p, "type") for p in claim_plugins if isinstance(p, dict)]
+        admin_types = [get_key(p, "type") for p in admin_plugins if isinstance(p, dict)]
         if claim_types != admin_types:
             raise ConfigError(
                 f"{where}.plugins: the DeviceClass pinned the plugin chain {admin_types}; got {claim_types}"
@@ -360,10 +387,10 @@ def _pinned_parts(
         for index, plugin in enumerate(claim_plugins):
             admin_plugin = admin_plugins[index] if index < len(admin_plugins) else {}
             for key in PINNED_PLUGIN_KEYS[part]:
-                theirs, ours = _lookup(plugin, key), _lookup(admin_plugin, key)
-                if theirs is None and ours is not None:
-                    carried.append((index, ours[0], ours[1]))
-                elif theirs is not None and (ours is None or theirs[1] != ours[1]):
+                theirs, ours = lookup_key(plugin, key), lookup_key(admin_plugin, key)
+                if ours is not None and (theirs is None or theirs[1] == ours[1]):
+                    carried.append((index, ours[0], ours[1]))  # the class's, restated or not
+                elif theirs is not None:
                     raise ConfigError(
                         f"{where}.plugins[{index}].{theirs[0]}: pinned by the DeviceClass"
                         + (f" to {ours[1]!r}" if ours is not None else " (it sets none)")

@@ -6,7 +6,11 @@
     - match: {names: ["enp*"], cel: 'device.attributes["netclaim.dev"].speed >= 10000'}
       mode: shared            # shared | exclusive | ignore
       bandwidth: {total: 10Gi, default: 100Mi, min: 1Mi, step: 1Mi}
-      attachments: 32
+      attachments: 32           # pods on the NIC at once
+      attachmentsPerClaim: 1    # of them, one claim's at most
+      childType: macvlan        # macvlan | ipvlan: how pods share the NIC (one kind per NIC)
+      ipvlanMode: l2            # every ipvlan's mode on the NIC (the kernel keeps one per NIC)
+      tenantRanges: [10.70.0.0/16]   # where a claim's own host-local/static IPAM may take addresses
       attributes: {netclaim.dev/network: storage}
 
 An interface no rule matches is not published. Loopback, default-route uplinks, bridge ports and the
@@ -16,9 +20,10 @@ and CEL expressions may refer to is checked when the policy is loaded (netclaim.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from netclaim.errors import ConfigError
 from netclaim.names import QUALIFIED_NAME, pattern
@@ -71,6 +76,17 @@ class Match(_Strict):
 QualifiedName = Annotated[str, Field(pattern=pattern(QUALIFIED_NAME))]
 
 
+def _cidr(value: str) -> str:
+    try:
+        ipaddress.ip_network(value, strict=True)
+    except ValueError as err:
+        raise ValueError(f"{value!r} is not a network in CIDR form (like 10.70.0.0/16): {err}") from None
+    return value
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+
+
 class Rule(_Strict):
     match: Match = Match()
     mode: Literal["shared", "exclusive", "ignore"] = "shared"
@@ -78,7 +94,25 @@ class Rule(_Strict):
     attachments: int = Field(
         default=32, ge=1, le=4096, description="attachments a shared NIC carries at most"
     )
+    attachmentsPerClaim: int = Field(
+        default=1, ge=1, le=4096, description="attachments one claim may take of a shared NIC at most"
+    )
+    childType: Literal["macvlan", "ipvlan"] = Field(
+        default="macvlan", description="how pods share the NIC: one kind per NIC, the kernel mixes none"
+    )
+    ipvlanMode: Literal["l2", "l3", "l3s"] = Field(
+        default="l2", description="the mode of every ipvlan on the NIC (the kernel keeps one per NIC)"
+    )
+    tenantRanges: list[Cidr] = Field(
+        default=[], max_length=64, description="where a claim's own host-local/static IPAM may take addresses"
+    )
     attributes: dict[QualifiedName, AttributeValue] = Field(default={}, description="extra device attributes")
+
+    @model_validator(mode="after")
+    def _per_claim(self) -> Rule:
+        if self.attachmentsPerClaim > self.attachments:
+            raise ValueError("attachmentsPerClaim: must not be above attachments")
+        return self
 
 
 class PublishPolicy(_Strict):

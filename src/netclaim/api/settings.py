@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from netclaim.errors import ConfigError
 from netclaim.files import validate_strict
@@ -29,7 +30,12 @@ class AgentSettings(BaseModel):
     cni_bin_dir: Path = Path("/opt/cni/bin")
     cni_plugins: str = Field(default="", description="comma-separated allow-list of plugin types; empty: all")
     ipam_data_dir: Path | None = Field(
-        default=None, description="where host-local IPAM naming no dataDir keeps reservations; unset: its own"
+        default=None,
+        description="where host-local IPAM naming no dataDir keeps reservations (default: in state_dir)",
+    )
+    reserved_cidrs: str = Field(
+        default="",
+        description="comma-separated networks a claim's own IPAM never uses (the pod and Service CIDRs)",
     )
     inventory_file: Path | None = None
     state_dir: Path = Path("/var/lib/netclaim")
@@ -43,6 +49,25 @@ class AgentSettings(BaseModel):
     )
     remove_slices_on_exit: bool = False
     log_level: str = Field(default="info", pattern=r"^(debug|info|warning|error)$")
+
+    @property
+    def host_local_dir(self) -> Path:
+        """netclaim's own directory for host-local reservations (never the node's /var/lib/cni)."""
+        return self.ipam_data_dir or self.state_dir / "host-local"
+
+    @property
+    def reserved_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return tuple(ipaddress.ip_network(n.strip()) for n in self.reserved_cidrs.split(",") if n.strip())
+
+    @field_validator("reserved_cidrs")
+    @classmethod
+    def _cidrs(cls, value: str) -> str:
+        for network in (n.strip() for n in value.split(",") if n.strip()):
+            try:
+                ipaddress.ip_network(network)
+            except ValueError as err:
+                raise ValueError(f"{network!r} is not a network in CIDR form: {err}") from None
+        return value
 
 
 FIELDS = tuple(AgentSettings.model_fields)

@@ -24,7 +24,7 @@ import yaml
 
 from netclaim.cluster import agent_image, processes
 from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.controlplane import write_kubeconfig
+from netclaim.cluster.controlplane import SERVICE_CIDR, write_kubeconfig
 from netclaim.cluster.layout import REPO_ROOT
 from netclaim.errors import TransientError
 
@@ -101,10 +101,12 @@ def _server(handle: ClusterHandle) -> str:
     return f"https://{handle.spec.management_gateway().ip}:{handle.spec.ports.apiserver}"
 
 
-def lab_manifest(name: str, archive: agent_image.ImageArchive) -> dict[str, Any]:
+def lab_manifest(
+    name: str, archive: agent_image.ImageArchive, reserved: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """deploy/'s DaemonSet or Deployment with the lab's additions (the module's docstring). The image's
     digest is an annotation of the pod template, so that a rebuilt image rolls the pods, as a new tag
-    would."""
+    would. `reserved`: the cluster's pod and Service CIDRs, as an admin sets agent.reservedCIDRs."""
     manifest: dict[str, Any] = yaml.safe_load((DEPLOY_DIR / name).read_text())
     template = manifest["spec"]["template"]
     template["metadata"].setdefault("annotations", {})["netclaim.dev/image-digest"] = archive.digest
@@ -112,6 +114,8 @@ def lab_manifest(name: str, archive: agent_image.ImageArchive) -> dict[str, Any]
     container["image"] = archive.reference
     if name == DAEMONSET:
         container["env"].append({"name": "NETCLAIM_FAULTS_FILE", "value": f"/var/lib/netclaim/{FAULTS_FILE}"})
+        if reserved:
+            container["args"].append(f"--reserved-cidrs={','.join(reserved)}")
     return manifest
 
 
@@ -129,8 +133,9 @@ def deploy(handle: ClusterHandle, policy: Path | None = None) -> None:
     apply_manifests(handle)
     if policy is not None:
         set_policy(handle, policy)
+    reserved = (handle.spec.podCIDR, SERVICE_CIDR)
     for name in (CONTROLLER, DAEMONSET):
-        text = json.dumps(lab_manifest(name, archive))
+        text = json.dumps(lab_manifest(name, archive, reserved))
         handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input_text=text)
     rollout = ("rollout", "status", "-n", NAMESPACE, "--timeout=300s")
     handle.kubectl(*rollout, "daemonset/netclaim-agent", timeout=310)

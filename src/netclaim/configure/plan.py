@@ -11,6 +11,8 @@ asked the installed plugins for. Every error is a ConfigError naming the field.
 
 from __future__ import annotations
 
+import ipaddress
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +22,13 @@ from pydantic import BaseModel, ConfigDict
 
 from netclaim.adapters.kube import AllocatedDevice, Claim
 from netclaim.api.cniconfig import EffectiveConfig, SourcedConfig, decode, merge, plugin_types
-from netclaim.api.ippool import POOLS_POOL, AddressConfig
+from netclaim.api.cnikeys import canonical_keys, get_key
+from netclaim.api.ippool import POOLS_POOL, AddressConfig, IPPool
 from netclaim.api.placeholders import ScalarValue, render
-from netclaim.api.tenancy import Target, exclusive_problems, tenant_problems
+from netclaim.api.tenancy import AddressRules, IPNetwork, Target, sharing_problems, tenant_problems
 from netclaim.errors import ConfigError
 from netclaim.ipam.addresses import AddressRequest, Grant
-from netclaim.names import DRIVER_DOMAIN
+from netclaim.names import DRIVER_DOMAIN, check_pod_interface_name
 from netclaim.publish.devices import BANDWIDTH, Device
 from netclaim.quantity import parse_quantity
 
@@ -78,8 +81,16 @@ def address_requests(claim: Claim, driver: str) -> list[AddressRequest]:
     """The claim's IP pool devices, each with the addresses its AddressConfig asks for and the interface
     request that gets them (the claim's only interface request, unless `interfaceRequest` says)."""
     interfaces = sorted({r.request for r in claim.results if r.driver == driver and r.pool != POOLS_POOL})
+    pool_results = [r for r in claim.results if r.driver == driver and r.pool == POOLS_POOL]
+    twice = sorted(pool for pool, count in Counter(r.device for r in pool_results).items() if count > 1)
+    if twice:
+        raise ConfigError(
+            f"{_where(claim)}: requests {sorted(r.request for r in pool_results if r.device in twice)} all "
+            f"take addresses from IPPool {twice[0]}: a claim takes one address (per family) of a pool, "
+            "through one request"
+        )
     found = []
-    for allocated in (r for r in claim.results if r.driver == driver and r.pool == POOLS_POOL):
+    for allocated in pool_results:
         static: dict[int, Any] = {}
         target = None
         for sourced in configs_for(claim, allocated.request, driver):
@@ -115,9 +126,13 @@ def plan_claim(
     node: str,
     device: Callable[[str], Device | None],
     grants: Sequence[Grant] = (),
-    ipam_data_dir: Path | None = None,
+    host_local_dir: Path | None = None,
+    pools: Sequence[IPPool] = (),
+    reserved: Sequence[IPNetwork] = (),
 ) -> list[PlannedDevice]:
-    """Plans for every device of `driver` allocated to the claim (negotiation still to do)."""
+    """Plans for every device of `driver` allocated to the claim (negotiation still to do). `pools`: the
+    cluster's IP pools, needed only when a claim's own config names IPAM (`needs_pools`); `reserved`: the
+    networks no claim's own IPAM may use (the cluster's)."""
     where = _where(claim)
     if not claim.allocated:
         raise ConfigError(f"{where} is not allocated")
@@ -128,20 +143,32 @@ def plan_claim(
         )
     planned: list[PlannedDevice] = []
     interface_names: dict[str, str] = {}
-    for allocated in (r for r in claim.results if r.driver == driver and r.pool != POOLS_POOL):
+    nics = [r for r in claim.results if r.driver == driver and r.pool != POOLS_POOL]
+    per_request = Counter(r.request for r in nics)
+    for allocated in nics:
         if allocated.pool != node:
             raise ConfigError(f"{where}: device {allocated.pool}/{allocated.device} is not on node {node}")
         effective = merge(configs_for(claim, allocated.request, driver), allocated.request)
-        other = interface_names.setdefault(effective.interface_name, allocated.request)
+        siblings = sorted(r.device for r in nics if r.request == allocated.request)
+        if per_request[allocated.request] > effective.devices_per_request:
+            raise ConfigError(
+                f"{where}: request {allocated.request} was allocated {per_request[allocated.request]} "
+                f"devices (allocationMode All, or a count); its DeviceClass allows "
+                f"{effective.devices_per_request} per request (devicesPerRequest)"
+            )
+        interface = _interface_name(effective.interface_name, siblings.index(allocated.device), where)
+        other = interface_names.setdefault(interface, allocated.request)
         if other != allocated.request:
             raise ConfigError(
                 f"{where}: requests {other} and {allocated.request} both name interface "
-                f"{effective.interface_name}; give each an interfaceName"
+                f"{interface}; give each an interfaceName"
             )
         published = device(allocated.device)
         if published is None:
             raise ConfigError(f"device {allocated.device} is not published by this node (any more)")
-        plan = _plan(claim, allocated, effective, published, node, ipam_data_dir)
+        known = [*pools, *(g.pool for g in grants if g.pool.name not in {p.name for p in pools})]
+        rules = None if effective.cni_from_admin else address_rules(published, known, reserved)
+        plan = _plan(claim, allocated, effective, published, interface, rules, host_local_dir)
         mine = [g for g in grants if g.interface_request == allocated.request]
         if mine:
             plan = with_pool_addresses(plan, mine, f"{where}: request {allocated.request}")
@@ -222,30 +249,82 @@ def placeholder_values(
     return values
 
 
+def _interface_name(name: str, index: int, where: str) -> str:
+    """The interface of the `index`-th device of one request: the request's name, then name-1, name-2…"""
+    if index == 0:
+        return name
+    try:
+        return check_pod_interface_name(f"{name}-{index}")
+    except ValueError as err:
+        raise ConfigError(f"{where}: interfaceName {name!r} with its device number: {err}") from None
+
+
+def needs_pools(claim: Claim, driver: str) -> bool:
+    """Whether a claim's own config names IPAM anywhere: then planning needs the cluster's IP pools (so
+    that no claim configures a pool's address, or any address on a network a pool serves, by itself)."""
+    for entry in claim.configs:
+        if entry.driver != driver or entry.source == "FromClass" or not isinstance(entry.parameters, dict):
+            continue
+        config = get_key(entry.parameters, "config")
+        plugins = (get_key(config, "plugins") or [config]) if isinstance(config, dict) else []
+        if any(isinstance(p, dict) and get_key(p, "ipam") is not None for p in plugins):
+            return True
+    return False
+
+
+def address_rules(device: Device, pools: Sequence[IPPool], reserved: Sequence[IPNetwork]) -> AddressRules:
+    """Where a claim's own IPAM may take addresses on `device`: the admin's tenant ranges of its publish
+    rule, never a pool's network or the cluster's, and nothing at all on a network a pool serves."""
+    network = device.attributes.get(NETWORK)
+    serving = next((p.name for p in pools if network is not None and p.spec.network == network), None)
+    forbidden = [(r.network, f"IPPool {p.name}") for p in pools for r in p.spec.ranges]
+    forbidden += [(n, "the cluster's pod or Service network") for n in reserved]
+    return AddressRules(
+        allowed=tuple(ipaddress.ip_network(r) for r in device.tenant_ranges),
+        forbidden=tuple(forbidden),
+        pool=serving,
+    )
+
+
 def _plan(
     claim: Claim,
     allocated: AllocatedDevice,
     effective: EffectiveConfig,
     device: Device,
-    node: str,
-    ipam_data_dir: Path | None,
+    interface: str,
+    rules: AddressRules | None,
+    host_local_dir: Path | None,
 ) -> AttachPlan:
-    values = placeholder_values(claim, allocated, device, node)
+    values = placeholder_values(claim, allocated, device, node=allocated.pool)
     conflist = render(effective.cni, values, "config")
-    target = Target(if_name=device.if_name, shared=device.shared)
+    target = Target(
+        if_name=device.if_name,
+        shared=device.shared,
+        pod_interface=interface,
+        child=device.child_type,
+        ipvlan_mode=device.ipvlan_mode,
+        addresses=rules,
+    )
     from_admin = frozenset((index, key.lower()) for index, key, _ in effective.admin_parts)
     problems = (
         [] if effective.cni_from_admin else list(tenant_problems(conflist, target, "config", from_admin))
     )
     for index, key, value in effective.admin_parts:  # the class's pinned parts, after the tenant's checks
         conflist["plugins"][index][key] = render(value, values, f"config.plugins[{index}].{key}")
-    problems += exclusive_problems(conflist, target, device.name)
+    problems += sharing_problems(conflist, target, device.name)
     if problems:
         raise ConfigError("\n".join(problems))
+    conflist = canonical_keys(conflist)
+    if device.shared and device.ipvlan_mode is not None:  # an ipvlan naming no mode gets the NIC's
+        conflist["plugins"] = [
+            {**p, "mode": device.ipvlan_mode} if p.get("type") == "ipvlan" and "mode" not in p else p
+            for p in conflist["plugins"]
+        ]
     consumed = allocated.consumed_capacity.get(BANDWIDTH)
+    owner = None if effective.cni_from_admin else claim.namespace
     return AttachPlan(
-        interface_name=effective.interface_name,
-        conflist=with_node_defaults(conflist, ipam_data_dir),
+        interface_name=interface,
+        conflist=with_node_defaults(conflist, host_local_dir, owner),
         bandwidth_bps=(
             int(parse_quantity(consumed)) if consumed and effective.bandwidth == "enforce" else None
         ),
@@ -253,16 +332,21 @@ def _plan(
     )
 
 
-def with_node_defaults(conflist: dict[str, Any], ipam_data_dir: Path | None) -> dict[str, Any]:
+def with_node_defaults(
+    conflist: dict[str, Any], host_local_dir: Path | None, tenant: str | None = None
+) -> dict[str, Any]:
     """The config list with this node's defaults filled in where the config names none: host-local IPAM
-    keeps its reservations in `ipam_data_dir` (when set), not in the plugin's /var/lib/cni."""
-    if ipam_data_dir is None:
+    keeps its reservations in netclaim's own directory, never the node's /var/lib/cni (where the primary
+    network keeps its own): a DeviceClass's under `admin/`, a claim's under `tenant/<its namespace>/`, so
+    that no tenant can name another's network, or the node's, and take or exhaust its addresses."""
+    if host_local_dir is None:
         return conflist
+    data_dir = host_local_dir / "admin" if tenant is None else host_local_dir / "tenant" / tenant
     plugins = []
     for plugin in conflist["plugins"]:
         ipam = plugin.get("ipam")
         if isinstance(ipam, dict) and ipam.get("type") == "host-local" and "dataDir" not in ipam:
-            plugin = {**plugin, "ipam": {**ipam, "dataDir": str(ipam_data_dir)}}
+            plugin = {**plugin, "ipam": {**ipam, "dataDir": str(data_dir)}}
         plugins.append(plugin)
     return {**conflist, "plugins": plugins}
 

@@ -128,7 +128,7 @@ class Preparer:
             node=self.node,
             device=self.catalog.get,
             grants=grants,
-            ipam_data_dir=self.ipam_data_dir,
+            host_local_dir=self.ipam_data_dir,
         )
         kinds = {kind for p in planned for kind in plugin_types(p.plan.conflist)}
         versions = {kind: await self.cni.versions(kind) for kind in sorted(kinds)}

@@ -22,6 +22,8 @@ MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_STRING = 64
 BANDWIDTH = f"{DRIVER_DOMAIN}/bandwidth"
 ATTACHMENTS = f"{DRIVER_DOMAIN}/attachments"
+CHILD_TYPE = f"{DRIVER_DOMAIN}/childType"  # a shared NIC's: macvlan or ipvlan (SHARING_ATTRIBUTES)
+IPVLAN_MODE = f"{DRIVER_DOMAIN}/ipvlanMode"
 
 
 @dataclass(frozen=True)
@@ -30,11 +32,14 @@ class Capacity:
     default: int | None = None  # requestPolicy, only on shared devices
     minimum: int | None = None
     step: int | None = None
+    maximum: int | None = None  # what one request may consume at most (the scheduler refuses more)
 
     def to_api(self) -> dict[str, Any]:
         api: dict[str, Any] = {"value": format_quantity(self.value)}
         if self.default is not None and self.minimum is not None:
             valid_range: dict[str, str] = {"min": format_quantity(self.minimum)}
+            if self.maximum is not None:
+                valid_range["max"] = format_quantity(self.maximum)
             if self.step is not None:
                 valid_range["step"] = format_quantity(self.step)
             api["requestPolicy"] = {"default": format_quantity(self.default), "validRange": valid_range}
@@ -48,6 +53,7 @@ class Device:
     shared: bool
     attributes: dict[str, AttributeValue] = field(default_factory=dict)  # fully qualified names
     capacity: dict[str, Capacity] = field(default_factory=dict)
+    tenant_ranges: tuple[str, ...] = ()  # not published: where a claim's own IPAM may take addresses
 
     def to_record(self) -> dict[str, Any]:
         """Plain data to keep in the store (a whole NIC in a pod is published from it meanwhile)."""
@@ -56,7 +62,10 @@ class Device:
             "ifName": self.if_name,
             "shared": self.shared,
             "attributes": self.attributes,
-            "capacity": {k: [c.value, c.default, c.minimum, c.step] for k, c in self.capacity.items()},
+            "capacity": {
+                k: [c.value, c.default, c.minimum, c.step, c.maximum] for k, c in self.capacity.items()
+            },
+            "tenantRanges": list(self.tenant_ranges),
         }
 
     @classmethod
@@ -67,7 +76,18 @@ class Device:
             shared=record["shared"],
             attributes=dict(record["attributes"]),
             capacity={k: Capacity(*values) for k, values in record["capacity"].items()},
+            tenant_ranges=tuple(record.get("tenantRanges", ())),  # rows of agents before 0.2 have none
         )
+
+    @property
+    def child_type(self) -> str:
+        """How pods share the NIC (its publish rule): macvlan or ipvlan children."""
+        return str(self.attributes.get(CHILD_TYPE, "macvlan"))
+
+    @property
+    def ipvlan_mode(self) -> str | None:
+        mode = self.attributes.get(IPVLAN_MODE)
+        return mode if isinstance(mode, str) else None
 
     def to_api(self) -> dict[str, Any]:
         api: dict[str, Any] = {
@@ -153,12 +173,19 @@ def _device(interface: NetworkInterface, rule: Rule, grouped: dict[str, dict[str
             "interface %s: no link speed and no bandwidth.total in the policy: no bandwidth published",
             interface.name,
         )
+    sharing: list[tuple[str, AttributeValue]] = []
     if shared:
-        capacity[ATTACHMENTS] = Capacity(rule.attachments, default=1, minimum=1, step=1)
+        capacity[ATTACHMENTS] = Capacity(
+            rule.attachments, default=1, minimum=1, step=1, maximum=rule.attachmentsPerClaim
+        )
+        sharing.append((CHILD_TYPE, rule.childType))
+        if rule.childType == "ipvlan":
+            sharing.append((IPVLAN_MODE, rule.ipvlanMode))
     attributes: dict[str, AttributeValue] = {}
     candidates: list[tuple[str, AttributeValue]] = [
         *((f"{domain}/{key}", value) for domain, values in grouped.items() for key, value in values.items()),
         (f"{DRIVER_DOMAIN}/{SHARED_ATTRIBUTE}", shared),
+        *sharing,
         *((key if "/" in key else f"{DRIVER_DOMAIN}/{key}", value) for key, value in rule.attributes.items()),
     ]
     room = MAX_ATTRIBUTES_AND_CAPACITIES - len(capacity)
@@ -176,7 +203,14 @@ def _device(interface: NetworkInterface, rule: Rule, grouped: dict[str, dict[str
             )
         else:
             attributes[key] = value
-    return Device(name=name, if_name=interface.name, shared=shared, attributes=attributes, capacity=capacity)
+    return Device(
+        name=name,
+        if_name=interface.name,
+        shared=shared,
+        attributes=attributes,
+        capacity=capacity,
+        tenant_ranges=tuple(rule.tenantRanges),
+    )
 
 
 class DeviceCatalog:

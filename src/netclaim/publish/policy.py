@@ -26,12 +26,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SHARED_ATTRIBUTE = "shared"  # netclaim.dev/shared: set on every device from the rule's mode
+# set on shared devices from the rule's childType and ipvlanMode
+SHARING_ATTRIBUTES = {"childType": "macvlan", "ipvlanMode": "l2"}
 
 
 def sample_attributes() -> dict[str, dict[str, AttributeValue]]:
     """Every attribute a published device can carry, grouped by domain, with a sample value."""
     attributes = facts_as_attributes(SAMPLE_INTERFACE)
     attributes[DRIVER_DOMAIN][SHARED_ATTRIBUTE] = True
+    attributes[DRIVER_DOMAIN].update(SHARING_ATTRIBUTES)
     return attributes
 
 
