@@ -46,6 +46,10 @@ anything else (a bug)
     kubelet  "internal error", traceback logged;  NRI  the sandbox fails, traceback logged;
     loops    traceback logged, retried with backoff
 
+Reading: a listed object that cannot be read (nested deeper than netclaim reads, a field of another shape)
+is skipped, or a claim read as far as it can be, and reported (a log line, a metric, a Warning Event on
+it): it never fails the list. A single object that cannot be read is a ConfigError.
+
 Stop/RemovePodSandbox never raise: what they could not detach, RemovePodSandbox and
 NodeUnprepareResources try again. NodeUnprepareResources raises only a TransientError (kubelet calls
 again); a DEL that can never succeed (CniError, KernelError, ConfigError) is cleaned up by hand, the

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the agent, in one registry served at --metrics-address."""
+"""Prometheus metrics of the agent and the controller, in one registry served at --metrics-address."""
 
 from __future__ import annotations
 
@@ -58,4 +58,11 @@ CLAIMS_RECLAIMED = Counter(
 )
 POOL_FREE = Gauge(
     "netclaim_ippool_free_claims", "Claims an IP pool can still take", ["pool"], registry=REGISTRY
+)
+UNREADABLE_OBJECTS = Counter(
+    "netclaim_unreadable_objects_total",
+    "Listed objects netclaim could not read, in whole or in part (skipped, or read as far as they can be), "
+    "once per version of each object, by kind",
+    ["kind"],
+    registry=REGISTRY,
 )

@@ -59,14 +59,15 @@ class FakeKubeApi(KubeApi):
             raise GoneError(f"claim {namespace}/{name}: not found")
         return found
 
-    async def write_claim_devices(self, claim: Claim, devices: list[dict[str, Any]]) -> None:
+    async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
         self._call("write_claim_devices")
         current = await self.get_claim(claim.namespace, claim.name)
         if current.resource_version != claim.resource_version:
             raise ConflictError(f"claim {claim.namespace}/{claim.name}: test failed")
+        others = [d for d in current.devices_status if d.get("driver") != driver]
         self.claims[(claim.namespace, claim.name)] = replace(
             current,
-            devices_status=tuple(copy.deepcopy(devices)),
+            devices_status=(*others, *copy.deepcopy(entries)),
             resource_version=str(int(current.resource_version or "0") + 1),
         )
 

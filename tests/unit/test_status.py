@@ -216,7 +216,7 @@ class _RacingApi(FakeKubeApi):
             self.on_read()
         return await super().get_claim(namespace, name)
 
-    async def write_claim_devices(self, claim: Claim, devices: list[dict[str, Any]]) -> None:
+    async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
         if self.races:
             self.races -= 1
             current = self.claims[(claim.namespace, claim.name)]
@@ -225,7 +225,7 @@ class _RacingApi(FakeKubeApi):
             self.add_claim(
                 replace(current, resource_version=version, devices_status=(*current.devices_status, theirs))
             )
-        await super().write_claim_devices(claim, devices)
+        await super().write_claim_devices(claim, driver, entries)
         self.written.set()
 
 

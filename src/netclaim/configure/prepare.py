@@ -34,7 +34,7 @@ from netclaim.configure.gate import CdiGate
 from netclaim.configure.plan import address_requests, negotiate, plan_claim
 from netclaim.configure.status import ClaimRef, Failure, StatusWriter
 from netclaim.configure.store import Attachment, State, Store
-from netclaim.errors import GoneError, NetclaimError, TransientError
+from netclaim.errors import ConfigError, GoneError, NetclaimError, TransientError
 from netclaim.ipam.addresses import AddressBook, Grant
 from netclaim.publish.devices import DeviceCatalog
 
@@ -97,6 +97,9 @@ class Preparer:
                 f"claim {namespace}/{name} has UID {claim.uid}, kubelet asked for {uid}: "
                 "it was deleted and recreated"
             )
+        unreadable = [claim.unreadable] + [c.unreadable for c in claim.configs if c.driver == self.driver]
+        if any(unreadable):
+            raise ConfigError(f"claim {namespace}/{name}: {'; '.join(p for p in unreadable if p)}")
         requests = address_requests(claim, self.driver)
         try:
             grants = await self.addresses.allocate(claim, requests)

@@ -32,7 +32,7 @@ from netclaim.adapters.kube import KubeApi
 from netclaim.adapters.nri import PodSandbox
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
-from netclaim.errors import ApiRejectedError, ConflictError, GoneError, NetclaimError
+from netclaim.errors import ApiRejectedError, ConfigError, ConflictError, GoneError, NetclaimError
 from netclaim.names import DRIVER_DOMAIN
 
 log = logging.getLogger(__name__)
@@ -282,11 +282,12 @@ class StatusWriter:
         current = await self.api.get_claim(claim.namespace, claim.name)
         if current.uid != claim.uid:
             return
+        if current.unreadable:  # its status.devices were not read: where our entries are is unknown
+            raise ConfigError(f"claim {claim.namespace}/{claim.name}: {current.unreadable}")
         ours = [d for d in current.devices_status if d.get("driver") == self.driver]
         if _comparable(ours) == _comparable(entries):
             return
-        others = [d for d in current.devices_status if d.get("driver") != self.driver]
-        await self.api.write_claim_devices(current, others + entries)
+        await self.api.write_claim_devices(current, self.driver, entries)
         log.info(
             "claim status written",
             extra={
