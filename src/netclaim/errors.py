@@ -52,8 +52,12 @@ it): it never fails the list. A single object that cannot be read is a ConfigErr
 
 Stop/RemovePodSandbox never raise: what they could not detach, RemovePodSandbox and
 NodeUnprepareResources try again. NodeUnprepareResources raises only a TransientError (kubelet calls
-again); a DEL that can never succeed (CniError, KernelError, ConfigError) is cleaned up by hand, the
-claim's status says TeardownIncomplete, and the claim and its pod go.
+again); any other failure of a row (a DEL that can never succeed: CniError, KernelError, ConfigError; or a
+bug, its traceback logged) is final for that row: what the ADD left is cleaned up by hand, the row is
+forgotten, the next row goes on, the claim's status says TeardownIncomplete, and the claim and its pod go.
+Pool addresses whose end cannot be decided (the claim cannot be read) are kept: the controller frees them
+once the claim is gone. Reclaim: one claim's failure, whatever it is, is logged and counted
+(netclaim_reclaim_errors_total) and tried again the next round; the round goes on with the others.
 """
 
 from __future__ import annotations

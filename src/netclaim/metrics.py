@@ -66,3 +66,8 @@ UNREADABLE_OBJECTS = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+RECLAIM_ERRORS = Counter(
+    "netclaim_reclaim_errors_total",
+    "Claims the agent's reclaim could not check or unprepare in a round (tried again the next round)",
+    registry=REGISTRY,
+)
