@@ -22,7 +22,8 @@
     anything else            a bug in netclaim
 
 How each boundary reacts (kubelet: NodePrepareResources, per claim; NRI: RunPodSandbox; loops: the
-status writer, reclaim and the publish/watch loops):
+status writer, each claim and pod on its own; reclaim and the publish/watch loops; the controller's
+reconcile):
 
 ConfigError, CniError (the claim's config, or the node cannot run its plugins)
     kubelet  the claim's error; Ready=False PrepareFailed on its devices; a Warning Event on its pod
@@ -38,13 +39,16 @@ HostNetworkPodError
     NRI      the sandbox fails; a Warning Event
 ApiRejectedError
     kubelet  the claim's error, logged;                   loops  logged, retried with backoff
+    status writer  final for that claim or pod, logged and counted: written again only once enqueued
+             again (likewise a ConfigError there: a claim whose status cannot be read)
 PrerequisiteError
     start    the agent refuses to start, saying what to install or do
 ProtocolError
     NRI      the connection is dropped and dialled again
 anything else (a bug)
     kubelet  "internal error", traceback logged;  NRI  the sandbox fails, traceback logged;
-    loops    traceback logged, retried with backoff
+    loops    traceback logged, retried with backoff (the status writer: for that claim or pod only, given
+             up after a few tries until it is enqueued again)
 
 Reading: a listed object that cannot be read (nested deeper than netclaim reads, a field of another shape)
 is skipped, or a claim read as far as it can be, and reported (a log line, a metric, a Warning Event on

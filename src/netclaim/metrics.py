@@ -71,3 +71,11 @@ RECLAIM_ERRORS = Counter(
     "Claims the agent's reclaim could not check or unprepare in a round (tried again the next round)",
     registry=REGISTRY,
 )
+STATUS_WRITES = Counter(
+    "netclaim_status_writes_total",
+    "Tries to write a claim's status.devices (kind claim) or a pod's network-status annotation (kind pod), "
+    "by result: ok, gone, rejected (not retried until queued again), unavailable and conflict (retried with "
+    "backoff), error (a bug, retried with backoff), given_up (a bug, too many times)",
+    ["kind", "result"],
+    registry=REGISTRY,
+)

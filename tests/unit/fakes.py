@@ -587,12 +587,10 @@ class ConfigureRig:
         """Let the work hooks leave for later finish: queued Events, rollbacks, then the claims' status."""
         while self.status._events or self.attacher._undoing:
             await asyncio.gather(*self.status._events, *self.attacher._undoing)
-        for queue in (self.status._queue, self.status._pod_queue):
-            while not queue.empty():
-                target = queue.get_nowait()
-                self.status._pending.discard(target.uid)
-                with contextlib.suppress(GoneError):  # as StatusWriter.run: a deleted claim or pod is dropped
-                    await self.status.write(target)
+        for target in list(self.status._queued):
+            del self.status._queued[target]
+            with contextlib.suppress(GoneError):  # as StatusWriter.run: a deleted claim or pod is dropped
+                await self.status.write(target)
 
     def entries(self, claim: ClaimRef) -> list[dict[str, Any]]:
         """status.devices of the claim as the API server has it now, netclaim's entries only."""
