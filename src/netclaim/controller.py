@@ -14,7 +14,7 @@ from typing import Any
 from netclaim import metrics
 from netclaim.adapters.http import Health
 from netclaim.adapters.http import serve as serve_health
-from netclaim.adapters.kube import Claim, KubeApi
+from netclaim.adapters.kube import Claim, KubeApi, condition
 from netclaim.api.ippool import ADDRESSES, IPPool
 from netclaim.api.settings import ControllerSettings
 from netclaim.backoff import supervise
@@ -72,7 +72,7 @@ class Reconciler:
             metrics.POOL_FREE.labels(pool.name).set(uses[pool.name].free)
             await self._write_status(pool.name, _status(pool, uses[pool.name]), current)
         for name, problem in problems.items():
-            invalid = {"conditions": [_condition("False", "Invalid", problem)]}
+            invalid = {"conditions": [condition("False", "Invalid", problem)]}
             await self._write_status(name, invalid, current)
         await self._warn_pending(claims, uses)
         return uses
@@ -119,12 +119,8 @@ def _status(pool: IPPool, use: PoolUse) -> dict[str, Any]:
             f"ipv{version}": {"size": family.size, "held": use.addresses.get(version, 0)}
             for version, family in sorted(pool.families().items())
         },
-        "conditions": [_condition("True", "Published", f"published with capacity {ADDRESSES}")],
+        "conditions": [condition("True", "Published", f"published with capacity {ADDRESSES}")],
     }
-
-
-def _condition(status: str, reason: str, message: str) -> dict[str, str]:
-    return {"type": "Ready", "status": status, "reason": reason, "message": message[:1024]}
 
 
 async def _watch(api: KubeApi, kind: str, trigger: Trigger) -> None:

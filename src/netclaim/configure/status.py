@@ -9,7 +9,9 @@ be written) is final for its target until it is enqueued again; a gone target is
 API or a run of conflicts backs off that target only; a bug is retried with backoff for that target only
 and given up after MAX_BUG_ATTEMPTS. Each try is counted in netclaim_status_writes_total{kind,result}.
 Entries: `Ready` True with networkData read back from the pod's namespace and the CNI result in `data`;
-or `Ready` False with the reason and message.
+or `Ready` False with the reason and message. An entry is cut to what the API takes, or it would refuse the
+whole write: the first MAX_IPS addresses, `data` only up to MAX_DATA_BYTES, names and messages to their
+lengths; the condition says what was left out.
 
 The pod annotation `k8s.v1.cni.cncf.io/network-status` has Multus's schema, so the tools that read it keep
 working: one entry per interface we attached, named `<namespace>/<the pod's name for the claim>`; entries
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netclaim import faults, metrics
-from netclaim.adapters.kube import KubeApi, read_json
+from netclaim.adapters.kube import KubeApi, condition, read_json
 from netclaim.adapters.nri import PodSandbox
 from netclaim.api.cniconfig import MAX_DEPTH, nesting_depth
 from netclaim.backoff import Backoff
@@ -53,6 +55,11 @@ PCI_ATTRIBUTE = f"{DRIVER_DOMAIN}/pciAddress"
 MAX_CONFLICT_RETRIES = 3  # immediate re-reads before backing off
 MAX_PARALLEL_WRITES = 4  # targets written at once
 MAX_BUG_ATTEMPTS = 5  # tries in a row failing on a bug before a target is given up (until enqueued again)
+# what the API takes in a status.devices entry: ours are cut to fit, or it refuses the whole write
+MAX_IPS = 16  # networkData.ips
+MAX_INTERFACE_NAME = 256  # networkData.interfaceName
+MAX_HARDWARE_ADDRESS = 128  # networkData.hardwareAddress
+MAX_DATA_BYTES = 10 * 1024  # data, as JSON
 
 _REASONS = {
     State.PREPARED: ("WaitingForPodSandbox", "prepared; attached when the pod's sandbox starts"),
@@ -103,13 +110,36 @@ def _now() -> str:
 
 
 def _condition(status: str, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "type": "Ready",
-        "status": status,
-        "reason": reason,
-        "message": message[:32768],
-        "lastTransitionTime": _now(),
-    }
+    return {**condition(status, reason, message), "lastTransitionTime": _now()}
+
+
+def _network_data(
+    interface: str, addresses: tuple[str, ...], mac: str | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """networkData as the API takes it: the addresses in canonical CIDR form, once each, sorted, the first
+    MAX_IPS; and what had to be left out."""
+    ips = sorted({str(ipaddress.ip_interface(a)) for a in addresses})
+    data: dict[str, Any] = {"interfaceName": interface[:MAX_INTERFACE_NAME], "ips": ips[:MAX_IPS]}
+    if mac is not None:
+        data["hardwareAddress"] = mac[:MAX_HARDWARE_ADDRESS]
+    left_out = (
+        [f"{len(ips)} addresses: networkData.ips has the first {MAX_IPS}"] if len(ips) > MAX_IPS else []
+    )
+    return data, left_out
+
+
+def _cni_data(result: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+    """The CNI result for `data`, or None and why when the API would not take it."""
+    if nesting_depth(result) > MAX_DEPTH:
+        return None, [f"the CNI result is left out of data: nested deeper than {MAX_DEPTH} levels"]
+    size = len(json.dumps(result, separators=(",", ":")).encode())
+    if size > MAX_DATA_BYTES:
+        return None, [f"the CNI result ({size} bytes) is left out of data: the API takes {MAX_DATA_BYTES}"]
+    return result, []
+
+
+def _message(message: str, left_out: list[str]) -> str:
+    return "; ".join([message, *left_out])
 
 
 def address_entries(driver: str, row: Attachment) -> list[dict[str, Any]]:
@@ -119,10 +149,10 @@ def address_entries(driver: str, row: Attachment) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"driver": driver, "pool": granted.pool, "device": granted.device}
         if granted.share_id:
             entry["shareID"] = granted.share_id
-        entry["conditions"] = [
-            _condition("True", "AddressAllocated", f"held for the claim from IPPool {granted.device}")
-        ]
-        entry["networkData"] = {"interfaceName": row.plan.interface_name, "ips": list(granted.ips)}
+        network_data, left_out = _network_data(row.plan.interface_name, granted.ips)
+        message = _message(f"held for the claim from IPPool {granted.device}", left_out)
+        entry["conditions"] = [_condition("True", "AddressAllocated", message)]
+        entry["networkData"] = network_data
         entries.append(entry)
     return entries
 
@@ -133,16 +163,13 @@ def device_entry(driver: str, row: Attachment) -> dict[str, Any]:
         entry["shareID"] = row.share_id
     interface = row.outcome.interface
     if row.state == State.ATTACHED and interface is not None:
-        entry["conditions"] = [
-            _condition("True", "InterfaceAttached", f"{interface.name} is configured in the pod")
-        ]
-        entry["networkData"] = {
-            "interfaceName": interface.name,
-            "ips": sorted({str(ipaddress.ip_interface(a)) for a in interface.addresses}),
-            "hardwareAddress": interface.mac,
-        }
-        if row.outcome.cni_result:
-            entry["data"] = row.outcome.cni_result
+        network_data, left_out = _network_data(interface.name, interface.addresses, interface.mac)
+        data, not_taken = _cni_data(row.outcome.cni_result) if row.outcome.cni_result else (None, [])
+        message = _message(f"{interface.name} is configured in the pod", left_out + not_taken)
+        entry["conditions"] = [_condition("True", "InterfaceAttached", message)]
+        entry["networkData"] = network_data
+        if data is not None:
+            entry["data"] = data
     elif row.error:
         entry["conditions"] = [_condition("False", "AttachFailed", row.error)]
     else:
