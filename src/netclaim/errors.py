@@ -50,6 +50,10 @@ anything else (a bug)
     loops    traceback logged, retried with backoff (the status writer: for that claim or pod only, given
              up after a few tries until it is enqueued again)
 
+The controller's reconcile: a write about one object that fails (freeing an orphan's address, a pool's
+status, an Event), whatever the error, is that object's: logged, tried again the next pass; the pass goes
+on. Only ApiUnavailableError ends a pass (retried with backoff). Passes are counted by result.
+
 Reading: a listed object that cannot be read (nested deeper than netclaim reads, a field of another shape)
 is skipped, or a claim read as far as it can be, and reported (a log line, a metric, a Warning Event on
 it): it never fails the list. A single object that cannot be read is a ConfigError.

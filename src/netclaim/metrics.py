@@ -79,3 +79,14 @@ STATUS_WRITES = Counter(
     ["kind", "result"],
     registry=REGISTRY,
 )
+RECONCILES = Counter(
+    "netclaim_reconcile_total",
+    "The controller's reconcile passes, by result (ok, error)",
+    ["result"],
+    registry=REGISTRY,
+)
+LAST_RECONCILE = Gauge(
+    "netclaim_last_reconcile_timestamp_seconds",
+    "When a reconcile pass of the controller last succeeded",
+    registry=REGISTRY,
+)

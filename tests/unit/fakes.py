@@ -621,3 +621,54 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
     )
     hooks = PodHooks(store, attacher, status, locks)
     return ConfigureRig(tmp_path, api, store, netlink, cni, locks, attacher, status, hooks, catalog, preparer)
+
+
+# --- the API server's HTTP answers, for the real KubeApi (lightkube and httpx on a MockTransport) --------
+
+import json  # noqa: E402
+
+import httpx2 as httpx  # noqa: E402
+from lightkube import KubeConfig  # noqa: E402
+
+KUBECONFIG = KubeConfig.from_dict(
+    {
+        "clusters": [{"name": "test", "cluster": {"server": "https://api.test"}}],
+        "users": [{"name": "agent", "user": {"token": "token"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "agent"}}],
+        "current-context": "test",
+    }
+)
+
+
+@dataclass
+class FakeApiServer:
+    """Canned answers by path (`answers`: status and body; `streams`: watch bodies, one per request; a
+    write to a path without an answer is answered with what it sent, as an apply is), Events created, and
+    every request made."""
+
+    answers: dict[str, tuple[int, str]] = field(default_factory=dict)
+    streams: list[str] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[httpx.Request] = field(default_factory=list)
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        headers = {"Content-Type": "application/json"}
+        if request.method == "POST" and request.url.path.endswith("/events"):
+            self.events.append(json.loads(request.content))
+            return httpx.Response(201, content=request.content, headers=headers)
+        if request.url.params.get("watch") == "true":
+            return httpx.Response(200, content=self.streams.pop(0).encode(), headers=headers)
+        if request.method in ("PATCH", "POST") and request.url.path not in self.answers:
+            return httpx.Response(200, content=request.content, headers=headers)
+        status, body = self.answers.get(request.url.path, (404, api_status(404, "not found", name="x")))
+        return httpx.Response(status, content=body.encode(), headers=headers)
+
+
+def api_status(code: int, message: str, name: str | None = None) -> str:
+    """A Status object as the API server answers with (JSON text)."""
+    details = {"name": name, "kind": "resourceclaims"} if name else {}
+    return json.dumps({"kind": "Status", "code": code, "message": message, "details": details})

@@ -7,29 +7,20 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import httpx2 as httpx
 import pytest
-from lightkube import KubeConfig
 
 from netclaim.adapters.kube import IPAllocation, KubeApi, read_json
 from netclaim.errors import ApiUnavailableError, ConfigError, GoneError
 from netclaim.metrics import REGISTRY
+from tests.unit.fakes import KUBECONFIG, FakeApiServer, api_status
 
 API_DEPTH = 5000  # 10 KiB of `[[[[…]]]]`: as deep as the API server stores an opaque config
 CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
 ALLOCATIONS = "/apis/netclaim.dev/v1alpha1/ipallocations"
 POOLS = "/apis/netclaim.dev/v1alpha1/ippools"
-CONFIG = KubeConfig.from_dict(
-    {
-        "clusters": [{"name": "test", "cluster": {"server": "https://api.test"}}],
-        "users": [{"name": "agent", "user": {"token": "token"}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "agent"}}],
-        "current-context": "test",
-    }
-)
 
 
 def _nested(depth: int) -> str:
@@ -82,33 +73,6 @@ def _listing(*items: str) -> str:
     return '{"kind": "List", "metadata": {"resourceVersion": "9"}, "items": [' + ",".join(items) + "]}"
 
 
-@dataclass
-class FakeApiServer:
-    """Canned answers by path (`answers`: status and body; `streams`: watch bodies, one per request),
-    Events created, and every request made."""
-
-    answers: dict[str, tuple[int, str]] = field(default_factory=dict)
-    streams: list[str] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    requests: list[httpx.Request] = field(default_factory=list)
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        headers = {"Content-Type": "application/json"}
-        if request.method == "POST" and request.url.path.endswith("/events"):
-            self.events.append(json.loads(request.content))
-            return httpx.Response(201, content=request.content, headers=headers)
-        if request.url.params.get("watch") == "true":
-            return httpx.Response(200, content=self.streams.pop(0).encode(), headers=headers)
-        status, body = self.answers.get(request.url.path, (404, _status(404, "not found", name="x")))
-        return httpx.Response(status, content=body.encode(), headers=headers)
-
-
-def _status(code: int, message: str, name: str | None = None) -> str:
-    details = {"name": name, "kind": "resourceclaims"} if name else {}
-    return json.dumps({"kind": "Status", "code": code, "message": message, "details": details})
-
-
 @pytest.fixture
 async def server() -> FakeApiServer:
     return FakeApiServer()
@@ -116,7 +80,7 @@ async def server() -> FakeApiServer:
 
 @pytest.fixture
 async def api(server: FakeApiServer) -> AsyncIterator[KubeApi]:
-    opened = KubeApi(CONFIG, "netclaim.dev-controller", transport=httpx.MockTransport(server.handle))
+    opened = KubeApi(KUBECONFIG, "netclaim.dev-controller", transport=httpx.MockTransport(server.handle))
     yield opened
     await opened.close()
 
@@ -281,7 +245,7 @@ async def test_an_address_is_released_only_if_its_object_is_the_one_read(
     api: KubeApi, server: FakeApiServer
 ) -> None:
     held = IPAllocation.from_api(_allocation("lan-10-10-3-7", "10.10.3.7/24"))
-    server.answers[f"{ALLOCATIONS}/lan-10-10-3-7"] = (200, _status(200, "deleted"))
+    server.answers[f"{ALLOCATIONS}/lan-10-10-3-7"] = (200, api_status(200, "deleted"))
     await api.delete_ip_allocation(held)
     [delete] = server.requests
     assert (delete.method, delete.url.path) == ("DELETE", f"{ALLOCATIONS}/lan-10-10-3-7")
@@ -315,7 +279,7 @@ async def test_a_watch_passes_over_objects_no_one_can_read_and_resumes_where_it_
 @pytest.mark.parametrize(
     ("answer", "expected"),
     [
-        (lambda s: s.streams.append(_event("ERROR", "", _status(410, "too old resource version"))), "410"),
+        (lambda s: s.streams.append(_event("ERROR", "", api_status(410, "too old resource version"))), "410"),
         (lambda s: s.streams.append("not json\n"), "not one"),
     ],
     ids=["error-event", "garbage"],

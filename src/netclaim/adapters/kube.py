@@ -541,7 +541,9 @@ class KubeApi:
                 continue
             problems = claim.problems()
             if problems:
-                effect = "netclaim reads the rest of it and does not prepare it."
+                effect = (
+                    "netclaim reads the rest, and prepares none of its devices with a config it cannot read."
+                )
                 await self._unreadable(
                     "ResourceClaim", "resource.k8s.io/v1", item, "; ".join(problems), effect
                 )
