@@ -291,3 +291,25 @@ async def test_a_watch_that_the_server_ends_is_unavailable_and_started_afresh_by
     with pytest.raises(ApiUnavailableError, match=expected):
         async for _ in api.changes("ipallocations"):
             pass
+
+
+async def test_the_tools_read_a_cluster_holding_a_claim_nested_as_deep_as_the_api_allows(
+    api: KubeApi, server: FakeApiServer
+) -> None:
+    """`netclaim explain` and `status` failed for everyone while one such claim existed."""
+    empty = (200, '{"items": []}')
+    for path in (
+        "/api/v1/namespaces/team-a/pods",
+        "/api/v1/pods",
+        "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaimtemplates",
+        "/apis/resource.k8s.io/v1/deviceclasses",
+        "/apis/resource.k8s.io/v1/resourceslices",
+        "/api/v1/nodes",
+    ):
+        server.answers[path] = empty
+    server.answers[CLAIMS] = (403, api_status(403, "forbidden"))  # a tenant: its namespace's claims only
+    namespaced = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims"
+    server.answers[namespaced] = (200, _listing(_claim("deep", _nested(API_DEPTH)), _claim("good")))
+    found, refused = await api.read_cluster("team-a")
+    assert [c["metadata"]["name"] for c in found["claims"]] == ["deep", "good"]
+    assert refused == ["ResourceClaim (*)"]

@@ -793,7 +793,8 @@ class KubeApi:
         """What `netclaim explain` and `status` read, with read access only: the namespace's pods and claim
         templates (every namespace's when None), and the cluster's claims, DeviceClasses, ResourceSlices,
         nodes and netclaim agent pods. A list the reader may not make is left empty and named in the
-        second value (a tenant with a namespace's rights still gets what they may see)."""
+        second value (a tenant with a namespace's rights still gets what they may see). Claims are read as
+        the API has them without lightkube's decoder: a claim nested thousands deep fails no one's read."""
         scope = namespace or "*"
         reads: dict[str, Any] = {
             "pods": (Pod, scope, None),
@@ -809,24 +810,25 @@ class KubeApi:
         for key, (kind, where, labels) in reads.items():
             what = f"{kind.__name__} ({'netclaim agent pods' if labels else where or 'cluster'})"
             try:
-                with translated(f"list {what}"):
-                    listing = (
-                        self._client.list(kind, namespace=where, labels=labels)
-                        if where is not None
-                        else self._client.list(kind, labels=labels)
-                    )
-                    found[key] = [item.to_dict() async for item in listing]
+                found[key] = await self._read_all(f"list {what}", kind, where, labels)
             except ApiRejectedError:
+                found[key] = []
                 if key == "claims" and namespace:  # a tenant: the namespace's own claims at least
-                    try:
-                        with translated(f"list {what}"):
-                            found[key] = [
-                                c.to_dict()
-                                async for c in self._client.list(ResourceClaim, namespace=namespace)
-                            ]
-                    except ApiRejectedError:
-                        found[key] = []
-                else:
-                    found[key] = []
+                    with contextlib.suppress(ApiRejectedError):
+                        found[key] = await self._read_all(f"list {what}", ResourceClaim, namespace, None)
                 refused.append(what)
         return found, refused
+
+    async def _read_all(
+        self, what: str, kind: Any, where: str | None, labels: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        if kind is ResourceClaim:
+            path = _path(ResourceClaim, None if where == "*" else where)
+            return [item for item in await self._list(what, path) if isinstance(item, dict)]
+        with translated(what):
+            listing = (
+                self._client.list(kind, namespace=where, labels=labels)
+                if where is not None
+                else self._client.list(kind, labels=labels)
+            )
+            return [item.to_dict() async for item in listing]
