@@ -7,13 +7,16 @@ plugins which CNI versions they speak and settle one per chain, then persist one
 device. RunPodSandbox only carries out a stored plan. Both calls are idempotent; a claim's failure is that
 claim's only, and leaves no address taken.
 
-Unprepare DELetes the interfaces, then releases the claim's pool addresses when the claim ends with its
-pod (generated from a template) or is gone; a standalone claim keeps them for its next pod.
+A claim netclaim can read only in part (its own opaque config nested too deep: netclaim.adapters.kube) is
+the claim's ConfigError. Unprepare DELetes the interfaces, then releases the claim's pool addresses when
+the claim ends with its pod (generated from a template) or is gone; a standalone claim keeps them for its
+next pod, and so does a claim that cannot be read (the controller frees them once it is gone). It raises
+only what kubelet should retry: any other failure of an interface is final for it (errors.py).
 
 Reclaim is the way back when NodeUnprepareResources never comes for a claim that is gone (kubelet lost
 its own record of it, or the pod was force-deleted while this node's agent was away): rows that no
 running sandbox uses, still there one round later, are checked against the API, and a claim that no
-longer exists is unprepared as kubelet would have.
+longer exists is unprepared as kubelet would have. One claim failing never stops the round.
 """
 
 from __future__ import annotations
