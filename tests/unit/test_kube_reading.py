@@ -198,10 +198,11 @@ async def test_an_ip_pool_nested_too_deep_is_skipped_and_reported(
 ) -> None:
     good = {"metadata": {"name": "lan"}, "spec": {"ranges": [{"subnet": "10.10.3.0/24"}]}}
     deep = f'{{"metadata": {{"name": "deep", "uid": "u"}}, "spec": {{}}, "status": {_nested(API_DEPTH)}}}'
-    server.answers[POOLS] = (200, _listing(json.dumps(good), deep))
+    nameless = '{"metadata": [1], "spec": {}}'
+    server.answers[POOLS] = (200, _listing(json.dumps(good), deep, nameless))
     before = _unreadable("IPPool")
     assert await api.list_ippools() == [good]
-    assert _unreadable("IPPool") == before + 1
+    assert _unreadable("IPPool") == before + 2
     server.answers[f"{POOLS}/deep"] = (200, deep)
     with pytest.raises(ConfigError, match="IPPool deep: cannot be read: nested deeper than 32 levels"):
         await api.get_ippool("deep")

@@ -70,9 +70,8 @@ WATCH_TIMEOUT = httpx.Timeout(10.0, read=None)  # a watch may be quiet for as lo
 CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message
 EVENT_MESSAGE_BYTES = 1024
 UNREADABLE_REASON = "NetclaimUnreadable"
-MAX_REPORTED = (
-    4096  # object versions remembered as reported; past it they are forgotten (reported again once)
-)
+# object versions remembered as reported unreadable; past it they are forgotten (reported once more)
+MAX_REPORTED = 4096
 IPPOOL_API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"  # IPPools' and IPAllocations'
 IPPoolResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPPool", "ippools")
 IPAllocationResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPAllocation", "ipallocations")
@@ -408,7 +407,8 @@ class IPAllocation:
 
 def _pool_problem(data: Any) -> str:
     """Why an IPPool as the API has it cannot be read ("" when it can: its spec is then IPPool's to judge)."""
-    if not isinstance(data, dict) or not isinstance(_object(data.get("metadata") or {}).get("name"), str):
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
         return "it has no name"
     if nesting_depth(data) > MAX_DEPTH:
         return f"nested deeper than {MAX_DEPTH} levels"
@@ -669,6 +669,7 @@ class KubeApi:
                             try:
                                 event = _object(read_json(line))
                                 kind, found = _text(event.get("type")), _object(event.get("object"))
+                                stamp = _object(found.get("metadata")).get("resourceVersion")
                             except (ValueError, TypeError) as err:
                                 raise ApiUnavailableError(
                                     f"{what}: an event that is not one ({err})"
@@ -676,7 +677,6 @@ class KubeApi:
                             if kind == "ERROR":
                                 status = f"{found.get('code')} {found.get('reason')}: {found.get('message')}"
                                 raise ApiUnavailableError(f"{what}: the API server ended it ({status})")
-                            stamp = _object(found.get("metadata")).get("resourceVersion")
                             version = stamp if isinstance(stamp, str) else version
                             yield kind
 
@@ -757,7 +757,7 @@ class KubeApi:
 
     async def delete_ip_allocation(self, allocation: IPAllocation) -> None:
         """Release the address, only if the object is still the one read (same UID); gone already is fine.
-        (lightkube's delete() sends no body, so no preconditions.)"""
+        Not lightkube's delete(): it sends no body, so no preconditions."""
         options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": allocation.uid}}
         path = _path(IPAllocationResource, name=allocation.name)
         with contextlib.suppress(GoneError), translated(f"IPAllocation {allocation.name}"):
