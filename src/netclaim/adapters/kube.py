@@ -170,14 +170,16 @@ def _cut(text: str, limit: int) -> str:
     return text.encode()[:limit].decode(errors="ignore")
 
 
-def condition(status: str, reason: str, message: str) -> dict[str, str]:
-    """A `Ready` condition as the API takes it, the message cut to its limit (claims' and IPPools')."""
-    return {
+def condition(status: str, reason: str, message: str, since: str | None = None) -> dict[str, str]:
+    """A `Ready` condition as the API takes it, the message cut to its limit (claims' and IPPools');
+    `since` is its lastTransitionTime (a claim's conditions need one)."""
+    found = {
         "type": "Ready",
         "status": status,
         "reason": reason,
         "message": _cut(message, CONDITION_MESSAGE_BYTES),
     }
+    return {**found, "lastTransitionTime": since} if since is not None else found
 
 
 @dataclass(frozen=True)

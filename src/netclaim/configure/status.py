@@ -93,7 +93,7 @@ class _Queued:
     backoff: Backoff
     bugs: int = 0
     writing: bool = False
-    again: bool = False  # enqueued while being written: written once more, from the state of then
+    again: bool = False  # enqueued while being written: written once more after, from the state of then
 
 
 @dataclass(frozen=True)
@@ -107,10 +107,6 @@ class Failure:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def _condition(status: str, reason: str, message: str) -> dict[str, Any]:
-    return {**condition(status, reason, message), "lastTransitionTime": _now()}
 
 
 def _network_data(
@@ -151,7 +147,7 @@ def address_entries(driver: str, row: Attachment) -> list[dict[str, Any]]:
             entry["shareID"] = granted.share_id
         network_data, left_out = _network_data(row.plan.interface_name, granted.ips)
         message = _message(f"held for the claim from IPPool {granted.device}", left_out)
-        entry["conditions"] = [_condition("True", "AddressAllocated", message)]
+        entry["conditions"] = [condition("True", "AddressAllocated", message, since=_now())]
         entry["networkData"] = network_data
         entries.append(entry)
     return entries
@@ -166,15 +162,15 @@ def device_entry(driver: str, row: Attachment) -> dict[str, Any]:
         network_data, left_out = _network_data(interface.name, interface.addresses, interface.mac)
         data, not_taken = _cni_data(row.outcome.cni_result) if row.outcome.cni_result else (None, [])
         message = _message(f"{interface.name} is configured in the pod", left_out + not_taken)
-        entry["conditions"] = [_condition("True", "InterfaceAttached", message)]
+        entry["conditions"] = [condition("True", "InterfaceAttached", message, since=_now())]
         entry["networkData"] = network_data
         if data is not None:
             entry["data"] = data
     elif row.error:
-        entry["conditions"] = [_condition("False", "AttachFailed", row.error)]
+        entry["conditions"] = [condition("False", "AttachFailed", row.error, since=_now())]
     else:
         reason, message = _REASONS.get(row.state, _REASONS[State.ATTACHING])
-        entry["conditions"] = [_condition("False", reason, message)]
+        entry["conditions"] = [condition("False", reason, message, since=_now())]
     return entry
 
 
@@ -295,7 +291,7 @@ class StatusWriter:
                     "driver": self.driver,
                     "pool": pool,
                     "device": device,
-                    "conditions": [_condition("False", failure.reason, failure.message)],
+                    "conditions": [condition("False", failure.reason, failure.message, since=_now())],
                 }
                 if share_id:
                     entry["shareID"] = share_id
