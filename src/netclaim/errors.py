@@ -13,7 +13,8 @@
     │   └── StateStoreError       the state database is locked or cannot be written
     ├── ApiRejectedError     the Kubernetes API refused a request (a 4xx but 409 and the 404 of a named
     │                        object): a bug, RBAC, or a kind the server does not serve
-    ├── CniError             a CNI plugin failed (its code and message) or did not answer in time
+    ├── CniError             a CNI plugin failed (its code and message), could not be run, or did not
+    │                        answer in time
     ├── KernelError          the kernel refused a netlink request (a link, an address, a qdisc)
     ├── AttachError          attaching into a pod failed and was rolled back (the cause is chained)
     ├── PrerequisiteError    the machine lacks a program, a permission or a kernel feature
@@ -122,7 +123,7 @@ class ApiRejectedError(NetclaimError):
 
 
 class CniError(NetclaimError):
-    """A plugin failed (its CNI error code and message) or could not be run in time."""
+    """A plugin failed (its CNI error code and message), could not be run at all, or not in time."""
 
     def __init__(self, plugin: str, command: str, code: int, message: str, details: str = "") -> None:
         self.plugin, self.command, self.code, self.message, self.details = (
