@@ -12,7 +12,8 @@ log = logging.getLogger(__name__)
 
 
 class Backoff:
-    """`await wait()` sleeps `first`, then twice as long each time up to `cap`; `reset()` after a success."""
+    """`await wait()` sleeps `first`, then twice as long each time up to `cap`; `reset()` after a success.
+    `next()` is the delay to wait now, for who schedules the retry rather than sleeping."""
 
     def __init__(self, first: float = 0.5, cap: float = 10.0) -> None:
         self.first, self.cap = first, cap
@@ -21,9 +22,12 @@ class Backoff:
     def reset(self) -> None:
         self.delay = self.first
 
-    async def wait(self) -> None:
+    def next(self) -> float:
         delay, self.delay = self.delay, min(self.delay * 2, self.cap)
-        await asyncio.sleep(delay)
+        return delay
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self.next())
 
 
 async def supervise(what: str, attempt: Callable[[], Awaitable[None]], on_error: Callable[[], None]) -> None:

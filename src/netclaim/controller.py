@@ -3,21 +3,28 @@
 IPPools, IPAllocations, ResourceClaims ──changes──▶ Trigger ──▶ reconcile:
     free the addresses of claims that are gone ─▶ publish each pool as a device with its capacity
     ─▶ the pools' status ─▶ a Warning Event on Pending pods whose pool is full
+
+One object never fails a pass: the lists skip (and report) what cannot be read (netclaim.adapters.kube),
+and a write about one object that fails is logged and tried again the next pass; only an API that cannot
+serve ends a pass early. Passes are counted in netclaim_reconcile_total{result} and the last success is
+netclaim_last_reconcile_timestamp_seconds: what shows that reconcile keeps succeeding.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from netclaim import metrics
 from netclaim.adapters.http import Health
 from netclaim.adapters.http import serve as serve_health
-from netclaim.adapters.kube import Claim, KubeApi
+from netclaim.adapters.kube import Claim, IPAllocation, KubeApi, condition
 from netclaim.api.ippool import ADDRESSES, IPPool
 from netclaim.api.settings import ControllerSettings
 from netclaim.backoff import supervise
+from netclaim.errors import ApiUnavailableError, NetclaimError
 from netclaim.ipam.pools import (
     PoolPublisher,
     PoolUse,
@@ -42,21 +49,21 @@ class Reconciler:
         self.warned: set[tuple[str, str]] = set()  # (pod UID, message) reported, of pods still waiting
         self.published: set[str] = set()  # pools with a free-claims gauge
 
+    async def reconcile(self) -> None:
+        """One pass, counted: netclaim_reconcile_total{result}, and the time of the last that succeeded."""
+        try:
+            await self.once()
+        except Exception:
+            metrics.RECONCILES.labels("error").inc()
+            raise
+        metrics.RECONCILES.labels("ok").inc()
+        metrics.LAST_RECONCILE.set_to_current_time()
+
     async def once(self) -> dict[str, PoolUse]:
         allocations = await self.api.list_ip_allocations()  # before the claims: see netclaim.ipam.pools
         claims = {c.uid: c for c in await self.api.list_claims()}
         for orphan in orphans(allocations, set(claims)):
-            await self.api.delete_ip_allocation(orphan)
-            metrics.ADDRESSES_RECLAIMED.inc()
-            log.info(
-                "address of a deleted claim freed",
-                extra={
-                    "pool": orphan.pool,
-                    "address": orphan.address,
-                    "claim": f"{orphan.claim_namespace}/{orphan.claim_name}",
-                    "node": orphan.node,
-                },
-            )
+            await _each(f"freeing address {orphan.address} of IPPool {orphan.pool}", self._free(orphan))
         live = [a for a in allocations if a.claim_uid in claims]
         objects = await self.api.list_ippools()
         pools, problems = read_pools(objects)
@@ -70,12 +77,26 @@ class Reconciler:
         self.published = set(uses)
         for pool in pools:
             metrics.POOL_FREE.labels(pool.name).set(uses[pool.name].free)
-            await self._write_status(pool.name, _status(pool, uses[pool.name]), current)
+            status = _status(pool, uses[pool.name])
+            await _each(f"status of IPPool {pool.name}", self._write_status(pool.name, status, current))
         for name, problem in problems.items():
-            invalid = {"conditions": [_condition("False", "Invalid", problem)]}
-            await self._write_status(name, invalid, current)
+            invalid = {"conditions": [condition("False", "Invalid", problem)]}
+            await _each(f"status of IPPool {name}", self._write_status(name, invalid, current))
         await self._warn_pending(claims, uses)
         return uses
+
+    async def _free(self, orphan: IPAllocation) -> None:
+        await self.api.delete_ip_allocation(orphan)
+        metrics.ADDRESSES_RECLAIMED.inc()
+        log.info(
+            "address of a deleted claim freed",
+            extra={
+                "pool": orphan.pool,
+                "address": orphan.address,
+                "claim": f"{orphan.claim_namespace}/{orphan.claim_name}",
+                "node": orphan.node,
+            },
+        )
 
     async def _write_status(
         self, name: str, status: dict[str, Any], current: dict[str, dict[str, Any] | None]
@@ -105,9 +126,23 @@ class Reconciler:
                 if message is None or (meta["uid"], message) in self.warned:
                     continue
                 self.warned.add((meta["uid"], message))
-                await self.api.create_pod_event(
+                event = self.api.create_pod_event(
                     meta["namespace"], meta["name"], meta["uid"], "IPPoolExhausted", message
                 )
+                await _each(f"event on pod {meta['namespace']}/{meta['name']}", event)
+
+
+async def _each(what: str, write: Awaitable[None]) -> None:
+    """A write about one object: its failure is that object's (logged; the next pass tries again). Only an
+    API that cannot serve ends the pass, which is then retried with backoff."""
+    try:
+        await write
+    except ApiUnavailableError:
+        raise
+    except NetclaimError as err:
+        log.warning(f"{what} failed; the next pass tries again", extra={"error": str(err)})
+    except Exception:
+        log.exception(f"{what} failed (a bug); the next pass tries again")
 
 
 def _status(pool: IPPool, use: PoolUse) -> dict[str, Any]:
@@ -119,12 +154,8 @@ def _status(pool: IPPool, use: PoolUse) -> dict[str, Any]:
             f"ipv{version}": {"size": family.size, "held": use.addresses.get(version, 0)}
             for version, family in sorted(pool.families().items())
         },
-        "conditions": [_condition("True", "Published", f"published with capacity {ADDRESSES}")],
+        "conditions": [condition("True", "Published", f"published with capacity {ADDRESSES}")],
     }
-
-
-def _condition(status: str, reason: str, message: str) -> dict[str, str]:
-    return {"type": "Ready", "status": status, "reason": reason, "message": message[:1024]}
 
 
 async def _watch(api: KubeApi, kind: str, trigger: Trigger) -> None:
@@ -147,7 +178,7 @@ async def run(settings: ControllerSettings) -> None:
     async def reconcile() -> None:
         await trigger.wait()
         try:
-            await reconciler.once()
+            await reconciler.reconcile()
             health.set("reconciled", True)
         except BaseException:
             trigger.fire()

@@ -13,7 +13,8 @@
     │   └── StateStoreError       the state database is locked or cannot be written
     ├── ApiRejectedError     the Kubernetes API refused a request (a 4xx but 409 and the 404 of a named
     │                        object): a bug, RBAC, or a kind the server does not serve
-    ├── CniError             a CNI plugin failed (its code and message) or did not answer in time
+    ├── CniError             a CNI plugin failed (its code and message), could not be run, or did not
+    │                        answer in time
     ├── KernelError          the kernel refused a netlink request (a link, an address, a qdisc)
     ├── AttachError          attaching into a pod failed and was rolled back (the cause is chained)
     ├── PrerequisiteError    the machine lacks a program, a permission or a kernel feature
@@ -22,7 +23,8 @@
     anything else            a bug in netclaim
 
 How each boundary reacts (kubelet: NodePrepareResources, per claim; NRI: RunPodSandbox; loops: the
-status writer, reclaim and the publish/watch loops):
+status writer, each claim and pod on its own; reclaim and the publish/watch loops; the controller's
+reconcile):
 
 ConfigError, CniError (the claim's config, or the node cannot run its plugins)
     kubelet  the claim's error; Ready=False PrepareFailed on its devices; a Warning Event on its pod
@@ -38,18 +40,33 @@ HostNetworkPodError
     NRI      the sandbox fails; a Warning Event
 ApiRejectedError
     kubelet  the claim's error, logged;                   loops  logged, retried with backoff
+    status writer  final for that claim or pod, logged and counted: written again only once enqueued
+             again (likewise a ConfigError there: a claim whose status cannot be read)
 PrerequisiteError
     start    the agent refuses to start, saying what to install or do
 ProtocolError
     NRI      the connection is dropped and dialled again
 anything else (a bug)
     kubelet  "internal error", traceback logged;  NRI  the sandbox fails, traceback logged;
-    loops    traceback logged, retried with backoff
+    loops    traceback logged, retried with backoff (the status writer: for that claim or pod only, given
+             up after a few tries until it is enqueued again)
+
+The controller's reconcile: a write about one object that fails (freeing an orphan's address, a pool's
+status, an Event), whatever the error, is that object's: logged, tried again the next pass; the pass goes
+on. Only ApiUnavailableError ends a pass (retried with backoff). Passes are counted by result.
+
+Reading: a listed object that cannot be read (nested deeper than netclaim reads, a field of another shape)
+is skipped, or a claim read as far as it can be, and reported (a log line, a metric, a Warning Event on
+it): it never fails the list. A single object that cannot be read is a ConfigError.
 
 Stop/RemovePodSandbox never raise: what they could not detach, RemovePodSandbox and
 NodeUnprepareResources try again. NodeUnprepareResources raises only a TransientError (kubelet calls
-again); a DEL that can never succeed (CniError, KernelError, ConfigError) is cleaned up by hand, the
-claim's status says TeardownIncomplete, and the claim and its pod go.
+again); any other failure of a row (a DEL that can never succeed: CniError, KernelError, ConfigError; or a
+bug, its traceback logged) is final for that row: what the ADD left is cleaned up by hand, the row is
+forgotten, the next row goes on, the claim's status says TeardownIncomplete, and the claim and its pod go.
+Pool addresses whose end cannot be decided (the claim cannot be read) are kept: the controller frees them
+once the claim is gone. Reclaim: one claim's failure, whatever it is, is logged and counted
+(netclaim_reclaim_errors_total) and tried again the next round; the round goes on with the others.
 """
 
 from __future__ import annotations
@@ -106,7 +123,7 @@ class ApiRejectedError(NetclaimError):
 
 
 class CniError(NetclaimError):
-    """A plugin failed (its CNI error code and message) or could not be run in time."""
+    """A plugin failed (its CNI error code and message), could not be run at all, or not in time."""
 
     def __init__(self, plugin: str, command: str, code: int, message: str, details: str = "") -> None:
         self.plugin, self.command, self.code, self.message, self.details = (

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the agent, in one registry served at --metrics-address."""
+"""Prometheus metrics of the agent and the controller, in one registry served at --metrics-address."""
 
 from __future__ import annotations
 
@@ -58,4 +58,35 @@ CLAIMS_RECLAIMED = Counter(
 )
 POOL_FREE = Gauge(
     "netclaim_ippool_free_claims", "Claims an IP pool can still take", ["pool"], registry=REGISTRY
+)
+UNREADABLE_OBJECTS = Counter(
+    "netclaim_unreadable_objects_total",
+    "Listed objects netclaim could not read, in whole or in part (skipped, or read as far as they can be), "
+    "once per version of each object, by kind",
+    ["kind"],
+    registry=REGISTRY,
+)
+RECLAIM_ERRORS = Counter(
+    "netclaim_reclaim_errors_total",
+    "Claims the agent's reclaim could not check or unprepare in a round (tried again the next round)",
+    registry=REGISTRY,
+)
+STATUS_WRITES = Counter(
+    "netclaim_status_writes_total",
+    "Tries to write a claim's status.devices (kind claim) or a pod's network-status annotation (kind pod), "
+    "by result: ok, gone, rejected (not retried until queued again), unavailable and conflict (retried with "
+    "backoff), error (a bug, retried with backoff), given_up (a bug, too many times)",
+    ["kind", "result"],
+    registry=REGISTRY,
+)
+RECONCILES = Counter(
+    "netclaim_reconcile_total",
+    "The controller's reconcile passes, by result (ok, error)",
+    ["result"],
+    registry=REGISTRY,
+)
+LAST_RECONCILE = Gauge(
+    "netclaim_last_reconcile_timestamp_seconds",
+    "When a reconcile pass of the controller last succeeded",
+    registry=REGISTRY,
 )

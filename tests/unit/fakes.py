@@ -59,14 +59,15 @@ class FakeKubeApi(KubeApi):
             raise GoneError(f"claim {namespace}/{name}: not found")
         return found
 
-    async def write_claim_devices(self, claim: Claim, devices: list[dict[str, Any]]) -> None:
+    async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
         self._call("write_claim_devices")
         current = await self.get_claim(claim.namespace, claim.name)
         if current.resource_version != claim.resource_version:
             raise ConflictError(f"claim {claim.namespace}/{claim.name}: test failed")
+        others = [d for d in current.devices_status if d.get("driver") != driver]
         self.claims[(claim.namespace, claim.name)] = replace(
             current,
-            devices_status=tuple(copy.deepcopy(devices)),
+            devices_status=(*others, *copy.deepcopy(entries)),
             resource_version=str(int(current.resource_version or "0") + 1),
         )
 
@@ -587,12 +588,10 @@ class ConfigureRig:
         """Let the work hooks leave for later finish: queued Events, rollbacks, then the claims' status."""
         while self.status._events or self.attacher._undoing:
             await asyncio.gather(*self.status._events, *self.attacher._undoing)
-        for queue in (self.status._queue, self.status._pod_queue):
-            while not queue.empty():
-                target = queue.get_nowait()
-                self.status._pending.discard(target.uid)
-                with contextlib.suppress(GoneError):  # as StatusWriter.run: a deleted claim or pod is dropped
-                    await self.status.write(target)
+        for target in list(self.status._queued):
+            del self.status._queued[target]
+            with contextlib.suppress(GoneError):  # as StatusWriter.run: a deleted claim or pod is dropped
+                await self.status.write(target)
 
     def entries(self, claim: ClaimRef) -> list[dict[str, Any]]:
         """status.devices of the claim as the API server has it now, netclaim's entries only."""
@@ -623,3 +622,54 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
     )
     hooks = PodHooks(store, attacher, status, locks)
     return ConfigureRig(tmp_path, api, store, netlink, cni, locks, attacher, status, hooks, catalog, preparer)
+
+
+# --- the API server's HTTP answers, for the real KubeApi (lightkube and httpx on a MockTransport) --------
+
+import json  # noqa: E402
+
+import httpx2 as httpx  # noqa: E402
+from lightkube import KubeConfig  # noqa: E402
+
+KUBECONFIG = KubeConfig.from_dict(
+    {
+        "clusters": [{"name": "test", "cluster": {"server": "https://api.test"}}],
+        "users": [{"name": "agent", "user": {"token": "token"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "agent"}}],
+        "current-context": "test",
+    }
+)
+
+
+@dataclass
+class FakeApiServer:
+    """Canned answers by path (`answers`: status and body; `streams`: watch bodies, one per request; a
+    write to a path without an answer is answered with what it sent, as an apply is), Events created, and
+    every request made."""
+
+    answers: dict[str, tuple[int, str]] = field(default_factory=dict)
+    streams: list[str] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[httpx.Request] = field(default_factory=list)
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        headers = {"Content-Type": "application/json"}
+        if request.method == "POST" and request.url.path.endswith("/events"):
+            self.events.append(json.loads(request.content))
+            return httpx.Response(201, content=request.content, headers=headers)
+        if request.url.params.get("watch") == "true":
+            return httpx.Response(200, content=self.streams.pop(0).encode(), headers=headers)
+        if request.method in ("PATCH", "POST") and request.url.path not in self.answers:
+            return httpx.Response(200, content=request.content, headers=headers)
+        status, body = self.answers.get(request.url.path, (404, api_status(404, "not found", name="x")))
+        return httpx.Response(status, content=body.encode(), headers=headers)
+
+
+def api_status(code: int, message: str, name: str | None = None) -> str:
+    """A Status object as the API server answers with (JSON text)."""
+    details = {"name": name, "kind": "resourceclaims"} if name else {}
+    return json.dumps({"kind": "Status", "code": code, "message": message, "details": details})

@@ -96,3 +96,36 @@ def test_host_local_reservations_of_one_container_are_released_by_hand(tmp_path:
     assert runner.release_host_local(conflist, "sandbox-1") == ["10.10.1.2"]
     assert sorted(p.name for p in network.iterdir()) == ["10.10.1.3", "last_reserved_ip.0", "lock"]
     assert runner.release_host_local(conflist, "") == []
+
+
+def test_a_plugin_that_cannot_be_spawned_is_a_cni_error_and_the_rest_of_the_chain_still_runs(
+    tmp_path: Path,
+) -> None:
+    """An interface name with a NUL byte once raised ValueError out of DEL: every NodeUnprepareResources of
+    the claim failed and its pod stayed Terminating. Spawning failures are the plugin's CniError now."""
+    called = tmp_path / "called"
+    _plugin(tmp_path, "first", f"echo first >> {called}; cat >/dev/null")
+    _plugin(tmp_path, "sleepy", f"echo sleepy >> {called}; cat >/dev/null")
+    chain = {"cniVersion": "1.0.0", "name": "t", "plugins": [{"type": "first"}, {"type": "sleepy"}]}
+    runner = CniRunner(tmp_path)
+    with pytest.raises(CniError, match=r"cannot run .*/first: embedded null byte") as err:
+        asyncio.run(
+            runner.add(chain, Invocation("c1", "/proc/self/ns/net", "net\0", ""), time.monotonic() + 5)
+        )
+    assert (err.value.command, err.value.code) == ("ADD", 999)
+    with pytest.raises(CniError, match="embedded null byte"):
+        asyncio.run(runner.delete(chain, Invocation("c1", "", "net\0", ""), None, time.monotonic() + 5))
+    assert not called.exists()  # neither could run, and DEL tried both
+
+
+def test_a_failing_plugins_answer_of_any_shape_is_its_cni_error(tmp_path: Path) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    for answer, expected in (
+        ('{"code": "seven", "msg": {"a": 1}, "details": [2]}', (999, "said so on stderr", "")),
+        (deep, (999, deep[:500], "")),
+        ('{"code": 7, "msg": "master down", "details": "enp1s0"}', (7, "master down", "enp1s0")),
+    ):
+        _plugin(tmp_path, "sleepy", f"cat >/dev/null; echo '{answer}'; echo said so on stderr >&2; exit 1")
+        with pytest.raises(CniError) as err:
+            asyncio.run(CniRunner(tmp_path).add(CONFLIST, INVOCATION, time.monotonic() + 5))
+        assert (err.value.code, err.value.message, err.value.details) == expected

@@ -11,7 +11,6 @@ import pytest
 from netclaim.adapters.kube import AllocatedDevice, Claim, IPAllocation, RequestSpec
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, allocation_name
 from netclaim.controller import ADDRESS_CLASS, Reconciler
-from netclaim.errors import ConflictError
 from netclaim.ipam.pools import (
     SLICE_PREFIX,
     PoolPublisher,
@@ -427,6 +426,5 @@ async def test_an_address_taken_again_meanwhile_is_never_freed() -> None:
     api.allocations[old.name] = old
     api.retaken = _held(new, "lan3", "10.10.3.1/30", uid="new-uid")
     api.add_claim(new)
-    with pytest.raises(ConflictError):  # the reconcile is retried; the new holder keeps the address
-        await Reconciler(api, SAMPLE_DRIVER).once()
-    assert api.allocations[old.name].claim_uid == new.uid
+    await Reconciler(api, SAMPLE_DRIVER).once()  # the conflict is that address's: the pass goes on
+    assert api.allocations[old.name].claim_uid == new.uid  # the new holder keeps it

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from netclaim.adapters.kube import Claim
-from netclaim.configure import status as status_module
+from netclaim.backoff import Backoff
 from netclaim.configure.status import (
     MAX_CONFLICT_RETRIES,
     NETWORK_STATUS,
@@ -191,16 +191,20 @@ def test_a_claim_queued_twice_is_written_once(writer: StatusWriter) -> None:
     writer.enqueue(CLAIM)
     writer.enqueue(CLAIM)
     writer.forget(CLAIM)
-    assert writer._queue.qsize() == 1
+    assert list(writer._queued) == [CLAIM]
 
 
-class _Backoff:
-    """Stands in for netclaim.backoff.Backoff in the status writer: counts the waits, waits for nothing."""
+class _Backoff(Backoff):
+    """Each target's backoff in the tests: a millisecond, counted."""
 
     waits = 0
 
-    async def wait(self) -> None:
+    def __init__(self) -> None:
+        super().__init__(first=0.001, cap=0.001)
+
+    def next(self) -> float:
         type(self).waits += 1
+        return super().next()
 
 
 class _RacingApi(FakeKubeApi):
@@ -216,7 +220,7 @@ class _RacingApi(FakeKubeApi):
             self.on_read()
         return await super().get_claim(namespace, name)
 
-    async def write_claim_devices(self, claim: Claim, devices: list[dict[str, Any]]) -> None:
+    async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
         if self.races:
             self.races -= 1
             current = self.claims[(claim.namespace, claim.name)]
@@ -225,14 +229,13 @@ class _RacingApi(FakeKubeApi):
             self.add_claim(
                 replace(current, resource_version=version, devices_status=(*current.devices_status, theirs))
             )
-        await super().write_claim_devices(claim, devices)
+        await super().write_claim_devices(claim, driver, entries)
         self.written.set()
 
 
 @pytest.fixture
-def backoff(monkeypatch: pytest.MonkeyPatch) -> type[_Backoff]:
+def backoff() -> type[_Backoff]:
     _Backoff.waits = 0
-    monkeypatch.setattr(status_module, "Backoff", _Backoff)
     return _Backoff
 
 
@@ -257,7 +260,7 @@ async def test_a_conflicting_write_is_retried_on_the_claim_as_it_is_now(
     api = _RacingApi()
     api.races = races
     api.add_claim(sample_claim((), (), devices_status=(OTHER_DRIVERS_ENTRY,)))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
     store.put(ATTACHED)
     writer.enqueue(CLAIM)
     await _run_until_written(writer, api)
@@ -273,7 +276,7 @@ async def test_a_gone_claim_is_dropped_and_an_unavailable_api_retried(
     api = _RacingApi()
     api.races = 0
     api.add_claim(sample_claim((), ()))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
     store.put(ATTACHED)
     writer.enqueue(ClaimRef("team-a", "deleted-claim", "uid-x"))
     writer.enqueue(CLAIM)
@@ -287,7 +290,7 @@ async def test_a_write_failing_on_a_bug_is_retried(store: Store, backoff: type[_
     api = _RacingApi()
     api.races = 0
     api.add_claim(sample_claim((), ()))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
     store.put(ATTACHED)
     writer.enqueue(CLAIM)
     api.fail_next = [KeyError("bug")]  # type: ignore[list-item]
@@ -301,7 +304,7 @@ async def test_a_claim_queued_again_while_retrying_is_written_from_the_new_reque
     api = _RacingApi()
     api.races = 0
     api.add_claim(sample_claim((), ()))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
     writer.enqueue(CLAIM)
 
     def a_hook_asks_again() -> None:  # while the first write is failing
@@ -403,7 +406,7 @@ async def test_the_annotation_is_not_written_for_a_new_pod_of_the_same_name_nor_
     assert api.calls == ["get_pod"]
     opted_out = StatusWriter(api, SAMPLE_DRIVER, store, annotate_pods=False)
     opted_out.enqueue(pod)
-    assert opted_out._pod_queue.empty() and opted_out._queue.empty()
+    assert opted_out._queued == {}
 
 
 async def test_a_pod_whose_interfaces_are_not_attached_is_not_annotated(
@@ -436,7 +439,7 @@ async def test_a_conflicting_annotation_write_is_retried_keeping_what_the_other_
 ) -> None:
     api = _RacingPodApi()
     api.pod_objects[("team-a", "pod-1")] = _pod()
-    writer = StatusWriter(api, SAMPLE_DRIVER, store)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
     store.put(ATTACHED)
     writer.enqueue(PodRef("team-a", "pod-1", "pod-uid-1"))
     api.written = asyncio.Event()
@@ -468,7 +471,7 @@ async def test_a_pod_write_refused_for_good_is_dropped_and_never_holds_up_the_cl
     api = _RefusingPodApi()
     api.add_claim(sample_claim((), ()))
     api.pod_objects[("team-a", "pod-1")] = _pod()
-    writer = StatusWriter(api, SAMPLE_DRIVER, store)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
     store.put(ATTACHED)
     writer.enqueue(PodRef("team-a", "pod-1", "pod-uid-1"))
     writer.enqueue(CLAIM)

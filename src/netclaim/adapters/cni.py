@@ -116,8 +116,8 @@ class CniRunner:
                 env=env,
                 start_new_session=True,
             )
-        except OSError as err:
-            raise CniError(kind, command, 999, f"cannot run {path}: {err.strerror}") from err
+        except (OSError, ValueError) as err:  # ValueError: a NUL byte in an argument or the environment
+            raise CniError(kind, command, 999, f"cannot run {path}: {err}") from err
         try:
             stdout, stderr = await asyncio.wait_for(
                 process.communicate(json.dumps(stdin).encode()), remaining
@@ -129,13 +129,11 @@ class CniRunner:
             raise CniError(kind, command, 11, f"timed out after {remaining:.2f} s") from None
         output = _json(stdout)
         if process.returncode != 0:
-            raise CniError(
-                kind,
-                command,
-                int(output.get("code", 999)),
-                str(output.get("msg") or stderr.decode(errors="replace").strip() or "failed"),
-                str(output.get("details", "")),
-            )
+            code, message, details = output.get("code"), output.get("msg"), output.get("details")
+            if not isinstance(message, str) or not message:
+                message = stderr.decode(errors="replace").strip()[:500] or "failed"
+            code = code if isinstance(code, int) else 999
+            raise CniError(kind, command, code, message, details if isinstance(details, str) else "")
         return output
 
     async def versions(self, kind: str) -> list[str]:
@@ -209,8 +207,9 @@ class CniRunner:
 
 
 def _json(data: bytes) -> dict[str, Any]:
+    """A plugin's answer; what is not a JSON object (or is nested past what json reads) is its message."""
     try:
         value = json.loads(data or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"msg": data.decode(errors="replace").strip()[:500]}
     return value if isinstance(value, dict) else {}

@@ -3,21 +3,39 @@
 Callers see plain dataclasses and dicts in the API's own JSON shape, and netclaim's errors (see
 netclaim.errors): 404 → GoneError; 409 or a failed resourceVersion test → ConflictError; transport
 failures, timeouts, 429 and 5xx → ApiUnavailableError; any other refusal → ApiRejectedError.
+
+The kinds that carry free JSON anyone may write (ResourceClaims: opaque configs and device status of
+every driver; IPPools; IPAllocations) are read without lightkube's decoder, which recurses once per level
+of nesting: the API server stores values nested thousands deep (10 KiB of `[[[[…]]]]`). They are fetched
+with an HTTP client lightkube makes from the same kubeconfig and built by read_json (ijson: no recursion);
+a free value nested deeper than netclaim reads (MAX_DEPTH) is left out before anything recursive touches
+it, and the object says so. Each listed object is read on its own: one that cannot be read is skipped (a
+claim: read as far as it can be), with a log line, the `netclaim_unreadable_objects_total` metric and a
+Warning Event on it, once per version of the object; it never fails the list. Watches read only each
+event's type and resourceVersion, so an object no one can read does not stop them either.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import ipaddress
+import json
+import logging
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+import ijson  # type: ignore[import-untyped]  # no type information shipped
 from lightkube import AsyncClient, KubeConfig
+from lightkube.config.client_adapter import AsyncClient as http_client
+from lightkube.config.client_adapter import ConnectionParams
 from lightkube.core.client import FieldSelector
 from lightkube.core.exceptions import ApiError
+from lightkube.core.resource import api_info
+from lightkube.core.selector import build_selector
 from lightkube.generic_resource import create_global_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
@@ -32,6 +50,8 @@ from lightkube.resources.resource_v1 import (
 )
 from lightkube.types import PatchType
 
+from netclaim import metrics
+from netclaim.api.cniconfig import MAX_DEPTH, nesting_depth
 from netclaim.errors import (
     AlreadyExistsError,
     ApiRejectedError,
@@ -39,10 +59,20 @@ from netclaim.errors import (
     ConfigError,
     ConflictError,
     GoneError,
+    NetclaimError,
 )
 from netclaim.names import DRIVER_DOMAIN
 
+log = logging.getLogger(__name__)
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+TIMEOUT = httpx.Timeout(10.0, read=60.0)
+WATCH_TIMEOUT = httpx.Timeout(10.0, read=None)  # a watch may be quiet for as long as nothing changes
+CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message
+EVENT_MESSAGE_BYTES = 1024
+UNREADABLE_REASON = "NetclaimUnreadable"
+# object versions remembered as reported unreadable; past it they are forgotten (reported once more)
+MAX_REPORTED = 4096
+IPPOOL_API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"  # IPPools' and IPAllocations'
 IPPoolResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPPool", "ippools")
 IPAllocationResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPAllocation", "ipallocations")
 POOL_LABEL = f"{DRIVER_DOMAIN}/pool"
@@ -79,8 +109,77 @@ def translated(what: str) -> Iterator[None]:
         raise ApiRejectedError(f"{what}: {code}") from err
     except (httpx.TransportError, httpx.TimeoutException, OSError) as err:
         raise ApiUnavailableError(f"{what}: the API server did not answer ({err!r})") from err
-    except RecursionError as err:  # the JSON decoder's answer to an object nested thousands deep
+    except RecursionError as err:  # lightkube's decoder on an object nested thousands deep
         raise ConfigError(f"{what}: nested too deeply to read") from err
+
+
+def read_json(data: bytes | str) -> Any:
+    """A JSON document built without recursion (ijson's events into its ObjectBuilder): no depth the API
+    server stores can break reading it. Check how deep a part is (nesting_depth, iterative) before
+    anything recursive touches it. ValueError when `data` is not JSON."""
+    builder = ijson.ObjectBuilder()
+    try:
+        for event, value in ijson.basic_parse(
+            data.encode() if isinstance(data, str) else data, use_float=True
+        ):
+            builder.event(event, value)
+    except ijson.JSONError as err:
+        raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
+    return builder.value
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    """An error answer as lightkube raises it (ApiError with the API's Status), for `translated`."""
+    if response.is_error:
+        if response.headers.get("Content-Type") == "application/json":
+            raise ApiError(request=response.request, response=response)
+        response.raise_for_status()
+
+
+def _path(resource: Any, namespace: str | None = None, name: str | None = None) -> str:
+    """The API path of a lightkube resource kind (or subresource: then of object `name`), as lightkube
+    builds it: every namespace's unless `namespace`, one object's with `name`."""
+    info = api_info(resource)
+    kind = info.parent or info.resource
+    parts = ["apis", kind.group, kind.version] if kind.group else ["api", kind.version]
+    if namespace is not None:
+        parts += ["namespaces", namespace]
+    parts.append(info.plural)
+    parts += [part for part in (name, info.action) if part is not None]
+    return "/" + "/".join(parts)
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """A JSON object read from the API ({} for a missing one); TypeError for anything else."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"an object was expected, not {type(value).__name__}")
+    return value
+
+
+def _text(value: Any) -> str:
+    """A JSON string read from the API; TypeError for anything else (never str() of what a tenant wrote)."""
+    if not isinstance(value, str):
+        raise TypeError(f"a string was expected, not {type(value).__name__}")
+    return value
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` within `limit` bytes of UTF-8, as the API counts (a character cut in two is dropped)."""
+    return text.encode()[:limit].decode(errors="ignore")
+
+
+def condition(status: str, reason: str, message: str, since: str | None = None) -> dict[str, str]:
+    """A `Ready` condition as the API takes it, the message cut to its limit (claims' and IPPools');
+    `since` is its lastTransitionTime (a claim's conditions need one)."""
+    found = {
+        "type": "Ready",
+        "status": status,
+        "reason": reason,
+        "message": _cut(message, CONDITION_MESSAGE_BYTES),
+    }
+    return {**found, "lastTransitionTime": since} if since is not None else found
 
 
 @dataclass(frozen=True)
@@ -102,7 +201,23 @@ class DeviceConfig:
     source: str  # FromClass (the admin's DeviceClass) or FromClaim (the user's claim)
     requests: tuple[str, ...]
     driver: str
-    parameters: object
+    parameters: object  # None when unreadable
+    unreadable: str = ""  # why `parameters` were not read: nested deeper than MAX_DEPTH
+
+    @classmethod
+    def from_api(cls, index: int, entry: dict[str, Any]) -> DeviceConfig:
+        opaque = _object(entry.get("opaque"))
+        parameters, unreadable = opaque.get("parameters"), ""
+        if nesting_depth(parameters) > MAX_DEPTH:
+            location = f"status.allocation.devices.config[{index}].opaque.parameters"
+            parameters, unreadable = None, f"{location}: nested deeper than {MAX_DEPTH} levels"
+        return cls(
+            source=_text(entry.get("source", "")),
+            requests=tuple(_text(r) for r in entry.get("requests") or ()),
+            driver=_text(opaque.get("driver", "")),
+            parameters=parameters,
+            unreadable=unreadable,
+        )
 
 
 @dataclass(frozen=True)
@@ -122,16 +237,56 @@ class RequestSpec:
 
 def _request_specs(spec: dict[str, Any]) -> tuple[RequestSpec, ...]:
     found = []
-    for request in (spec.get("devices") or {}).get("requests") or []:
-        name = str(request.get("name", ""))
-        options = [(name, request["exactly"])] if request.get("exactly") else []
-        options += [(f"{name}/{sub.get('name', '')}", sub) for sub in request.get("firstAvailable") or []]
+    for request in _object(spec.get("devices")).get("requests") or []:
+        name = _text(request.get("name", ""))
+        options = [(name, _object(request["exactly"]))] if request.get("exactly") else []
+        options += [
+            (f"{name}/{_text(sub.get('name', ''))}", _object(sub))
+            for sub in request.get("firstAvailable") or []
+        ]
         for full_name, option in options:
             selectors = tuple(
-                str((s.get("cel") or {}).get("expression", "")) for s in option.get("selectors") or []
+                _text(_object(s.get("cel")).get("expression", "")) for s in option.get("selectors") or []
             )
-            found.append(RequestSpec(full_name, str(option.get("deviceClassName", "")), selectors))
+            found.append(RequestSpec(full_name, _text(option.get("deviceClassName", "")), selectors))
     return tuple(found)
+
+
+def _claim_parts(data: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a Claim past its identity, as the API has them; TypeError, KeyError or AttributeError
+    for a part of another shape. An opaque config nested too deep is kept out of reach (DeviceConfig)."""
+    status = _object(data.get("status"))
+    allocation = _object(status.get("allocation")).get("devices")
+    allocated = _object(allocation)
+    return {
+        "allocated": allocation is not None,
+        "results": tuple(
+            AllocatedDevice(
+                request=_text(r["request"]),
+                driver=_text(r["driver"]),
+                pool=_text(r["pool"]),
+                device=_text(r["device"]),
+                share_id=_text(r.get("shareID") or ""),
+                consumed_capacity={_text(k): _text(v) for k, v in _object(r.get("consumedCapacity")).items()},
+            )
+            for r in allocated.get("results") or []
+        ),
+        "configs": tuple(
+            DeviceConfig.from_api(index, c)
+            for index, c in enumerate(allocated.get("config") or [])
+            if c.get("opaque") is not None
+        ),
+        "reserved_for": tuple(
+            PodRef(_text(r["name"]), _text(r["uid"]))
+            for r in status.get("reservedFor") or []
+            if r.get("resource") == "pods"
+        ),
+        "devices_status": tuple(_object(d) for d in status.get("devices") or ()),
+        "owned_by_pod": any(
+            o.get("kind") == "Pod" and o.get("controller") for o in meta.get("ownerReferences") or []
+        ),
+        "requests": _request_specs(_object(data.get("spec"))),
+    }
 
 
 @dataclass(frozen=True)
@@ -146,52 +301,31 @@ class Claim:
     results: tuple[AllocatedDevice, ...]
     configs: tuple[DeviceConfig, ...]
     reserved_for: tuple[PodRef, ...]  # pods only
-    devices_status: tuple[dict[str, Any], ...]  # status.devices, every driver's, as the API has them
+    # status.devices, every driver's, as the API has them: of other drivers' entries only `driver` is read
+    devices_status: tuple[dict[str, Any], ...]
     owned_by_pod: bool = False  # generated from a ResourceClaimTemplate: it lives as long as its pod
     requests: tuple[RequestSpec, ...] = ()
+    unreadable: str = ""  # why the claim could be read only in part: then it has its identity only
 
     @classmethod
-    def from_api(cls, data: dict[str, Any]) -> Claim:
-        meta, status = data.get("metadata") or {}, data.get("status") or {}
-        allocation = (status.get("allocation") or {}).get("devices")
-        return cls(
-            namespace=str(meta.get("namespace", "")),
-            name=str(meta.get("name", "")),
-            uid=str(meta.get("uid", "")),
-            resource_version=str(meta.get("resourceVersion", "")),
-            allocated=allocation is not None,
-            results=tuple(
-                AllocatedDevice(
-                    request=str(r["request"]),
-                    driver=str(r["driver"]),
-                    pool=str(r["pool"]),
-                    device=str(r["device"]),
-                    share_id=str(r.get("shareID") or ""),
-                    consumed_capacity={k: str(v) for k, v in (r.get("consumedCapacity") or {}).items()},
-                )
-                for r in (allocation or {}).get("results") or []
-            ),
-            configs=tuple(
-                DeviceConfig(
-                    source=str(c.get("source", "")),
-                    requests=tuple(c.get("requests") or ()),
-                    driver=str(c["opaque"].get("driver", "")),
-                    parameters=c["opaque"].get("parameters"),
-                )
-                for c in (allocation or {}).get("config") or []
-                if c.get("opaque") is not None
-            ),
-            reserved_for=tuple(
-                PodRef(str(r["name"]), str(r["uid"]))
-                for r in status.get("reservedFor") or []
-                if r.get("resource") == "pods"
-            ),
-            devices_status=tuple(status.get("devices") or ()),
-            owned_by_pod=any(
-                o.get("kind") == "Pod" and o.get("controller") for o in meta.get("ownerReferences") or []
-            ),
-            requests=_request_specs(data.get("spec") or {}),
-        )
+    def from_api(cls, data: Any) -> Claim:
+        """The claim; ValueError when not even its identity (metadata) can be read."""
+        try:
+            meta = _object(_object(data).get("metadata"))
+            namespace, name, uid, version = (
+                _text(meta.get(key, "")) for key in ("namespace", "name", "uid", "resourceVersion")
+            )
+        except TypeError as err:
+            raise ValueError(f"metadata: {err}") from None
+        claim = cls(namespace, name, uid, version, False, (), (), (), ())
+        try:
+            return replace(claim, **_claim_parts(data, meta))
+        except (KeyError, TypeError, AttributeError) as err:
+            return replace(claim, unreadable=f"cannot be read ({type(err).__name__}: {err})")
+
+    def problems(self) -> list[str]:
+        """What of the claim could not be read."""
+        return [p for p in (self.unreadable, *(c.unreadable for c in self.configs)) if p]
 
 
 @dataclass(frozen=True)
@@ -237,23 +371,28 @@ class IPAllocation:
     node: str
 
     @classmethod
-    def from_api(cls, data: dict[str, Any]) -> IPAllocation:
-        meta, spec = data.get("metadata") or {}, data.get("spec") or {}
-        claim = spec.get("claim") or {}
+    def from_api(cls, data: Any) -> IPAllocation:
+        """The allocation; ValueError (TypeError) when a field is not what the kind says."""
+        meta, spec = _object(_object(data).get("metadata")), _object(data.get("spec"))
+        claim = _object(spec.get("claim"))
+        address = _text(spec.get("address", ""))
+        if "/" not in address:
+            raise ValueError(f"spec.address: {address!r} is not an address with its prefix length")
+        ipaddress.ip_interface(address)  # ValueError: not an address
         return cls(
-            name=str(meta.get("name", "")),
-            uid=str(meta.get("uid", "")),
-            pool=str(spec.get("pool", "")),
-            address=str(spec.get("address", "")),
-            claim_namespace=str(claim.get("namespace", "")),
-            claim_name=str(claim.get("name", "")),
-            claim_uid=str(claim.get("uid", "")),
-            node=str(spec.get("node", "")),
+            name=_text(meta.get("name", "")),
+            uid=_text(meta.get("uid", "")),
+            pool=_text(spec.get("pool", "")),
+            address=address,
+            claim_namespace=_text(claim.get("namespace", "")),
+            claim_name=_text(claim.get("name", "")),
+            claim_uid=_text(claim.get("uid", "")),
+            node=_text(spec.get("node", "")),
         )
 
     def to_api(self) -> dict[str, Any]:
         return {
-            "apiVersion": f"{DRIVER_DOMAIN}/v1alpha1",
+            "apiVersion": IPPOOL_API_VERSION,
             "kind": "IPAllocation",
             "metadata": {
                 "name": self.name,
@@ -268,69 +407,174 @@ class IPAllocation:
         }
 
 
-class KubeApi:
-    """The calls the agent makes, each translated (see the module docstring)."""
+def _pool_problem(data: Any) -> str:
+    """Why an IPPool as the API has it cannot be read ("" when it can: its spec is then IPPool's to judge)."""
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        return "it has no name"
+    if nesting_depth(data) > MAX_DEPTH:
+        return f"nested deeper than {MAX_DEPTH} levels"
+    return ""
 
-    def __init__(self, client: AsyncClient, field_manager: str, config: KubeConfig | None = None) -> None:
-        self._client = client
+
+class KubeApi:
+    """The calls the agent and the controller make, each translated (see the module docstring)."""
+
+    def __init__(
+        self, config: KubeConfig, field_manager: str, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self.field_manager = field_manager
-        self._config = config
+        current = config.get()
+        if current is None:
+            raise ConfigError("kubeconfig: no current context")
+        self._config = current
+        self._transport = transport  # tests' (httpx.MockTransport): the real clients, no server
+        # HTTP/2, as client-go: every request is a stream of one connection. Over HTTP/1.1 each
+        # concurrent request needs a connection of its own, so the pool (and the agent's descriptors)
+        # grew and shrank with how publish, status writes and claim reads happened to overlap.
+        self._client = AsyncClient(
+            self._config, field_manager=field_manager, timeout=TIMEOUT, http2=True, transport=transport
+        )
+        self._http = self._connect(http2=True)
+        self._reported: set[tuple[str, str, str]] = set()  # (kind, uid, resourceVersion) reported unreadable
 
     @classmethod
     def connect(cls, kubeconfig: Path | None, field_manager: str) -> KubeApi:
         """From a kubeconfig file, else the pod's ServiceAccount (in-cluster), else $KUBECONFIG."""
         if kubeconfig is not None:
-            config = KubeConfig.from_file(kubeconfig)
-        elif SERVICE_ACCOUNT_TOKEN.exists():
-            config = KubeConfig.from_service_account()
-        else:
-            config = KubeConfig.from_env()
-        # HTTP/2, as client-go: every request is a stream of one connection. Over HTTP/1.1 each
-        # concurrent request needs a connection of its own, so the pool (and the agent's descriptors)
-        # grew and shrank with how publish, status writes and claim reads happened to overlap.
-        client = AsyncClient(
-            config, field_manager=field_manager, timeout=httpx.Timeout(10.0, read=60.0), http2=True
-        )
-        return cls(client, field_manager, config)
+            return cls(KubeConfig.from_file(kubeconfig), field_manager)
+        if SERVICE_ACCOUNT_TOKEN.exists():
+            return cls(KubeConfig.from_service_account(), field_manager)
+        return cls(KubeConfig.from_env(), field_manager)
+
+    def _connect(self, *, http2: bool) -> httpx.AsyncClient:
+        """An HTTP client to the API server as lightkube makes its own (the kubeconfig's server, TLS and
+        credentials), for the reads netclaim does without lightkube's decoder (read_json)."""
+        # lightkube types `transport` for its sync client; its own AsyncClient passes an async one as well
+        params = ConnectionParams(timeout=TIMEOUT, http2=http2, transport=self._transport)  # type: ignore[arg-type]
+        return http_client(self._config, params)
 
     @contextlib.asynccontextmanager
-    async def _watching(self) -> AsyncIterator[AsyncClient]:
+    async def _watching(self) -> AsyncIterator[httpx.AsyncClient]:
         """A connection of the watch's own: on the shared HTTP/2 connection, idle watches keep httpcore's
         read lock and a request behind them waits until some watch gets an event (seen with three)."""
-        if self._config is None:  # a test's client
-            yield self._client
-            return
-        client = AsyncClient(
-            self._config, field_manager=self.field_manager, timeout=httpx.Timeout(10.0, read=60.0)
-        )
+        http = self._connect(http2=False)
         try:
-            yield client
+            yield http
         finally:
-            await client.close()
+            await http.aclose()
 
     async def close(self) -> None:
         await self._client.close()
+        await self._http.aclose()
+
+    async def _read(self, what: str, path: str, params: dict[str, str] | None = None) -> Any:
+        """GET `path`: its JSON, read without recursion (read_json)."""
+        with translated(what):
+            response = await self._http.get(path, params=params)
+            _raise_for_status(response)
+        try:
+            return read_json(response.content)
+        except ValueError as err:
+            raise ApiUnavailableError(f"{what}: the API server's answer is {err}") from None
+
+    async def _list(self, what: str, path: str, params: dict[str, str] | None = None) -> list[Any]:
+        """The items of a list, each as the API has it (not read yet: each is read on its own)."""
+        items = _object(await self._read(what, path, params)).get("items") or []
+        if not isinstance(items, list):
+            raise ApiUnavailableError(f"{what}: the API server's answer has no list of items")
+        return items
+
+    async def _unreadable(self, kind: str, api_version: str, item: Any, problem: str, effect: str) -> None:
+        """A listed object netclaim cannot read, in whole or in part: a log line, the metric and a Warning
+        Event on the object (best effort), once per version of the object."""
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        known = {
+            key: value
+            for key, value in (meta.items() if isinstance(meta, dict) else ())
+            if key in ("namespace", "name", "uid", "resourceVersion") and isinstance(value, str)
+        }
+        version = (kind, known.get("uid", known.get("name", "")), known.get("resourceVersion", ""))
+        if version in self._reported:
+            return
+        if len(self._reported) >= MAX_REPORTED:
+            self._reported.clear()
+        self._reported.add(version)
+        metrics.UNREADABLE_OBJECTS.labels(kind).inc()
+        where = "/".join(known[k] for k in ("namespace", "name") if k in known) or "(no name)"
+        log.warning(
+            f"{kind} cannot be read: {effect}", extra={"kind": kind, "object": where, "problem": problem}
+        )
+        if "name" not in known:
+            return  # nothing to hang an Event on
+        involved = ObjectReference(
+            kind=kind,
+            apiVersion=api_version,
+            name=known["name"],
+            namespace=known.get("namespace"),
+            uid=known.get("uid"),
+        )
+        message = f"netclaim cannot read this {kind}: {problem}. {effect}"
+        try:
+            await self._create_event(involved, UNREADABLE_REASON, message)
+        except NetclaimError as err:
+            log.info("could not record an event", extra={"object": where, "error": str(err)})
 
     async def get_claim(self, namespace: str, name: str) -> Claim:
-        with translated(f"claim {namespace}/{name}"):
-            claim = await self._client.get(ResourceClaim, name, namespace=namespace)
-        return Claim.from_api(claim.to_dict())
+        """The claim (ConfigError when not even its identity can be read; see Claim.problems)."""
+        what = f"claim {namespace}/{name}"
+        data = await self._read(what, _path(ResourceClaim, namespace, name))
+        try:
+            return Claim.from_api(data)
+        except ValueError as err:
+            raise ConfigError(f"{what}: cannot be read: {err}") from None
 
-    async def write_claim_devices(self, claim: Claim, devices: list[dict[str, Any]]) -> None:
-        """Replace `status.devices` of the claim as read (ConflictError when it changed since)."""
-        patch = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": claim.resource_version},
-            {"op": "add", "path": "/status/devices", "value": devices},
+    async def list_claims(self) -> list[Claim]:
+        """Every ResourceClaim of the cluster (the controller's view). A claim read only in part is listed
+        with what was read, and reported; one without a readable identity is skipped, and reported."""
+        claims = []
+        for item in await self._list("ResourceClaims", _path(ResourceClaim)):
+            try:
+                claim = Claim.from_api(item)
+            except ValueError as err:
+                await self._unreadable(
+                    "ResourceClaim", "resource.k8s.io/v1", item, str(err), "It is skipped."
+                )
+                continue
+            problems = claim.problems()
+            if problems:
+                effect = (
+                    "netclaim reads the rest, and prepares none of its devices with a config it cannot read."
+                )
+                await self._unreadable(
+                    "ResourceClaim", "resource.k8s.io/v1", item, "; ".join(problems), effect
+                )
+            claims.append(claim)
+        return claims
+
+    async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
+        """Replace `driver`'s entries of the claim's `status.devices` as read by `entries` (ConflictError
+        when the claim changed since). Other drivers' entries stay where they are and are never sent back,
+        and the claim the server answers with is not read: what another driver or a tenant wrote, however
+        deep, cannot make this write fail."""
+        patch: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": claim.resource_version}
         ]
+        if claim.devices_status:
+            ours = [i for i, entry in enumerate(claim.devices_status) if entry.get("driver") == driver]
+            patch += [{"op": "remove", "path": f"/status/devices/{i}"} for i in reversed(ours)]
+            patch += [{"op": "add", "path": "/status/devices/-", "value": entry} for entry in entries]
+        else:
+            patch.append({"op": "add", "path": "/status/devices", "value": entries})
+        path = _path(ResourceClaimStatus, claim.namespace, claim.name)
         with translated(f"status of claim {claim.namespace}/{claim.name}"):
-            await self._client.patch(
-                ResourceClaimStatus,
-                claim.name,
-                patch,
-                namespace=claim.namespace,
-                patch_type=PatchType.JSON,
-                field_manager=self.field_manager,
+            response = await self._http.patch(
+                path,
+                content=json.dumps(patch).encode(),
+                headers={"Content-Type": PatchType.JSON.value},
+                params={"fieldManager": self.field_manager},
             )
+            _raise_for_status(response)
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         with translated(f"pod {namespace}/{name}"):
@@ -354,21 +598,26 @@ class KubeApi:
     async def create_pod_event(
         self, namespace: str, pod: str, pod_uid: str, reason: str, message: str
     ) -> None:
+        involved = ObjectReference(kind="Pod", apiVersion="v1", name=pod, namespace=namespace, uid=pod_uid)
+        await self._create_event(involved, reason, message)
+
+    async def _create_event(self, involved: ObjectReference, reason: str, message: str) -> None:
+        """A Warning Event on the object; a cluster-scoped object's goes to `default`, where kubectl looks."""
+        namespace = involved.namespace or "default"
         now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         event = Event(
-            metadata=ObjectMeta(generateName=f"{pod}.", namespace=namespace),
-            involvedObject=ObjectReference(
-                kind="Pod", apiVersion="v1", name=pod, namespace=namespace, uid=pod_uid
-            ),
+            # the API appends 5 characters to generateName; a name is at most 253
+            metadata=ObjectMeta(generateName=f"{str(involved.name)[:240]}.", namespace=namespace),
+            involvedObject=involved,
             reason=reason,
-            message=message[:1024],
+            message=_cut(message, EVENT_MESSAGE_BYTES),
             type="Warning",
             source=EventSource(component=self.field_manager),
             firstTimestamp=now,
             lastTimestamp=now,
             count=1,
         )
-        with translated(f"event on pod {namespace}/{pod}"):
+        with translated(f"event on {str(involved.kind).lower()} {namespace}/{involved.name}"):
             await self._client.create(event)
 
     async def node_uid(self, node: str) -> str:
@@ -396,11 +645,42 @@ class KubeApi:
 
     async def slice_changes(self, node: str, driver: str) -> AsyncIterator[str]:
         """The event types (ADDED, MODIFIED, DELETED) of this node's slices, as they happen."""
-        selector: FieldSelector = {"spec.nodeName": node, "spec.driver": driver}
-        async with self._watching() as client:
-            with translated(f"watch of node {node}'s ResourceSlices"):
-                async for event, _ in client.watch(ResourceSlice, fields=selector):
-                    yield str(event)
+        selector = build_selector({"spec.nodeName": node, "spec.driver": driver}, for_fields=True)
+        path = _path(ResourceSlice)
+        async for event in self._watch(f"watch of node {node}'s ResourceSlices", path, selector):
+            yield event
+
+    async def _watch(self, what: str, path: str, fields: str | None = None) -> AsyncIterator[str]:
+        """The event types of a watch of `path`, on a connection of its own, resumed from the last event's
+        resourceVersion when the server ends the stream. Each event is read without recursion and only its
+        type and resourceVersion are looked at. An ERROR event (e.g. 410: resumed too late) ends the watch
+        with ApiUnavailableError: the caller starts afresh, and reconciles what it may have missed."""
+        version: str | None = None
+        async with self._watching() as http:
+            while True:
+                params = {"watch": "true", "fieldSelector": fields, "resourceVersion": version}
+                query = {key: value for key, value in params.items() if value is not None}
+                with translated(what):
+                    async with http.stream("GET", path, params=query, timeout=WATCH_TIMEOUT) as response:
+                        if response.is_error:
+                            await response.aread()
+                            _raise_for_status(response)
+                        async for line in response.aiter_lines():
+                            if not line.strip():
+                                continue
+                            try:
+                                event = _object(read_json(line))
+                                kind, found = _text(event.get("type")), _object(event.get("object"))
+                                stamp = _object(found.get("metadata")).get("resourceVersion")
+                            except (ValueError, TypeError) as err:
+                                raise ApiUnavailableError(
+                                    f"{what}: an event that is not one ({err})"
+                                ) from None
+                            if kind == "ERROR":
+                                status = f"{found.get('code')} {found.get('reason')}: {found.get('message')}"
+                                raise ApiUnavailableError(f"{what}: the API server ended it ({status})")
+                            version = stamp if isinstance(stamp, str) else version
+                            yield kind
 
     async def list_driver_slices(self, driver: str, pool: str) -> list[Slice]:
         """The slices of `driver`'s pool `pool` (a pool of no node: the IP pools' devices)."""
@@ -417,13 +697,23 @@ class KubeApi:
         return found.metadata.uid
 
     async def get_ippool(self, name: str) -> dict[str, Any]:
-        with translated(f"IPPool {name}"):
-            found = await self._client.get(IPPoolResource, name)
-        return _data(found)
+        """The IPPool as the API has it (ConfigError when it cannot be read)."""
+        found = await self._read(f"IPPool {name}", _path(IPPoolResource, name=name))
+        problem = _pool_problem(found)
+        if problem:
+            raise ConfigError(f"IPPool {name}: cannot be read: {problem}")
+        return _object(found)
 
     async def list_ippools(self) -> list[dict[str, Any]]:
-        with translated("IPPools"):
-            return [_data(p) async for p in self._client.list(IPPoolResource)]
+        """Every IPPool as the API has it; one that cannot be read is skipped, and reported."""
+        pools = []
+        for item in await self._list("IPPools", _path(IPPoolResource)):
+            problem = _pool_problem(item)
+            if problem:
+                await self._unreadable("IPPool", IPPOOL_API_VERSION, item, problem, "It is not published.")
+            else:
+                pools.append(item)
+        return pools
 
     async def write_ippool_status(self, name: str, status: dict[str, Any]) -> None:
         with translated(f"status of IPPool {name}"):
@@ -437,17 +727,28 @@ class KubeApi:
     async def list_ip_allocations(
         self, *, pool: str | None = None, claim_uid: str | None = None
     ) -> list[IPAllocation]:
+        """The IPAllocations (of `pool`, of claim `claim_uid`); one that cannot be read is skipped, and
+        reported: it is neither counted as held nor freed."""
         labels: dict[str, Any] = {
             k: v for k, v in ((POOL_LABEL, pool), (CLAIM_UID_LABEL, claim_uid)) if v is not None
         }
-        with translated("IPAllocations"):
-            found = [_data(a) async for a in self._client.list(IPAllocationResource, labels=labels or None)]
-        return [IPAllocation.from_api(a) for a in found]
+        params = {"labelSelector": build_selector(labels)} if labels else None
+        allocations = []
+        for item in await self._list("IPAllocations", _path(IPAllocationResource), params):
+            try:
+                allocations.append(IPAllocation.from_api(item))
+            except (TypeError, ValueError) as err:
+                effect = "It is neither counted as held nor freed."
+                await self._unreadable("IPAllocation", IPPOOL_API_VERSION, item, str(err), effect)
+        return allocations
 
     async def get_ip_allocation(self, name: str) -> IPAllocation:
-        with translated(f"IPAllocation {name}"):
-            found = await self._client.get(IPAllocationResource, name)
-        return IPAllocation.from_api(_data(found))
+        what = f"IPAllocation {name}"
+        found = await self._read(what, _path(IPAllocationResource, name=name))
+        try:
+            return IPAllocation.from_api(found)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{what}: cannot be read: {err}") from None
 
     async def create_ip_allocation(self, allocation: IPAllocation) -> IPAllocation:
         """Take the address: AlreadyExistsError when another claim (or this one, earlier) holds it."""
@@ -457,38 +758,24 @@ class KubeApi:
         return IPAllocation.from_api(_data(created))
 
     async def delete_ip_allocation(self, allocation: IPAllocation) -> None:
-        """Release the address, only if the object is still the one read (same UID); gone already is fine."""
-        generic: Any = self._client._client  # lightkube's delete() sends no body: no preconditions
-        request = generic.prepare_request("delete", res=IPAllocationResource, name=allocation.name)
-        request.data = {
-            "apiVersion": "v1",
-            "kind": "DeleteOptions",
-            "preconditions": {"uid": allocation.uid},
-        }
+        """Release the address, only if the object is still the one read (same UID); gone already is fine.
+        Not lightkube's delete(): it sends no body, so no preconditions."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": allocation.uid}}
+        path = _path(IPAllocationResource, name=allocation.name)
         with contextlib.suppress(GoneError), translated(f"IPAllocation {allocation.name}"):
-            response = await generic.send(generic.build_adapter_request(request))
-            generic.handle_response("delete", response, request)
+            _raise_for_status(await self._http.request("DELETE", path, json=options))
 
-    async def list_claims(self) -> list[Claim]:
-        """Every ResourceClaim of the cluster (the controller's view)."""
-        with translated("ResourceClaims"):
-            return [
-                Claim.from_api(c.to_dict()) async for c in self._client.list(ResourceClaim, namespace="*")
-            ]
-
-    async def changes(self, kind: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """(event type, object) of every `kind` (ippools, ipallocations, resourceclaims, pods)."""
+    async def changes(self, kind: str) -> AsyncIterator[str]:
+        """The event types (ADDED, MODIFIED, DELETED) of every `kind` (ippools, ipallocations,
+        resourceclaims, pods), as they happen; the objects are not read."""
         resource: Any = {
             "ippools": IPPoolResource,
             "ipallocations": IPAllocationResource,
             "resourceclaims": ResourceClaim,
             "pods": Pod,
         }[kind]
-        namespace = "*" if kind in ("resourceclaims", "pods") else None
-        async with self._watching() as client:
-            with translated(f"watch of {kind}"):
-                async for event, obj in client.watch(resource, namespace=namespace):
-                    yield str(event), _data(obj)
+        async for event in self._watch(f"watch of {kind}", _path(resource)):
+            yield event
 
     async def unschedulable_pods(self) -> list[dict[str, Any]]:
         """Pending pods the scheduler could not place, with their resource claims."""
@@ -508,7 +795,8 @@ class KubeApi:
         """What `netclaim explain` and `status` read, with read access only: the namespace's pods and claim
         templates (every namespace's when None), and the cluster's claims, DeviceClasses, ResourceSlices,
         nodes and netclaim agent pods. A list the reader may not make is left empty and named in the
-        second value (a tenant with a namespace's rights still gets what they may see)."""
+        second value (a tenant with a namespace's rights still gets what they may see). Claims are read as
+        the API has them without lightkube's decoder: a claim nested thousands deep fails no one's read."""
         scope = namespace or "*"
         reads: dict[str, Any] = {
             "pods": (Pod, scope, None),
@@ -524,24 +812,25 @@ class KubeApi:
         for key, (kind, where, labels) in reads.items():
             what = f"{kind.__name__} ({'netclaim agent pods' if labels else where or 'cluster'})"
             try:
-                with translated(f"list {what}"):
-                    listing = (
-                        self._client.list(kind, namespace=where, labels=labels)
-                        if where is not None
-                        else self._client.list(kind, labels=labels)
-                    )
-                    found[key] = [item.to_dict() async for item in listing]
+                found[key] = await self._read_all(f"list {what}", kind, where, labels)
             except ApiRejectedError:
+                found[key] = []
                 if key == "claims" and namespace:  # a tenant: the namespace's own claims at least
-                    try:
-                        with translated(f"list {what}"):
-                            found[key] = [
-                                c.to_dict()
-                                async for c in self._client.list(ResourceClaim, namespace=namespace)
-                            ]
-                    except ApiRejectedError:
-                        found[key] = []
-                else:
-                    found[key] = []
+                    with contextlib.suppress(ApiRejectedError):
+                        found[key] = await self._read_all(f"list {what}", ResourceClaim, namespace, None)
                 refused.append(what)
         return found, refused
+
+    async def _read_all(
+        self, what: str, kind: Any, where: str | None, labels: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        if kind is ResourceClaim:
+            path = _path(ResourceClaim, None if where == "*" else where)
+            return [item for item in await self._list(what, path) if isinstance(item, dict)]
+        with translated(what):
+            listing = (
+                self._client.list(kind, namespace=where, labels=labels)
+                if where is not None
+                else self._client.list(kind, labels=labels)
+            )
+            return [item.to_dict() async for item in listing]

@@ -26,6 +26,14 @@ from netclaim.errors import AttachError, NetclaimError, PodBusyError, TransientE
 log = logging.getLogger(__name__)
 
 
+def _described(err: Exception) -> str:
+    """An error for the claim's status; a bug's traceback goes to the log."""
+    if isinstance(err, NetclaimError):
+        return str(err)
+    log.error("teardown failed (a bug)", exc_info=err)
+    return f"internal error in the netclaim agent ({type(err).__name__}: {err}); see its log"
+
+
 class PodLocks:
     """One lock per pod UID: kubelet calls, NRI hooks and repairs of the same pod never interleave."""
 
@@ -186,9 +194,10 @@ class Attacher:
 
     async def release(self, rows: list[Attachment], deadline: float) -> list[str]:
         """Detach each row under its pod's lock and forget it (NodeUnprepareResources); returns what could
-        not be released cleanly. A DEL that can never succeed (the plugin refuses its own config, is gone
-        or no longer allowed) does not keep the claim and its pod for ever: what the ADD left is removed
-        by hand and the row is forgotten. A transient failure is raised: kubelet calls again."""
+        not be released cleanly. A failure of a row is final for that row unless it is transient: a DEL
+        that can never succeed (the plugin refuses its own config, is gone, cannot be run) or a bug does not
+        keep the claim and its pod for ever: what the ADD left is removed by hand, the row is forgotten and
+        the next row goes on. A transient failure is raised: kubelet calls again."""
         problems: list[str] = []
         for row in rows:
             async with self.locks(row.pod_uid):
@@ -199,8 +208,10 @@ class Attacher:
                     await self.detach(current, deadline)
                 except TransientError:
                     raise
-                except NetclaimError as err:
-                    problems.append(f"device {row.device}: {err}; {await self._clean_up(current)}")
+                except Exception as err:  # noqa: BLE001 - final for this row: cleaned up by hand, reported
+                    problems.append(
+                        f"device {row.device}: {_described(err)}; {await self._clean_up(current)}"
+                    )
                 self.store.delete(current)
             self.locks.forget(row.pod_uid)
         return problems
@@ -217,8 +228,8 @@ class Attacher:
             if released:
                 found.append(f"released host-local addresses {released}")
             await self._restore_host_nic(row)
-        except NetclaimError as err:
-            found.append(f"clean-up failed: {err}")
+        except Exception as err:  # noqa: BLE001 - what is left is reported on the claim, never raised
+            found.append(f"clean-up failed: {_described(err)}")
         return "; ".join(found) or "nothing was left behind"
 
     async def _restore_host_nic(self, row: Attachment) -> None:

@@ -7,13 +7,16 @@ plugins which CNI versions they speak and settle one per chain, then persist one
 device. RunPodSandbox only carries out a stored plan. Both calls are idempotent; a claim's failure is that
 claim's only, and leaves no address taken.
 
-Unprepare DELetes the interfaces, then releases the claim's pool addresses when the claim ends with its
-pod (generated from a template) or is gone; a standalone claim keeps them for its next pod.
+A claim netclaim can read only in part (its own opaque config nested too deep: netclaim.adapters.kube) is
+the claim's ConfigError. Unprepare DELetes the interfaces, then releases the claim's pool addresses when
+the claim ends with its pod (generated from a template) or is gone; a standalone claim keeps them for its
+next pod, and so does a claim that cannot be read (the controller frees them once it is gone). It raises
+only what kubelet should retry: any other failure of an interface is final for it (errors.py).
 
 Reclaim is the way back when NodeUnprepareResources never comes for a claim that is gone (kubelet lost
 its own record of it, or the pod was force-deleted while this node's agent was away): rows that no
 running sandbox uses, still there one round later, are checked against the API, and a claim that no
-longer exists is unprepared as kubelet would have.
+longer exists is unprepared as kubelet would have. One claim failing never stops the round.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from netclaim.configure.gate import CdiGate
 from netclaim.configure.plan import address_requests, negotiate, plan_claim
 from netclaim.configure.status import ClaimRef, Failure, StatusWriter
 from netclaim.configure.store import Attachment, State, Store
-from netclaim.errors import GoneError, NetclaimError, TransientError
+from netclaim.errors import ConfigError, GoneError, NetclaimError, TransientError
 from netclaim.ipam.addresses import AddressBook, Grant
 from netclaim.publish.devices import DeviceCatalog
 
@@ -97,6 +100,9 @@ class Preparer:
                 f"claim {namespace}/{name} has UID {claim.uid}, kubelet asked for {uid}: "
                 "it was deleted and recreated"
             )
+        unreadable = [claim.unreadable] + [c.unreadable for c in claim.configs if c.driver == self.driver]
+        if any(unreadable):
+            raise ConfigError(f"claim {namespace}/{name}: {'; '.join(p for p in unreadable if p)}")
         requests = address_requests(claim, self.driver)
         try:
             grants = await self.addresses.allocate(claim, requests)
@@ -184,7 +190,10 @@ class Preparer:
             await self.status.warn(namespace, pod.name, pod.uid, "NetclaimPrepareFailed", message)
 
     async def unprepare(self, namespace: str, name: str, uid: str) -> None:
-        """Make sure every interface of the claim was DELeted (IPAM released), then forget the claim."""
+        """Make sure every interface of the claim was DELeted (IPAM released), then forget the claim.
+        Raises only a TransientError (kubelet calls again): what cannot be undone is cleaned up by hand and
+        said on the claim (TeardownIncomplete); addresses whose end cannot be decided are kept (the
+        controller frees them once the claim is gone)."""
         started = time.monotonic()
         rows = self.store.for_claim(uid)
         faults.point("before-unprepare")
@@ -192,7 +201,10 @@ class Preparer:
         # what is on this node goes before the API calls below, which may fail: the rows are gone by now,
         # and a retry (kubelet's; reclaim finds claims by their rows) would not see it again
         if self.gate is not None:
-            self.gate.remove(uid)
+            try:
+                self.gate.remove(uid)
+            except OSError as err:
+                problems.append(f"its CDI spec could not be removed: {err}")
         ref = ClaimRef(namespace, name, uid)
         self.status.forget(ref)
         if problems:  # the claim and its pod go all the same; the claim's status says what happened
@@ -201,8 +213,14 @@ class Preparer:
             log.warning(
                 "unprepared with problems", extra={"claim": f"{namespace}/{name}", "problems": problems}
             )
-        if await self._addresses_end(namespace, name, uid):
-            await self.addresses.release(uid)
+        try:
+            if await self._addresses_end(namespace, name, uid):
+                await self.addresses.release(uid)
+        except TransientError:
+            raise
+        except Exception as err:  # kept: the controller frees them once the claim is gone
+            where = {"claim": f"{namespace}/{name}", "error": str(err)}
+            log.warning("addresses kept: cannot decide whether they end", extra=where, exc_info=_bug(err))
         elapsed_ms = round((time.monotonic() - started) * 1000, 1)
         released = [r.device for r in rows]
         log.info("unprepared", extra={"claim": f"{namespace}/{name}", "devices": released, "ms": elapsed_ms})
@@ -214,6 +232,7 @@ class Preparer:
         last one: a node whose pods all run reads nothing, and kubelet's own unprepare has a round to come.
         A claim that still exists but is no longer reserved for the pod its rows were planned for is over
         for that pod (a standalone claim outlives it): its rows go too, or its next pod would get them.
+        A claim that fails (any error) is logged, counted and tried again next round; the others go on.
         """
         idle: dict[str, ClaimRef] = {}
         pods: dict[str, set[str]] = {}
@@ -231,21 +250,35 @@ class Preparer:
         gone: list[ClaimRef] = []
         for claim in suspects:
             try:
-                current = await self.api.get_claim(claim.namespace, claim.name)
-                reserved = {pod.uid for pod in current.reserved_for}
-                if current.uid == claim.uid and pods[claim.uid] & reserved:
-                    continue
-            except GoneError:
-                pass
-            states = sorted({r.state.value for r in self.store.for_claim(claim.uid)})
-            log.warning(
-                "claim gone (or over for its pod) without NodeUnprepareResources: unpreparing it here",
-                extra={"claim": f"{claim.namespace}/{claim.name}", "uid": claim.uid, "states": states},
-            )
-            await self.unprepare(claim.namespace, claim.name, claim.uid)
-            metrics.CLAIMS_RECLAIMED.inc()
-            gone.append(claim)
+                if await self._reclaim(claim, pods[claim.uid]):
+                    gone.append(claim)
+            except Exception as err:  # this claim's only: the round goes on, the next one retries it
+                metrics.RECLAIM_ERRORS.inc()
+                where = {"claim": f"{claim.namespace}/{claim.name}", "error": str(err)}
+                log.warning("reclaim of a claim failed; next round retries", extra=where, exc_info=_bug(err))
         return gone
+
+    async def _reclaim(self, claim: ClaimRef, pod_uids: set[str]) -> bool:
+        """Unprepare the claim if it is gone or over for the pods of its rows; whether it was."""
+        try:
+            current = await self.api.get_claim(claim.namespace, claim.name)
+            if current.uid == claim.uid and pod_uids & {pod.uid for pod in current.reserved_for}:
+                return False
+        except GoneError:
+            pass
+        states = sorted({r.state.value for r in self.store.for_claim(claim.uid)})
+        log.warning(
+            "claim gone (or over for its pod) without NodeUnprepareResources: unpreparing it here",
+            extra={"claim": f"{claim.namespace}/{claim.name}", "uid": claim.uid, "states": states},
+        )
+        await self.unprepare(claim.namespace, claim.name, claim.uid)
+        metrics.CLAIMS_RECLAIMED.inc()
+        return True
+
+
+def _bug(err: Exception) -> Exception | None:
+    """The error to log with its traceback: a bug's (errors.py), not netclaim's own errors."""
+    return None if isinstance(err, NetclaimError) else err
 
 
 async def reclaim_loop(preparer: Preparer, seconds: float = RECLAIM_SECONDS) -> None:

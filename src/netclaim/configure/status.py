@@ -1,44 +1,65 @@
 """ResourceClaim.status.devices (KEP-4817) for our devices, the pods' network-status annotation, and
 Warning Events on pods.
 
-Off the hot path: hooks only enqueue a claim; one worker writes the claim's entries from the store and
-retries with backoff while the apiserver is away. Entries: `Ready` True with networkData read back from
-the pod's namespace and the CNI result in `data`; or `Ready` False with the reason and message.
+Off the hot path: hooks only enqueue a target (a claim, or a pod for its annotation); the writer writes it
+from the store. Each target is scheduled on its own: targets that are due go first, a few are written at
+once, and a target's own writes never overlap nor reorder (one enqueued while being written is written
+once more after). No target holds up another: a write the API refuses (ApiRejectedError, or what can never
+be written) is final for its target until it is enqueued again; a gone target is dropped; an unavailable
+API or a run of conflicts backs off that target only; a bug is retried with backoff for that target only
+and given up after MAX_BUG_ATTEMPTS. Each try is counted in netclaim_status_writes_total{kind,result}.
+Entries: `Ready` True with networkData read back from the pod's namespace and the CNI result in `data`;
+or `Ready` False with the reason and message. An entry is cut to what the API takes, or it would refuse the
+whole write: the first MAX_IPS addresses, `data` only up to MAX_DATA_BYTES, names and messages to their
+lengths; the condition says what was left out.
 
 The pod annotation `k8s.v1.cni.cncf.io/network-status` has Multus's schema, so the tools that read it keep
 working: one entry per interface we attached, named `<namespace>/<the pod's name for the claim>`; entries
-of other writers (Multus itself, for one) are kept. Written after an attach, guarded by the pod's
-resourceVersion; admission lets an agent change only that annotation, only on pods of its own node.
+of other writers (Multus itself, for one) are kept. Whatever a tenant put there is read without raising:
+what is not an entry (not an object, a name that is not a string, nested past what netclaim reads) is
+dropped, unreadable to every tool. Written after an attach, guarded by the pod's resourceVersion;
+admission lets an agent change only that annotation, only on pods of its own node.
 
-The claim write is a JSON Patch of `status.devices` guarded by the claim's resourceVersion (field manager =
-the driver name): other drivers' entries are copied back verbatim, a concurrent writer makes us re-read and
-retry. Not server-side apply: kube-apiserver 1.37 rejects any SSA of the status of a claim whose opaque
-config was not sent as canonical JSON (keys unsorted, as lightkube and client-go send them): the typed
-round trip re-serialises the config and the immutable `status.allocation` reads as changed.
+The claim write is a JSON Patch of our entries of `status.devices` guarded by the claim's resourceVersion
+(field manager = the driver name): other drivers' entries stay as they are, a concurrent writer makes us
+re-read and retry. Not server-side apply: kube-apiserver 1.37 rejects any SSA of the status of a claim
+whose opaque config was not sent as canonical JSON (keys unsorted, as lightkube and client-go send them):
+the typed round trip re-serialises the config and the immutable `status.allocation` reads as changed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ipaddress
 import json
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from netclaim import faults
-from netclaim.adapters.kube import KubeApi
+from netclaim import faults, metrics
+from netclaim.adapters.kube import KubeApi, condition, read_json
 from netclaim.adapters.nri import PodSandbox
+from netclaim.api.cniconfig import MAX_DEPTH, nesting_depth
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
-from netclaim.errors import ApiRejectedError, ConflictError, GoneError, NetclaimError
+from netclaim.errors import ConfigError, ConflictError, GoneError, NetclaimError, TransientError
 from netclaim.names import DRIVER_DOMAIN
 
 log = logging.getLogger(__name__)
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
 PCI_ATTRIBUTE = f"{DRIVER_DOMAIN}/pciAddress"
 MAX_CONFLICT_RETRIES = 3  # immediate re-reads before backing off
+MAX_PARALLEL_WRITES = 4  # targets written at once
+MAX_BUG_ATTEMPTS = 5  # tries in a row failing on a bug before a target is given up (until enqueued again)
+# what the API takes in a status.devices entry: ours are cut to fit, or it refuses the whole write
+MAX_IPS = 16  # networkData.ips
+MAX_INTERFACE_NAME = 256  # networkData.interfaceName
+MAX_HARDWARE_ADDRESS = 128  # networkData.hardwareAddress
+MAX_DATA_BYTES = 10 * 1024  # data, as JSON
 
 _REASONS = {
     State.PREPARED: ("WaitingForPodSandbox", "prepared; attached when the pod's sandbox starts"),
@@ -61,6 +82,20 @@ class PodRef:
     uid: str
 
 
+Target = ClaimRef | PodRef
+
+
+@dataclass
+class _Queued:
+    """A target to write: when it may be tried, and how its tries went since it was last enqueued."""
+
+    due: float
+    backoff: Backoff
+    bugs: int = 0
+    writing: bool = False
+    again: bool = False  # enqueued while being written: written once more after, from the state of then
+
+
 @dataclass(frozen=True)
 class Failure:
     """A claim that could not be prepared: no store rows, but its devices still get a Ready=False entry."""
@@ -74,14 +109,33 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def _condition(status: str, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "type": "Ready",
-        "status": status,
-        "reason": reason,
-        "message": message[:32768],
-        "lastTransitionTime": _now(),
-    }
+def _network_data(
+    interface: str, addresses: tuple[str, ...], mac: str | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """networkData as the API takes it: the addresses in canonical CIDR form, once each, sorted, the first
+    MAX_IPS; and what had to be left out."""
+    ips = sorted({str(ipaddress.ip_interface(a)) for a in addresses})
+    data: dict[str, Any] = {"interfaceName": interface[:MAX_INTERFACE_NAME], "ips": ips[:MAX_IPS]}
+    if mac is not None:
+        data["hardwareAddress"] = mac[:MAX_HARDWARE_ADDRESS]
+    left_out = (
+        [f"{len(ips)} addresses: networkData.ips has the first {MAX_IPS}"] if len(ips) > MAX_IPS else []
+    )
+    return data, left_out
+
+
+def _cni_data(result: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+    """The CNI result for `data`, or None and why when the API would not take it."""
+    if nesting_depth(result) > MAX_DEPTH:
+        return None, [f"the CNI result is left out of data: nested deeper than {MAX_DEPTH} levels"]
+    size = len(json.dumps(result, separators=(",", ":")).encode())
+    if size > MAX_DATA_BYTES:
+        return None, [f"the CNI result ({size} bytes) is left out of data: the API takes {MAX_DATA_BYTES}"]
+    return result, []
+
+
+def _message(message: str, left_out: list[str]) -> str:
+    return "; ".join([message, *left_out])
 
 
 def address_entries(driver: str, row: Attachment) -> list[dict[str, Any]]:
@@ -91,10 +145,10 @@ def address_entries(driver: str, row: Attachment) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"driver": driver, "pool": granted.pool, "device": granted.device}
         if granted.share_id:
             entry["shareID"] = granted.share_id
-        entry["conditions"] = [
-            _condition("True", "AddressAllocated", f"held for the claim from IPPool {granted.device}")
-        ]
-        entry["networkData"] = {"interfaceName": row.plan.interface_name, "ips": list(granted.ips)}
+        network_data, left_out = _network_data(row.plan.interface_name, granted.ips)
+        message = _message(f"held for the claim from IPPool {granted.device}", left_out)
+        entry["conditions"] = [condition("True", "AddressAllocated", message, since=_now())]
+        entry["networkData"] = network_data
         entries.append(entry)
     return entries
 
@@ -105,21 +159,18 @@ def device_entry(driver: str, row: Attachment) -> dict[str, Any]:
         entry["shareID"] = row.share_id
     interface = row.outcome.interface
     if row.state == State.ATTACHED and interface is not None:
-        entry["conditions"] = [
-            _condition("True", "InterfaceAttached", f"{interface.name} is configured in the pod")
-        ]
-        entry["networkData"] = {
-            "interfaceName": interface.name,
-            "ips": sorted({str(ipaddress.ip_interface(a)) for a in interface.addresses}),
-            "hardwareAddress": interface.mac,
-        }
-        if row.outcome.cni_result:
-            entry["data"] = row.outcome.cni_result
+        network_data, left_out = _network_data(interface.name, interface.addresses, interface.mac)
+        data, not_taken = _cni_data(row.outcome.cni_result) if row.outcome.cni_result else (None, [])
+        message = _message(f"{interface.name} is configured in the pod", left_out + not_taken)
+        entry["conditions"] = [condition("True", "InterfaceAttached", message, since=_now())]
+        entry["networkData"] = network_data
+        if data is not None:
+            entry["data"] = data
     elif row.error:
-        entry["conditions"] = [_condition("False", "AttachFailed", row.error)]
+        entry["conditions"] = [condition("False", "AttachFailed", row.error, since=_now())]
     else:
         reason, message = _REASONS.get(row.state, _REASONS[State.ATTACHING])
-        entry["conditions"] = [_condition("False", reason, message)]
+        entry["conditions"] = [condition("False", reason, message, since=_now())]
     return entry
 
 
@@ -140,14 +191,7 @@ def network_status(pod: dict[str, Any], rows: list[Attachment]) -> list[dict[str
     """The pod's network-status entries: other writers' as they are, then one per interface we attached."""
     namespace = pod["metadata"]["namespace"]
     names = pod_claim_names(pod)
-    ours = {f"{namespace}/{name}" for name in names.values()}
-    try:
-        current = json.loads((pod["metadata"].get("annotations") or {}).get(NETWORK_STATUS, "[]"))
-    except ValueError:
-        current = []  # not ours to repair, but not ours to keep either: unreadable to every tool
-    if not isinstance(current, list):
-        current = []
-    kept = [e for e in current if isinstance(e, dict) and e.get("name") not in ours]
+    kept = _others_entries(pod, {f"{namespace}/{name}" for name in names.values()})
     entries = []
     for row in sorted(rows, key=lambda r: r.plan.interface_name):
         interface = row.outcome.interface
@@ -169,6 +213,27 @@ def network_status(pod: dict[str, Any], rows: list[Attachment]) -> list[dict[str
     return kept + entries
 
 
+def _others_entries(pod: dict[str, Any], ours: set[str]) -> list[dict[str, Any]]:
+    """The entries of the pod's network-status that other writers own, as they are. What cannot be read
+    (not JSON, not a list, an entry that is not an object, a name that is not a string, an entry nested
+    deeper than MAX_DEPTH) is not ours to repair, but not ours to keep either: unreadable to every tool."""
+    text = (pod["metadata"].get("annotations") or {}).get(NETWORK_STATUS, "[]")
+    try:
+        current = read_json(text) if isinstance(text, str) else None
+    except ValueError:
+        return []
+    if not isinstance(current, list):
+        return []
+    return [
+        entry
+        for entry in current
+        if isinstance(entry, dict)
+        and isinstance(entry.get("name"), str)
+        and entry["name"] not in ours
+        and nesting_depth(entry) <= MAX_DEPTH
+    ]
+
+
 def _comparable(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def strip(entry: dict[str, Any]) -> dict[str, Any]:
         conditions = [
@@ -186,23 +251,25 @@ class StatusWriter:
     driver: str
     store: Store
     annotate_pods: bool = True  # the network-status annotation
-    _queue: asyncio.Queue[ClaimRef] = field(default_factory=asyncio.Queue)
-    # pods have a queue and a worker of their own: a pod write refused for good (another admission
-    # webhook, an annotation over the size limit) must never hold up the claims' status
-    _pod_queue: asyncio.Queue[PodRef] = field(default_factory=asyncio.Queue)
+    retry: Callable[[], Backoff] = Backoff  # each target's backoff
+    _queued: dict[Target, _Queued] = field(default_factory=dict)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _failures: dict[str, Failure] = field(default_factory=dict)
-    _pending: set[str] = field(default_factory=set)
     _events: set[asyncio.Task[None]] = field(default_factory=set)
 
-    def enqueue(self, target: ClaimRef | PodRef) -> None:
+    def enqueue(self, target: Target) -> None:
+        """Write the target from the state as it is now: at once, whatever its earlier tries."""
         if isinstance(target, PodRef) and not self.annotate_pods:
             return
-        if target.uid not in self._pending:
-            self._pending.add(target.uid)
-            if isinstance(target, PodRef):
-                self._pod_queue.put_nowait(target)
-            else:
-                self._queue.put_nowait(target)
+        queued = self._queued.get(target)
+        if queued is None:
+            self._queued[target] = _Queued(time.monotonic(), self.retry())
+        elif queued.writing:
+            queued.again = True
+        else:
+            queued.due, queued.bugs = time.monotonic(), 0
+            queued.backoff.reset()
+        self._wake.set()
 
     def fail(self, claim: ClaimRef, failure: Failure) -> None:
         self._failures[claim.uid] = failure
@@ -224,7 +291,7 @@ class StatusWriter:
                     "driver": self.driver,
                     "pool": pool,
                     "device": device,
-                    "conditions": [_condition("False", failure.reason, failure.message)],
+                    "conditions": [condition("False", failure.reason, failure.message, since=_now())],
                 }
                 if share_id:
                     entry["shareID"] = share_id
@@ -232,45 +299,80 @@ class StatusWriter:
         return entries
 
     async def run(self) -> None:
-        """Write each queued claim's entries and each queued pod's annotation, each queue by a worker of
-        its own; retry with backoff while the apiserver is away."""
-        await asyncio.gather(self._drain(self._queue), self._drain(self._pod_queue))
+        """Write the queued targets: those that are due, earliest first, MAX_PARALLEL_WRITES at once; a
+        target waiting out its backoff holds up no other."""
+        writing: set[asyncio.Task[None]] = set()
 
-    async def _drain(self, queue: asyncio.Queue[ClaimRef] | asyncio.Queue[PodRef]) -> None:
-        while True:
-            target = await queue.get()
-            self._pending.discard(target.uid)
-            backoff = Backoff()
-            conflicts = 0
+        def done(task: asyncio.Task[None]) -> None:
+            writing.discard(task)
+            self._wake.set()
+
+        try:
             while True:
-                try:
-                    await self.write(target)
-                    break
-                except GoneError:
-                    self._failures.pop(target.uid, None)
-                    break  # the claim or pod is gone: nothing to report on
-                except ConflictError:
-                    conflicts += 1
-                    if conflicts <= MAX_CONFLICT_RETRIES:
-                        continue  # someone else wrote it meanwhile: read it again
-                    log.warning("status write kept conflicting; retrying", extra={"of": target.name})
-                except ApiRejectedError as err:
-                    if isinstance(target, PodRef):  # refused for good: the annotation is a courtesy
-                        log.warning(
-                            "network-status refused; not retried",
-                            extra={"of": target.name, "error": str(err)},
-                        )
-                        break
-                    log.warning("status write failed; retrying", extra={"of": target.name, "error": str(err)})
-                except NetclaimError as err:
-                    log.warning("status write failed; retrying", extra={"of": target.name, "error": str(err)})
-                except Exception:
-                    log.exception("status write failed (a bug); retrying", extra={"of": target.name})
-                if target.uid in self._pending:
-                    break  # a newer request for it is queued; it will write the latest state
-                await backoff.wait()
+                self._wake.clear()
+                now = time.monotonic()
+                waiting = [(q.due, t) for t, q in self._queued.items() if not q.writing]
+                due = sorted((w for w in waiting if w[0] <= now), key=lambda w: w[0])
+                for _, target in due[: MAX_PARALLEL_WRITES - len(writing)]:
+                    self._queued[target].writing = True
+                    task = asyncio.create_task(self._write_queued(target))
+                    writing.add(task)
+                    task.add_done_callback(done)
+                later = [when for when, _ in waiting if when > now]
+                timeout = min(later) - now if later and len(writing) < MAX_PARALLEL_WRITES else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+        finally:
+            for task in writing:
+                task.cancel()
+            await asyncio.gather(*writing, return_exceptions=True)
 
-    async def write(self, target: ClaimRef | PodRef) -> None:
+    async def _write_queued(self, target: Target) -> None:
+        queued = self._queued[target]
+        try:
+            result = await self._try(target, queued)
+        finally:
+            queued.writing = False
+        metrics.STATUS_WRITES.labels("pod" if isinstance(target, PodRef) else "claim", result).inc()
+        if queued.again:  # enqueued while written: once more, from the state of now
+            queued.again, queued.due, queued.bugs = False, time.monotonic(), 0
+            queued.backoff.reset()
+        elif result in ("ok", "gone", "rejected", "given_up"):
+            del self._queued[target]
+        else:
+            queued.due = time.monotonic() + queued.backoff.next()
+
+    async def _try(self, target: Target, queued: _Queued) -> str:
+        """One try at writing the target (a few immediate re-reads on conflicts); its result."""
+        where = {"of": f"{target.namespace}/{target.name}"}
+        for _ in range(MAX_CONFLICT_RETRIES + 1):
+            try:
+                await self.write(target)
+            except ConflictError:
+                continue  # someone else wrote it meanwhile: read it again
+            except GoneError:
+                self._failures.pop(target.uid, None)
+                return "gone"  # the claim or pod is gone: nothing to report on
+            except TransientError as err:
+                log.info("status write postponed; retrying", extra={**where, "error": str(err)})
+                return "unavailable"
+            except NetclaimError as err:  # refused (ApiRejectedError), or what can never be written
+                log.warning(
+                    "status write refused; not retried until queued again", extra={**where, "error": str(err)}
+                )
+                return "rejected"
+            except Exception:
+                queued.bugs += 1
+                if queued.bugs >= MAX_BUG_ATTEMPTS:
+                    log.exception("status write failed (a bug); given up until queued again", extra=where)
+                    return "given_up"
+                log.exception("status write failed (a bug); retrying", extra=where)
+                return "error"
+            return "ok"
+        log.warning("status write kept conflicting; retrying", extra=where)
+        return "conflict"
+
+    async def write(self, target: Target) -> None:
         if isinstance(target, PodRef):
             await self.write_network_status(target)
         else:
@@ -282,11 +384,12 @@ class StatusWriter:
         current = await self.api.get_claim(claim.namespace, claim.name)
         if current.uid != claim.uid:
             return
+        if current.unreadable:  # its status.devices were not read: where our entries are is unknown
+            raise ConfigError(f"claim {claim.namespace}/{claim.name}: {current.unreadable}")
         ours = [d for d in current.devices_status if d.get("driver") == self.driver]
         if _comparable(ours) == _comparable(entries):
             return
-        others = [d for d in current.devices_status if d.get("driver") != self.driver]
-        await self.api.write_claim_devices(current, others + entries)
+        await self.api.write_claim_devices(current, self.driver, entries)
         log.info(
             "claim status written",
             extra={

@@ -7,7 +7,9 @@ released by the agent when the claim's pod goes (claims from a template) or by t
 once the claim is gone, whatever happened to the node (netclaim.ipam.pools.orphans).
 
 A claim prepared again (kubelet retrying, the agent restarted after a crash, a standalone claim moving to
-another node) finds its objects by the claim-UID label and keeps its addresses.
+another node) finds its objects by the claim-UID label and keeps its addresses. An IPAllocation that cannot
+be read (a malformed address) is left out of the lists (netclaim.adapters.kube): never reused; the address
+its name stands for stays taken all the same, since creating that name fails.
 """
 
 from __future__ import annotations

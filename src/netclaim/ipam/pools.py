@@ -8,7 +8,10 @@ The reconciler frees the addresses of claims that are gone (deleted while their 
 was down or its state directory was wiped) and nothing else. It lists the IPAllocations before the claims:
 an allocation is only made for a claim that exists, so one whose claim is missing from the later list
 belongs to a deleted claim. It deletes with the allocation's UID as precondition, so an address released
-and taken again by another claim meanwhile is never freed.
+and taken again by another claim meanwhile is never freed. What cannot be read is left out of the lists
+(netclaim.adapters.kube): an IPAllocation that cannot be read (a malformed address) is neither counted nor
+freed, and a claim read only in part (an opaque config nested too deep) is listed all the same, so the
+addresses it holds are never taken for an orphan's.
 """
 
 from __future__ import annotations

@@ -1,0 +1,171 @@
+"""The controller's reconcile keeps succeeding whatever one object of the cluster holds: what cannot be
+read is skipped, a write about one object that fails is that object's, and the passes are counted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from netclaim.adapters.kube import IPAllocation, KubeApi
+from netclaim.api.ippool import POOLS_POOL
+from netclaim.controller import Reconciler
+from netclaim.errors import ApiRejectedError, ApiUnavailableError
+from netclaim.metrics import REGISTRY
+from tests.unit.fakes import (
+    KUBECONFIG,
+    SAMPLE_DRIVER,
+    FakeApiServer,
+    FakeKubeApi,
+    api_status,
+    sample_allocation,
+    sample_device,
+)
+
+LAN: dict[str, Any] = {"ranges": [{"subnet": "10.10.3.0/24"}]}
+
+
+def _held(name: str, address: str, claim_uid: str, pool: str = "lan") -> IPAllocation:
+    return IPAllocation(name, f"uid-{name}", pool, address, "team-a", "gone", claim_uid, "node-1")
+
+
+@dataclass
+class _RefusingApi(FakeKubeApi):
+    """Refuses (or fails on a bug at) the writes about the objects named in `refuse`."""
+
+    refuse: dict[str, Exception] = field(default_factory=dict)
+
+    async def delete_ip_allocation(self, allocation: IPAllocation) -> None:
+        if allocation.name in self.refuse:
+            raise self.refuse[allocation.name]
+        await super().delete_ip_allocation(allocation)
+
+    async def write_ippool_status(self, name: str, status: dict[str, Any]) -> None:
+        if name in self.refuse:
+            raise self.refuse[name]
+        await super().write_ippool_status(name, status)
+
+
+def _passes(result: str) -> float:
+    return REGISTRY.get_sample_value("netclaim_reconcile_total", {"result": result}) or 0.0
+
+
+async def test_a_write_about_one_object_that_fails_never_fails_the_pass() -> None:
+    api = _RefusingApi()
+    api.add_pool("refused", LAN)
+    api.add_pool("lan", LAN)
+    for held in (_held("a", "10.10.3.7/24", "gone-1"), _held("b", "10.10.3.8/24", "gone-2")):
+        api.allocations[held.name] = held
+    api.refuse = {"a": ApiRejectedError("admission webhook denied"), "refused": KeyError("a bug")}
+    uses = await Reconciler(api, SAMPLE_DRIVER).once()
+    assert set(uses) == {"refused", "lan"}
+    assert list(api.allocations) == ["a"]  # b freed; a tried again the next pass
+    assert list(api.ippool_status) == ["lan"]
+    assert api.slices  # the pools were published
+
+
+async def test_an_api_that_cannot_serve_fails_the_pass_and_each_pass_is_counted() -> None:
+    api = FakeKubeApi()
+    api.add_pool("lan", LAN)
+    reconciler = Reconciler(api, SAMPLE_DRIVER)
+    ok, error = _passes("ok"), _passes("error")
+    api.fail_next = [ApiUnavailableError("503")]
+    with pytest.raises(ApiUnavailableError):
+        await reconciler.reconcile()
+    assert (_passes("ok"), _passes("error")) == (ok, error + 1)
+    await reconciler.reconcile()
+    assert (_passes("ok"), _passes("error")) == (ok + 1, error + 1)
+    assert (REGISTRY.get_sample_value("netclaim_last_reconcile_timestamp_seconds") or 0) > 0
+
+
+# the real KubeApi, the cluster's answers canned: the objects a tenant or a bug can leave in a cluster
+
+NESTED = "[" * 5000 + "]" * 5000  # as deep as the API server stores an opaque config
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "ippools.netclaim.dev", "uid": "crd-uid"},
+    "spec": {
+        "group": "netclaim.dev",
+        "names": {"kind": "IPPool", "plural": "ippools"},
+        "scope": "Cluster",
+        "versions": [{"name": "v1alpha1", "served": True, "storage": True}],
+    },
+}
+
+
+def _claim(name: str, pool_device: str, parameters: str = "{}", driver: str = SAMPLE_DRIVER) -> str:
+    """A claim allocated a device of IPPool `pool_device`, with an opaque config of `driver` (JSON text)."""
+    result = sample_allocation(sample_device(), "addr", pool=POOLS_POOL)
+    allocated = {"request": "addr", "driver": result.driver, "pool": result.pool, "device": pool_device}
+    opaque = f'{{"driver": "{driver}", "parameters": {parameters}}}'
+    return f"""{{
+        "metadata": {{"namespace": "team-a", "name": "{name}", "uid": "uid-{name}", "resourceVersion": "1"}},
+        "status": {{"allocation": {{"devices": {{
+            "results": [{json.dumps(allocated)}],
+            "config": [{{"source": "FromClaim", "opaque": {opaque}}}]
+        }}}}}}
+    }}"""
+
+
+def _allocation(name: str, address: object, claim_uid: str) -> dict[str, Any]:
+    spec = {"pool": "lan", "address": address, "claim": {"namespace": "team-a", "uid": claim_uid}}
+    return {"metadata": {"name": name, "uid": f"uid-{name}"}, "spec": spec}
+
+
+@pytest.fixture
+async def hostile_cluster() -> AsyncIterator[tuple[KubeApi, FakeApiServer]]:
+    server = FakeApiServer()
+    claims = [_claim("web", "lan"), _claim("gpu", "other-pool", NESTED, driver="gpu.example.com")]
+    claims.append(_claim("hostile", "lan", NESTED))
+    allocations = [
+        _allocation("lan-10-10-3-7", "10.10.3.7/24", "uid-web"),
+        _allocation("lan-10-10-3-8", "10.10.3.8/24", "uid-hostile"),  # read in part: still a live claim
+        _allocation("lan-10-10-3-9", "10.10.3.9/24", "uid-deleted"),  # an orphan
+        _allocation("lan-bad", "not-an-ip", "uid-deleted"),
+    ]
+    pools = [json.dumps({"metadata": {"name": "lan"}, "spec": LAN})]
+    pools.append(f'{{"metadata": {{"name": "deep"}}, "spec": {{}}, "status": {NESTED}}}')
+    server.answers |= {
+        "/apis/resource.k8s.io/v1/resourceclaims": (200, '{"items": [' + ",".join(claims) + "]}"),
+        "/apis/netclaim.dev/v1alpha1/ipallocations": (200, json.dumps({"items": allocations})),
+        "/apis/netclaim.dev/v1alpha1/ipallocations/lan-10-10-3-9": (200, api_status(200, "deleted")),
+        "/apis/netclaim.dev/v1alpha1/ippools": (200, '{"items": [' + ",".join(pools) + "]}"),
+        "/apis/netclaim.dev/v1alpha1/ippools/lan/status": (200, pools[0]),
+        "/apis/resource.k8s.io/v1/resourceslices": (200, '{"items": []}'),
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/ippools.netclaim.dev": (
+            200,
+            json.dumps(CRD),
+        ),
+    }
+    api = KubeApi(KUBECONFIG, f"{SAMPLE_DRIVER}-controller", transport=server.transport())
+    yield api, server
+    await api.close()
+
+
+async def test_the_controller_reconciles_a_cluster_holding_what_no_one_can_read(
+    hostile_cluster: tuple[KubeApi, FakeApiServer],
+) -> None:
+    """Before, one claim nested ~1,000 deep (of any driver) failed every reconcile for 25 minutes, and a
+    malformed IPAllocation address crashed the controller."""
+    api, server = hostile_cluster
+    ok = _passes("ok")
+    reconciler = Reconciler(api, SAMPLE_DRIVER)
+    await reconciler.reconcile()
+    assert _passes("ok") == ok + 1
+    use = (await reconciler.once())["lan"]
+    assert (use.allocated_claims, use.holders) == (2, 2)  # web and the hostile claim, read in part
+    deleted = [r.url.path.rsplit("/", 1)[1] for r in server.requests if r.method == "DELETE"]
+    assert set(deleted) == {"lan-10-10-3-9"}  # the orphan only: never the hostile claim's address
+    applied = [r for r in server.requests if r.method == "PATCH" and "resourceslices" in r.url.path]
+    assert [d["name"] for d in json.loads(applied[0].content)["spec"]["devices"]] == ["lan"]
+    warned = {(e["involvedObject"]["kind"], e["involvedObject"]["name"]) for e in server.events}
+    assert warned == {
+        ("ResourceClaim", "gpu"),
+        ("ResourceClaim", "hostile"),
+        ("IPAllocation", "lan-bad"),
+        ("IPPool", "deep"),
+    }

@@ -1,0 +1,147 @@
+"""Teardown never stops at one row, one claim or one unreadable object: NodeUnprepareResources raises only
+what kubelet should retry (a TransientError), and reclaim goes round every claim."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from netclaim.adapters.kube import DeviceConfig, IPAllocation
+from netclaim.configure.status import ClaimRef
+from netclaim.errors import ApiRejectedError, ApiUnavailableError, ConfigError, NetclaimError
+from netclaim.metrics import REGISTRY
+from tests.corpus import VALID_CONFIG
+from tests.unit.fakes import (
+    SAMPLE_DRIVER,
+    ConfigureRig,
+    configure_rig,
+    sample_allocation,
+    sample_claim,
+    sample_config,
+    sample_device,
+)
+
+NIC = sample_device("enp1s0")
+SECOND_NIC = sample_device("enp2s0")
+CLAIM = sample_claim(
+    (sample_allocation(NIC, "net"), sample_allocation(SECOND_NIC, "net2")),
+    (
+        sample_config(VALID_CONFIG, requests=("net",)),
+        sample_config({**VALID_CONFIG, "interfaceName": "net2"}, requests=("net2",)),
+    ),
+)
+REF = ClaimRef(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+TOO_DEEP = "status.allocation.devices.config[0].opaque.parameters: nested deeper than 32 levels"
+
+
+@pytest.fixture
+def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
+    built = configure_rig(tmp_path, monkeypatch)
+    built.catalog.update([NIC, SECOND_NIC])
+    built.api.add_claim(CLAIM)
+    yield built
+    built.store.close()
+
+
+def _held_by(claim_uid: str, name: str = "lan-10-10-3-7") -> IPAllocation:
+    return IPAllocation(name, f"uid-{name}", "lan", "10.10.3.7/24", "team-a", "claim-1", claim_uid, "node-1")
+
+
+def _conditions(rig: ConfigureRig) -> list[tuple[str, str, str]]:
+    return [
+        (e["device"], e["conditions"][0]["reason"], e["conditions"][0]["message"]) for e in rig.entries(REF)
+    ]
+
+
+async def test_a_row_whose_del_raises_a_bug_is_cleaned_up_and_the_other_rows_are_still_released(
+    rig: ConfigureRig,
+) -> None:
+    """Before, an exception other than netclaim's own escaped NodeUnprepareResources at the first row: the
+    rows stayed, every retry failed the same way, and the pod stayed Terminating for ever."""
+    await rig.preparer.prepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
+    rig.cni.fail_delete = [ValueError("embedded null byte")]  # the first row's DEL only
+    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert [c.command for c in rig.cni.calls] == ["ADD", "ADD", "DEL", "DEL"]
+    assert rig.store.all() == []
+    assert rig.cni.leases == {}  # the first row's by hand, the second's by its DEL
+    await rig.settle()
+    [(first, reason, message), (second, *_)] = _conditions(rig)
+    assert (first, second, reason) == (NIC.name, SECOND_NIC.name, "TeardownIncomplete")
+    assert message.startswith(
+        f"device {NIC.name}: internal error in the netclaim agent (ValueError: embedded null byte)"
+    )
+    assert "released host-local addresses" in message
+
+
+async def test_a_claim_whose_config_cannot_be_read_is_refused_and_still_torn_down(rig: ConfigureRig) -> None:
+    """A claim nested ~1,500 deep: prepare refuses it, and unprepare (which reads the claim to decide
+    whether its addresses end) completes, as it could not when the claim could not be read at all."""
+    unreadable = DeviceConfig("FromClaim", (), SAMPLE_DRIVER, None, unreadable=TOO_DEEP)
+    deep = replace(CLAIM, configs=(unreadable,), owned_by_pod=True)
+    rig.api.add_claim(deep)
+    with pytest.raises(ConfigError, match=re.escape(f"claim team-a/claim-1: {TOO_DEEP}")):
+        await rig.preparer.prepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert rig.store.all() == [] and rig.api.calls.count("create_ip_allocation") == 0
+    rig.api.allocations["lan-10-10-3-7"] = _held_by(CLAIM.uid)  # held from before, say
+    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert rig.api.allocations == {}  # the claim ends with its pod: its address went
+
+
+async def test_another_drivers_config_that_cannot_be_read_is_not_this_drivers_concern(
+    rig: ConfigureRig,
+) -> None:
+    theirs = DeviceConfig("FromClaim", (), "gpu.example.com", None, unreadable=TOO_DEEP)
+    rig.api.add_claim(replace(CLAIM, configs=(*CLAIM.configs, theirs)))
+    assert len(await rig.preparer.prepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)) == 2
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [ApiRejectedError("forbidden"), ConfigError("cannot be read"), KeyError("a bug")],
+    ids=["rejected", "unreadable", "bug"],
+)
+async def test_addresses_whose_end_cannot_be_decided_are_kept_and_unprepare_completes(
+    rig: ConfigureRig, failure: Exception
+) -> None:
+    rig.api.allocations["lan-10-10-3-7"] = _held_by(CLAIM.uid)
+    rig.api.fail_next = [failure]  # type: ignore[list-item]  # a bug is not a NetclaimError
+    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert list(rig.api.allocations) == ["lan-10-10-3-7"]  # the controller frees it once the claim is gone
+
+
+async def test_an_unavailable_api_is_the_one_failure_kubelet_sees_from_unprepare(rig: ConfigureRig) -> None:
+    rig.api.fail_next = [ApiUnavailableError("503")]
+    with pytest.raises(ApiUnavailableError):
+        await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+
+
+def _reclaim_errors() -> float:
+    return REGISTRY.get_sample_value("netclaim_reclaim_errors_total") or 0.0
+
+
+async def test_one_claim_failing_in_reclaim_does_not_stop_the_round_for_the_others(rig: ConfigureRig) -> None:
+    """Before, the first claim that raised ended the round: other tenants' leftovers on the node were
+    never reclaimed while it stayed."""
+    claims = [
+        sample_claim((sample_allocation(NIC),), (sample_config(VALID_CONFIG),), name=n, uid=f"uid-{n}")
+        for n in ("first", "second")
+    ]
+    for claim in claims:
+        rig.api.add_claim(claim)
+        await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)  # their sandboxes never ran
+        del rig.api.claims[(claim.namespace, claim.name)]  # and the claims went
+    assert await rig.preparer.reclaim() == []  # idle for the first time: kubelet's turn
+    failures: list[NetclaimError] = [KeyError("a bug")]  # type: ignore[list-item]
+    rig.api.fail_next = failures  # the first claim looked up
+    before = _reclaim_errors()
+    [reclaimed] = await rig.preparer.reclaim()
+    assert _reclaim_errors() == before + 1
+    [left] = {row.claim_uid for row in rig.store.all()}
+    assert {reclaimed.uid, left} == {"uid-first", "uid-second"}
+    assert [c.uid for c in await rig.preparer.reclaim()] == [left]  # the next round retries it
+    assert rig.store.all() == []
