@@ -71,6 +71,7 @@ async def _start_configure_path(
             addresses=AddressBook(api, node),
             gate=CdiGate(settings.cdi_spec_dir) if settings.cdi_spec_dir is not None else None,
             ipam_data_dir=settings.host_local_dir,
+            reserved=settings.reserved_networks,
         )
         tasks.append(asyncio.create_task(reclaim_loop(preparer), name="reclaim"))
         health.expect("kubelet")

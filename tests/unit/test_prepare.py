@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -248,3 +249,40 @@ async def test_reclaim_takes_the_rows_of_a_standalone_claim_whose_pod_is_gone(ri
     )
     assert await rig.preparer.reclaim() == [REF]
     assert rig.store.all() == []
+
+
+async def test_a_claims_own_ipam_is_checked_against_every_pool_and_the_clusters_networks(
+    rig: ConfigureRig,
+) -> None:
+    """VALID_CONFIG's host-local range (10.90.0.0/24) inside another's IPPool: refused naming the pool,
+    with nothing taken; a claim naming no IPAM never lists the pools (a pod start costs no read more)."""
+    rig.api.ippools["theirs"] = {
+        "apiVersion": "netclaim.dev/v1alpha1",
+        "kind": "IPPool",
+        "metadata": {"name": "theirs"},
+        "spec": {"ranges": [{"subnet": "10.90.0.0/16"}], "namespaces": ["team-b"]},
+    }
+    with pytest.raises(ConfigError, match=r"10\.90\.0\.0/24 overlaps 10\.90\.0\.0/16 \(IPPool theirs\)"):
+        await _prepare(rig)
+    assert "list_ippools" in rig.api.calls and rig.store.for_claim(CLAIM.uid) == []
+    rig.preparer.reserved = (ipaddress.ip_network("10.90.0.0/20"),)
+    rig.api.ippools.clear()
+    with pytest.raises(
+        ConfigError, match=r"overlaps 10\.90\.0\.0/20 \(the cluster's pod or Service network\)"
+    ):
+        await _prepare(rig)
+    pool_only = dict(VALID_CONFIG)
+    pool_only["config"] = {
+        **VALID_CONFIG["config"],
+        "plugins": [{"type": "macvlan", "master": "{{ device.ifName }}"}],
+    }
+    claim = sample_claim(
+        (sample_allocation(NIC, "net"),),
+        (sample_config(pool_only, requests=("net",)),),
+        name="claim-2",
+        uid="u-2",
+    )
+    rig.api.add_claim(claim)
+    rig.api.calls.clear()
+    await _prepare(rig, claim)
+    assert "list_ippools" not in rig.api.calls

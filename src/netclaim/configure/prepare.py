@@ -32,13 +32,15 @@ from netclaim.adapters.kube import Claim, KubeApi
 from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.api.cniconfig import plugin_types
 from netclaim.api.ippool import POOLS_POOL
+from netclaim.api.tenancy import IPNetwork
 from netclaim.configure.attach import Attacher, netns_exists
 from netclaim.configure.gate import CdiGate
-from netclaim.configure.plan import address_requests, negotiate, plan_claim
+from netclaim.configure.plan import address_requests, needs_pools, negotiate, plan_claim
 from netclaim.configure.status import ClaimRef, Failure, StatusWriter
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import ConfigError, GoneError, NetclaimError, TransientError
 from netclaim.ipam.addresses import AddressBook, Grant
+from netclaim.ipam.pools import read_pools
 from netclaim.publish.devices import DeviceCatalog
 
 log = logging.getLogger(__name__)
@@ -75,6 +77,7 @@ class Preparer:
         addresses: AddressBook,
         gate: CdiGate | None = None,
         ipam_data_dir: Path | None = None,
+        reserved: tuple[IPNetwork, ...] = (),
     ) -> None:
         self.driver = driver
         self.node = node
@@ -87,6 +90,7 @@ class Preparer:
         self.addresses = addresses
         self.gate = gate
         self.ipam_data_dir = ipam_data_dir
+        self.reserved = reserved  # networks no claim's own IPAM may use: the cluster's
         self._idle_claims: set[str] = set()  # claims whose rows no running sandbox used last round
 
     async def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
@@ -128,6 +132,8 @@ class Preparer:
         return self.gate.write(f"{namespace}/{name}", uid, [r.plan.interface_name for r in rows])
 
     async def _plan(self, claim: Claim, grants: list[Grant]) -> list[Attachment]:
+        # a claim's own IPAM is checked against every pool: none of their addresses is its to configure
+        pools = read_pools(await self.api.list_ippools())[0] if needs_pools(claim, self.driver) else []
         planned = plan_claim(
             claim,
             driver=self.driver,
@@ -135,6 +141,8 @@ class Preparer:
             device=self.catalog.get,
             grants=grants,
             host_local_dir=self.ipam_data_dir,
+            pools=pools,
+            reserved=self.reserved,
         )
         kinds = {kind for p in planned for kind in plugin_types(p.plan.conflist)}
         versions = {kind: await self.cni.versions(kind) for kind in sorted(kinds)}
