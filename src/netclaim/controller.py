@@ -28,6 +28,7 @@ from netclaim.errors import ApiUnavailableError, NetclaimError
 from netclaim.ipam.pools import (
     PoolPublisher,
     PoolUse,
+    beyond_allocation,
     exhausted_message,
     orphans,
     pool_device,
@@ -63,8 +64,17 @@ class Reconciler:
         allocations = await self.api.list_ip_allocations()  # before the claims: see netclaim.ipam.pools
         claims = {c.uid: c for c in await self.api.list_claims()}
         for orphan in orphans(allocations, set(claims)):
-            await _each(f"freeing address {orphan.address} of IPPool {orphan.pool}", self._free(orphan))
-        live = [a for a in allocations if a.claim_uid in claims]
+            await _each(
+                f"freeing address {orphan.address} of IPPool {orphan.pool}",
+                self._free(orphan, "address of a deleted claim freed"),
+            )
+        beyond = beyond_allocation(allocations, claims)
+        for extra in beyond:
+            await _each(
+                f"freeing address {extra.address} of IPPool {extra.pool}",
+                self._free(extra, "address held beyond the claim's allocation freed"),
+            )
+        live = [a for a in allocations if a.claim_uid in claims and a not in beyond]
         objects = await self.api.list_ippools()
         pools, problems = read_pools(objects)
         for name, problem in problems.items():
@@ -77,7 +87,10 @@ class Reconciler:
         self.published = set(uses)
         for pool in pools:
             metrics.POOL_FREE.labels(pool.name).set(uses[pool.name].free)
-            status = _status(pool, uses[pool.name])
+            missing = pool.spec.namespaces is not None and not await self.api.device_class_exists(
+                pool_class(pool.name)
+            )
+            status = _status(pool, uses[pool.name], missing)
             await _each(f"status of IPPool {pool.name}", self._write_status(pool.name, status, current))
         for name, problem in problems.items():
             invalid = {"conditions": [condition("False", "Invalid", problem)]}
@@ -85,11 +98,11 @@ class Reconciler:
         await self._warn_pending(claims, uses)
         return uses
 
-    async def _free(self, orphan: IPAllocation) -> None:
+    async def _free(self, orphan: IPAllocation, what: str) -> None:
         await self.api.delete_ip_allocation(orphan)
         metrics.ADDRESSES_RECLAIMED.inc()
         log.info(
-            "address of a deleted claim freed",
+            what,
             extra={
                 "pool": orphan.pool,
                 "address": orphan.address,
@@ -145,7 +158,23 @@ async def _each(what: str, write: Awaitable[None]) -> None:
         log.exception(f"{what} failed (a bug); the next pass tries again")
 
 
-def _status(pool: IPPool, use: PoolUse) -> dict[str, Any]:
+def pool_class(pool: str) -> str:
+    """The DeviceClass through which claims take the addresses of a pool of some namespaces (docs/ipam.md)."""
+    return f"netclaim-pool-{pool}"
+
+
+def _status(pool: IPPool, use: PoolUse, class_missing: bool = False) -> dict[str, Any]:
+    ready = (
+        condition(
+            "False",
+            "DeviceClassMissing",
+            f"published, but restricted to namespaces {', '.join(pool.spec.namespaces or ())}: their claims "
+            f"take its addresses through DeviceClass {pool_class(pool.name)}, which does not exist "
+            "(docs/ipam.md)",
+        )
+        if class_missing
+        else condition("True", "Published", f"published with capacity {ADDRESSES}")
+    )
     return {
         "capacity": use.capacity,
         "allocatedClaims": use.allocated_claims,
@@ -154,7 +183,7 @@ def _status(pool: IPPool, use: PoolUse) -> dict[str, Any]:
             f"ipv{version}": {"size": family.size, "held": use.addresses.get(version, 0)}
             for version, family in sorted(pool.families().items())
         },
-        "conditions": [condition("True", "Published", f"published with capacity {ADDRESSES}")],
+        "conditions": [ready],
     }
 
 

@@ -302,3 +302,27 @@ async def test_release_deletes_only_the_claims_own_addresses(api: FakeKubeApi, b
     assert _held(api, CLAIM) == []
     assert _held(api, OTHER) == sorted(theirs.addresses)
     assert await book.release(CLAIM.uid) == []  # again: nothing left, fine
+
+
+async def test_release_leaves_another_nodes_addresses_to_the_controller(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    """An agent may release only its own node's (deploy/admission.yaml): a standalone claim that moved here
+    still holds the address its first node took; the controller frees it once the claim is gone."""
+    here = replace(_holding(CLAIM, "lan3", "10.10.3.11"), node=SAMPLE_NODE)
+    moved = _holding(CLAIM, "lan3", "fd00:10:3::11", prefix=64)  # node-2's
+    for allocation in (here, moved):
+        await api.create_ip_allocation(allocation)
+    assert await book.release(CLAIM.uid) == ["10.10.3.11/24"]
+    assert _held(api, CLAIM) == ["fd00:10:3::11/64"]
+
+
+async def test_a_held_address_the_pool_does_not_hand_out_is_not_reused(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    """One made in some node's name for an excluded address (the pool's gateway, say) is not the claim's to
+    keep: it takes one the pool hands out, and the controller frees the other."""
+    await api.create_ip_allocation(_holding(CLAIM, "v4only", "10.10.4.255"))  # its broadcast address
+    [grant] = await book.allocate(CLAIM, [_request("v4only")])
+    assert grant.addresses != ("10.10.4.255/24",)
+    assert ipaddress.ip_interface(grant.addresses[0]).ip in ipaddress.ip_network("10.10.4.0/24")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 from dataclasses import dataclass, replace
 from typing import Any
@@ -12,9 +13,11 @@ from netclaim.adapters.kube import AllocatedDevice, Claim, IPAllocation, Request
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, allocation_name
 from netclaim.controller import ADDRESS_CLASS, Reconciler
 from netclaim.ipam.pools import (
+    MAX_GENERATION,
     SLICE_PREFIX,
     PoolPublisher,
     PoolUse,
+    beyond_allocation,
     exhausted_message,
     orphans,
     pool_device,
@@ -121,6 +124,7 @@ def test_a_pool_device_is_shared_and_consumes_one_address_per_claim() -> None:
             "netclaim.dev/ipv4": {"bool": True},
             "netclaim.dev/ipv6": {"bool": False},
             "netclaim.dev/network": {"string": "lan3"},
+            "netclaim.dev/restricted": {"bool": False},
         },
         "capacity": {
             "netclaim.dev/addresses": {
@@ -138,8 +142,40 @@ def test_a_dual_stack_pool_without_network_says_both_families_and_no_network() -
         "netclaim.dev/pool": {"string": "wide"},
         "netclaim.dev/ipv4": {"bool": True},
         "netclaim.dev/ipv6": {"bool": True},
+        "netclaim.dev/restricted": {"bool": False},
     }
     assert device["capacity"][ADDRESSES]["value"] == "7"
+
+
+def test_a_pool_of_some_namespaces_says_it_is_restricted() -> None:
+    """The general class netclaim-address selects no restricted pool (deploy/deviceclasses.yaml)."""
+    device = pool_device(_pool("only-a", {**SIX, "namespaces": ["team-a"]}), PoolUse(6, 0, 0, {}))
+    assert device["attributes"]["netclaim.dev/restricted"] == {"bool": True}
+
+
+def test_capacity_counts_allocation_results_not_claims() -> None:
+    """A claim with two requests on one pool consumes two units to the scheduler: the controller counts
+    the same (prepare refuses such a claim, but its allocation stands until its pod goes)."""
+    greedy = _claim("greedy", _result("six", "a"), _result("six", "b"))
+    one = _claim("one", _result("six"))
+    use = pool_use(_pool("six", SIX), [], {greedy.uid: greedy, one.uid: one})
+    assert (use.allocated_claims, use.free) == (3, 3)
+
+
+def test_addresses_beyond_a_claims_allocation_are_found() -> None:
+    """What a node's token could make for claims it was never asked to prepare: a second address of a
+    family, an address of a pool the claim is not allocated. A claim not allocated keeps what it holds."""
+    nic = _result("pci-0", "nic", dra_pool="node-2")
+    claim = _claim("c", nic, _result("six"))
+    idle = _claim("idle")
+    own = replace(_held(claim, "six", "10.10.3.3/29"), node="node-2")
+    forged = _held(claim, "six", "10.10.3.1/29")  # node-1's, for a claim allocated on node-2
+    elsewhere = _held(claim, "other", "10.20.0.7/24")
+    v6 = _held(claim, "six", "fd00::7/64")
+    kept_idle = [_held(idle, "six", "10.10.3.4/29"), _held(idle, "six", "10.10.3.5/29")]
+    claims = {claim.uid: claim, idle.uid: idle}
+    assert beyond_allocation([forged, own, elsewhere, v6, *kept_idle], claims) == [forged, elsewhere]
+    assert beyond_allocation([own, v6], claims) == []
 
 
 def test_orphans_are_the_allocations_of_claims_that_are_gone() -> None:
@@ -185,7 +221,24 @@ async def test_the_publisher_writes_once_then_not_while_nothing_changes() -> Non
     assert [d["name"] for d in stored["spec"]["devices"]] == ["lan3"]
     api.calls.clear()
     assert await publisher.publish([_device("lan3", 6)]) == 0
-    assert api.calls == ["list_driver_slices", "crd_uid"]
+    assert api.calls == ["crd_uid", "list_driver_slices"]
+
+
+async def test_the_publisher_reads_only_its_own_slices_and_bounds_their_generation() -> None:
+    """Another writer's slice in the IP pools' pool (a compromised node's, with a huge generation) never
+    decides what the controller writes; its own generation starts again before it could overflow."""
+    api = FakeKubeApi()
+    publisher = PoolPublisher(api, SAMPLE_DRIVER)
+    await publisher.publish([_device("lan3", 6)])
+    foreign = copy.deepcopy(api.slices[SLICE])
+    foreign["metadata"] = {"name": "intruder", "ownerReferences": []}
+    foreign["spec"]["pool"]["generation"] = 2**63 - 1
+    api.slices["intruder"] = foreign
+    assert await publisher.publish([_device("lan3", 5)]) == 1
+    assert api.slices[SLICE]["spec"]["pool"]["generation"] == 2
+    api.slices[SLICE]["spec"]["pool"]["generation"] = MAX_GENERATION
+    assert await publisher.publish([_device("lan3", 4)]) == 1
+    assert api.slices[SLICE]["spec"]["pool"]["generation"] == 1
 
 
 async def test_the_pools_slices_are_owned_by_the_ippool_crd_and_a_new_crd_rewrites_them() -> None:
@@ -428,3 +481,28 @@ async def test_an_address_taken_again_meanwhile_is_never_freed() -> None:
     api.add_claim(new)
     await Reconciler(api, SAMPLE_DRIVER).once()  # the conflict is that address's: the pass goes on
     assert api.allocations[old.name].claim_uid == new.uid  # the new holder keeps it
+
+
+async def test_a_reconcile_frees_what_a_claim_holds_beyond_its_allocation(cluster: FakeKubeApi) -> None:
+    """A second address of lan3 made for claim `first` in another node's name (what a node's token can
+    create): freed, and lan3's capacity counts `first` once."""
+    first = cluster.claims[("team-a", "first")]
+    forged = replace(_held(first, "lan3", "10.10.3.2/30"), name="lan3.forged", uid="forged", node="node-9")
+    cluster.allocations[forged.name] = forged
+    uses = await Reconciler(cluster, SAMPLE_DRIVER).once()
+    assert "lan3.forged" not in cluster.allocations
+    assert sorted(a.claim_name for a in cluster.allocations.values()) == ["first", "second"]
+    assert uses["lan3"].holders == 2
+
+
+async def test_a_restricted_pool_without_its_device_class_says_so(cluster: FakeKubeApi) -> None:
+    cluster.add_pool("only-a", {**SIX, "namespaces": ["team-a"]})
+    reconciler = Reconciler(cluster, SAMPLE_DRIVER)
+    await reconciler.once()
+    [missing] = cluster.ippool_status["only-a"]["conditions"]
+    assert (missing["status"], missing["reason"]) == ("False", "DeviceClassMissing")
+    assert "through DeviceClass netclaim-pool-only-a, which does not exist" in missing["message"]
+    cluster.device_classes.add("netclaim-pool-only-a")
+    await reconciler.once()
+    [ready] = cluster.ippool_status["only-a"]["conditions"]
+    assert (ready["status"], ready["reason"]) == ("True", "Published")

@@ -51,7 +51,7 @@ from lightkube.resources.resource_v1 import (
 from lightkube.types import PatchType
 
 from netclaim import metrics
-from netclaim.api.cniconfig import MAX_DEPTH, nesting_depth
+from netclaim.api.cniconfig import MAX_DEPTH, too_deep
 from netclaim.errors import (
     AlreadyExistsError,
     ApiRejectedError,
@@ -115,7 +115,7 @@ def translated(what: str) -> Iterator[None]:
 
 def read_json(data: bytes | str) -> Any:
     """A JSON document built without recursion (ijson's events into its ObjectBuilder): no depth the API
-    server stores can break reading it. Check how deep a part is (nesting_depth, iterative) before
+    server stores can break reading it. Check how deep a part is (too_deep, iterative) before
     anything recursive touches it. ValueError when `data` is not JSON."""
     builder = ijson.ObjectBuilder()
     try:
@@ -208,7 +208,7 @@ class DeviceConfig:
     def from_api(cls, index: int, entry: dict[str, Any]) -> DeviceConfig:
         opaque = _object(entry.get("opaque"))
         parameters, unreadable = opaque.get("parameters"), ""
-        if nesting_depth(parameters) > MAX_DEPTH:
+        if too_deep(parameters) is not None:
             location = f"status.allocation.devices.config[{index}].opaque.parameters"
             parameters, unreadable = None, f"{location}: nested deeper than {MAX_DEPTH} levels"
         return cls(
@@ -412,7 +412,7 @@ def _pool_problem(data: Any) -> str:
     meta = data.get("metadata") if isinstance(data, dict) else None
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
         return "it has no name"
-    if nesting_depth(data) > MAX_DEPTH:
+    if too_deep(data) is not None:
         return f"nested deeper than {MAX_DEPTH} levels"
     return ""
 
@@ -695,6 +695,14 @@ class KubeApi:
             found = await self._client.get(CustomResourceDefinition, name)
         assert found.metadata is not None and found.metadata.uid is not None
         return found.metadata.uid
+
+    async def device_class_exists(self, name: str) -> bool:
+        try:
+            with translated(f"DeviceClass {name}"):
+                await self._client.get(DeviceClass, name)
+        except GoneError:
+            return False
+        return True
 
     async def get_ippool(self, name: str) -> dict[str, Any]:
         """The IPPool as the API has it (ConfigError when it cannot be read)."""

@@ -43,7 +43,7 @@ from typing import Any
 from netclaim import faults, metrics
 from netclaim.adapters.kube import KubeApi, condition, read_json
 from netclaim.adapters.nri import PodSandbox
-from netclaim.api.cniconfig import MAX_DEPTH, nesting_depth
+from netclaim.api.cniconfig import MAX_DEPTH, too_deep
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import ConfigError, ConflictError, GoneError, NetclaimError, TransientError
@@ -126,7 +126,7 @@ def _network_data(
 
 def _cni_data(result: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     """The CNI result for `data`, or None and why when the API would not take it."""
-    if nesting_depth(result) > MAX_DEPTH:
+    if too_deep(result) is not None:
         return None, [f"the CNI result is left out of data: nested deeper than {MAX_DEPTH} levels"]
     size = len(json.dumps(result, separators=(",", ":")).encode())
     if size > MAX_DATA_BYTES:
@@ -230,7 +230,7 @@ def _others_entries(pod: dict[str, Any], ours: set[str]) -> list[dict[str, Any]]
         if isinstance(entry, dict)
         and isinstance(entry.get("name"), str)
         and entry["name"] not in ours
-        and nesting_depth(entry) <= MAX_DEPTH
+        and too_deep(entry) is None
     ]
 
 

@@ -82,10 +82,13 @@ class AddressBook:
                     )
             addresses = []
             for version in sorted(pool.families()):
-                mine = [
-                    a
+                family = pool.families()[version]
+                mine = [  # held before (an earlier prepare, on this node or another): kept, if the pool's
+                    a  # (one made in any node's name for an address the pool does not hand out is not)
                     for a in held
-                    if a.pool == pool.name and ipaddress.ip_interface(a.address).version == version
+                    if a.pool == pool.name
+                    and ipaddress.ip_interface(a.address).version == version
+                    and family.hands_out(ipaddress.ip_interface(a.address).ip)
                 ]
                 if mine:
                     addresses.append(mine[0].address)
@@ -177,11 +180,19 @@ class AddressBook:
         return await self.api.create_ip_allocation(record)
 
     async def release(self, claim_uid: str) -> list[str]:
-        """Free every address the claim holds; returns them."""
-        freed = []
+        """Free every address the claim holds in this node's name; returns them. An agent releases only its
+        own node's (deploy/admission.yaml): those taken on another node (a standalone claim that moved) are
+        freed by the controller once the claim is gone."""
+        freed, elsewhere = [], []
         for allocation in await self.api.list_ip_allocations(claim_uid=claim_uid):
+            if allocation.node != self.node:
+                elsewhere.append(f"{allocation.address} ({allocation.node})")
+                continue
             await self.api.delete_ip_allocation(allocation)
             freed.append(allocation.address)
-        if freed:
-            log.info("addresses released", extra={"claim_uid": claim_uid, "addresses": freed})
+        if freed or elsewhere:
+            log.info(
+                "addresses released",
+                extra={"claim_uid": claim_uid, "addresses": freed, "left_to_the_controller": elsewhere},
+            )
         return freed

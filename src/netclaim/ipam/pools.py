@@ -33,6 +33,8 @@ from netclaim.publish.publisher import MAX_DEVICES_PER_SLICE, normalized_device
 
 log = logging.getLogger(__name__)
 SLICE_PREFIX = "netclaim.dev-ip-pools"
+RESTRICTED = f"{DRIVER_DOMAIN}/restricted"
+MAX_GENERATION = 2**62
 IPPOOL_CRD = "ippools.netclaim.dev"
 
 
@@ -52,7 +54,7 @@ class PoolUse:
     """A pool's addresses in use, as the controller sees them."""
 
     capacity: int  # what its device publishes
-    allocated_claims: int  # claims the scheduler allocated from it (consuming one unit each)
+    allocated_claims: int  # allocation results on it, one unit each, as the scheduler counts
     holders: int  # claims holding addresses
     addresses: dict[int, int]  # family → addresses held
 
@@ -62,7 +64,15 @@ class PoolUse:
 
 
 def allocated_from(claim: Claim, pool: str) -> bool:
-    return any(r.pool == POOLS_POOL and r.device == pool and r.driver == DRIVER_DOMAIN for r in claim.results)
+    return results_on(claim, pool) > 0
+
+
+def results_on(claim: Claim, pool: str) -> int:
+    """The claim's allocation results on the pool's device: what the scheduler subtracts from its
+    capacity (one unit each)."""
+    return sum(
+        1 for r in claim.results if r.pool == POOLS_POOL and r.device == pool and r.driver == DRIVER_DOMAIN
+    )
 
 
 def pool_use(pool: IPPool, allocations: list[IPAllocation], claims: dict[str, Claim]) -> PoolUse:
@@ -79,7 +89,7 @@ def pool_use(pool: IPPool, allocations: list[IPAllocation], claims: dict[str, Cl
     live_holders = {
         a.claim_uid for a in mine if a.claim_uid in claims and allocated_from(claims[a.claim_uid], pool.name)
     }
-    allocated = sum(1 for c in claims.values() if allocated_from(c, pool.name))
+    allocated = sum(results_on(c, pool.name) for c in claims.values())
     return PoolUse(
         capacity=capacity(pool, len(live_holders), dict(inside)),
         allocated_claims=allocated,
@@ -97,6 +107,9 @@ def pool_device(pool: IPPool, use: PoolUse) -> dict[str, Any]:
     }
     if pool.spec.network is not None:
         attributes[f"{DRIVER_DOMAIN}/network"] = {"string": pool.spec.network}
+    # a pool of some namespaces: the general class netclaim-address never selects it (deploy/admission.yaml,
+    # netclaim-pool-namespaces: only those namespaces may name its own class)
+    attributes[RESTRICTED] = {"bool": pool.spec.namespaces is not None}
     return {
         "name": pool.name,
         "attributes": attributes,
@@ -113,6 +126,31 @@ def pool_device(pool: IPPool, use: PoolUse) -> dict[str, Any]:
 def orphans(allocations: list[IPAllocation], live_claim_uids: set[str]) -> list[IPAllocation]:
     """The allocations whose claim is gone (`allocations` listed before the claims)."""
     return [a for a in allocations if a.claim_uid not in live_claim_uids]
+
+
+def beyond_allocation(allocations: list[IPAllocation], claims: dict[str, Claim]) -> list[IPAllocation]:
+    """Addresses live, allocated claims hold beyond what their allocation gives them: of a pool they are
+    not allocated, or more than one per family of a pool. An agent takes exactly one per family and reuses
+    it, so these are what a node's token made for claims it was never asked to prepare. Of several, the one
+    on the node the claim is allocated on is kept, else the first by name. A claim not allocated at the
+    moment (a standalone claim between pods) keeps what it holds."""
+    held: dict[tuple[str, str, int], list[IPAllocation]] = defaultdict(list)
+    for allocation in allocations:
+        claim = claims.get(allocation.claim_uid)
+        if claim is None or not claim.allocated:
+            continue
+        version = ipaddress.ip_interface(allocation.address).version
+        held[(allocation.claim_uid, allocation.pool, version)].append(allocation)
+    beyond = []
+    for (claim_uid, pool, _), found in held.items():
+        claim = claims[claim_uid]
+        if not allocated_from(claim, pool):
+            beyond += found
+            continue
+        nodes = {r.pool for r in claim.results if r.pool != POOLS_POOL}
+        kept = min(found, key=lambda a: (a.node not in nodes, a.name))
+        beyond += [a for a in found if a is not kept]
+    return beyond
 
 
 def slice_bodies(
@@ -153,9 +191,20 @@ class PoolPublisher:
         self.driver = driver
 
     async def publish(self, devices: list[dict[str, Any]]) -> int:
-        current = await self.api.list_driver_slices(self.driver, POOLS_POOL)
         owner_uid = await self.api.crd_uid(IPPOOL_CRD)
+        # only its own: another writer's slice in this pool never decides what it writes (nor its generation)
+        current = [
+            s
+            for s in await self.api.list_driver_slices(self.driver, POOLS_POOL)
+            if s.name.startswith(f"{SLICE_PREFIX}-") and s.owner_uids == (owner_uid,)
+        ]
         generation = max((s.generation for s in current), default=0)
+        if generation >= MAX_GENERATION:  # start again rather than ever write one past int64
+            for own in current:
+                await self.api.delete_slice(own.name)
+                metrics.SLICE_WRITES.labels("delete").inc()
+            log.warning("IP pools' slices started again at generation 1", extra={"was": generation})
+            current, generation = [], 0
         desired = slice_bodies(self.driver, devices, generation, owner_uid)
         stored = {s.name: s for s in current}
         same = set(stored) == {b["metadata"]["name"] for b in desired} and all(
