@@ -38,3 +38,21 @@ async def test_an_interface_is_read_back_and_a_missing_one_leaves_no_socket_open
         assert await netlink.interface("nope", netns) is None
         assert await netlink.interface("v1", netns) is not None
     assert _open_fds() == before
+
+
+def _ip(netns: str, *args: str) -> str:
+    return subprocess.run(
+        ["ip", "-n", Path(netns).name, *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+async def test_promisc_and_allmulti_are_read_and_turned_off(netns: str) -> None:
+    """What a pod's tuning may leave on an exclusive NIC; the NIC is given back without them."""
+    _ip(netns, "link", "set", "v1", "promisc", "on", "allmulticast", "on")
+    state = await netlink.interface("v1", netns)
+    assert state is not None and (state.promisc, state.allmulti) == (True, True)
+    await netlink.set_link("v1", listening=False, netns=netns)
+    state = await netlink.interface("v1", netns)
+    assert state is not None and (state.promisc, state.allmulti) == (False, False)
+    shown = _ip(netns, "link", "show", "v1")
+    assert "PROMISC" not in shown and "ALLMULTI" not in shown, shown

@@ -39,6 +39,7 @@ class FakeKubeApi(KubeApi):
     allocations: dict[str, IPAllocation] = field(default_factory=dict)  # name → object (uid set)
     pods: list[dict[str, Any]] = field(default_factory=list)  # unschedulable pods
     pod_objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (ns, name) → pod
+    device_classes: set[str] = field(default_factory=set)
     _uids: int = 0
 
     def _call(self, name: str) -> None:
@@ -117,6 +118,10 @@ class FakeKubeApi(KubeApi):
         self._call("slice_changes")
         while True:
             yield await self.slice_events.get()
+
+    async def device_class_exists(self, name: str) -> bool:
+        self._call("device_class_exists")
+        return name in self.device_classes
 
     async def crd_uid(self, name: str) -> str:
         self._call("crd_uid")
@@ -330,11 +335,18 @@ class FakePodNetlink:
         *,
         mtu: int | None = None,
         mac: str | None = None,
+        listening: bool | None = None,
         netns: str | None = None,
     ) -> None:
         self.links_set.append((name, mtu, mac))
         current = self.interfaces[(netns, name)]
-        self.interfaces[(netns, name)] = replace(current, mtu=mtu or current.mtu, mac=mac or current.mac)
+        self.interfaces[(netns, name)] = replace(
+            current,
+            mtu=mtu or current.mtu,
+            mac=mac or current.mac,
+            promisc=current.promisc if listening is None else listening,
+            allmulti=current.allmulti if listening is None else listening,
+        )
 
     def add_host_nic(self, device: Device, *, mtu: int, mac: str) -> None:
         self.interfaces[(None, device.if_name)] = InterfaceState(device.if_name, 2, mac, mtu, ())

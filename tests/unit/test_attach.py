@@ -219,9 +219,13 @@ async def test_a_failed_detach_keeps_the_row_so_it_is_tried_again(rig: Configure
     [
         (InterfaceState("enp7s0", 2, "02:11:22:33:44:55", 1500, ()), [("enp7s0", 9000, "52:54:00:00:07:00")]),
         (InterfaceState("enp7s0", 2, "52:54:00:00:07:00", 9000, ()), []),
+        (
+            InterfaceState("enp7s0", 2, "52:54:00:00:07:00", 9000, (), promisc=True),
+            [("enp7s0", 9000, "52:54:00:00:07:00")],
+        ),
         (None, []),
     ],
-    ids=["changed", "as-published", "not-back-yet"],
+    ids=["changed", "as-published", "left-promiscuous", "not-back-yet"],
 )
 async def test_an_exclusive_nic_is_restored_to_its_published_mtu_and_mac(
     rig: ConfigureRig, on_node: InterfaceState | None, restored: list[tuple[str, int, str]]
@@ -232,7 +236,8 @@ async def test_an_exclusive_nic_is_restored_to_its_published_mtu_and_mac(
     await rig.attacher.detach(attached, _later())
     assert rig.netlink.links_set == restored
     if restored:
-        assert rig.netlink.interfaces[(None, "enp7s0")].mtu == 9000
+        back = rig.netlink.interfaces[(None, "enp7s0")]
+        assert (back.mtu, back.promisc, back.allmulti) == (9000, False, False)
 
 
 async def test_a_rolled_back_exclusive_nic_is_restored_too(rig: ConfigureRig) -> None:

@@ -34,6 +34,9 @@ _ETH_P_ALL = 0x0003
 _NETLINK_ROUTE = 0
 _SIOCGIFMTU = 0x8921
 _SIOCGIFHWADDR = 0x8927
+_SIOCGIFFLAGS = 0x8913
+IFF_PROMISC = 0x100
+IFF_ALLMULTI = 0x200
 T = TypeVar("T")
 
 
@@ -196,11 +199,14 @@ class InterfaceState:
     mac: str
     mtu: int
     addresses: tuple[str, ...]  # canonical CIDR form, global scope
+    promisc: bool = False
+    allmulti: bool = False
 
 
-def _link_facts(name: str) -> tuple[int, str, int] | None:
-    """(index, MAC, MTU) of link `name` in the calling thread's namespace, or None. By ioctl: decoding a
-    netlink link message (all its attributes and statistics) was most of an attach's own CPU time."""
+def _link_facts(name: str) -> tuple[int, str, int, int] | None:
+    """(index, MAC, MTU, flags) of link `name` in the calling thread's namespace, or None. By ioctl:
+    decoding a netlink link message (all its attributes and statistics) was most of an attach's own CPU
+    time."""
     try:
         index = socket.if_nametoindex(name)
     except OSError:
@@ -209,11 +215,12 @@ def _link_facts(name: str) -> tuple[int, str, int] | None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         hardware = fcntl.ioctl(probe, _SIOCGIFHWADDR, request)[18:24]
         [mtu] = struct.unpack_from("i", fcntl.ioctl(probe, _SIOCGIFMTU, request), 16)
-    return index, ":".join(f"{byte:02x}" for byte in hardware), mtu
+        [flags] = struct.unpack_from("H", fcntl.ioctl(probe, _SIOCGIFFLAGS, request), 16)
+    return index, ":".join(f"{byte:02x}" for byte in hardware), mtu, flags
 
 
 async def interface(name: str, netns: str | None = None) -> InterfaceState | None:
-    def look() -> tuple[tuple[int, str, int] | None, int]:
+    def look() -> tuple[tuple[int, str, int, int] | None, int]:
         return _link_facts(name), _netlink_socket()
 
     try:
@@ -224,13 +231,15 @@ async def interface(name: str, netns: str | None = None) -> InterfaceState | Non
         os.close(fileno)  # an AsyncIPRoute never used does not close the socket it was given
         return None
     async with _ipr(netns, fileno) as ipr:
-        index, mac, mtu = facts
+        index, mac, mtu, flags = facts
         addresses = [
             str(ipaddress.ip_interface(f"{m.get('address')}/{m['prefixlen']}"))
             async for m in await ipr.get_addr(index=index)
             if m.get("scope", 0) == 0
         ]
-    return InterfaceState(name, index, mac, mtu, tuple(addresses))
+    return InterfaceState(
+        name, index, mac, mtu, tuple(addresses), bool(flags & IFF_PROMISC), bool(flags & IFF_ALLMULTI)
+    )
 
 
 async def set_link(
@@ -238,9 +247,11 @@ async def set_link(
     *,
     mtu: int | None = None,
     mac: str | None = None,
+    listening: bool | None = None,
     netns: str | None = None,
 ) -> None:
-    """Set an interface's MTU and/or MAC, and bring it up."""
+    """Set an interface's MTU and/or MAC, turn promisc and allmulti on or off (`listening`), and bring it
+    up."""
     async with _ipr(netns) as ipr:
         index = await _index(ipr, name)
         if index is None:
@@ -250,6 +261,9 @@ async def set_link(
             changes["mtu"] = mtu
         if mac:
             changes["address"] = mac
+        if listening is not None:
+            mask = IFF_PROMISC | IFF_ALLMULTI
+            changes |= {"flags": mask if listening else 0, "change": mask}
         if changes:
             await ipr.link("set", index=index, **changes)
         await ipr.link("set", index=index, state="up")

@@ -233,7 +233,9 @@ class Attacher:
         return "; ".join(found) or "nothing was left behind"
 
     async def _restore_host_nic(self, row: Attachment) -> None:
-        """After a whole NIC came back from a pod: its name, MTU and MAC as they were before."""
+        """After a whole NIC came back from a pod: its MTU and MAC as they were before, and not listening for
+        more than its own traffic (a pod's tuning may have turned promisc or allmulti on: the next holder of
+        the NIC, or the node, must not inherit it)."""
         if row.plan.shared:
             return
         if_name, mtu, mac = host_nic(row.plan)
@@ -241,5 +243,6 @@ class Attacher:
         if current is None:
             log.warning("exclusive NIC not back on the node", extra={"interface": if_name})
             return
-        if current.mtu != mtu or current.mac != mac:
-            await netlink.set_link(if_name, mtu=mtu, mac=mac)
+        listening = current.promisc or current.allmulti
+        if current.mtu != mtu or current.mac != mac or listening:
+            await netlink.set_link(if_name, mtu=mtu, mac=mac, listening=False if listening else None)
