@@ -182,7 +182,7 @@ def test_a_device_the_node_no_longer_publishes_is_a_config_error() -> None:
         (_cni({"Master": "eth0"}), r"config\.plugins\[0\]\.Master: write it 'master'"),
         (_cni({"device": "enp2s0"}), r"config\.plugins\[0\]\.device: not a field a claim may set here"),
         (_cni(dataDir="/var/lib/mine"), r"config\.plugins\[0\]\.ipam\.dataDir: not a field a claim may set"),
-        (_cni(datadir="/var/lib/mine"), r"config\.plugins\[0\]\.ipam\.datadir: not a field a claim may set"),
+        (_cni(datadir="/var/lib/mine"), r"config\.plugins\[0\]\.ipam\.datadir: write it 'dataDir'"),
     ],
 )
 def test_a_users_config_may_not_reach_other_host_interfaces_or_choose_ipam_state(

@@ -10,6 +10,7 @@ import pytest
 
 from netclaim.adapters.kube import Claim, DeviceConfig
 from netclaim.api.cniconfig import plugin_types
+from netclaim.api.cnikeys import spelling_problems
 from netclaim.api.ippool import IPPool
 from netclaim.api.tenancy import Target, tenant_problems
 from netclaim.api.validate import ALLOWED_PLUGINS, problems
@@ -93,8 +94,8 @@ def test_the_same_config_from_the_admin_is_accepted_where_admins_may(attack: Att
     if attack.admin_may:
         _plan(attack.config, "FromClass", EXCLUSIVE)
         return
-    outside_the_admin_list = set(plugin_types(attack.config)) - ALLOWED_PLUGINS
-    if not outside_the_admin_list:  # then the agent itself refuses it, whoever wrote it
+    misspelled = any(spelling_problems(attack.config))  # a key netclaim reads: for everyone
+    if misspelled or not set(plugin_types(attack.config)) - ALLOWED_PLUGINS:  # the agent refuses it too
         with pytest.raises(ConfigError):
             _plan(attack.config, "FromClass", SHARED)
 

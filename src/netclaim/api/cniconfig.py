@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from netclaim.api.cnikeys import canonical_keys, get_key, lookup_key
+from netclaim.api.cnikeys import spelling_problems
 from netclaim.api.ippool import AddressConfig
 from netclaim.api.placeholders import check_placeholders
 from netclaim.errors import ConfigError, field_path
@@ -89,7 +89,7 @@ LIST_ONLY_KEYS = ("cniVersion", "cniVersions", "name", "disableCheck", "disableG
 
 def as_conflist(config: dict[str, Any]) -> dict[str, Any]:
     """A single plugin config becomes a one-plugin list (what libcni does for .conf files)."""
-    if get_key(config, "plugins") is not None:
+    if "plugins" in config:
         return config
     listed = {key.lower() for key in LIST_ONLY_KEYS}
     plugin = {k: v for k, v in config.items() if k.lower() not in listed}
@@ -99,11 +99,11 @@ def as_conflist(config: dict[str, Any]) -> dict[str, Any]:
 def plugin_types(conflist: dict[str, Any]) -> list[str]:
     """Every binary a chain will run: each plugin and each delegated IPAM plugin."""
     types = []
-    for plugin in get_key(conflist, "plugins"):
-        types.append(str(get_key(plugin, "type")))
-        ipam = get_key(plugin, "ipam")
-        if isinstance(ipam, dict) and get_key(ipam, "type") is not None:
-            types.append(str(get_key(ipam, "type")))
+    for plugin in conflist["plugins"]:
+        types.append(str(plugin["type"]))
+        ipam = plugin.get("ipam")
+        if isinstance(ipam, dict) and "type" in ipam:
+            types.append(str(ipam["type"]))
     return types
 
 
@@ -112,7 +112,11 @@ def cni_problems(config: dict[str, Any]) -> Iterator[str]:
     if len(json.dumps(config)) > MAX_PARAMETERS_BYTES:
         yield f": larger than {MAX_PARAMETERS_BYTES} bytes"
         return
-    conflist = canonical_keys(as_conflist(config))
+    misspelled = list(spelling_problems(config))
+    if misspelled:
+        yield from misspelled
+        return
+    conflist = as_conflist(config)
     name = conflist.get("name")
     if not isinstance(name, str) or not name:
         yield "name: required (the network name; host-local keys its reservations by it)"
@@ -137,7 +141,7 @@ def cni_problems(config: dict[str, Any]) -> Iterator[str]:
         return
     if len(plugins) > MAX_PLUGINS:
         yield f"plugins: at most {MAX_PLUGINS}"
-    prefix = "plugins" if get_key(config, "plugins") is not None else ""
+    prefix = "plugins" if "plugins" in config else ""
     for index, plugin in enumerate(plugins):
         where = f"{prefix}[{index}]." if prefix else ""
         if not isinstance(plugin, dict):
@@ -374,10 +378,10 @@ def _pinned_parts(
 ) -> list[tuple[int, str, Any]]:
     """Check a claim's config list against the class's pinned parts; return the parts to carry over
     (plugin index, key, the class's value) where the claim left them out."""
-    claim_plugins, admin_plugins = get_key(claim, "plugins") or [], get_key(admin, "plugins") or []
+    claim_plugins, admin_plugins = claim.get("plugins", []), admin.get("plugins", [])
     if "plugins" in pins:
-        claim_types = [get_key(p, "type") for p in claim_plugins if isinstance(p, dict)]
-        admin_types = [get_key(p, "type") for p in admin_plugins if isinstance(p, dict)]
+        claim_types = [p.get("type") for p in claim_plugins if isinstance(p, dict)]
+        admin_types = [p.get("type") for p in admin_plugins if isinstance(p, dict)]
         if claim_types != admin_types:
             raise ConfigError(
                 f"{where}.plugins: the DeviceClass pinned the plugin chain {admin_types}; got {claim_types}"
@@ -386,14 +390,13 @@ def _pinned_parts(
     for part in sorted(pins & set(PINNED_PLUGIN_KEYS)):
         for index, plugin in enumerate(claim_plugins):
             admin_plugin = admin_plugins[index] if index < len(admin_plugins) else {}
-            for key in PINNED_PLUGIN_KEYS[part]:
-                theirs, ours = lookup_key(plugin, key), lookup_key(admin_plugin, key)
-                if ours is not None and (theirs is None or theirs[1] == ours[1]):
-                    carried.append((index, ours[0], ours[1]))  # the class's, restated or not
-                elif theirs is not None:
+            for key in PINNED_PLUGIN_KEYS[part]:  # spelled canonically by both (spelling_problems)
+                if key in admin_plugin and plugin.get(key, admin_plugin[key]) == admin_plugin[key]:
+                    carried.append((index, key, admin_plugin[key]))  # the class's, restated or not
+                elif key in plugin:
                     raise ConfigError(
-                        f"{where}.plugins[{index}].{theirs[0]}: pinned by the DeviceClass"
-                        + (f" to {ours[1]!r}" if ours is not None else " (it sets none)")
+                        f"{where}.plugins[{index}].{key}: pinned by the DeviceClass"
+                        + (f" to {admin_plugin[key]!r}" if key in admin_plugin else " (it sets none)")
                         + ": a claim may leave it out or restate it unchanged"
                     )
     return carried

@@ -1,65 +1,46 @@
 """One spelling for the CNI config keys netclaim reads.
 
 CNI plugins are Go programs, whose encoding/json matches keys to fields without regard to case: `IPAM`,
-`Ipam` and `ipam` are one key to host-local. Every lookup netclaim makes in a CNI config goes through
-`get_key` (compared as Go does), and a config is rewritten to the canonical spelling of the keys netclaim
-reads (`canonical_keys`) before anything after the checks looks at it: the node's defaults, the plugin
-list, the CNI version, host-local's clean-up. A tenant's config is already canonical (netclaim.api.tenancy
-refuses any other spelling); an admin's may be written as the admin likes.
+`Ipam` and `ipam` are one key to host-local. A check or a lookup that looks for `ipam` must never meet
+`IPAM`, so the keys netclaim itself reads must be written in their canonical spelling, by everyone (an
+admin's DeviceClass config too): another spelling is refused, naming the key, when the config is decoded
+and by the admission policy. Then every lookup — the allow-list, the node's defaults, the plugin list, the
+CNI version, host-local's clean-up — reads the key the plugin reads. The tenant allow-list
+(netclaim.api.tenancy) holds a claim to the canonical spelling of every key it may set.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 # the keys netclaim itself reads, per level, in the spelling of the CNI spec and the reference plugins
 CONFLIST_KEYS = ("cniVersion", "cniVersions", "name", "plugins", "disableCheck", "disableGC")
 PLUGIN_KEYS = ("type", "ipam", "master", "device", "mode")
-IPAM_KEYS = (
-    "type",
-    "dataDir",
-    "ranges",
-    "routes",
-    "subnet",
-    "rangeStart",
-    "rangeEnd",
-    "gateway",
-    "addresses",
-)
+IPAM_KEYS = ("type", "dataDir", "ranges", "routes", "subnet", "rangeStart", "rangeEnd", "gateway", "addresses")
 
 
-def get_key(obj: dict[str, Any], key: str) -> Any:
-    """obj[key] compared as Go's encoding/json does (case-insensitively); None when absent."""
-    if key in obj:
-        return obj[key]
-    lowered = key.lower()
-    return next((value for name, value in obj.items() if name.lower() == lowered), None)
+def _misspelled(obj: dict[str, Any], keys: tuple[str, ...], path: str) -> Iterator[str]:
+    canonical = {key.lower(): key for key in keys}
+    for key in obj:
+        name = canonical.get(key.lower())
+        if name is not None and name != key:
+            yield f"{path}{key}: write it {name!r}: netclaim reads this key in its canonical case only"
 
 
-def lookup_key(obj: dict[str, Any], key: str) -> tuple[str, Any] | None:
-    """(the key as written, its value) for `key` compared as Go does; None when absent."""
-    lowered = key.lower()
-    return next(((name, value) for name, value in obj.items() if name.lower() == lowered), None)
-
-
-def _canonical(obj: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    spelling = {key.lower(): key for key in keys}
-    return {spelling.get(name.lower(), name): value for name, value in obj.items()}
-
-
-def canonical_keys(conflist: dict[str, Any]) -> dict[str, Any]:
-    """The config list with the keys netclaim reads in their canonical spelling (the config's checks
-    refused two spellings of one key in a claim's config; in an admin's, the last one written wins, as
-    for the plugins)."""
-    rewritten = _canonical(conflist, CONFLIST_KEYS)
-    if not isinstance(rewritten.get("plugins"), list):
-        return rewritten  # not a config list: its checks say so
-    plugins = []
-    for plugin in rewritten["plugins"]:
-        if isinstance(plugin, dict):
-            plugin = _canonical(plugin, PLUGIN_KEYS)
-            if isinstance(plugin.get("ipam"), dict):
-                plugin["ipam"] = _canonical(plugin["ipam"], IPAM_KEYS)
-        plugins.append(plugin)
-    rewritten["plugins"] = plugins
-    return rewritten
+def spelling_problems(config: dict[str, Any]) -> Iterator[str]:
+    """`path: problem` for each key netclaim reads that a config (a list or a single plugin) spells
+    otherwise than canonically, at the config's own level, its plugins' and their IPAM's."""
+    yield from _misspelled(config, CONFLIST_KEYS + PLUGIN_KEYS, "")
+    listed = config.get("plugins")
+    plugins = listed if isinstance(listed, list) else [config]
+    prefix = "plugins" if isinstance(listed, list) else ""
+    for index, plugin in enumerate(plugins):
+        if not isinstance(plugin, dict):
+            continue
+        where = f"{prefix}[{index}]." if prefix else ""
+        if prefix:
+            yield from _misspelled(plugin, PLUGIN_KEYS, where)
+        ipam = plugin.get("ipam")
+        if isinstance(ipam, dict):
+            yield from _misspelled(ipam, IPAM_KEYS, f"{where}ipam.")

@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from netclaim.api.cnikeys import get_key
 from netclaim.names import MAC, check_pod_interface_name
 
 Check = Callable[[Any, str, "Target"], Iterator[str]]
@@ -449,8 +448,8 @@ def sharing_problems(conflist: dict[str, Any], target: Target, device: str) -> I
         if not isinstance(plugin, dict):
             continue
         where = f"config.plugins[{index}]"
-        kind = get_key(plugin, "type")
-        mode = get_key(plugin, "mode")
+        kind = plugin.get("type")
+        mode = plugin.get("mode")
         if kind in EXCLUSIVE_ONLY or (kind == "macvlan" and mode == "passthru"):
             yield (
                 f"{where}.type: {kind!r} takes the whole NIC, but device {device} is shared: "

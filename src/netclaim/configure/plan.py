@@ -22,7 +22,6 @@ from pydantic import BaseModel, ConfigDict
 
 from netclaim.adapters.kube import AllocatedDevice, Claim
 from netclaim.api.cniconfig import EffectiveConfig, SourcedConfig, decode, merge, plugin_types
-from netclaim.api.cnikeys import canonical_keys, get_key
 from netclaim.api.ippool import POOLS_POOL, AddressConfig, IPPool
 from netclaim.api.placeholders import ScalarValue, render
 from netclaim.api.tenancy import AddressRules, IPNetwork, Target, sharing_problems, tenant_problems
@@ -265,9 +264,9 @@ def needs_pools(claim: Claim, driver: str) -> bool:
     for entry in claim.configs:
         if entry.driver != driver or entry.source == "FromClass" or not isinstance(entry.parameters, dict):
             continue
-        config = get_key(entry.parameters, "config")
-        plugins = (get_key(config, "plugins") or [config]) if isinstance(config, dict) else []
-        if any(isinstance(p, dict) and get_key(p, "ipam") is not None for p in plugins):
+        config = entry.parameters.get("config")
+        plugins = config.get("plugins", [config]) if isinstance(config, dict) else []
+        if isinstance(plugins, list) and any(isinstance(p, dict) and "ipam" in p for p in plugins):
             return True
     return False
 
@@ -314,7 +313,6 @@ def _plan(
     problems += sharing_problems(conflist, target, device.name)
     if problems:
         raise ConfigError("\n".join(problems))
-    conflist = canonical_keys(conflist)
     if device.shared and device.ipvlan_mode is not None:  # an ipvlan naming no mode gets the NIC's
         conflist["plugins"] = [
             {**p, "mode": device.ipvlan_mode} if p.get("type") == "ipvlan" and "mode" not in p else p
