@@ -50,7 +50,9 @@ def _rows(handle: ClusterHandle, node: str) -> int:
 
 
 def snapshot(handle: ClusterHandle, nodes: list[str]) -> Snapshot:
-    directories = [handle.node(n).layout.ipam_data_dir / NETWORK for n in nodes]
+    directories = [
+        d for n in nodes for d in handle.node(n).layout.claims_host_local_dir.glob(f"**/{NETWORK}")
+    ]
     entries = json.loads(handle.kubectl("get", "resourceclaims", "-A", "-o", "json"))["items"]
     return Snapshot(
         links={
@@ -98,7 +100,7 @@ def _manifests(pods: int, round_number: int) -> str:
                     "type": "macvlan",
                     "master": "{{ device.ifName }}",
                     "mode": "bridge",
-                    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.97.0.0/24"}]]},
+                    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.93.0.0/24"}]]},
                 }
             ],
         },

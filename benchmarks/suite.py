@@ -94,14 +94,13 @@ def start_phase(message: str) -> None:
 
 
 # --- the objects -------------------------------------------------------------------------------------
-def _cni_config(index: int, bandwidth: str) -> dict[str, Any]:
+def _cni_config(index: int) -> dict[str, Any]:
     """netclaim's CNIConfig for request `index`: the same list benchmarks/raw_cni.py runs, its master the
     allocated device."""
     return {
         "apiVersion": "netclaim.dev/v1alpha1",
         "kind": "CNIConfig",
         "interfaceName": f"net{index + 1}",
-        "bandwidth": bandwidth,
         "config": {
             "cniVersion": "1.0.0",
             "name": f"bench-{index}",
@@ -117,11 +116,44 @@ def _cni_config(index: int, bandwidth: str) -> dict[str, Any]:
     }
 
 
-def template(name: str, nics: int, bandwidth: str) -> dict[str, Any]:
+# Pods attached as the raw plugin attaches them, unshaped: only an admin's class may say so (a claim's
+# share of a shared NIC is always shaped).
+UNSHAPED_CLASS: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "netclaim-bench-unshaped"},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": 'device.driver == "netclaim.dev" && "ifName" in '
+                    'device.attributes["netclaim.dev"] && device.attributes["netclaim.dev"].shared'
+                }
+            }
+        ],
+        "config": [
+            {
+                "opaque": {
+                    "driver": "netclaim.dev",
+                    "parameters": {
+                        "apiVersion": "netclaim.dev/v1alpha1",
+                        "kind": "CNIConfig",
+                        "bandwidth": "none",
+                    },
+                }
+            }
+        ],
+    },
+}
+
+
+def template(name: str, nics: int, shaped: bool) -> dict[str, Any]:
     """`nics` requests, request i on NICS[i] when there are several (a pod with one interface per NIC)."""
     requests, configs = [], []
     for index in range(nics):
-        exactly: dict[str, Any] = {"deviceClassName": "netclaim-shared"}
+        exactly: dict[str, Any] = {
+            "deviceClassName": "netclaim-shared" if shaped else UNSHAPED_CLASS["metadata"]["name"]
+        }
         if nics > 1:
             exactly["selectors"] = [
                 {"cel": {"expression": f'device.attributes["netclaim.dev"].ifName == "{NICS[index]}"'}}
@@ -130,7 +162,7 @@ def template(name: str, nics: int, bandwidth: str) -> dict[str, Any]:
         configs.append(
             {
                 "requests": [f"nic{index}"],
-                "opaque": {"driver": "netclaim.dev", "parameters": _cni_config(index, bandwidth)},
+                "opaque": {"driver": "netclaim.dev", "parameters": _cni_config(index)},
             }
         )
     return {
@@ -273,7 +305,7 @@ def serial(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
     start_phase(
         f"serial: {sizes.serial_pods} pods each without a claim, with 1 NIC, with 4 NICs, one at a time"
     )
-    _apply(handle, template("one", 1, "none"), template("four", 4, "none"))
+    _apply(handle, UNSHAPED_CLASS, template("one", 1, shaped=False), template("four", 4, shaped=False))
     log_offset = len(agents.agent_log(handle, NODE))
     containerd_offset = _containerd_log(handle, NODE).stat().st_size
     kinds = {"none": None, "one": "one", "four": "four"}
@@ -367,7 +399,7 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
     start_phase(
         f"burst: {sizes.burst_pods} pods at once, {sizes.burst_rounds} rounds without and with a claim"
     )
-    _apply(handle, template("shaped", 1, "enforce"))
+    _apply(handle, template("shaped", 1, shaped=True))
     rounds: dict[str, list[BurstRound]] = {"without": [], "with": []}
     for round_number in range(sizes.burst_rounds):
         rounds["without"].append(_burst_round(handle, kube, sizes.burst_pods, f"plain{round_number}", None))
@@ -399,7 +431,7 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
 
 def full_node(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
     start_phase(f"fullnode: {sizes.full_node_pods} pods with one NIC each on {NODE} at once")
-    _apply(handle, template("shaped", 1, "enforce"))
+    _apply(handle, template("shaped", 1, shaped=True))
     manifests = [pod(f"full-{i}", "shaped", NODE) for i in range(sizes.full_node_pods)]
     with (
         measure.ProcessSampler(_agent_pid(handle, NODE), interval=0.5) as sampler,
@@ -582,7 +614,7 @@ def main(argv: list[str]) -> int:
     handle = cluster.up(HERE / "cluster.yaml")
     keep = os.environ.get("NETCLAIM_KEEP_CLUSTER") == "1"
     try:
-        agents.deploy(handle)  # deploy/ as it is, its policy ConfigMap included
+        agents.deploy(handle, HERE / "policy.yaml")  # deploy/ as it is, with the benchmarks' tenant range
         agents.wait_ready(handle, ["node-1", "node-2"], timeout=180)
         with Client(KubeConfig.from_file(handle.kubeconfig), field_manager="netclaim-bench") as kube:
             try:

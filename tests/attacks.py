@@ -23,7 +23,7 @@ from typing import Any
 MASTER = "{{ device.ifName }}"
 HOST_LOCAL: dict[str, Any] = {"type": "host-local", "ranges": [[{"subnet": "10.70.0.0/24"}]]}
 # what the test cluster's policy gives tenants on enp0s10 (tests/cluster/policy.yaml)
-TENANT_RANGES = ("10.16.0.0/12", "10.32.0.0/11", "10.64.0.0/11", "fd00::/16")
+TENANT_RANGES = ("10.16.0.0/12", "10.32.0.0/11", "10.64.0.0/11", "10.120.0.0/16", "fd00::/16")
 # a pool inside the tenant ranges, of another namespace: none of its addresses is a claim's to configure
 CORPUS_POOL: dict[str, Any] = {
     "apiVersion": "netclaim.dev/v1alpha1",
@@ -101,7 +101,23 @@ def _ipam(**fields: Any) -> dict[str, Any]:
     return macvlan(ipam={**HOST_LOCAL, **fields})
 
 
+# Keys netclaim itself reads (netclaim.api.cnikeys), in another spelling: refused whoever writes them, the
+# admin too, at admission and at prepare. Every other key is the plugin's: any spelling is an admin's to use.
+SPELLED_FOR_EVERYONE = frozenset({
+    "macvlan Master: eth0", "macvlan MASTER: eth0", "macvlan mAsTeR: eth0", "master and Master",
+    "ipvlan Master: eth0", "host-device Device: eth0", "ipam datadir", "ipam DataDir", "ipam DATADIR",
+    "ranges and Ranges", "IPAM in capitals", "Ipam", "ipam Ranges alone", "macvlan Mode passthru",
+})  # fmt: skip
+
+
 def attacks() -> list[Attack]:
+    return [
+        dataclasses.replace(attack, admin_may=False) if attack.name in SPELLED_FOR_EVERYONE else attack
+        for attack in _attacks()
+    ]
+
+
+def _attacks() -> list[Attack]:
     return [
         # the node's uplink: macvlan/ipvlan without a master fall back to the default-route interface
         Attack("macvlan without master", chain(_without(macvlan(), "master")), "plugins[0].master: required"),
@@ -151,7 +167,7 @@ def attacks() -> list[Attack]:
         Attack("macvlan passthru on a shared NIC", chain(macvlan(mode="passthru")), "passthru", False),
         # files on the node: IPAM and tuning state directories, a resolv.conf to read
         *(
-            Attack(f"ipam {key}", chain(_ipam(**{key: "/tmp/x"})), f"ipam.{key}: not a field")
+            Attack(f"ipam {key}", chain(_ipam(**{key: "/tmp/x"})), f"ipam.{key}: ")
             for key in ("dataDir", "datadir", "DataDir", "DATADIR", "resolvConf", "ResolvConf")
         ),
         *(
@@ -392,12 +408,13 @@ def _macs() -> list[Attack]:
 
 
 def _names() -> list[Attack]:
-    """Interface and network names that break teardown, logs or the shaping devices."""
+    """Interface and network names that break teardown, logs or the shaping devices (whoever wrote them)."""
     cases = [
         Attack(
             f"interfaceName {name!r}",
             chain(macvlan()),
             "interfaceName",
+            admin_may=False,
             parameters={"interfaceName": name},
         )
         for name in (
@@ -539,7 +556,8 @@ def _sysctls() -> list[Attack]:
 
 
 def _spellings() -> list[Attack]:
-    """Keys in another case: a plugin reads them as the canonical key, netclaim must never skip them."""
+    """Keys in another case: a plugin reads them as the canonical key, netclaim must never skip them. The
+    admission policy reads `type`, `plugins` and `cniVersion` exactly for an admin too (admin_may=False)."""
     return [
         Attack(
             "IPAM in capitals",
@@ -551,6 +569,7 @@ def _spellings() -> list[Attack]:
             "ipam Type",
             chain(macvlan(ipam={"Type": "host-local", "ranges": [[{"subnet": "10.70.0.0/24"}]]})),
             "Type",
+            admin_may=False,
         ),
         Attack(
             "ipam Ranges alone",
@@ -564,13 +583,163 @@ def _spellings() -> list[Attack]:
         ),
         Attack("route Dst", chain(_ipam(routes=[{"Dst": "0.0.0.0/0"}])), ".Dst: write it 'dst'"),
         Attack("macvlan Mode passthru", chain(macvlan(Mode="passthru")), ".Mode: write it 'mode'"),
-        Attack("plugin Type tuning", chain(macvlan(), {"Type": "tuning"}), ".Type: write it 'type'"),
         Attack(
-            "conflist Plugins", {"cniVersion": "1.0.0", "name": "attack", "Plugins": [macvlan()]}, "Plugins"
+            "plugin Type tuning",
+            chain(macvlan(), {"Type": "tuning"}),
+            ".Type: write it 'type'",
+            admin_may=False,
+        ),
+        Attack(
+            "conflist Plugins",
+            {"cniVersion": "1.0.0", "name": "attack", "Plugins": [macvlan()]},
+            "Plugins",
+            admin_may=False,
         ),
         Attack(
             "conflist CNIVersion",
             {**_without(chain(macvlan()), "cniVersion"), "CNIVersion": "1.0.0"},
             "CNIVersion",
+            admin_may=False,
         ),
     ]
+
+
+@dataclass(frozen=True)
+class ClaimAttack:
+    """A claim (template) whose requests, not its config, take more than a tenant's share or another
+    namespace's pool. `refused_at`: admission (when written), prepare (the agent, naming `field`) or
+    scheduling (never allocated: the pod stays Pending, nothing consumed)."""
+
+    name: str
+    requests: tuple[dict[str, Any], ...]
+    field: str
+    refused_at: str
+    config: dict[str, Any] = dataclasses.field(default_factory=lambda: chain(macvlan()))
+    address_config: dict[str, Any] | None = None
+
+
+CORPUS_OPEN_POOL: dict[str, Any] = {  # a pool any namespace may use: two requests on it are one too many
+    "apiVersion": "netclaim.dev/v1alpha1",
+    "kind": "IPPool",
+    "metadata": {"name": "corpus-open"},
+    "spec": {"ranges": [{"subnet": "10.70.201.0/24"}]},
+}
+ON_ENP0S10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
+
+
+def _nic(**exactly: Any) -> dict[str, Any]:
+    return {
+        "name": "nic",
+        "exactly": {
+            "deviceClassName": "netclaim-shared",
+            "selectors": [{"cel": {"expression": ON_ENP0S10}}],
+            **exactly,
+        },
+    }
+
+
+def _pool_request(name: str, device_class: str, pool: str) -> dict[str, Any]:
+    selector = f'device.attributes["netclaim.dev"].pool == "{pool}"'
+    return {
+        "name": name,
+        "exactly": {"deviceClassName": device_class, "selectors": [{"cel": {"expression": selector}}]},
+    }
+
+
+def claim_attacks() -> list[ClaimAttack]:
+    restricted = CORPUS_POOL["metadata"]["name"]
+    without_ipam = chain(_without(macvlan(), "ipam"))
+    every_shared = {"deviceClassName": "netclaim-shared", "selectors": [{"cel": {"expression": "true"}}]}
+    return [
+        ClaimAttack(
+            "allocationMode All: every shared NIC of a node",
+            ({"name": "nic", "exactly": {**every_shared, "allocationMode": "All"}},),
+            "its DeviceClass allows 1 per request",
+            "prepare",
+        ),
+        ClaimAttack(
+            "count 2: two NICs for one interface",
+            ({"name": "nic", "exactly": {**every_shared, "count": 2}},),
+            "its DeviceClass allows 1 per request",
+            "prepare",
+        ),
+        ClaimAttack(
+            "two requests on one pool",
+            (
+                _nic(),
+                _pool_request("ip1", "netclaim-address", "corpus-open"),
+                _pool_request("ip2", "netclaim-address", "corpus-open"),
+            ),
+            "take addresses from IPPool corpus-open",
+            "prepare",
+            config=without_ipam,
+        ),
+        ClaimAttack(
+            "another namespace's pool, through its class",
+            (_nic(), _pool_request("ip", f"netclaim-pool-{restricted}", restricted)),
+            f"IPPool {restricted}, which serves namespaces",
+            "admission",
+            config=without_ipam,
+        ),
+        ClaimAttack(
+            "another namespace's pool, through netclaim-address",
+            (_nic(), _pool_request("ip", "netclaim-address", restricted)),
+            "",
+            "scheduling",
+            config=without_ipam,
+        ),
+        ClaimAttack(
+            "another namespace's pool's address, asked for",
+            (_nic(), _pool_request("ip", "netclaim-address", restricted)),
+            "",
+            "scheduling",
+            config=without_ipam,
+            address_config={
+                "apiVersion": "netclaim.dev/v1alpha1",
+                "kind": "AddressConfig",
+                "addresses": ["10.70.200.9"],
+            },
+        ),
+        ClaimAttack(
+            "all 32 attachments of a shared NIC",
+            (_nic(capacity={"requests": {"netclaim.dev/attachments": "32"}}),),
+            "",
+            "scheduling",
+        ),
+    ]
+
+
+def claim_template_json(name: str, attack: Attack | ClaimAttack) -> str:
+    """The attack as a ResourceClaimTemplate, in JSON (its nested values written out by `deep_json`)."""
+    if isinstance(attack, Attack):
+        requests: tuple[dict[str, Any], ...] = (_nic(),)
+        parameters = attack.cni_config()
+        address_config = None
+    else:
+        requests = attack.requests
+        parameters = {"apiVersion": "netclaim.dev/v1alpha1", "kind": "CNIConfig", "config": attack.config}
+        address_config = attack.address_config
+    config = [{"requests": ["nic"], "opaque": {"driver": "netclaim.dev", "parameters": parameters}}]
+    if address_config is not None:
+        config.append(
+            {"requests": ["ip"], "opaque": {"driver": "netclaim.dev", "parameters": address_config}}
+        )
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": list(requests), "config": config}}},
+    }
+    return deep_json(template)
+
+
+def pool_device_class(pool: str) -> dict[str, Any]:
+    """The DeviceClass an admin makes for a pool restricted to some namespaces (docs/ipam.md)."""
+    attributes = 'device.attributes["netclaim.dev"]'
+    expression = f'device.driver == "netclaim.dev" && "pool" in {attributes} && {attributes}.pool == "{pool}"'
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": f"netclaim-pool-{pool}"},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }

@@ -168,17 +168,26 @@ def store_rows(cluster: ClusterHandle, node: str) -> list[dict[str, Any]]:
         return [dict(row) for row in db.execute("SELECT * FROM attachments")]
 
 
+def host_local_dir(cluster: ClusterHandle, node: str, network: str, namespace: str | None = None) -> Path:
+    """Where the agent's host-local keeps a network's reservations on `node`: a claim's own config's
+    (`namespace`) or a DeviceClass's."""
+    base = cluster.node(node).layout.claims_host_local_dir
+    return (base / "tenant" / namespace if namespace else base / "admin") / network
+
+
 def ipam_reservations(cluster: ClusterHandle, network: str) -> set[str]:
-    """host-local reservations of a network on every node (each node keeps its own directory)."""
+    """host-local reservations of a network on every node (each node keeps its own directory), a claim's
+    own (of any namespace) and a DeviceClass's."""
     found = set()
     for node in (n.name for n in cluster.spec.nodes if n.kubelet):
-        directory = cluster.node(node).layout.ipam_data_dir / network
-        if directory.is_dir():
-            found |= {
-                f"{node}/{p.name}"
-                for p in directory.iterdir()
-                if p.name not in {"lock"} and not p.name.startswith("last_reserved")
-            }
+        base = cluster.node(node).layout.claims_host_local_dir
+        for directory in [base / "admin" / network, *base.glob(f"tenant/*/{network}")]:
+            if directory.is_dir():
+                found |= {
+                    f"{node}/{p.name}"
+                    for p in directory.iterdir()
+                    if p.name not in {"lock"} and not p.name.startswith("last_reserved")
+                }
     return found
 
 
@@ -400,3 +409,19 @@ def run_quick(module: str, out: Path) -> str:
     )
     assert run.returncode == 0, run.stderr[-4000:]
     return run.stdout.strip().splitlines()[-1]
+
+
+def controller_metrics(cluster: ClusterHandle) -> dict[str, float]:
+    """The controller's /metrics (through the API server's pod proxy): `name{labels}` -> value."""
+    pod = kubectl_json(
+        cluster, "get", "pods", "-n", "netclaim-system", "-l", "app.kubernetes.io/name=netclaim-controller"
+    )["items"][0]["metadata"]["name"]
+    text = cluster.kubectl(
+        "get", "--raw", f"/api/v1/namespaces/netclaim-system/pods/{pod}:9178/proxy/metrics"
+    )
+    found = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            found[name] = float(value)
+    return found

@@ -61,7 +61,6 @@ def pool_template(name: str, pool: str, static: list[str] | None = None) -> dict
                 "parameters": {
                     "apiVersion": "netclaim.dev/v1alpha1",
                     "kind": "CNIConfig",
-                    "bandwidth": "none",
                     "config": {
                         "cniVersion": "1.0.0",
                         "name": pool,

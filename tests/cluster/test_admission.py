@@ -270,7 +270,7 @@ def test_an_agent_token_takes_addresses_only_for_its_own_node(cluster: ClusterHa
     create_as("node-1", "node-1")  # its own node: allowed
     with pytest.raises(subprocess.CalledProcessError) as denied:
         create_as("node-1", "node-2")
-    assert "may only take addresses for its own node, not for node-2" in str(denied.value.stderr)
+    assert "may only take addresses of its own node, not of node-2" in str(denied.value.stderr)
 
 
 def test_an_agent_token_cannot_write_the_status_of_another_nodes_claim(

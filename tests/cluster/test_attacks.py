@@ -1,4 +1,5 @@
-"""The attack corpus on the real cluster: no tenant config reaches the node, and every pod goes again."""
+"""The attack corpus on the real cluster: no tenant claim reaches the node, another tenant or more than its
+share; every pod goes again; another tenant's pods and the cluster's IPAM controller never notice."""
 
 from __future__ import annotations
 
@@ -6,28 +7,53 @@ import json
 import re
 import subprocess
 import time
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from lightkube import Client
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount
 
 from netclaim.cluster.cluster import ClusterHandle
-from tests.attacks import attacks
+from tests.attacks import (
+    CORPUS_OPEN_POOL,
+    CORPUS_POOL,
+    Attack,
+    ClaimAttack,
+    attacks,
+    claim_attacks,
+    claim_template_json,
+    deep_json,
+    pool_device_class,
+)
 from tests.cluster.helpers import (
     apply,
     claim_template,
+    cni_config,
+    configured_and_running,
+    controller_metrics,
+    exists,
     in_node,
+    interface_in_pod,
     ipam_reservations,
+    macvlan,
     pod_claim_conditions,
     pod_manifest,
+    ready_entry,
     running,
     store_rows,
 )
-from tests.kube import wait_for
+from tests.cluster.ipam import allocations
+from tests.kube import delete, typed, wait_for
 
 ON_ENP0S10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
 NODES = ("node-1", "node-2")
 BATCH = 24  # pods at once: two enp0s10 NICs carry 32 attachments each
+CONTROL_READY_S = 10.0  # a new pod of another tenant gets Ready within this while the corpus runs
+TERMINATING_S = 30.0  # no pod of the corpus stays Terminating longer
+RECONCILED = 'netclaim_reconcile_total{result="ok"}'
+RECONCILE_FAILED = 'netclaim_reconcile_total{result="error"}'
 APISERVER_PROBE = (
     "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()"
 )
@@ -66,44 +92,144 @@ def _refused_at_prepare(kube: Client, namespace: str, pod: str) -> str | None:
     return None
 
 
-def test_no_tenant_config_of_the_attack_corpus_reaches_the_node(
-    cluster: ClusterHandle, kube: Client, ns: str
+def _unschedulable(kube: Client, namespace: str, pod: str) -> bool:
+    found = kube.get(Pod, pod, namespace=namespace)
+    conditions = found.status.conditions if found.status else None
+    return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions or [])
+
+
+def _allocated(cluster: ClusterHandle, namespace: str) -> list[str]:
+    claims = json.loads(cluster.kubectl("get", "resourceclaims", "-n", namespace, "-o", "json"))["items"]
+    return [c["metadata"]["name"] for c in claims if (c.get("status") or {}).get("allocation")]
+
+
+@pytest.fixture
+def other_tenant(kube: Client) -> Iterator[str]:
+    """The control tenant: a namespace of its own, beside the attacker's."""
+    name = f"c-{uuid.uuid4().hex[:6]}"
+    kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+    wait_for(lambda: exists(kube, ServiceAccount, "default", name), 60, "the default ServiceAccount")
+    yield name
+    delete(kube, Namespace, name)
+    wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, f"pods of {name} gone")
+
+
+@pytest.fixture
+def corpus_pools(cluster: ClusterHandle) -> Iterator[None]:
+    """The corpus' pools: one restricted to a namespace that is not the attacker's (with the DeviceClass
+    its admin makes for it), one open to all."""
+    documents = [CORPUS_POOL, CORPUS_OPEN_POOL, pool_device_class(CORPUS_POOL["metadata"]["name"])]
+    cluster.kubectl(
+        "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents})
+    )
+    yield
+    cluster.kubectl(
+        "delete",
+        "--ignore-not-found",
+        "-f",
+        "-",
+        input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}),
+    )
+
+
+class ControlTenant:
+    """Another namespace's pods on the attacked NICs: one from before the corpus, one new per batch."""
+
+    def __init__(self, cluster: ClusterHandle, kube: Client, namespace: str) -> None:
+        self.cluster, self.kube, self.namespace = cluster, kube, namespace
+        config = cni_config([macvlan("10.70.1.0/24")], name="control-net")
+        apply(cluster, namespace, claim_template("ctl", "netclaim-shared", ON_ENP0S10, config))
+        self.ready_s: list[float] = []
+
+    def start(self, pod: str) -> float:
+        """Seconds from creating the pod to its claim's status saying Ready."""
+        started = time.monotonic()
+        apply(self.cluster, self.namespace, pod_manifest(pod, "ctl"))
+        wait_for(lambda: ready_entry(self.kube, self.namespace, pod) is not None, 120, f"{pod} Ready")
+        return time.monotonic() - started
+
+    def seen(self, pod: str) -> tuple[Any, ...]:
+        """What the pod has: its status entry's addresses and MAC, and net1 as `ip` inside shows it."""
+        entry = ready_entry(self.kube, self.namespace, pod)
+        assert entry is not None, f"{pod}'s claim is no longer Ready"
+        data = entry["networkData"]
+        return (
+            data["ips"],
+            data["hardwareAddress"],
+            interface_in_pod(self.cluster, self.namespace, pod, "net1"),
+        )
+
+    def batch(self, index: int) -> None:
+        pod = f"ctl-{index + 1}"
+        self.ready_s.append(self.start(pod))
+        self.kube.delete(Pod, pod, namespace=self.namespace)
+        wait_for(lambda: not exists(self.kube, Pod, pod, self.namespace), 60, f"{pod} deleted")
+
+
+def test_no_tenant_claim_of_the_attack_corpus_reaches_the_node_or_another_tenant(
+    cluster: ClusterHandle, kube: Client, ns: str, other_tenant: str, corpus_pools: None, figures: Any
 ) -> None:
-    corpus = attacks()
+    control = ControlTenant(cluster, kube, other_tenant)
+    control.ready_s.append(control.start("ctl-0"))
+    wait_for(lambda: configured_and_running(kube, other_tenant, "ctl-0"), 60, "ctl-0 running")
+    control_before = control.seen("ctl-0")
+    reconciles_before = controller_metrics(cluster)
     before = {node: _normalized(node_state(cluster, node)) for node in NODES}
-    at_admission, at_prepare, accepted, slowest_delete = 0, 0, [], 0.0
-    pending: list[tuple[str, Any]] = []
+
+    corpus: list[Attack | ClaimAttack] = [*attacks(), *claim_attacks()]
+    at_admission, accepted, pending = 0, [], []
     for index, attack in enumerate(corpus):
-        config = {"apiVersion": "netclaim.dev/v1alpha1", "kind": "CNIConfig", "config": attack.config}
+        expected_at = attack.refused_at if isinstance(attack, ClaimAttack) else None
         try:
-            apply(cluster, ns, claim_template(f"a{index}", "netclaim-shared", ON_ENP0S10, config))
-        except subprocess.CalledProcessError as err:  # the admission policy refused it when written
-            assert "netclaim-config" in str(err.stderr) and ".opaque.parameters" in str(err.stderr), (
-                err.stderr
+            cluster.kubectl(
+                "create", "-n", ns, "-f", "-", input_text=claim_template_json(f"a{index}", attack)
             )
+        except subprocess.CalledProcessError as err:  # the admission policy refused it when written
+            assert "ValidatingAdmissionPolicy" in str(err.stderr), err.stderr
+            assert expected_at in (None, "admission"), f"{attack.name}: {err.stderr}"
+            if isinstance(attack, ClaimAttack):
+                assert attack.field in str(err.stderr), (attack.name, err.stderr)
             at_admission += 1
             continue
+        if expected_at == "admission":
+            accepted.append(f"{attack.name}: admitted")
         pending.append((f"p{index}", attack))
-    for start in range(0, len(pending), BATCH):
+
+    at_prepare = at_scheduling = 0
+    slowest_delete = 0.0
+    for batch_index, start in enumerate(range(0, len(pending), BATCH)):
         batch = pending[start : start + BATCH]
         apply(cluster, ns, *(pod_manifest(pod, f"a{pod[1:]}") for pod, _ in batch))
-        names = [pod for pod, _ in batch]
 
-        def all_refused(names: list[str] = names) -> bool:
-            return all(_refused_at_prepare(kube, ns, pod) for pod in names)
+        def all_refused(batch: list[tuple[str, Any]] = batch) -> bool:
+            return all(
+                _unschedulable(kube, ns, pod)
+                if isinstance(attack, ClaimAttack) and attack.refused_at == "scheduling"
+                else _refused_at_prepare(kube, ns, pod)
+                for pod, attack in batch
+            )
 
-        wait_for(all_refused, 180, f"pods {names[0]}..{names[-1]} refused at prepare")
+        wait_for(all_refused, 180, f"pods {batch[0][0]}..{batch[-1][0]} refused")
         for pod, attack in batch:
+            if isinstance(attack, ClaimAttack) and attack.refused_at == "scheduling":
+                at_scheduling += 1
+                continue
             message = _refused_at_prepare(kube, ns, pod)
             if message is None or attack.field not in message:
                 accepted.append(f"{attack.name}: {message}")
+            at_prepare += 1
         assert not running(kube, ns), "a pod of the attack corpus runs"
+        unallocated = {
+            f"{pod}" for pod, a in batch if isinstance(a, ClaimAttack) and a.refused_at == "scheduling"
+        }
+        assert not [c for c in _allocated(cluster, ns) if any(c.startswith(f"{p}-") for p in unallocated)]
+        control.batch(batch_index)
         started = time.monotonic()
         for pod, _ in batch:
             kube.delete(Pod, pod, namespace=ns)  # no force: every teardown path must let it go
-        wait_for(lambda: not list(kube.list(Pod, namespace=ns)), 60, "the corpus' pods deleted")
+        wait_for(lambda: not list(kube.list(Pod, namespace=ns)), 120, "the corpus' pods deleted")
         slowest_delete = max(slowest_delete, time.monotonic() - started)
-        at_prepare += len(batch)
+
     after = {node: _normalized(node_state(cluster, node)) for node in NODES}
     changed = {
         node: [
@@ -113,15 +239,26 @@ def test_no_tenant_config_of_the_attack_corpus_reaches_the_node(
         ]
         for node in NODES
     }
-    print(
-        f"attack corpus: {len(corpus)} cases, {at_admission + at_prepare - len(accepted)} refused "
-        f"({at_admission} at admission, {at_prepare - len(accepted)} at prepare), {len(accepted)} accepted, "
-        f"node {'unchanged' if not any(changed.values()) else changed}; slowest batch deletion "
-        f"{slowest_delete:.1f} s"
+    reconciles_after = controller_metrics(cluster)
+    refused = at_admission + at_prepare - len(accepted)
+    node = "unchanged" if not any(changed.values()) else changed
+    figures(
+        f"attack corpus: {len(corpus)} cases, {refused + at_scheduling} refused ({at_admission} at "
+        f"admission, {at_prepare - len(accepted)} at prepare, {at_scheduling} never allocated), "
+        f"{len(accepted)} accepted, node {node}; slowest batch deletion {slowest_delete:.1f} s; the "
+        f"other tenant's new pods Ready in {', '.join(f'{s:.1f}' for s in control.ready_s)} s"
     )
     assert accepted == []
     assert changed == {node: [] for node in NODES}
+    assert slowest_delete <= TERMINATING_S, f"a pod of the corpus was Terminating for {slowest_delete:.1f} s"
+    assert max(control.ready_s) <= CONTROL_READY_S, control.ready_s
+    assert control.seen("ctl-0") == control_before
+    # the controller reconciled all along, and never failed
+    assert reconciles_after[RECONCILED] > reconciles_before[RECONCILED]
+    assert reconciles_after.get(RECONCILE_FAILED, 0.0) == reconciles_before.get(RECONCILE_FAILED, 0.0)
+    # nothing left behind
     assert not [r for node in NODES for r in store_rows(cluster, node) if r["claim_namespace"] == ns]
+    assert not [a for a in allocations(cluster) if a.claim.startswith(f"{ns}/")]
     assert ipam_reservations(cluster, "attack") == set()
     # the nodes keep their control plane
     server = str(cluster.spec.management_gateway().ip)
@@ -138,15 +275,14 @@ def test_the_corpus_as_admin_device_class_configs_is_admitted_where_admins_may(
     """The boundary is who writes it: what a tenant may not do, a DeviceClass may (docs/security.md)."""
     admitted, refused = 0, []
     for index, attack in enumerate(attacks()):
-        config = {"apiVersion": "netclaim.dev/v1alpha1", "kind": "CNIConfig", "config": attack.config}
         device_class = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "DeviceClass",
             "metadata": {"name": f"admin-{index}"},
-            "spec": {"config": [{"opaque": {"driver": "netclaim.dev", "parameters": config}}]},
+            "spec": {"config": [{"opaque": {"driver": "netclaim.dev", "parameters": attack.cni_config()}}]},
         }
         try:
-            cluster.kubectl("create", "--dry-run=server", "-f", "-", input_text=json.dumps(device_class))
+            cluster.kubectl("create", "--dry-run=server", "-f", "-", input_text=deep_json(device_class))
             admitted += 1
         except subprocess.CalledProcessError as err:
             if attack.admin_may:

@@ -25,6 +25,7 @@ from tests.cluster.helpers import (
     claim_template,
     cni_config,
     deployment,
+    host_local_dir,
     in_pod_netns,
     ipam_reservations,
     macvlan,
@@ -280,7 +281,7 @@ def test_a_hanging_plugin_fails_the_sandbox_instead_of_timing_out(
     inside containerd's 2 s budget with an error (the sandbox fails, kubelet retries), never time out (the
     pod would start without net1). Released, the retried sandbox gets its interface."""
     network = "hanging-ipam"
-    lock_dir = cluster.node("node-2").layout.ipam_data_dir / network
+    lock_dir = host_local_dir(cluster, "node-2", network, ns)
     lock_dir.mkdir(parents=True, exist_ok=True)
     offset = len(agents.agent_log(cluster, "node-2"))
     with (lock_dir / "lock").open("w") as lock:

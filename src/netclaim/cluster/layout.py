@@ -66,9 +66,15 @@ class NodeLayout:
 
     @property
     def ipam_data_dir(self) -> Path:
-        """host-local's default /var/lib/cni/networks of this node: the primary pod network's and the
-        claims' reservations (each network its own directory), as on a real node."""
+        """host-local's default /var/lib/cni/networks of this node: the primary pod network's
+        reservations (each network its own directory), as on a real node."""
         return self.cni_dir / "networks"
+
+    @property
+    def claims_host_local_dir(self) -> Path:
+        """The agent's own host-local directory (its default, in /var/lib/netclaim): a DeviceClass's
+        networks under admin/, a claim's under tenant/<namespace>/."""
+        return self.state_dir / "host-local"
 
     @property
     def etc_netclaim(self) -> Path:

@@ -193,6 +193,11 @@ def _per_pod(
     first = chain["plugins"][0]
     if ips:
         first["ipam"] = {"type": "static", "addresses": [{"address": ip} for ip in ips]}
+        migration.notes.append(
+            f"{where}: ips {', '.join(ips)}: a claim's own addresses must lie in the tenantRanges the "
+            "publish policy gives tenants on the NIC (docs/policy.md); an IPPool with an AddressConfig "
+            "asking these addresses holds them cluster-wide instead (docs/ipam.md)"
+        )
     if routes:
         ipam = first.setdefault("ipam", {"type": "static"})
         for gateway in routes:
