@@ -188,7 +188,8 @@ def _config_mutations() -> Iterator[tuple[str, tuple[Any, ...], Any, str]]:
         yield "subnet (more)", (*IPAM, "ranges", 0, 0, "subnet"), value, "admission"
     for key in ("runtimeconfig", "ARGS", "cni.dev/x"):
         yield f"unknown top field {key}", (key,), {}, "admission"
-    # admission does not look at these: the agent refuses them when the claim is prepared
+    # admission does not look at these: the agent refuses them when the claim is prepared (values it
+    # cannot judge without the node, or that it checks only in their rendered form)
     for value in ("10.90.0.300", "gw", "10.90.0.1/24", ""):
         yield "gateway", (*IPAM, "ranges", 0, 0, "gateway"), value, "prepare"
     for value in (
@@ -204,8 +205,8 @@ def _config_mutations() -> Iterator[tuple[str, tuple[Any, ...], Any, str]]:
         yield "placeholder", (*PLUGIN, "master"), value, "prepare"
     for key in ("runtimeConfig", "args", "prevResult", "cni.dev/attachments"):  # not a claim's macvlan key
         yield f"reserved key {key}", (*PLUGIN, key), {}, "admission"
-    for value in (["2.0.0"], ["1.0.0", "9"], ["x"]):
-        yield "cniVersions", ("config", "cniVersions"), value, "prepare"
+    for value in (["2.0.0"], ["1.0.0", "9"], ["x"], [], "1.0.0", [["1.0.0"]]):
+        yield "cniVersions", ("config", "cniVersions"), value, "admission"
     yield "rangeStart", (*IPAM, "ranges", 0, 0, "rangeStart"), "10.90.0.x", "prepare"
     yield "route gw", (*IPAM, "routes", 0, "gw"), "gateway", "prepare"
     for value in ("/etc", "/var/lib/cni/networks", ""):

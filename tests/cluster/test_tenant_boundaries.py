@@ -19,11 +19,26 @@ from lightkube.types import PatchType
 from netclaim.cluster import agents
 from netclaim.cluster.cluster import ClusterHandle
 from tests.attacks import pool_device_class
-from tests.cluster.helpers import apply, exists, kubectl_json, pod_claim_conditions, running
+from tests.cluster.helpers import (
+    apply,
+    claim_template,
+    cni_config,
+    configured_and_running,
+    controller_metrics,
+    exists,
+    kubectl_json,
+    macvlan,
+    pod_claim_conditions,
+    pod_manifest,
+    running,
+)
 from tests.cluster.ipam import allocations, ip_pool, pool_template, spread
 from tests.kube import delete, typed, wait_for
 
 POOLS_POOL = "netclaim.dev/ip-pools"
+ON_ENP0S10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
+RECONCILED = 'netclaim_reconcile_total{result="ok"}'
+RECONCILE_FAILED = 'netclaim_reconcile_total{result="error"}'
 
 
 @pytest.fixture
@@ -320,3 +335,58 @@ def test_an_agent_token_never_writes_a_claims_allocation_or_reservation(
     ), refused.value.status
     found = kube.get(ResourceClaim, "unallocated", namespace=ns)
     assert found.status is None or found.status.allocation is None
+
+
+def test_an_address_a_nodes_token_takes_for_a_claim_elsewhere_is_freed(
+    cluster: ClusterHandle, kube: Client, ns: str, pool_objects: list[dict[str, Any]]
+) -> None:
+    """A node's token may create IPAllocations in its own name only, but for any claim: the controller
+    frees what a claim holds beyond its allocation (a second address of a pool, here made by node-1's
+    token for a claim allocated on node-2), and keeps the claim's own."""
+    pool = "forgery"
+    _create(cluster, pool_objects, ip_pool(pool, {"subnet": "10.67.0.0/24"}))
+    apply(cluster, ns, pool_template("t", pool), *spread("p", "t", 1, nodes=("node-2",)))
+    wait_for(lambda: len(running(kube, ns)) == 1, 180, "the pod running")
+    [own] = allocations(cluster, pool)
+    claim_ns, claim_name = own.claim.split("/")
+    forged = _allocation(
+        f"{pool}.10.67.0.250",
+        "10.67.0.250/24",
+        "node-1",
+        pool=pool,
+        claim=(claim_ns, claim_name, own.claim_uid),
+    )
+    _as_agent(cluster, "node-1", "create", "-f", "-", document=forged)
+    wait_for(
+        lambda: [a.name for a in allocations(cluster, pool)] == [own.name], 60, "the forged address freed"
+    )
+    reasons = cluster.kubectl("logs", "-n", "netclaim-system", "deploy/netclaim-controller")
+    assert "address held beyond the claim's allocation freed" in reasons
+
+
+def test_a_claim_nested_deep_in_another_drivers_config_wedges_nothing(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    """Another driver's opaque config passes netclaim's admission as it is; nested 1,500 deep it once made
+    the controller's claim list fail, every reconcile. Now the controller keeps reconciling, and a pod
+    whose claim carries it next to a netclaim NIC gets its interface (that config is not netclaim's)."""
+    before = controller_metrics(cluster)
+    parameters = "[" * 1_500 + '"x"' + "]" * 1_500
+    config = cni_config([macvlan("10.68.0.0/24")], name="beside-deep")
+    template = claim_template("t", "netclaim-shared", ON_ENP0S10, config)
+    text = json.dumps(template).replace(
+        '"config": [',
+        '"config": [{"requests": ["nic"], "opaque": {"driver": "gpu.example.com", "parameters": '
+        f'{{"deep": {parameters}}}}}}}, ',
+        1,
+    )
+    cluster.kubectl("create", "-n", ns, "-f", "-", input_text=text)
+    apply(cluster, ns, pod_manifest("p", "t"))
+    wait_for(lambda: configured_and_running(kube, ns, "p"), 180, "the pod running with its interface")
+
+    def reconciled_since() -> bool:
+        after = controller_metrics(cluster)
+        return after[RECONCILED] >= before[RECONCILED] + 2
+
+    wait_for(reconciled_since, 120, "two reconciles since the deep claim was made")
+    assert controller_metrics(cluster).get(RECONCILE_FAILED, 0.0) == before.get(RECONCILE_FAILED, 0.0)
