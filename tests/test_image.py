@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.cluster import agent_image
-from netclaim.cluster.agent_image import ImageArchive
+from netclaim_lab import agent_image
+from netclaim_lab.agent_image import ImageArchive
 
 pytestmark = pytest.mark.image
 MIB = 1024 * 1024

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.layout import REPO_ROOT
 from netclaim.errors import ExpectationError
 from netclaim.quantity import format_quantity, parse_quantity
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.layout import REPO_ROOT
 
 DRIVER = "netclaim.dev"
 BANDWIDTH = "netclaim.dev/bandwidth"

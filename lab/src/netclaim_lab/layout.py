@@ -156,7 +156,7 @@ class ClusterLayout:
 
     @property
     def cni_bin(self) -> Path:
-        """Every node's /opt/cni/bin: Debian's plugins and the pinned ones (netclaim.cluster.node)."""
+        """Every node's /opt/cni/bin: Debian's plugins and the pinned ones (netclaim_lab.node)."""
         return self.root / "cni-bin"
 
     @property

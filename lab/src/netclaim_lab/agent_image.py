@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from netclaim.cluster import images
-from netclaim.cluster.binaries import build_lock, cache_root
-from netclaim.cluster.layout import REPO_ROOT
 from netclaim.errors import PrerequisiteError
+from netclaim_lab import images
+from netclaim_lab.binaries import build_lock, cache_root
+from netclaim_lab.layout import REPO_ROOT
 
 DEFAULT_REF = "registry.example.com/netclaim:0.1.0"
 SOURCE_DATE_EPOCH = 1747699200  # 2025-05-20T00:00:00Z: a constant, so no build date reaches the bytes
@@ -126,7 +126,7 @@ def check_lock(pyproject: Path = REPO_ROOT / "pyproject.toml", lock: Path = LOCK
     if stale:
         raise PrerequisiteError(
             f"{lock} does not match pyproject.toml ({', '.join(stale)}): run "
-            "`.venv/bin/netclaim cluster image --relock` and commit it"
+            "`.venv/bin/netclaim-lab cluster image --relock` and commit it"
         )
 
 
@@ -175,7 +175,7 @@ def relock(log: TextIO = sys.stderr) -> Path:
         "# The agent image's Python packages: pyproject.toml's [project].dependencies and all they pull in,",
         f"# resolved for Debian {SUITE}'s CPython {PYTHON} (manylinux x86_64, glibc 2.{GLIBC_MINOR}), "
         "each wheel's hash pinned.",
-        "# Regenerate after changing a pin: .venv/bin/netclaim cluster image --relock",
+        "# Regenerate after changing a pin: .venv/bin/netclaim-lab cluster image --relock",
     ]
     for item in sorted(resolved, key=lambda i: _normalize(i["metadata"]["name"])):
         digest = item["download_info"]["archive_info"]["hashes"]["sha256"]
