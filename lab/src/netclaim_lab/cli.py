@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from netclaim.errors import ExpectationError, NetclaimError
+from netclaim.errors import NetclaimError
 
 DEFAULT_CLUSTER_FILE = Path("examples/demo/cluster.yaml")
 DEFAULT_IMAGE_ARCHIVE = Path("build/netclaim-image.tar")
@@ -80,7 +80,7 @@ def _demo(args: argparse.Namespace) -> int:
     try:
         demo.run(handle, b_request=args.b_request)
         print(f"\nThe demo behaved as expected (total {time.monotonic() - started:.1f} s).")
-    except ExpectationError as err:
+    except demo.ExpectationError as err:
         print(f"\n{err}")
         code = 1
     print(f"""
