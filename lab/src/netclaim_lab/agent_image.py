@@ -358,8 +358,9 @@ def _build_base(work: Path, output: Path, log: TextIO) -> None:
     print(f"  base layer: {time.monotonic() - started:.0f} s", file=log, flush=True)
 
 
-def _netclaim_wheel(work: Path) -> Path:
-    """netclaim's wheel from a copy of the sources (an in-tree build would leave build/lib behind)."""
+def build_wheel(work: Path) -> Path:
+    """netclaim's wheel, the one the image installs, from a copy of the product's sources (source_files: no
+    lab); a copy because an in-tree build would leave build/lib behind."""
     source = work / "source"
     for path in source_files():
         target = source / path.relative_to(REPO_ROOT)
@@ -383,7 +384,7 @@ def _build_netclaim(base_layer: Path, work: Path, output: Path, log: TextIO) -> 
     _run(["tar", "-C", str(rootfs), "-xf", str(base_layer)], "unpacking the base layer")
     site = rootfs / SITE_PACKAGES
     before = {p.name for p in site.iterdir()}
-    wheel = _netclaim_wheel(work)
+    wheel = build_wheel(work)
     version = wheel.name.split("-")[1]
     pin = f"netclaim=={version}"
     _run([*_pip_install(site), "--no-index", f"--find-links={wheel.parent}", pin], "pip install netclaim")
