@@ -36,7 +36,7 @@ deploy: bins
 	$(BIN)/python -m netclaim_lab.manifests
 
 # The agent's image without a container engine (mmdebstrap + pip --target), reproducible and cached:
-# build/netclaim-image.tar, for `ctr -n k8s.io images import`. The Dockerfile builds the same content.
+# build/netclaim-image.tar, for `ctr -n k8s.io images import` or `skopeo copy oci-archive:...` to a registry.
 image: deps
 	$(BIN)/netclaim-lab cluster image
 
