@@ -7,9 +7,9 @@ tarball that `ctr -n k8s.io images import` names (deploy/daemonset.yaml's and co
   compilers; docs, man pages and locales excluded by dpkg) with image/debian-packages.txt, plus the
   hash-pinned image/requirements.lock installed by the host's pip with --target, so that no pip is in
   the image. Rebuilt only when those files or this recipe change.
-- netclaim: the wheel built from the checkout (image/build-constraints.txt pins its build backend) and
-  the image/netclaim command. A change of src/ rebuilds only this small layer, and containerd imports
-  only it again.
+- netclaim: the product's wheel, built from the checkout's pyproject.toml and src/ only, never lab/
+  (image/build-constraints.txt pins its build backend), and the image/netclaim command. A change of
+  src/ rebuilds only this small layer, and containerd imports only it again.
 
 Everything Python is byte-compiled inside the image's own interpreter with hash-based .pyc
 (PYTHONHASHSEED=0), so start-up is fast with a read-only root filesystem and the bytes do not depend on

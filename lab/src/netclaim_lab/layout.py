@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-# The checkout this tooling runs from (deploy/, examples/, tools/): it is dev tooling, never installed alone.
+# The checkout the lab runs from (deploy/, examples/, image/, tools/), three levels above this package's
+# directory (lab/src/netclaim_lab/): the lab is installed editable from it, never alone.
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 STATE_ROOT = Path(os.environ.get("NETCLAIM_CLUSTER_ROOT", "/var/lib/netclaim-cluster"))
