@@ -20,24 +20,25 @@ system-deps:
 	fi
 	@command -v go >/dev/null || { echo "Go ≥ 1.26 is required on PATH to build the pinned cluster programs (https://go.dev/dl)"; exit 1; }
 
-$(DEPS_STAMP): pyproject.toml
+# The product (src/netclaim) and the lab (lab/: local cluster, image builder, demo, benchmarks), both editable.
+$(DEPS_STAMP): pyproject.toml lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./lab
 	touch $@
 
 bins: deps
-	$(BIN)/netclaim cluster build
+	$(BIN)/netclaim-lab cluster build
 
-# deploy/ is the chart rendered with its default values (netclaim.cluster.manifests): edit the chart, then
+# deploy/ is the chart rendered with its default values (netclaim_lab.manifests): edit the chart, then
 # run this; tests/test_helm_chart.py fails when they drift.
 deploy: bins
-	$(BIN)/python -m netclaim.cluster.manifests
+	$(BIN)/python -m netclaim_lab.manifests
 
 # The agent's image without a container engine (mmdebstrap + pip --target), reproducible and cached:
-# build/netclaim-image.tar, for `ctr -n k8s.io images import`. The Dockerfile builds the same content.
+# build/netclaim-image.tar, for `ctr -n k8s.io images import` or `skopeo copy oci-archive:...` to a registry.
 image: deps
-	$(BIN)/netclaim cluster image
+	$(BIN)/netclaim-lab cluster image
 
 PROTOS := $(wildcard proto/netclaim/_proto/*.proto)
 GRPC_PROTOS := proto/netclaim/_proto/dra_v1.proto proto/netclaim/_proto/dra_v1beta1.proto proto/netclaim/_proto/pluginregistration.proto
@@ -54,8 +55,8 @@ proto-check: proto
 	@test -z "$$(git status --porcelain -- src/netclaim/_proto)" || { git status --porcelain -- src/netclaim/_proto; echo "untracked/removed stubs: run make proto and commit"; exit 1; }
 
 lint: deps
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src lab tests
+	$(BIN)/ruff format --check src lab tests
 	$(BIN)/lint-imports --no-cache
 
 typecheck: deps
@@ -70,25 +71,25 @@ test: deps bins proto-check lint typecheck
 	$(BIN)/pytest tests
 
 # Figures, not assertions: the costs against a floor from the same run, on a cluster of its own
-# (benchmarks/suite.py); writes bench/report.json, docs/benchmarks.md, its plots and README's table.
+# (netclaim_lab.benchmarks.suite); writes bench/report.json, docs/benchmarks.md, its plots and README's table.
 # The last line is the BENCH line.
 bench: deps bins
-	$(BIN)/python -m benchmarks.suite
+	$(BIN)/python -m netclaim_lab.benchmarks.suite
 
 # The control plane's cost as the cluster grows: 3, 100 and 500 kubelet-less nodes, 5,000 claims
-# (benchmarks/scale.py; about 12 min on 2 cores); writes bench/scale.json and README's scale table.
+# (netclaim_lab.benchmarks.scale; about 12 min on 2 cores); writes bench/scale.json and README's scale table.
 bench-scale: deps bins
-	$(BIN)/python -m benchmarks.scale
+	$(BIN)/python -m netclaim_lab.benchmarks.scale
 
 # 1,000 pod create/delete cycles (about 35 min on 2 cores); exits 1 if anything leaked.
 soak: deps bins
-	$(BIN)/python benchmarks/soak.py 100 10
+	$(BIN)/python -m netclaim_lab.benchmarks.soak 100 10
 
 demo: deps bins
-	$(BIN)/netclaim demo -f $(CLUSTER_FILE)
+	$(BIN)/netclaim-lab demo -f $(CLUSTER_FILE)
 
 demo-down: deps
-	$(BIN)/netclaim cluster down -f $(CLUSTER_FILE)
+	$(BIN)/netclaim-lab cluster down -f $(CLUSTER_FILE)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -14,10 +14,10 @@ import yaml
 
 from netclaim.api.publishpolicy import PublishPolicy
 from netclaim.api.validate import ALLOWED_PLUGINS
-from netclaim.cluster import manifests
-from netclaim.cluster.binaries import built_bin_dir
-from netclaim.cluster.layout import REPO_ROOT
 from netclaim.errors import PrerequisiteError
+from netclaim_lab import manifests
+from netclaim_lab.binaries import built_bin_dir
+from netclaim_lab.layout import REPO_ROOT
 
 pytestmark = pytest.mark.programs
 
@@ -43,7 +43,7 @@ def helm() -> Path:
     try:
         return built_bin_dir() / "helm"
     except PrerequisiteError as err:
-        pytest.fail(f"{err} (helm is one of the pinned programs: `.venv/bin/netclaim cluster build`)")
+        pytest.fail(f"{err} (helm is one of the pinned programs: `.venv/bin/netclaim-lab cluster build`)")
 
 
 def _run(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:

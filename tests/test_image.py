@@ -4,6 +4,7 @@ registries; about 40 s a build on 2 cores."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -13,11 +14,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from netclaim.cluster import agent_image
-from netclaim.cluster.agent_image import ImageArchive
+from netclaim_lab import agent_image
+from netclaim_lab.agent_image import ImageArchive
+from tests.packaging import lab_paths
 
 pytestmark = pytest.mark.image
 MIB = 1024 * 1024
@@ -85,25 +88,46 @@ def test_the_cache_answers_and_another_tag_reuses_the_layers(
     assert agent_image.describe(exported.path) == exported
 
 
+def _blob(image: tarfile.TarFile, digest: str) -> bytes:
+    member = image.extractfile(f"blobs/sha256/{digest[7:]}")
+    assert member is not None
+    return member.read()
+
+
+def _manifest(image: tarfile.TarFile) -> Any:
+    index = json.loads(image.extractfile("index.json").read())  # type: ignore[union-attr]
+    return json.loads(_blob(image, index["manifests"][0]["digest"]))
+
+
 def _unpack(archive: Path, rootfs: Path) -> dict[str, object]:
     """The image's root filesystem (its layers in order) and its config."""
     with tarfile.open(archive) as image:
-
-        def blob(digest: str) -> bytes:
-            member = image.extractfile(f"blobs/sha256/{digest[7:]}")
-            assert member is not None
-            return member.read()
-
-        index = json.loads(image.extractfile("index.json").read())  # type: ignore[union-attr]
-        manifest = json.loads(blob(index["manifests"][0]["digest"]))
+        manifest = _manifest(image)
         rootfs.mkdir()
         for layer in manifest["layers"]:
             layer_tar = rootfs.parent / "layer.tar"
-            layer_tar.write_bytes(blob(layer["digest"]))
+            layer_tar.write_bytes(_blob(image, layer["digest"]))
             subprocess.run(["tar", "-C", str(rootfs), "-xpf", str(layer_tar), "--numeric-owner"], check=True)
             layer_tar.unlink()
-        config: dict[str, object] = json.loads(blob(manifest["config"]["digest"]))
+        config: dict[str, object] = json.loads(_blob(image, manifest["config"]["digest"]))
         return config
+
+
+def _files(archive: Path) -> list[str]:
+    """Every path in the image's layers, as its tar members name them."""
+    with tarfile.open(archive) as image:
+        paths = []
+        for layer in _manifest(image)["layers"]:
+            with tarfile.open(fileobj=io.BytesIO(_blob(image, layer["digest"]))) as layer_tar:
+                paths += [name.removeprefix("./") for name in layer_tar.getnames()]
+        return paths
+
+
+def test_the_image_holds_the_product_only(builds: Builds) -> None:
+    """netclaim's wheel and the packages it needs: no lab code, nothing only the lab installs."""
+    paths = _files(builds.first.path)
+    assert f"{agent_image.SITE_PACKAGES}/netclaim/agent.py" in paths
+    assert not lab_paths(paths)
 
 
 def _chroot(rootfs: Path, *command: str) -> subprocess.CompletedProcess[str]:

@@ -1,66 +1,15 @@
-"""The `netclaim` command: local cluster tooling today; agent, inventory and validate as they land."""
+"""The `netclaim` command: the node agent, the controller, and the commands for the people who run them."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from netclaim.errors import ConfigError, ExpectationError, NetclaimError
+from netclaim.errors import ConfigError, NetclaimError
 from netclaim.quantity import format_quantity
-
-DEFAULT_CLUSTER_FILE = Path("examples/demo/cluster.yaml")
-DEFAULT_IMAGE_ARCHIVE = Path("build/netclaim-image.tar")
-
-
-def _cluster_name(args: argparse.Namespace) -> str:
-    if args.name:
-        return str(args.name)
-    from netclaim.cluster.spec import load_cluster_spec
-
-    return load_cluster_spec(args.file).name
-
-
-def _cluster(args: argparse.Namespace) -> int:
-    from netclaim.cluster import binaries, cluster
-
-    if args.action == "build":
-        binaries.build()
-    elif args.action == "image":
-        return _image(args)
-    elif args.action == "up":
-        cluster.up(args.file)
-    elif args.action == "down":
-        cluster.down(_cluster_name(args))
-    elif args.action == "status":
-        report = cluster.status(_cluster_name(args))
-        print(json.dumps(report, indent=2))
-        return 0 if report["up"] else 1
-    elif args.action == "keep-nodes":
-        from netclaim.cluster.keeper import keep_nodes
-
-        keep_nodes(_cluster_name(args))
-    return 0
-
-
-def _image(args: argparse.Namespace) -> int:
-    from netclaim.cluster import agent_image
-
-    if args.relock:
-        agent_image.relock()
-        return 0
-    built = agent_image.ensure(args.tag or agent_image.DEFAULT_REF, rebuild=args.rebuild)
-    image = agent_image.export(built, args.output)
-    mib = 1024 * 1024
-    layers = " + ".join(f"{size / mib:.1f}" for size in image.layer_sizes)
-    print(
-        f"image {image.reference} digest {image.digest} size {image.size_bytes / mib:.1f} MiB "
-        f"(layers {layers} MiB uncompressed) in {image.path}"
-    )
-    return 0
 
 
 def _agent(args: argparse.Namespace) -> int:
@@ -141,40 +90,6 @@ def _inventory(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     return 0
-
-
-def _demo(args: argparse.Namespace) -> int:
-    import time
-
-    from netclaim.cluster import agents, cluster, demo
-
-    started = time.monotonic()
-    handle = cluster.up(args.file)
-    print(
-        f"[{time.monotonic() - started:5.1f}s] deploying netclaim: CRDs, RBAC, DeviceClasses, policy, "
-        "the controller, agents"
-    )
-    agents.deploy(handle)
-    print(
-        f"[{time.monotonic() - started:5.1f}s] the demo: Pod-A asks 10Gi, Deployment-B 3 x {args.b_request}"
-    )
-    code = 0
-    try:
-        demo.run(handle, b_request=args.b_request)
-        print(f"\nThe demo behaved as expected (total {time.monotonic() - started:.1f} s).")
-    except ExpectationError as err:
-        print(f"\n{err}")
-        code = 1
-    print(f"""
-Look around:
-  export KUBECONFIG={handle.kubeconfig} PATH={handle.bin_dir}:$PATH
-  kubectl get resourceslices,resourceclaims -A -o wide
-  kubectl get ippools,ipallocations
-  kubectl -n {demo.NAMESPACE} get pods -o wide
-  kubectl -n {demo.NAMESPACE} exec pod-a -- ip a show net1
-Tear down:
-  make demo-down        (or: .venv/bin/netclaim cluster down {handle.spec.name})""")
-    return code
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -325,27 +240,6 @@ def _validate(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="netclaim", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    cluster = commands.add_parser("cluster", help="a real local Kubernetes cluster with declared NICs")
-    cluster.add_argument("action", choices=["build", "image", "up", "down", "status", "keep-nodes"])
-    cluster.add_argument("name", nargs="?", help="cluster name (down/status; default: from --file)")
-    cluster.add_argument(
-        "-f",
-        "--file",
-        type=Path,
-        default=DEFAULT_CLUSTER_FILE,
-        help=f"cluster file (default {DEFAULT_CLUSTER_FILE})",
-    )
-    image = cluster.add_argument_group("image", "the agent's container image, built without an engine")
-    image.add_argument(
-        "--tag", help="its reference (default: deploy/'s, registry.example.com/netclaim:0.1.0)"
-    )
-    image.add_argument("--output", type=Path, default=DEFAULT_IMAGE_ARCHIVE, help="%(default)s")
-    image.add_argument("--rebuild", action="store_true", help="build every layer afresh, cache or not")
-    image.add_argument(
-        "--relock", action="store_true", help="resolve image/requirements.lock from pyproject.toml"
-    )
-    cluster.set_defaults(handler=_cluster)
-
     agent = commands.add_parser("agent", help="the node agent (publish, kubelet plugin, NRI hooks)")
     agent.add_argument("--config", type=Path, help="YAML file of settings (flags and NETCLAIM_* win)")
     agent.add_argument("--node-name", help="this node (default $NODE_NAME)")
@@ -403,13 +297,6 @@ def build_parser() -> argparse.ArgumentParser:
     control.add_argument("--metrics-address", help="host:port for /metrics (default 127.0.0.1:9178)")
     control.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     control.set_defaults(handler=_controller)
-
-    demo = commands.add_parser("demo", help="the KubeCon demo on a local cluster, with a report")
-    demo.add_argument("-f", "--file", type=Path, default=DEFAULT_CLUSTER_FILE)
-    demo.add_argument(
-        "--b-request", default="5Gi", help="bandwidth each Deployment-B replica asks (default 5Gi)"
-    )
-    demo.set_defaults(handler=_demo)
 
     _add_tools(commands)
 
@@ -470,11 +357,6 @@ def main(argv: list[str] | None = None) -> int:
     except NetclaimError as err:
         print(f"netclaim: {err}", file=sys.stderr)
         return 2
-    except subprocess.CalledProcessError as err:
-        print(
-            f"netclaim: {' '.join(map(str, err.cmd))} exited {err.returncode}: {err.stderr}", file=sys.stderr
-        )
-        return 1
 
 
 def kubectl_main(argv: list[str] | None = None) -> int:

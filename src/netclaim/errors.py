@@ -18,8 +18,7 @@
     ├── KernelError          the kernel refused a netlink request (a link, an address, a qdisc)
     ├── AttachError          attaching into a pod failed and was rolled back (the cause is chained)
     ├── PrerequisiteError    the machine lacks a program, a permission or a kernel feature
-    ├── ProtocolError        a peer broke its wire protocol (NRI/ttrpc framing)
-    └── ExpectationError     the local demo saw something other than what the talks show (dev tooling)
+    └── ProtocolError        a peer broke its wire protocol (NRI/ttrpc framing)
     anything else            a bug in netclaim
 
 How each boundary reacts (kubelet: NodePrepareResources, per claim; NRI: RunPodSandbox; loops: the
@@ -151,10 +150,6 @@ class PrerequisiteError(NetclaimError):
 
 class ProtocolError(NetclaimError):
     """The peer sent something its protocol does not allow."""
-
-
-class ExpectationError(NetclaimError):
-    """What the local demo saw differs from what it expects; the message lists every difference."""
 
 
 def field_path(location: tuple[int | str, ...], prefix: str = "") -> str:

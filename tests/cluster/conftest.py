@@ -12,9 +12,9 @@ import pytest
 from lightkube import Client, KubeConfig
 from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 
-from netclaim.cluster import agents
-from netclaim.cluster import cluster as local_cluster
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab import agents
+from netclaim_lab import cluster as local_cluster
+from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import exists
 from tests.conftest import require_root_prerequisites
 from tests.kube import delete, typed, wait_for

@@ -19,10 +19,10 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
-from netclaim.cluster import processes
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.images import BUSYBOX_IMAGE
-from netclaim.cluster.layout import REPO_ROOT
+from netclaim_lab import processes
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.images import BUSYBOX_IMAGE
+from netclaim_lab.layout import REPO_ROOT
 from tests.kube import typed
 
 DRIVER = "netclaim.dev"

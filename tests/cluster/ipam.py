@@ -15,8 +15,8 @@ from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 
-from netclaim.cluster import agents, processes
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab import agents, processes
+from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import kubectl_json, pod_spec
 from tests.kube import wait_for
 

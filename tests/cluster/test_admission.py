@@ -18,10 +18,10 @@ from lightkube.resources.core_v1 import Pod, Secret
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
-from netclaim.cluster import agents
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.images import BUSYBOX_IMAGE
-from netclaim.cluster.layout import REPO_ROOT
+from netclaim_lab import agents
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.images import BUSYBOX_IMAGE
+from netclaim_lab.layout import REPO_ROOT
 from tests.cluster.helpers import (
     NETWORK_STATUS,
     admin_device_class,

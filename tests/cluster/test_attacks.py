@@ -15,7 +15,7 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount
 
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab.cluster import ClusterHandle
 from tests.attacks import (
     CORPUS_OPEN_POOL,
     CORPUS_POOL,

@@ -8,7 +8,7 @@ import subprocess
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import (
     apply,
     claim_template,

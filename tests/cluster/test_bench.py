@@ -7,9 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from benchmarks import report, suite
-
-from netclaim.cluster.layout import ClusterLayout
+from netclaim_lab.benchmarks import report, suite
+from netclaim_lab.layout import ClusterLayout
 from tests.cluster.helpers import run_quick
 
 BENCH_KEYS = [key for key, _, _ in report.TARGETS] + ["fullnode_s"]
@@ -17,7 +16,7 @@ BENCH_KEYS = [key for key, _, _ in report.TARGETS] + ["fullnode_s"]
 
 def test_make_bench_runs_every_phase_and_writes_the_report(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
-    last = run_quick("benchmarks.suite", tmp_path)
+    last = run_quick("netclaim_lab.benchmarks.suite", tmp_path)
     assert last.startswith("BENCH "), last
     assert sorted(report.bench_values(last)) == sorted(BENCH_KEYS)
 

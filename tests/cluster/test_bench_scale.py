@@ -9,9 +9,8 @@ import json
 import os
 from pathlib import Path
 
-from benchmarks import report, scale
-
-from netclaim.cluster.layout import ClusterLayout
+from netclaim_lab.benchmarks import report, scale
+from netclaim_lab.layout import ClusterLayout
 from tests.cluster.helpers import run_quick
 
 SCALE_KEYS = [
@@ -26,7 +25,7 @@ SCALE_KEYS = [
 
 
 def test_make_bench_scale_schedules_everything_and_oversubscribes_nothing(tmp_path: Path) -> None:
-    last = run_quick("benchmarks.scale", tmp_path)
+    last = run_quick("netclaim_lab.benchmarks.scale", tmp_path)
     assert last.startswith("SCALE "), last
     values = report.bench_values(last)
     assert list(values) == SCALE_KEYS

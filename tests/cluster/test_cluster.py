@@ -15,8 +15,8 @@ from lightkube.models.core_v1 import PodResourceClaim
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.images import BUSYBOX_IMAGE
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.images import BUSYBOX_IMAGE
 from tests.kube import typed, wait_for
 
 
@@ -221,7 +221,7 @@ def _exists(kube: Client, pod: str) -> bool:
 
 def test_cluster_status_reports_every_component(cluster: ClusterHandle) -> None:
     result = subprocess.run(
-        [".venv/bin/netclaim", "cluster", "status", cluster.spec.name],
+        [".venv/bin/netclaim-lab", "cluster", "status", cluster.spec.name],
         capture_output=True,
         text=True,
         check=False,

@@ -13,8 +13,8 @@ from lightkube.core.client import FieldSelector
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.layout import REPO_ROOT
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.layout import REPO_ROOT
 from tests.cluster.helpers import (
     admin_device_class,
     apply,

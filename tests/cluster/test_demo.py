@@ -11,9 +11,9 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Namespace, Pod
 
-from netclaim.cluster import demo
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.layout import REPO_ROOT
+from netclaim_lab import demo
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.layout import REPO_ROOT
 from tests.cluster.helpers import (
     interface_in_pod,
     kubectl_netclaim,

@@ -14,8 +14,8 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.controlplane import write_kubeconfig
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.controlplane import write_kubeconfig
 from tests.cluster.helpers import (
     apply,
     claim_template,

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from lightkube import Client
 
-from netclaim.cluster import agents
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab import agents
+from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import apply, kubectl_netclaim, running
 from tests.cluster.ipam import ip_pool, pod_on, pool_template
 from tests.kube import wait_for

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netclaim.cluster import agents, demo
-from netclaim.cluster import cluster as local_cluster
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.layout import REPO_ROOT
+from netclaim_lab import agents, demo
+from netclaim_lab import cluster as local_cluster
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.layout import REPO_ROOT
 from tests.conftest import require_root_prerequisites
 from tests.kube import wait_for
 

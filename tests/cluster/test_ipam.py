@@ -16,8 +16,8 @@ from lightkube import Client
 from lightkube.core.client import FieldSelector
 from lightkube.resources.core_v1 import Event, Pod
 
-from netclaim.cluster import agents
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab import agents
+from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import apply, kubectl_json, name_of, ping, running
 from tests.cluster.ipam import (
     IPAM_NODES,

@@ -34,10 +34,10 @@ import yaml
 from lightkube import Client, KubeConfig
 from lightkube.resources.core_v1 import Pod
 
-from netclaim.cluster import agents, binaries
-from netclaim.cluster import cluster as local_cluster
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.processes import CommandFailed
+from netclaim_lab import agents, binaries
+from netclaim_lab import cluster as local_cluster
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.processes import CommandFailed
 from tests.cluster.helpers import apply, kubectl_json, name_of, running
 from tests.cluster.ipam import (
     IPAM_NODES,

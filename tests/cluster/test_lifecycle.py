@@ -9,10 +9,10 @@ from pathlib import Path
 
 from lightkube import Client, KubeConfig
 
-from netclaim.cluster import agents
-from netclaim.cluster import cluster as local_cluster
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.images import BUSYBOX_IMAGE
+from netclaim_lab import agents
+from netclaim_lab import cluster as local_cluster
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.images import BUSYBOX_IMAGE
 from tests.cluster.helpers import (
     apply,
     claim_template,

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from lightkube import Client
 
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.layout import REPO_ROOT
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.layout import REPO_ROOT
 from tests.cluster.helpers import apply, interface_in_pod, name_of, network_status, running
 from tests.kube import wait_for
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from lightkube import Client
 
-from netclaim.cluster import agents
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab import agents
+from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import apply, interface_in_pod, published, running
 from tests.cluster.ipam import IPAM_NODES, ip_pool, pod_on, pool_template
 from tests.kube import wait_for

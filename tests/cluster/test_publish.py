@@ -19,7 +19,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import (
     DRIVER,
     NS,

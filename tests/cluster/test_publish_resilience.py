@@ -14,9 +14,9 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaimTemplate, ResourceSlice
 
-from netclaim.cluster import agents, processes
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.controlplane import ControlPlane
+from netclaim_lab import agents, processes
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.controlplane import ControlPlane
 from tests.cluster.helpers import (
     allocation,
     in_node,

@@ -5,12 +5,12 @@ one claim's (or one pool's) IPAllocations. docs/scale.md lists them per event.""
 
 from __future__ import annotations
 
-from benchmarks import measure
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab.benchmarks import measure
+from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import (
     apply,
     claim_devices,

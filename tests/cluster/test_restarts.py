@@ -16,9 +16,9 @@ from lightkube.core.client import FieldSelector
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event, Pod
 
-from netclaim.cluster import agents, processes
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.controlplane import ControlPlane
+from netclaim_lab import agents, processes
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.controlplane import ControlPlane
 from tests.cluster.helpers import (
     apply,
     claim_devices,

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import io
 
-from benchmarks import soak
-
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab.benchmarks import soak
+from netclaim_lab.cluster import ClusterHandle
 
 
 def test_repeated_pod_churn_leaks_nothing(cluster: ClusterHandle) -> None:

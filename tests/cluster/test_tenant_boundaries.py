@@ -16,8 +16,8 @@ from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
-from netclaim.cluster import agents
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab import agents
+from netclaim_lab.cluster import ClusterHandle
 from tests.attacks import pool_device_class
 from tests.cluster.helpers import (
     apply,

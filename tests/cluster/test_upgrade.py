@@ -18,8 +18,8 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 
-from netclaim.cluster import agents, processes
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab import agents, processes
+from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import apply, deployment, kubectl_json, running, store_rows
 from tests.cluster.ipam import IPAM_NODES, allocations, ip_pool, pool_template
 from tests.kube import wait_for

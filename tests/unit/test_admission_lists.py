@@ -11,7 +11,7 @@ from netclaim.api.cniconfig import KINDS, CNIConfig
 from netclaim.api.ippool import AddressConfig
 from netclaim.api.tenancy import IPAM, PLUGINS
 from netclaim.api.validate import ALLOWED_PLUGINS
-from netclaim.cluster.layout import REPO_ROOT
+from netclaim_lab.layout import REPO_ROOT
 
 
 def _variable(name: str) -> str:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.cluster import agent_image
 from netclaim.errors import PrerequisiteError
+from netclaim_lab import agent_image
 
 
 def _checkout(root: Path) -> None:

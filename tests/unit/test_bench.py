@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmarks import measure, report, suite
+
+from netclaim_lab.benchmarks import measure, report, suite
 
 
 def test_percentiles_are_measured_values_by_nearest_rank() -> None:

@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
-from benchmarks import measure, report, scale
 from lightkube.models.coordination_v1 import LeaseSpec
 
-from netclaim.cluster import keeper
+from netclaim_lab import keeper
+from netclaim_lab.benchmarks import measure, report, scale
 
 NODE_EXTRA = {measure.NODE_NAME_EXTRA: ["node-1"]}
 

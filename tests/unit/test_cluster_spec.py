@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.cluster import cluster
-from netclaim.cluster.spec import load_cluster_spec
 from netclaim.errors import ConfigError
+from netclaim_lab import cluster
+from netclaim_lab.spec import load_cluster_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,8 +85,8 @@ def test_control_plane_ports_in_the_ephemeral_range_are_refused_naming_the_field
     for spec_file in (
         ROOT / "examples/demo/cluster.yaml",
         ROOT / "tests/cluster/cluster.yaml",
-        ROOT / "benchmarks/cluster.yaml",
-        ROOT / "benchmarks/scale-cluster.yaml",
+        ROOT / "lab/src/netclaim_lab/benchmarks/cluster.yaml",
+        ROOT / "lab/src/netclaim_lab/benchmarks/scale-cluster.yaml",
     ):
         cluster._require_fixed_ports(
             load_cluster_spec(spec_file), spec_file

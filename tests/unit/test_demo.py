@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from netclaim.cluster import demo
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab import demo
+from netclaim_lab.cluster import ClusterHandle
 
 
 class RecordingHandle:

@@ -8,7 +8,7 @@ import os
 import tarfile
 from pathlib import Path
 
-from netclaim.cluster.images import Layer, write_layer, write_oci_archive
+from netclaim_lab.images import Layer, write_layer, write_oci_archive
 
 
 def test_archive_is_deterministic_and_named(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from netclaim.cluster.pki import CertificateAuthority
+from netclaim_lab.pki import CertificateAuthority
 
 
 def test_issued_certificates_chain_to_the_ca_and_carry_identity(tmp_path: Path) -> None:

@@ -16,8 +16,9 @@ from typing import Any
 
 import yaml
 
-from netclaim.cluster import agents, cluster, processes
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab import agents, cluster, processes
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.layout import REPO_ROOT
 
 HERE = Path(__file__).resolve().parent
 NETWORK = "soak-net"
@@ -229,7 +230,7 @@ def report(before: Snapshot, after: Snapshot, cycles: int, out: Any = sys.stdout
 
 def main(rounds: int = 100, pods: int = 10) -> int:
     handle = cluster.up(HERE / "cluster.yaml")
-    agents.deploy(handle, HERE.parent / "tests" / "cluster" / "policy.yaml")
+    agents.deploy(handle, REPO_ROOT / "tests" / "cluster" / "policy.yaml")
     nodes = [n.name for n in handle.spec.nodes if n.kubelet]
     before, after = run(handle, nodes, rounds, pods)
     leaks = report(before, after, rounds * pods)

@@ -1,6 +1,6 @@
 """`make bench-scale`: what netclaim costs the control plane as the cluster grows (500 nodes, 5,000 claims).
 
-Its own local cluster (benchmarks/scale-cluster.yaml): a control plane, no kubelet. Every node is a Node
+Its own local cluster (scale-cluster.yaml): a control plane, no kubelet. Every node is a Node
 object kept Ready as kubelets keep theirs (a Lease renewed every 10 s). Three of them ("measured") run a
 netclaim agent process each, with its kubelet plugin serving (no kubelet calls it), connected to a second
 kube-apiserver of their own on the same etcd: that server's `apiserver_watch_events_total` counts what
@@ -58,24 +58,24 @@ from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks import measure, report
-from benchmarks.suite import log, wait_for
 from netclaim.adapters.kube import KubeApi
-from netclaim.cluster import agents, binaries, cluster, keeper, processes
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.controlplane import ControlPlane
 from netclaim.names import DRIVER_DOMAIN
 from netclaim.publish.devices import Device, decide
 from netclaim.publish.inventory import FileInventory
 from netclaim.publish.policy import PolicyFile
 from netclaim.publish.publisher import SlicePublisher, normalized_device
 from netclaim.quantity import parse_quantity
+from netclaim_lab import agents, binaries, cluster, keeper, processes
+from netclaim_lab.benchmarks import measure, report
+from netclaim_lab.benchmarks.suite import log, wait_for
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.controlplane import ControlPlane
+from netclaim_lab.layout import REPO_ROOT
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 NAMESPACE = "scale"  # the 5,000-pod runs
 CHURN_NAMESPACE = "scale-churn"
-MEASURED = ("scale-0001", "scale-0002", "scale-0003")  # benchmarks/scale-cluster.yaml
+MEASURED = ("scale-0001", "scale-0002", "scale-0003")  # scale-cluster.yaml
 BANDWIDTH = f"{DRIVER_DOMAIN}/bandwidth"
 ATTACHMENTS = f"{DRIVER_DOMAIN}/attachments"
 # of 25G NICs, in turn: 5,000 claims ask for 64 % of the 500 nodes' bandwidth, and a 2-NIC node fills up
@@ -854,7 +854,7 @@ def run(handle: ClusterHandle, sizes: Sizes, work: Path) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="make bench-scale", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: make test's run")
-    parser.add_argument("--out", type=Path, default=ROOT, help="where bench/ and README.md are")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT, help="where bench/ and README.md are")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     started = time.monotonic()

@@ -1,6 +1,6 @@
 """deploy/ is the chart rendered with its default values: one source for both install paths.
 
-`make deploy` writes it (`python -m netclaim.cluster.manifests`); tests/test_helm_chart.py fails when the
+`make deploy` writes it (`python -m netclaim_lab.manifests`); tests/test_helm_chart.py fails when the
 checked-in files differ from a fresh rendering. Each template becomes the file of the same name (the
 namespace first, so that `kubectl apply -f deploy/` creates it before what lives in it), its documents in
 the order helm installs them, with a header saying where they come from.
@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from netclaim.cluster.binaries import built_bin_dir
-from netclaim.cluster.layout import REPO_ROOT
+from netclaim_lab.binaries import built_bin_dir
+from netclaim_lab.layout import REPO_ROOT
 
 CHART = REPO_ROOT / "charts" / "netclaim"
 DEPLOY = REPO_ROOT / "deploy"

@@ -2,7 +2,7 @@
 
 Phases (each figure says where it was observed: containerd's log, the API server, /proc, the agent's log):
   idle     the agents' RSS and CPU over 60 quiet seconds (/proc)
-  floor    the raw CNI exec of the benchmark's config lists, 1 and 4 per pod (benchmarks/raw_cni.py)
+  floor    the raw CNI exec of the benchmark's config lists, 1 and 4 per pod (raw_cni.py)
   serial   pods one at a time on node-1: without a claim, with 1 NIC, with 4 NICs; RunPodSandbox as
            containerd logged it, attach and Node(Un)PrepareResources as the agent logged them
   burst    30 pods at once, without and with a claim, 3 rounds each; create → Ready (and claim Ready) as
@@ -12,7 +12,7 @@ Phases (each figure says where it was observed: containerd's log, the API server
   memory   what each library adds to a Python process in the agent's container (crictl exec)
   profile  py-spy on the agent from outside, pods one at a time and a burst (apart from the timed phases)
 
-Writes bench/report.json, then docs/benchmarks.md and its plots (benchmarks/report.py); the last line is
+Writes bench/report.json, then docs/benchmarks.md and its plots (report.py); the last line is
 the BENCH line. `--quick` runs every phase small (make test). NETCLAIM_KEEP_CLUSTER=1 keeps the cluster
 (and a running one is reused).
 """
@@ -40,12 +40,12 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from benchmarks import measure, report
-from netclaim.cluster import agents, cluster, processes
-from netclaim.cluster.cluster import ClusterHandle
+from netclaim_lab import agents, cluster, processes
+from netclaim_lab.benchmarks import measure, report
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.layout import REPO_ROOT
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 NODE = "node-1"
 NAMESPACE = "bench"
 NICS = ["enp0s10", "enp0s11", "enp0s12", "enp0s13"]
@@ -95,7 +95,7 @@ def start_phase(message: str) -> None:
 
 # --- the objects -------------------------------------------------------------------------------------
 def _cni_config(index: int) -> dict[str, Any]:
-    """netclaim's CNIConfig for request `index`: the same list benchmarks/raw_cni.py runs, its master the
+    """netclaim's CNIConfig for request `index`: the same list raw_cni.py runs, its master the
     allocated device."""
     return {
         "apiVersion": "netclaim.dev/v1alpha1",
@@ -607,7 +607,7 @@ def bench_line(result: dict[str, Any]) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="make bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: make test's run of the suite")
-    parser.add_argument("--out", type=Path, default=ROOT, help="where bench/, docs/ and README.md are")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT, help="where bench/, docs/ and README.md are")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     started = time.monotonic()

@@ -20,8 +20,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
 
-from netclaim.cluster.layout import ClusterLayout
-from netclaim.cluster.spec import ClusterSpec
+from netclaim_lab.layout import ClusterLayout
+from netclaim_lab.spec import ClusterSpec
 
 HEARTBEAT_SECONDS = 10  # a kubelet renews its Lease every 10 s (a quarter of its 40 s duration)
 STATUS_EVERY = 6  # heartbeats; the node lifecycle controller takes a renewed Lease for a heartbeat
@@ -49,7 +49,7 @@ def _status() -> NodeStatus:
                 type="Ready",
                 status="True",
                 reason="NetclaimNodeKeeper",
-                message="kept Ready by netclaim cluster keep-nodes",
+                message="kept Ready by netclaim-lab cluster keep-nodes",
                 lastHeartbeatTime=now,
                 lastTransitionTime=now,
             )

@@ -20,7 +20,7 @@ CNI = "/usr/lib/cni"
 
 
 def config(index: int, master: str) -> dict[str, object]:
-    """The config list netclaim runs for the benchmark's claims (benchmarks/suite.py), master filled in."""
+    """The config list netclaim runs for the benchmark's claims (suite.py), master filled in."""
     return {
         "cniVersion": "1.0.0",
         "name": f"raw-bench-{index}",

@@ -1,6 +1,6 @@
 """docs/benchmarks.md, its plots and README's figures table, all from one bench/report.json.
 
-Usage: .venv/bin/python -m benchmarks.report [bench/report.json]   (make bench runs it after measuring)
+Usage: .venv/bin/python -m netclaim_lab.benchmarks.report [bench/report.json]   (make bench runs it)
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-ROOT = Path(__file__).resolve().parent.parent
+from netclaim_lab.layout import REPO_ROOT
+
 PLOTS = "docs/benchmarks"
 README_BEGIN = "<!-- bench:begin (make bench writes this table from bench/report.json) -->"
 README_END = "<!-- bench:end -->"
@@ -129,8 +130,9 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['machine']['memory_gib']} GiB, kernel {result['machine']['kernel']}, Python "
         f"{result['machine']['python']}) in {result['seconds'] / 60:.1f} min; every figure below is from "
         "that one run "
-        "(`bench/report.json`). The cluster is benchmarks/cluster.yaml: real kube-apiserver, scheduler, "
-        "kubelet and containerd, the agents deployed from `deploy/` as the DaemonSet users run.",
+        "(`bench/report.json`). The cluster is lab/src/netclaim_lab/benchmarks/cluster.yaml: real "
+        "kube-apiserver, scheduler, kubelet and containerd, the agents deployed from `deploy/` as the "
+        "DaemonSet users run.",
         "",
         "## Against the targets",
         "",
@@ -150,8 +152,8 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "## Configure path, one pod at a time (node-1)",
         "",
-        "Where: the raw exec is timed by `benchmarks/raw_cni.py` inside the node; RunPodSandbox by "
-        "containerd's "
+        "Where: the raw exec is timed by `lab/src/netclaim_lab/benchmarks/raw_cni.py` inside the node; "
+        "RunPodSandbox by containerd's "
         "own log (request → sandbox id, NRI hook included); attach, CNI ADD and Node(Un)PrepareResources by "
         "the agent's log lines (kubelet's DRA histograms start at 100 ms, too coarse for these).",
         "",
@@ -441,7 +443,7 @@ def _write_readme_section(root: Path, begin: str, end: str, section: str) -> Non
     readme.write_text(pattern.sub(lambda _: section, text))
 
 
-def render(result: dict[str, Any], root: Path = ROOT) -> None:
+def render(result: dict[str, Any], root: Path = REPO_ROOT) -> None:
     _write_readme_section(root, README_BEGIN, README_END, readme_table(result))
     _plots(result, root / PLOTS)
     (root / "docs" / "benchmarks.md").write_text(markdown(result))
@@ -509,10 +511,10 @@ def scale_table(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def render_scale(result: dict[str, Any], root: Path = ROOT) -> None:
+def render_scale(result: dict[str, Any], root: Path = REPO_ROOT) -> None:
     _write_readme_section(root, SCALE_BEGIN, SCALE_END, scale_table(result))
 
 
 if __name__ == "__main__":
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "bench" / "report.json"
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO_ROOT / "bench" / "report.json"
     render(json.loads(path.read_text()))

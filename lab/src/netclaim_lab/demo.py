@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.layout import REPO_ROOT
-from netclaim.errors import ExpectationError
+from netclaim.errors import NetclaimError
 from netclaim.quantity import format_quantity, parse_quantity
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.layout import REPO_ROOT
 
 DRIVER = "netclaim.dev"
 BANDWIDTH = "netclaim.dev/bandwidth"
@@ -29,6 +29,10 @@ POOLS_POOL = "netclaim.dev/ip-pools"  # the DRA pool of the IP pools' devices
 POOL = "demo-net"
 EXAMPLES = REPO_ROOT / "examples" / "demo"
 NAMESPACE = "netclaim-demo"
+
+
+class ExpectationError(NetclaimError):
+    """What the local demo saw differs from what it expects; the message lists every difference."""
 
 
 @dataclass

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import yaml
 
-from netclaim.cluster import processes
-from netclaim.cluster.controlplane import FEATURE_GATES, SERVICE_IP, ControlPlane
-from netclaim.cluster.images import PAUSE_IMAGE
-from netclaim.cluster.layout import ClusterLayout, NodeLayout
-from netclaim.cluster.spec import ClusterSpec, Node
 from netclaim.errors import TransientError
+from netclaim_lab import processes
+from netclaim_lab.controlplane import FEATURE_GATES, SERVICE_IP, ControlPlane
+from netclaim_lab.images import PAUSE_IMAGE
+from netclaim_lab.layout import ClusterLayout, NodeLayout
+from netclaim_lab.spec import ClusterSpec, Node
 
 DEBIAN_CNI_DIR = Path("/usr/lib/cni")  # containernetworking-plugins
 RUNC = Path("/usr/sbin/runc")

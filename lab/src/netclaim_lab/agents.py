@@ -22,11 +22,11 @@ from typing import Any
 
 import yaml
 
-from netclaim.cluster import agent_image, processes
-from netclaim.cluster.cluster import ClusterHandle
-from netclaim.cluster.controlplane import SERVICE_CIDR, write_kubeconfig
-from netclaim.cluster.layout import REPO_ROOT
 from netclaim.errors import TransientError
+from netclaim_lab import agent_image, processes
+from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.controlplane import SERVICE_CIDR, write_kubeconfig
+from netclaim_lab.layout import REPO_ROOT
 
 METRICS_PORT = 9177
 NAMESPACE = "netclaim-system"

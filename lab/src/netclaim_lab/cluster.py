@@ -1,4 +1,4 @@
-"""`netclaim cluster up|down|status`: a real multi-node Kubernetes cluster on one Linux machine."""
+"""`netclaim-lab cluster up|down|status`: a real multi-node Kubernetes cluster on one Linux machine."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from typing import TextIO
 
 import yaml
 
-from netclaim.cluster import binaries, processes
-from netclaim.cluster.controlplane import ControlPlane
-from netclaim.cluster.images import build_images
-from netclaim.cluster.layout import ClusterLayout
-from netclaim.cluster.node import LocalNode, install_cni_plugins
-from netclaim.cluster.spec import ClusterSpec, load_cluster_spec
 from netclaim.errors import ConfigError, NetclaimError, PrerequisiteError, TransientError
+from netclaim_lab import binaries, processes
+from netclaim_lab.controlplane import ControlPlane
+from netclaim_lab.images import build_images
+from netclaim_lab.layout import ClusterLayout
+from netclaim_lab.node import LocalNode, install_cni_plugins
+from netclaim_lab.spec import ClusterSpec, load_cluster_spec
 
 CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
 AGENT_APISERVER = "kube-apiserver-agents"
@@ -59,7 +59,7 @@ def _require_prerequisites() -> None:
     import os
 
     if os.geteuid() != 0:
-        raise PrerequisiteError("netclaim cluster needs root (network namespaces, mounts, cgroups)")
+        raise PrerequisiteError("netclaim-lab cluster needs root (network namespaces, mounts, cgroups)")
     for program in ("ip", "nsenter", "unshare", "mount", "sysctl"):
         if not shutil.which(program):
             raise PrerequisiteError(f"{program} is missing: apt-get install iproute2 util-linux procps")
@@ -109,7 +109,7 @@ def up(spec_path: Path, log: TextIO = sys.stderr) -> ClusterHandle:
             print(f"cluster {spec.name} is already up; kubeconfig: {layout.admin_kubeconfig}", file=log)
             return handle
         raise NetclaimError(
-            f"cluster {spec.name} is up with another definition; run `netclaim cluster down` first"
+            f"cluster {spec.name} is up with another definition; run `netclaim-lab cluster down` first"
         )
     down(spec.name, log=io.StringIO())  # leftovers of a crashed run, quietly
     started = time.monotonic()
@@ -190,7 +190,7 @@ def _bring_up(handle: ClusterHandle, step: Callable[[str], None]) -> None:
         step("node keeper (kubelet: false nodes)")
         processes.start(
             KEEPER,
-            [sys.executable, "-m", "netclaim", "cluster", "keep-nodes", spec.name],
+            [sys.executable, "-m", "netclaim_lab", "cluster", "keep-nodes", spec.name],
             pid_dir=layout.pids,
             log_dir=layout.logs,
         )
@@ -272,7 +272,7 @@ def _links_with_prefix(prefix: str) -> list[str]:
 
 
 def status(name: str) -> dict[str, object]:
-    """Which components run, for `netclaim cluster status`."""
+    """Which components run, for `netclaim-lab cluster status`."""
     layout = ClusterLayout.for_cluster(name)
     spec = _recorded_spec(layout)
     if spec is None:

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from netclaim.cluster.layout import REPO_ROOT
 from netclaim.errors import PrerequisiteError
+from netclaim_lab.layout import REPO_ROOT
 
 PROGRAMS = (
     "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
     "containerd", "containerd-shim-runc-v2", "ctr", "crictl", "etcd", "pause",
     "whereabouts", "whereabouts-reconcile", "helm",
 )  # fmt: skip
-# The local cluster's agents run these CNI plugins beside Debian's (netclaim.cluster.agents.cni_bin_dir).
+# The local cluster's agents run these CNI plugins beside Debian's (netclaim_lab.agents.cni_bin_dir).
 CNI_PLUGINS = ("whereabouts",)
 
 

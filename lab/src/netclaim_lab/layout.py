@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-# The checkout this tooling runs from (deploy/, examples/, tools/): it is dev tooling, never installed alone.
+# The checkout the lab runs from (deploy/, examples/, image/, tools/), three levels above this package's
+# directory (lab/src/netclaim_lab/): the lab is installed editable from it, never alone.
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 STATE_ROOT = Path(os.environ.get("NETCLAIM_CLUSTER_ROOT", "/var/lib/netclaim-cluster"))
@@ -156,7 +157,7 @@ class ClusterLayout:
 
     @property
     def cni_bin(self) -> Path:
-        """Every node's /opt/cni/bin: Debian's plugins and the pinned ones (netclaim.cluster.node)."""
+        """Every node's /opt/cni/bin: Debian's plugins and the pinned ones (netclaim_lab.node)."""
         return self.root / "cni-bin"
 
     @property

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import yaml
 
-from netclaim.cluster import processes
-from netclaim.cluster.layout import ClusterLayout
-from netclaim.cluster.pki import CertificateAuthority, KeyPair, write_service_account_keys
-from netclaim.cluster.spec import ClusterSpec
 from netclaim.errors import TransientError
+from netclaim_lab import processes
+from netclaim_lab.layout import ClusterLayout
+from netclaim_lab.pki import CertificateAuthority, KeyPair, write_service_account_keys
+from netclaim_lab.spec import ClusterSpec
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"

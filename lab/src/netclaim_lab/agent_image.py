@@ -7,9 +7,9 @@ tarball that `ctr -n k8s.io images import` names (deploy/daemonset.yaml's and co
   compilers; docs, man pages and locales excluded by dpkg) with image/debian-packages.txt, plus the
   hash-pinned image/requirements.lock installed by the host's pip with --target, so that no pip is in
   the image. Rebuilt only when those files or this recipe change.
-- netclaim: the wheel built from the checkout (image/build-constraints.txt pins its build backend) and
-  the image/netclaim command. A change of src/ rebuilds only this small layer, and containerd imports
-  only it again.
+- netclaim: the product's wheel, built from the checkout's pyproject.toml and src/ only, never lab/
+  (image/build-constraints.txt pins its build backend), and the image/netclaim command. A change of
+  src/ rebuilds only this small layer, and containerd imports only it again.
 
 Everything Python is byte-compiled inside the image's own interpreter with hash-based .pyc
 (PYTHONHASHSEED=0), so start-up is fast with a read-only root filesystem and the bytes do not depend on
@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from netclaim.cluster import images
-from netclaim.cluster.binaries import build_lock, cache_root
-from netclaim.cluster.layout import REPO_ROOT
 from netclaim.errors import PrerequisiteError
+from netclaim_lab import images
+from netclaim_lab.binaries import build_lock, cache_root
+from netclaim_lab.layout import REPO_ROOT
 
 DEFAULT_REF = "registry.example.com/netclaim:0.1.0"
 SOURCE_DATE_EPOCH = 1747699200  # 2025-05-20T00:00:00Z: a constant, so no build date reaches the bytes
@@ -126,7 +126,7 @@ def check_lock(pyproject: Path = REPO_ROOT / "pyproject.toml", lock: Path = LOCK
     if stale:
         raise PrerequisiteError(
             f"{lock} does not match pyproject.toml ({', '.join(stale)}): run "
-            "`.venv/bin/netclaim cluster image --relock` and commit it"
+            "`.venv/bin/netclaim-lab cluster image --relock` and commit it"
         )
 
 
@@ -175,7 +175,7 @@ def relock(log: TextIO = sys.stderr) -> Path:
         "# The agent image's Python packages: pyproject.toml's [project].dependencies and all they pull in,",
         f"# resolved for Debian {SUITE}'s CPython {PYTHON} (manylinux x86_64, glibc 2.{GLIBC_MINOR}), "
         "each wheel's hash pinned.",
-        "# Regenerate after changing a pin: .venv/bin/netclaim cluster image --relock",
+        "# Regenerate after changing a pin: .venv/bin/netclaim-lab cluster image --relock",
     ]
     for item in sorted(resolved, key=lambda i: _normalize(i["metadata"]["name"])):
         digest = item["download_info"]["archive_info"]["hashes"]["sha256"]
@@ -358,8 +358,9 @@ def _build_base(work: Path, output: Path, log: TextIO) -> None:
     print(f"  base layer: {time.monotonic() - started:.0f} s", file=log, flush=True)
 
 
-def _netclaim_wheel(work: Path) -> Path:
-    """netclaim's wheel from a copy of the sources (an in-tree build would leave build/lib behind)."""
+def build_wheel(work: Path) -> Path:
+    """netclaim's wheel, the one the image installs, from a copy of the product's sources (source_files: no
+    lab); a copy because an in-tree build would leave build/lib behind."""
     source = work / "source"
     for path in source_files():
         target = source / path.relative_to(REPO_ROOT)
@@ -383,7 +384,7 @@ def _build_netclaim(base_layer: Path, work: Path, output: Path, log: TextIO) -> 
     _run(["tar", "-C", str(rootfs), "-xf", str(base_layer)], "unpacking the base layer")
     site = rootfs / SITE_PACKAGES
     before = {p.name for p in site.iterdir()}
-    wheel = _netclaim_wheel(work)
+    wheel = build_wheel(work)
     version = wheel.name.split("-")[1]
     pin = f"netclaim=={version}"
     _run([*_pip_install(site), "--no-index", f"--find-links={wheel.parent}", pin], "pip install netclaim")
