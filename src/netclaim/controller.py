@@ -20,7 +20,7 @@ from typing import Any
 from netclaim import metrics
 from netclaim.adapters.http import Health
 from netclaim.adapters.http import serve as serve_health
-from netclaim.adapters.kube import Claim, IPAllocation, KubeApi, condition
+from netclaim.adapters.kube import KubeApi
 from netclaim.api.ippool import ADDRESSES, IPPool
 from netclaim.api.settings import ControllerSettings
 from netclaim.backoff import supervise
@@ -35,6 +35,7 @@ from netclaim.ipam.pools import (
     pool_use,
     read_pools,
 )
+from netclaim.objects import Claim, IPAllocation, condition
 from netclaim.publish.loop import Trigger, periodic
 from netclaim.stopping import until_stopped
 

@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from netclaim.adapters.kube import Claim, IPAllocation, KubeApi, Slice
+from netclaim.adapters.kube import KubeApi
 from netclaim.errors import AlreadyExistsError, ConflictError, GoneError, NetclaimError
+from netclaim.objects import Claim, IPAllocation, Slice
 
 
 @dataclass
@@ -286,7 +287,6 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from netclaim.adapters.cni import CniRunner, Invocation  # noqa: E402
-from netclaim.adapters.kube import AllocatedDevice, DeviceConfig, PodRef  # noqa: E402
 from netclaim.adapters.netlink import InterfaceState  # noqa: E402
 from netclaim.adapters.nri import PodSandbox  # noqa: E402
 from netclaim.configure import attach as attach_module  # noqa: E402
@@ -297,6 +297,7 @@ from netclaim.configure.prepare import Preparer  # noqa: E402
 from netclaim.configure.status import ClaimRef, StatusWriter  # noqa: E402
 from netclaim.configure.store import Attachment, State, Store  # noqa: E402
 from netclaim.ipam.addresses import AddressBook  # noqa: E402
+from netclaim.objects import AllocatedDevice, DeviceConfig, PodRef  # noqa: E402
 from netclaim.publish.devices import BANDWIDTH, Capacity, Device, DeviceCatalog  # noqa: E402
 
 SAMPLE_NODE = "node-1"

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kube import AllocatedDevice, Claim, IPAllocation, RequestSpec
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, allocation_name
 from netclaim.controller import ADDRESS_CLASS, Reconciler
 from netclaim.ipam.pools import (
@@ -25,6 +24,7 @@ from netclaim.ipam.pools import (
     read_pools,
     slice_bodies,
 )
+from netclaim.objects import AllocatedDevice, Claim, IPAllocation, RequestSpec
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim
 
 SIX: dict[str, Any] = {"ranges": [{"subnet": "10.10.3.0/29"}]}  # 10.10.3.1 .. .6

@@ -7,7 +7,7 @@ import pytest
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import Status, StatusDetails
 
-from netclaim.adapters.kube import Claim, translated
+from netclaim.adapters.kube import translated
 from netclaim.errors import (
     ApiRejectedError,
     ApiUnavailableError,
@@ -16,6 +16,7 @@ from netclaim.errors import (
     GoneError,
     NetclaimError,
 )
+from netclaim.objects import Claim
 
 
 def _api_error(code: int, message: str, name: str | None = None) -> ApiError:

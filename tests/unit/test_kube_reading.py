@@ -12,9 +12,10 @@ from typing import Any, cast
 import httpx2 as httpx
 import pytest
 
-from netclaim.adapters.kube import IPAllocation, KubeApi, read_json
+from netclaim.adapters.kube import KubeApi
 from netclaim.errors import ApiUnavailableError, ConfigError, GoneError
 from netclaim.metrics import REGISTRY
+from netclaim.objects import IPAllocation, read_json
 from tests.unit.fakes import KUBECONFIG, FakeApiServer, api_status
 
 API_DEPTH = 5000  # 10 KiB of `[[[[…]]]]`: as deep as the API server stores an opaque config

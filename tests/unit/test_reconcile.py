@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kube import IPAllocation, KubeApi
+from netclaim.adapters.kube import KubeApi
 from netclaim.api.ippool import POOLS_POOL
 from netclaim.controller import Reconciler
 from netclaim.errors import ApiRejectedError, ApiUnavailableError
 from netclaim.metrics import REGISTRY
+from netclaim.objects import IPAllocation
 from tests.unit.fakes import (
     KUBECONFIG,
     SAMPLE_DRIVER,

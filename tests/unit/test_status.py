@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kube import Claim
 from netclaim.backoff import Backoff
 from netclaim.configure.status import (
     MAX_CONFLICT_RETRIES,
@@ -26,6 +25,7 @@ from netclaim.configure.status import (
 )
 from netclaim.configure.store import Interface, Outcome, State, Store
 from netclaim.errors import ApiRejectedError, ApiUnavailableError, GoneError
+from netclaim.objects import Claim
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
 
 CLAIM = ClaimRef("team-a", "claim-1", "claim-uid-1")

@@ -7,7 +7,6 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from netclaim.adapters.kube import CONDITION_MESSAGE_BYTES
 from netclaim.configure.plan import PoolAddresses
 from netclaim.configure.status import (
     MAX_DATA_BYTES,
@@ -19,6 +18,7 @@ from netclaim.configure.status import (
 )
 from netclaim.configure.store import Interface, Outcome, State
 from netclaim.controller import Reconciler
+from netclaim.objects import CONDITION_MESSAGE_BYTES
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_row
 
 ROW = sample_row()

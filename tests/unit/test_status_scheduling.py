@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kube import Claim
 from netclaim.backoff import Backoff
 from netclaim.configure.status import (
     MAX_BUG_ATTEMPTS,
@@ -28,6 +27,7 @@ from netclaim.configure.status import (
 from netclaim.configure.store import Interface, Outcome, State, Store
 from netclaim.errors import ApiRejectedError, ApiUnavailableError
 from netclaim.metrics import REGISTRY
+from netclaim.objects import Claim
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
 
 SAFETY_NET = 10.0  # seconds: not a measurement, a bound on a writer that gave up

@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import ipaddress
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
-import ijson  # type: ignore[import-untyped]  # no type information shipped
 from lightkube import AsyncClient, KubeConfig
 from lightkube.config.client_adapter import AsyncClient as http_client
 from lightkube.config.client_adapter import ConnectionParams
@@ -51,7 +48,6 @@ from lightkube.resources.resource_v1 import (
 from lightkube.types import PatchType
 
 from netclaim import metrics
-from netclaim.api.cniconfig import MAX_DEPTH, too_deep
 from netclaim.errors import (
     AlreadyExistsError,
     ApiRejectedError,
@@ -62,21 +58,30 @@ from netclaim.errors import (
     NetclaimError,
 )
 from netclaim.names import DRIVER_DOMAIN
+from netclaim.objects import (
+    CLAIM_UID_LABEL,
+    IPPOOL_API_VERSION,
+    POOL_LABEL,
+    Claim,
+    IPAllocation,
+    Slice,
+    as_object,
+    as_text,
+    cut,
+    ippool_problem,
+    read_json,
+)
 
 log = logging.getLogger(__name__)
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 TIMEOUT = httpx.Timeout(10.0, read=60.0)
 WATCH_TIMEOUT = httpx.Timeout(10.0, read=None)  # a watch may be quiet for as long as nothing changes
-CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message
 EVENT_MESSAGE_BYTES = 1024
 UNREADABLE_REASON = "NetclaimUnreadable"
 # object versions remembered as reported unreadable; past it they are forgotten (reported once more)
 MAX_REPORTED = 4096
-IPPOOL_API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"  # IPPools' and IPAllocations'
 IPPoolResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPPool", "ippools")
 IPAllocationResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPAllocation", "ipallocations")
-POOL_LABEL = f"{DRIVER_DOMAIN}/pool"
-CLAIM_UID_LABEL = f"{DRIVER_DOMAIN}/claim-uid"
 
 
 @contextlib.contextmanager
@@ -113,21 +118,6 @@ def translated(what: str) -> Iterator[None]:
         raise ConfigError(f"{what}: nested too deeply to read") from err
 
 
-def read_json(data: bytes | str) -> Any:
-    """A JSON document built without recursion (ijson's events into its ObjectBuilder): no depth the API
-    server stores can break reading it. Check how deep a part is (too_deep, iterative) before
-    anything recursive touches it. ValueError when `data` is not JSON."""
-    builder = ijson.ObjectBuilder()
-    try:
-        for event, value in ijson.basic_parse(
-            data.encode() if isinstance(data, str) else data, use_float=True
-        ):
-            builder.event(event, value)
-    except ijson.JSONError as err:
-        raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
-    return builder.value
-
-
 def _raise_for_status(response: httpx.Response) -> None:
     """An error answer as lightkube raises it (ApiError with the API's Status), for `translated`."""
     if response.is_error:
@@ -149,272 +139,9 @@ def _path(resource: Any, namespace: str | None = None, name: str | None = None) 
     return "/" + "/".join(parts)
 
 
-def _object(value: Any) -> dict[str, Any]:
-    """A JSON object read from the API ({} for a missing one); TypeError for anything else."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise TypeError(f"an object was expected, not {type(value).__name__}")
-    return value
-
-
-def _text(value: Any) -> str:
-    """A JSON string read from the API; TypeError for anything else (never str() of what a tenant wrote)."""
-    if not isinstance(value, str):
-        raise TypeError(f"a string was expected, not {type(value).__name__}")
-    return value
-
-
-def _cut(text: str, limit: int) -> str:
-    """`text` within `limit` bytes of UTF-8, as the API counts (a character cut in two is dropped)."""
-    return text.encode()[:limit].decode(errors="ignore")
-
-
-def condition(status: str, reason: str, message: str, since: str | None = None) -> dict[str, str]:
-    """A `Ready` condition as the API takes it, the message cut to its limit (claims' and IPPools');
-    `since` is its lastTransitionTime (a claim's conditions need one)."""
-    found = {
-        "type": "Ready",
-        "status": status,
-        "reason": reason,
-        "message": _cut(message, CONDITION_MESSAGE_BYTES),
-    }
-    return {**found, "lastTransitionTime": since} if since is not None else found
-
-
-@dataclass(frozen=True)
-class AllocatedDevice:
-    """One entry of a claim's `status.allocation.devices.results`."""
-
-    request: str
-    driver: str
-    pool: str
-    device: str
-    share_id: str
-    consumed_capacity: dict[str, str]
-
-
-@dataclass(frozen=True)
-class DeviceConfig:
-    """One entry of `status.allocation.devices.config` with an opaque config."""
-
-    source: str  # FromClass (the admin's DeviceClass) or FromClaim (the user's claim)
-    requests: tuple[str, ...]
-    driver: str
-    parameters: object  # None when unreadable
-    unreadable: str = ""  # why `parameters` were not read: nested deeper than MAX_DEPTH
-
-    @classmethod
-    def from_api(cls, index: int, entry: dict[str, Any]) -> DeviceConfig:
-        opaque = _object(entry.get("opaque"))
-        parameters, unreadable = opaque.get("parameters"), ""
-        if too_deep(parameters) is not None:
-            location = f"status.allocation.devices.config[{index}].opaque.parameters"
-            parameters, unreadable = None, f"{location}: nested deeper than {MAX_DEPTH} levels"
-        return cls(
-            source=_text(entry.get("source", "")),
-            requests=tuple(_text(r) for r in entry.get("requests") or ()),
-            driver=_text(opaque.get("driver", "")),
-            parameters=parameters,
-            unreadable=unreadable,
-        )
-
-
-@dataclass(frozen=True)
-class PodRef:
-    name: str
-    uid: str
-
-
-@dataclass(frozen=True)
-class RequestSpec:
-    """One request (or subrequest) of a claim's spec: its DeviceClass and CEL selectors."""
-
-    name: str
-    device_class: str
-    selectors: tuple[str, ...]
-
-
-def _request_specs(spec: dict[str, Any]) -> tuple[RequestSpec, ...]:
-    found = []
-    for request in _object(spec.get("devices")).get("requests") or []:
-        name = _text(request.get("name", ""))
-        options = [(name, _object(request["exactly"]))] if request.get("exactly") else []
-        options += [
-            (f"{name}/{_text(sub.get('name', ''))}", _object(sub))
-            for sub in request.get("firstAvailable") or []
-        ]
-        for full_name, option in options:
-            selectors = tuple(
-                _text(_object(s.get("cel")).get("expression", "")) for s in option.get("selectors") or []
-            )
-            found.append(RequestSpec(full_name, _text(option.get("deviceClassName", "")), selectors))
-    return tuple(found)
-
-
-def _claim_parts(data: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a Claim past its identity, as the API has them; TypeError, KeyError or AttributeError
-    for a part of another shape. An opaque config nested too deep is kept out of reach (DeviceConfig)."""
-    status = _object(data.get("status"))
-    allocation = _object(status.get("allocation")).get("devices")
-    allocated = _object(allocation)
-    return {
-        "allocated": allocation is not None,
-        "results": tuple(
-            AllocatedDevice(
-                request=_text(r["request"]),
-                driver=_text(r["driver"]),
-                pool=_text(r["pool"]),
-                device=_text(r["device"]),
-                share_id=_text(r.get("shareID") or ""),
-                consumed_capacity={_text(k): _text(v) for k, v in _object(r.get("consumedCapacity")).items()},
-            )
-            for r in allocated.get("results") or []
-        ),
-        "configs": tuple(
-            DeviceConfig.from_api(index, c)
-            for index, c in enumerate(allocated.get("config") or [])
-            if c.get("opaque") is not None
-        ),
-        "reserved_for": tuple(
-            PodRef(_text(r["name"]), _text(r["uid"]))
-            for r in status.get("reservedFor") or []
-            if r.get("resource") == "pods"
-        ),
-        "devices_status": tuple(_object(d) for d in status.get("devices") or ()),
-        "owned_by_pod": any(
-            o.get("kind") == "Pod" and o.get("controller") for o in meta.get("ownerReferences") or []
-        ),
-        "requests": _request_specs(_object(data.get("spec"))),
-    }
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A ResourceClaim as netclaim reads it."""
-
-    namespace: str
-    name: str
-    uid: str
-    resource_version: str
-    allocated: bool
-    results: tuple[AllocatedDevice, ...]
-    configs: tuple[DeviceConfig, ...]
-    reserved_for: tuple[PodRef, ...]  # pods only
-    # status.devices, every driver's, as the API has them: of other drivers' entries only `driver` is read
-    devices_status: tuple[dict[str, Any], ...]
-    owned_by_pod: bool = False  # generated from a ResourceClaimTemplate: it lives as long as its pod
-    requests: tuple[RequestSpec, ...] = ()
-    unreadable: str = ""  # why the claim could be read only in part: then it has its identity only
-
-    @classmethod
-    def from_api(cls, data: Any) -> Claim:
-        """The claim; ValueError when not even its identity (metadata) can be read."""
-        try:
-            meta = _object(_object(data).get("metadata"))
-            namespace, name, uid, version = (
-                _text(meta.get(key, "")) for key in ("namespace", "name", "uid", "resourceVersion")
-            )
-        except TypeError as err:
-            raise ValueError(f"metadata: {err}") from None
-        claim = cls(namespace, name, uid, version, False, (), (), (), ())
-        try:
-            return replace(claim, **_claim_parts(data, meta))
-        except (KeyError, TypeError, AttributeError) as err:
-            return replace(claim, unreadable=f"cannot be read ({type(err).__name__}: {err})")
-
-    def problems(self) -> list[str]:
-        """What of the claim could not be read."""
-        return [p for p in (self.unreadable, *(c.unreadable for c in self.configs)) if p]
-
-
-@dataclass(frozen=True)
-class Slice:
-    """A ResourceSlice of a pool, as netclaim compares it."""
-
-    name: str
-    pool: str
-    generation: int
-    slice_count: int
-    devices: tuple[dict[str, Any], ...]
-    owner_uids: tuple[str, ...] = ()
-
-    @classmethod
-    def from_api(cls, data: dict[str, Any]) -> Slice:
-        spec = data["spec"]
-        return cls(
-            name=str(data["metadata"]["name"]),
-            pool=str(spec["pool"]["name"]),
-            generation=int(spec["pool"]["generation"]),
-            slice_count=int(spec["pool"]["resourceSliceCount"]),
-            devices=tuple(spec.get("devices") or ()),
-            owner_uids=tuple(str(o["uid"]) for o in data["metadata"].get("ownerReferences") or ()),
-        )
-
-
 def _data(obj: Any) -> dict[str, Any]:
     """A lightkube object (typed or generic) as the API's JSON data."""
     return dict(obj.to_dict())
-
-
-@dataclass(frozen=True)
-class IPAllocation:
-    """An IPAllocation object: one address of a pool, held by one claim (the object's name is the lock)."""
-
-    name: str
-    uid: str
-    pool: str
-    address: str  # with the prefix length of its range, e.g. 10.10.3.7/24
-    claim_namespace: str
-    claim_name: str
-    claim_uid: str
-    node: str
-
-    @classmethod
-    def from_api(cls, data: Any) -> IPAllocation:
-        """The allocation; ValueError (TypeError) when a field is not what the kind says."""
-        meta, spec = _object(_object(data).get("metadata")), _object(data.get("spec"))
-        claim = _object(spec.get("claim"))
-        address = _text(spec.get("address", ""))
-        if "/" not in address:
-            raise ValueError(f"spec.address: {address!r} is not an address with its prefix length")
-        ipaddress.ip_interface(address)  # ValueError: not an address
-        return cls(
-            name=_text(meta.get("name", "")),
-            uid=_text(meta.get("uid", "")),
-            pool=_text(spec.get("pool", "")),
-            address=address,
-            claim_namespace=_text(claim.get("namespace", "")),
-            claim_name=_text(claim.get("name", "")),
-            claim_uid=_text(claim.get("uid", "")),
-            node=_text(spec.get("node", "")),
-        )
-
-    def to_api(self) -> dict[str, Any]:
-        return {
-            "apiVersion": IPPOOL_API_VERSION,
-            "kind": "IPAllocation",
-            "metadata": {
-                "name": self.name,
-                "labels": {POOL_LABEL: self.pool, CLAIM_UID_LABEL: self.claim_uid},
-            },
-            "spec": {
-                "pool": self.pool,
-                "address": self.address,
-                "claim": {"namespace": self.claim_namespace, "name": self.claim_name, "uid": self.claim_uid},
-                "node": self.node,
-            },
-        }
-
-
-def _pool_problem(data: Any) -> str:
-    """Why an IPPool as the API has it cannot be read ("" when it can: its spec is then IPPool's to judge)."""
-    meta = data.get("metadata") if isinstance(data, dict) else None
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
-        return "it has no name"
-    if too_deep(data) is not None:
-        return f"nested deeper than {MAX_DEPTH} levels"
-    return ""
 
 
 class KubeApi:
@@ -480,7 +207,7 @@ class KubeApi:
 
     async def _list(self, what: str, path: str, params: dict[str, str] | None = None) -> list[Any]:
         """The items of a list, each as the API has it (not read yet: each is read on its own)."""
-        items = _object(await self._read(what, path, params)).get("items") or []
+        items = as_object(await self._read(what, path, params)).get("items") or []
         if not isinstance(items, list):
             raise ApiUnavailableError(f"{what}: the API server's answer has no list of items")
         return items
@@ -610,7 +337,7 @@ class KubeApi:
             metadata=ObjectMeta(generateName=f"{str(involved.name)[:240]}.", namespace=namespace),
             involvedObject=involved,
             reason=reason,
-            message=_cut(message, EVENT_MESSAGE_BYTES),
+            message=cut(message, EVENT_MESSAGE_BYTES),
             type="Warning",
             source=EventSource(component=self.field_manager),
             firstTimestamp=now,
@@ -669,9 +396,9 @@ class KubeApi:
                             if not line.strip():
                                 continue
                             try:
-                                event = _object(read_json(line))
-                                kind, found = _text(event.get("type")), _object(event.get("object"))
-                                stamp = _object(found.get("metadata")).get("resourceVersion")
+                                event = as_object(read_json(line))
+                                kind, found = as_text(event.get("type")), as_object(event.get("object"))
+                                stamp = as_object(found.get("metadata")).get("resourceVersion")
                             except (ValueError, TypeError) as err:
                                 raise ApiUnavailableError(
                                     f"{what}: an event that is not one ({err})"
@@ -707,16 +434,16 @@ class KubeApi:
     async def get_ippool(self, name: str) -> dict[str, Any]:
         """The IPPool as the API has it (ConfigError when it cannot be read)."""
         found = await self._read(f"IPPool {name}", _path(IPPoolResource, name=name))
-        problem = _pool_problem(found)
+        problem = ippool_problem(found)
         if problem:
             raise ConfigError(f"IPPool {name}: cannot be read: {problem}")
-        return _object(found)
+        return as_object(found)
 
     async def list_ippools(self) -> list[dict[str, Any]]:
         """Every IPPool as the API has it; one that cannot be read is skipped, and reported."""
         pools = []
         for item in await self._list("IPPools", _path(IPPoolResource)):
-            problem = _pool_problem(item)
+            problem = ippool_problem(item)
             if problem:
                 await self._unreadable("IPPool", IPPOOL_API_VERSION, item, problem, "It is not published.")
             else:

@@ -41,13 +41,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netclaim import faults, metrics
-from netclaim.adapters.kube import KubeApi, condition, read_json
+from netclaim.adapters.kube import KubeApi
 from netclaim.adapters.nri import PodSandbox
 from netclaim.api.cniconfig import MAX_DEPTH, too_deep
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import ConfigError, ConflictError, GoneError, NetclaimError, TransientError
 from netclaim.names import DRIVER_DOMAIN
+from netclaim.objects import condition, read_json
 
 log = logging.getLogger(__name__)
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"

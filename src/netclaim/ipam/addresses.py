@@ -20,9 +20,10 @@ import time
 from dataclasses import dataclass
 
 from netclaim import metrics
-from netclaim.adapters.kube import AllocatedDevice, Claim, IPAllocation, KubeApi
+from netclaim.adapters.kube import KubeApi
 from netclaim.api.ippool import IPAddress, IPPool, allocation_name, claim_seed
 from netclaim.errors import AlreadyExistsError, ConfigError, GoneError, PoolExhaustedError
+from netclaim.objects import AllocatedDevice, Claim, IPAllocation
 
 log = logging.getLogger(__name__)
 MAX_RACES = 16  # creates lost to another claim taking the same address at the same moment

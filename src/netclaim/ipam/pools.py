@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from netclaim import metrics
-from netclaim.adapters.kube import Claim, IPAllocation, KubeApi
+from netclaim.adapters.kube import KubeApi
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, capacity
 from netclaim.errors import ConfigError
 from netclaim.names import DRIVER_DOMAIN
+from netclaim.objects import Claim, IPAllocation
 from netclaim.publish.publisher import MAX_DEVICES_PER_SLICE, normalized_device
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 from netclaim import metrics
-from netclaim.adapters.kube import KubeApi, Slice
+from netclaim.adapters.kube import KubeApi
+from netclaim.objects import Slice
 from netclaim.publish.devices import Device
 from netclaim.quantity import parse_quantity
 
