@@ -123,27 +123,24 @@ class Reconciler:
             return
         by_name = {(c.namespace, c.name): c for c in claims.values()}
         waiting = await self.api.unschedulable_pods()
-        uids = {pod["metadata"]["uid"] for pod in waiting}
+        uids = {pod.uid for pod in waiting}
         self.warned = {(uid, message) for uid, message in self.warned if uid in uids}
         for pod in waiting:
-            meta = pod["metadata"]
-            for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
-                claim = by_name.get((meta["namespace"], entry.get("resourceClaimName")))
-                if claim is None:
+            for name in pod.claim_names():
+                claim = by_name.get((pod.namespace, name))
+                if claim is None or not any(r.device_class == ADDRESS_CLASS for r in claim.requests):
                     continue
                 selectors = [
                     s for r in claim.requests if r.device_class == ADDRESS_CLASS for s in r.selectors
                 ]
-                if not any(r.device_class == ADDRESS_CLASS for r in claim.requests):
-                    continue
                 message = exhausted_message(selectors, uses)
-                if message is None or (meta["uid"], message) in self.warned:
+                if message is None or (pod.uid, message) in self.warned:
                     continue
-                self.warned.add((meta["uid"], message))
+                self.warned.add((pod.uid, message))
                 event = self.api.create_pod_event(
-                    meta["namespace"], meta["name"], meta["uid"], "IPPoolExhausted", message
+                    pod.namespace, pod.name, pod.uid, "IPPoolExhausted", message
                 )
-                await _each(f"event on pod {meta['namespace']}/{meta['name']}", event)
+                await _each(f"event on pod {pod.namespace}/{pod.name}", event)
 
 
 async def _each(what: str, write: Awaitable[None]) -> None:

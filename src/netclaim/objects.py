@@ -1,7 +1,8 @@
 """The Kubernetes objects as netclaim reads them: frozen dataclasses built from the API's JSON, no I/O.
 
-The adapter (netclaim.adapters.kube) fetches the JSON and hands out these types; the planner, IPAM and the
-status writer read them without knowing how they were fetched. The kinds that carry free JSON anyone may
+The adapter (netclaim.adapters.kube) fetches the JSON and hands out these types; the planner, IPAM, the
+status writer, the controller and the tools read them without knowing how they were fetched, and none of
+them walks a pod's JSON by hand: Pod is the one reading of it. The kinds that carry free JSON anyone may
 write (ResourceClaims: opaque configs and device status of every driver; IPPools; IPAllocations) are read
 without recursion (read_json), whatever their depth; a free value nested deeper than netclaim reads
 (MAX_DEPTH) is left out before anything recursive touches it, and the object says so (Claim.problems).
@@ -10,7 +11,7 @@ without recursion (read_json), whatever their depth; a free value nested deeper 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ijson  # type: ignore[import-untyped]  # no type information shipped
@@ -302,3 +303,102 @@ def ippool_problem(data: Any) -> str:
     if too_deep(data) is not None:
         return f"nested deeper than {MAX_DEPTH} levels"
     return ""
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    """One of the pod's claims (an entry of spec.resourceClaims)."""
+
+    name: str  # the pod's name for it
+    # the ResourceClaim: resourceClaimName, or the one made from the template (status.resourceClaimStatuses);
+    # "" while it is not made yet
+    claim: str
+    template: str = ""  # resourceClaimTemplateName
+
+
+@dataclass(frozen=True)
+class PodCondition:
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A Pod as netclaim reads it: who and where it is, its claims, and what keeps it off a node."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+    node: str = ""  # spec.nodeName: "" until it is scheduled
+    phase: str = ""  # status.phase
+    claims: tuple[PodClaim, ...] = ()
+    annotations: dict[str, str] = field(default_factory=dict)
+    conditions: tuple[PodCondition, ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+    required_affinity: dict[str, Any] | None = None  # a NodeSelector: nodeAffinity's required terms
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> Pod:
+        """The pod from its JSON, as the API serves it (typed by the API server: no shape to doubt)."""
+        meta, spec, status = (data.get(key) or {} for key in ("metadata", "spec", "status"))
+        made = {
+            str(entry["name"]): str(entry["resourceClaimName"])
+            for entry in status.get("resourceClaimStatuses") or []
+            if entry.get("resourceClaimName")
+        }
+        affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+        return cls(
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or ""),
+            uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            node=str(spec.get("nodeName") or ""),
+            phase=str(status.get("phase") or ""),
+            claims=tuple(
+                PodClaim(
+                    name=str(ref["name"]),
+                    claim=str(ref.get("resourceClaimName") or made.get(str(ref["name"]), "")),
+                    template=str(ref.get("resourceClaimTemplateName") or ""),
+                )
+                for ref in spec.get("resourceClaims") or []
+            ),
+            annotations={
+                str(key): value
+                for key, value in (meta.get("annotations") or {}).items()
+                if isinstance(value, str)
+            },
+            conditions=tuple(
+                PodCondition(
+                    str(c.get("type", "")),
+                    str(c.get("status", "")),
+                    str(c.get("reason") or ""),
+                    str(c.get("message") or ""),
+                )
+                for c in status.get("conditions") or []
+            ),
+            node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
+            tolerations=tuple(spec.get("tolerations") or ()),
+            required_affinity=affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
+        )
+
+    def condition_of(self, kind: str) -> PodCondition | None:
+        return next((c for c in self.conditions if c.type == kind), None)
+
+    @property
+    def unschedulable(self) -> bool:
+        """The scheduler tried and found no place for it."""
+        scheduled = self.condition_of("PodScheduled")
+        return scheduled is not None and scheduled.reason == "Unschedulable"
+
+    @property
+    def ready(self) -> bool:
+        ready = self.condition_of("Ready")
+        return ready is not None and ready.status == "True"
+
+    def claim_names(self) -> list[str]:
+        """The ResourceClaims it uses (those made so far from its templates too), in its spec's order."""
+        return list(dict.fromkeys(c.claim for c in self.claims if c.claim))

@@ -10,7 +10,7 @@ from typing import Any
 
 from netclaim.adapters.kube import KubeApi
 from netclaim.errors import AlreadyExistsError, ConflictError, GoneError, NetclaimError
-from netclaim.objects import Claim, IPAllocation, Slice
+from netclaim.objects import Claim, IPAllocation, Pod, Slice
 
 
 @dataclass
@@ -38,8 +38,8 @@ class FakeKubeApi(KubeApi):
     ippools: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → the object as the API has it
     ippool_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     allocations: dict[str, IPAllocation] = field(default_factory=dict)  # name → object (uid set)
-    pods: list[dict[str, Any]] = field(default_factory=list)  # unschedulable pods
-    pod_objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (ns, name) → pod
+    pods: list[dict[str, Any]] = field(default_factory=list)  # unschedulable pods, as the API has them
+    pod_objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (ns, name) → its JSON
     device_classes: set[str] = field(default_factory=set)
     _uids: int = 0
 
@@ -73,19 +73,18 @@ class FakeKubeApi(KubeApi):
             resource_version=str(int(current.resource_version or "0") + 1),
         )
 
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+    async def get_pod(self, namespace: str, name: str) -> Pod:
         self._call("get_pod")
         found = self.pod_objects.get((namespace, name))
         if found is None:
             raise GoneError(f"pod {namespace}/{name}: not found")
-        return copy.deepcopy(found)
+        return Pod.from_api(copy.deepcopy(found))
 
-    async def write_pod_annotation(self, pod: dict[str, Any], key: str, value: str) -> None:
+    async def write_pod_annotation(self, pod: Pod, key: str, value: str) -> None:
         self._call("write_pod_annotation")
-        meta = pod["metadata"]
-        current = self.pod_objects[(meta["namespace"], meta["name"])]["metadata"]
-        if current["resourceVersion"] != meta["resourceVersion"]:
-            raise ConflictError(f"pod {meta['namespace']}/{meta['name']}: the object has been modified")
+        current = self.pod_objects[(pod.namespace, pod.name)]["metadata"]
+        if current["resourceVersion"] != pod.resource_version:
+            raise ConflictError(f"pod {pod.namespace}/{pod.name}: the object has been modified")
         current.setdefault("annotations", {})[key] = value
         current["resourceVersion"] = str(int(current["resourceVersion"]) + 1)
 
@@ -198,9 +197,9 @@ class FakeKubeApi(KubeApi):
         self._call("list_claims")
         return list(self.claims.values())
 
-    async def unschedulable_pods(self) -> list[dict[str, Any]]:
+    async def unschedulable_pods(self) -> list[Pod]:
         self._call("unschedulable_pods")
-        return copy.deepcopy(self.pods)
+        return [Pod.from_api(copy.deepcopy(p)) for p in self.pods]
 
 
 # --- publish/ fakes: an inventory source, and netlink as netclaim.publish.inventory calls it ---------------

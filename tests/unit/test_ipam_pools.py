@@ -346,6 +346,7 @@ ASKS_LAN3 = (RequestSpec("addr", ADDRESS_CLASS, ('device.attributes["netclaim.de
 def _pending_pod(name: str, uid: str, claim: str) -> dict[str, Any]:
     return {
         "metadata": {"namespace": "team-a", "name": name, "uid": uid},
+        "spec": {"resourceClaims": [{"name": "addr", "resourceClaimTemplateName": "t"}]},
         "status": {"resourceClaimStatuses": [{"name": "addr", "resourceClaimName": claim}]},
     }
 
@@ -449,6 +450,20 @@ async def test_a_pending_pod_of_a_full_pool_gets_one_event(cluster: FakeKubeApi)
     await reconciler.once()
     await reconciler.once()
     assert len(cluster.events) == 1
+
+
+async def test_a_pending_pod_naming_a_standalone_claim_of_a_full_pool_gets_the_event_too(
+    cluster: FakeKubeApi,
+) -> None:
+    """Before, only claims made from a pod's templates (status.resourceClaimStatuses) were looked at."""
+    cluster.pods = [
+        {
+            "metadata": {"namespace": "team-a", "name": "db-1", "uid": "pod-uid-5"},
+            "spec": {"resourceClaims": [{"name": "addr", "resourceClaimName": "waiting"}]},
+        }
+    ]
+    await Reconciler(cluster, SAMPLE_DRIVER).once()
+    assert [(e.pod, e.reason) for e in cluster.events] == [("db-1", "IPPoolExhausted")]
 
 
 async def test_no_event_and_no_pod_list_while_no_pool_is_full(cluster: FakeKubeApi) -> None:

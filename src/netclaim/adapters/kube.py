@@ -37,7 +37,8 @@ from lightkube.generic_resource import create_global_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Event, Node, Pod
+from lightkube.resources.core_v1 import Event, Node
+from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.resources.resource_v1 import (
     DeviceClass,
     ResourceClaim,
@@ -64,6 +65,7 @@ from netclaim.objects import (
     POOL_LABEL,
     Claim,
     IPAllocation,
+    Pod,
     Slice,
     as_object,
     as_text,
@@ -303,21 +305,20 @@ class KubeApi:
             )
             _raise_for_status(response)
 
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+    async def get_pod(self, namespace: str, name: str) -> Pod:
         with translated(f"pod {namespace}/{name}"):
-            pod = await self._client.get(Pod, name, namespace=namespace)
-        return _data(pod)
+            found = await self._client.get(PodResource, name, namespace=namespace)
+        return Pod.from_api(_data(found))
 
-    async def write_pod_annotation(self, pod: dict[str, Any], key: str, value: str) -> None:
+    async def write_pod_annotation(self, pod: Pod, key: str, value: str) -> None:
         """Set one annotation on the pod as read (ConflictError when the pod changed since)."""
-        meta = pod["metadata"]
-        patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "annotations": {key: value}}}
-        with translated(f"pod {meta['namespace']}/{meta['name']}"):
+        patch = {"metadata": {"resourceVersion": pod.resource_version, "annotations": {key: value}}}
+        with translated(f"pod {pod.namespace}/{pod.name}"):
             await self._client.patch(
-                Pod,
-                meta["name"],
+                PodResource,
+                pod.name,
                 patch,
-                namespace=meta["namespace"],
+                namespace=pod.namespace,
                 patch_type=PatchType.MERGE,
                 field_manager=self.field_manager,
             )
@@ -507,24 +508,20 @@ class KubeApi:
             "ippools": IPPoolResource,
             "ipallocations": IPAllocationResource,
             "resourceclaims": ResourceClaim,
-            "pods": Pod,
+            "pods": PodResource,
         }[kind]
         async for event in self._watch(f"watch of {kind}", _path(resource)):
             yield event
 
-    async def unschedulable_pods(self) -> list[dict[str, Any]]:
-        """Pending pods the scheduler could not place, with their resource claims."""
+    async def unschedulable_pods(self) -> list[Pod]:
+        """Pending pods the scheduler could not place."""
         selector: FieldSelector = {"status.phase": "Pending"}
         with translated("pending pods"):
-            pods = [p.to_dict() async for p in self._client.list(Pod, namespace="*", fields=selector)]
-        return [
-            p
-            for p in pods
-            if any(
-                c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
-                for c in (p.get("status") or {}).get("conditions") or []
-            )
-        ]
+            pods = [
+                Pod.from_api(p.to_dict())
+                async for p in self._client.list(PodResource, namespace="*", fields=selector)
+            ]
+        return [p for p in pods if p.unschedulable]
 
     async def read_cluster(self, namespace: str | None) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
         """What `netclaim explain` and `status` read, with read access only: the namespace's pods and claim
@@ -534,13 +531,13 @@ class KubeApi:
         the API has them without lightkube's decoder: a claim nested thousands deep fails no one's read."""
         scope = namespace or "*"
         reads: dict[str, Any] = {
-            "pods": (Pod, scope, None),
+            "pods": (PodResource, scope, None),
             "claims": (ResourceClaim, "*", None),
             "templates": (ResourceClaimTemplate, scope, None),
             "device_classes": (DeviceClass, None, None),
             "slices": (ResourceSlice, None, None),
             "nodes": (Node, None, None),
-            "agent_pods": (Pod, "*", {"app.kubernetes.io/name": "netclaim-agent"}),
+            "agent_pods": (PodResource, "*", {"app.kubernetes.io/name": "netclaim-agent"}),
         }
         found: dict[str, list[dict[str, Any]]] = {}
         refused = []
