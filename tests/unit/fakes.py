@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from netclaim.adapters.kube import KubeApi
 from netclaim.errors import AlreadyExistsError, ConflictError, GoneError, NetclaimError
+from netclaim.kubeapi import AddressesApi, ClaimsApi, SlicesApi
 from netclaim.objects import Claim, IPAllocation, Pod, Slice
 
 
@@ -23,8 +23,9 @@ class Event:
 
 
 @dataclass
-class FakeKubeApi(KubeApi):
-    """An in-memory API server for the calls KubeApi makes; `fail_next` raises errors before calls."""
+class FakeKubeApi(ClaimsApi, SlicesApi, AddressesApi):
+    """An in-memory API server playing every role the core asks of it (netclaim.kubeapi): pass it as
+    each of them. `fail_next` raises errors before calls."""
 
     claims: dict[tuple[str, str], Claim] = field(default_factory=dict)
     slices: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -34,7 +35,6 @@ class FakeKubeApi(KubeApi):
     calls: list[str] = field(default_factory=list)
     fail_next: list[NetclaimError] = field(default_factory=list)
     slice_events: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
-    field_manager: str = "netclaim.dev"
     ippools: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → the object as the API has it
     ippool_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     allocations: dict[str, IPAllocation] = field(default_factory=dict)  # name → object (uid set)
@@ -50,9 +50,6 @@ class FakeKubeApi(KubeApi):
 
     def add_claim(self, claim: Claim) -> None:
         self.claims[(claim.namespace, claim.name)] = claim
-
-    async def close(self) -> None:
-        self._call("close")
 
     async def get_claim(self, namespace: str, name: str) -> Claim:
         self._call("get_claim")
@@ -636,7 +633,7 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
     return ConfigureRig(tmp_path, api, store, netlink, cni, locks, attacher, status, hooks, catalog, preparer)
 
 
-# --- the API server's HTTP answers, for the real KubeApi (lightkube and httpx on a MockTransport) --------
+# --- the API server's HTTP answers, for the real adapter (lightkube and httpx on a MockTransport) ---------
 
 import json  # noqa: E402
 

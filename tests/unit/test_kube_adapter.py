@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import httpx2 as httpx
 import pytest
-from lightkube.core.exceptions import ApiError
+from lightkube import ApiError
 from lightkube.models.meta_v1 import Status, StatusDetails
 
-from netclaim.adapters.kube import translated
+from netclaim.adapters.kube.connection import translated
 from netclaim.errors import (
     ApiRejectedError,
     ApiUnavailableError,

@@ -28,7 +28,6 @@ from pathlib import Path
 
 from netclaim import faults, metrics
 from netclaim.adapters.cni import CniRunner
-from netclaim.adapters.kube import KubeApi
 from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.api.cniconfig import plugin_types
 from netclaim.api.ippool import POOLS_POOL
@@ -41,6 +40,7 @@ from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import ConfigError, GoneError, NetclaimError, TransientError
 from netclaim.ipam.addresses import AddressBook, Grant
 from netclaim.ipam.pools import read_pools
+from netclaim.kubeapi import ClaimsApi
 from netclaim.objects import Claim
 from netclaim.publish.devices import DeviceCatalog
 
@@ -69,7 +69,7 @@ class Preparer:
         *,
         driver: str,
         node: str,
-        api: KubeApi,
+        api: ClaimsApi,
         store: Store,
         catalog: DeviceCatalog,
         cni: CniRunner,
@@ -134,7 +134,9 @@ class Preparer:
 
     async def _plan(self, claim: Claim, grants: list[Grant]) -> list[Attachment]:
         # a claim's own IPAM is checked against every pool: none of their addresses is its to configure
-        pools = read_pools(await self.api.list_ippools())[0] if needs_pools(claim, self.driver) else []
+        pools = (
+            read_pools(await self.addresses.api.list_ippools())[0] if needs_pools(claim, self.driver) else []
+        )
         planned = plan_claim(
             claim,
             driver=self.driver,

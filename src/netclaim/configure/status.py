@@ -41,12 +41,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netclaim import faults, metrics
-from netclaim.adapters.kube import KubeApi
 from netclaim.adapters.nri import PodSandbox
 from netclaim.api.cniconfig import MAX_DEPTH, too_deep
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import ConfigError, ConflictError, GoneError, NetclaimError, TransientError
+from netclaim.kubeapi import ClaimsApi
 from netclaim.names import DRIVER_DOMAIN
 from netclaim.objects import Pod, condition, read_json
 
@@ -233,7 +233,7 @@ def _comparable(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @dataclass
 class StatusWriter:
-    api: KubeApi
+    api: ClaimsApi
     driver: str
     store: Store
     annotate_pods: bool = True  # the network-status annotation

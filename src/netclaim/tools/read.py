@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from netclaim.adapters.kube import KubeApi
+from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.objects import Pod
 from netclaim.tools.explain import Snapshot
 
@@ -12,9 +13,9 @@ FIELD_MANAGER = "netclaim-cli"  # never used to write: the tools only read
 
 
 async def read_snapshot(kubeconfig: Path | None, namespace: str | None) -> Snapshot:
-    api = KubeApi.connect(kubeconfig, FIELD_MANAGER)
+    kube = KubeConnection.connect(kubeconfig, FIELD_MANAGER)
     try:
-        found, refused = await api.read_cluster(namespace)
+        found, refused = await KubeClusterReader(kube).read_cluster(namespace)
         return Snapshot(
             pods=[Pod.from_api(p) for p in found["pods"]],
             claims=found["claims"],
@@ -26,4 +27,4 @@ async def read_snapshot(kubeconfig: Path | None, namespace: str | None) -> Snaps
             unreadable=refused,
         )
     finally:
-        await api.close()
+        await kube.close()
