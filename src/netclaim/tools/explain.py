@@ -14,14 +14,13 @@ two requests compete for one device is not redone here.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from types import ModuleType
 from typing import Any
 
+from netclaim.api import selectors
 from netclaim.names import DRIVER_DOMAIN
 from netclaim.objects import Pod, PodClaim
 from netclaim.publish.devices import BANDWIDTH
@@ -125,12 +124,6 @@ class Explanation:
         }
 
 
-def _cel() -> ModuleType:
-    import cel  # imported when a selector is evaluated; see netclaim.publish.policy
-
-    return cel
-
-
 def _attribute_value(value: dict[str, Any]) -> Any:
     for kind in ("string", "int", "bool", "version"):
         if kind in value:
@@ -209,35 +202,12 @@ def clauses(expression: str) -> list[str]:
     return [p for p in parts if p]
 
 
-@functools.lru_cache(maxsize=512)
-def _compiled(expression: str) -> Any:
-    return _cel().compile(expression)
-
-
 def evaluate(expression: str, device: PublishedDevice) -> tuple[bool | None, str]:
-    """(True/False, "") or (None, why it cannot be evaluated here) for one device."""
-    cel = _cel()
-    capacity: dict[str, dict[str, int]] = {}
-    for name, value in device.capacity.items():
-        domain, _, short = name.rpartition("/")
-        capacity.setdefault(domain, {})[short] = int(value)
-    context = {
-        "device": {
-            "driver": device.driver,
-            "attributes": device.attributes,
-            "capacity": capacity,
-            "allowMultipleAllocations": device.shared,
-        }
-    }
-    try:
-        result = _compiled(expression).execute(cel.Context(context))
-    except KeyError as err:
-        return False, f"the device has no attribute {err}"
-    except (ValueError, RuntimeError, TypeError) as err:
-        return None, f"cannot be evaluated here ({str(err).splitlines()[0]})"
-    if not isinstance(result, bool):
-        return None, f"does not evaluate to a bool ({type(result).__name__})"
-    return result, ""
+    """(True/False, why not) or (None, why it cannot be evaluated here) for one device."""
+    verdict = selectors.evaluate(expression, device.driver, device.attributes, device.capacity, device.shared)
+    if verdict.selected is None:
+        return None, f"cannot be evaluated here ({verdict.why})"
+    return verdict.selected, verdict.why
 
 
 def failing_clause(expression: str, device: PublishedDevice) -> str | None:
