@@ -14,7 +14,10 @@ from netclaim.adapters import kubeletplugin, nri
 from netclaim.adapters.cni import CniRunner
 from netclaim.adapters.http import Health
 from netclaim.adapters.http import serve as serve_health
-from netclaim.adapters.kube import KubeApi
+from netclaim.adapters.kube.addresses import KubeAddresses
+from netclaim.adapters.kube.claims import KubeClaims
+from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.adapters.kubeletplugin import KubeletPlugin
 from netclaim.api.settings import AgentSettings
 from netclaim.configure.attach import Attacher, PodLocks
@@ -48,12 +51,13 @@ def _allowed_plugins(settings: AgentSettings) -> frozenset[str] | None:
 
 
 async def _start_configure_path(
-    settings: AgentSettings, api: KubeApi, store: Store, catalog: DeviceCatalog, health: Health
+    settings: AgentSettings, kube: KubeConnection, store: Store, catalog: DeviceCatalog, health: Health
 ) -> tuple[list[asyncio.Task[None]], KubeletPlugin | None, PodHooks | None]:
     """kubelet plugin (prepare) and NRI hooks (attach), sharing the store, the locks and the status writer."""
     node, driver = settings.node_name, settings.driver_name
     cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
-    status = StatusWriter(api, driver, store, annotate_pods=settings.network_status_annotation)
+    claims = KubeClaims(kube)
+    status = StatusWriter(claims, driver, store, annotate_pods=settings.network_status_annotation)
     locks = PodLocks()
     attacher = Attacher(store, cni, locks)
     tasks = [asyncio.create_task(status.run(), name="status-writer")]
@@ -62,13 +66,13 @@ async def _start_configure_path(
         preparer = Preparer(
             driver=driver,
             node=node,
-            api=api,
+            api=claims,
             store=store,
             catalog=catalog,
             cni=cni,
             attacher=attacher,
             status=status,
-            addresses=AddressBook(api, node),
+            addresses=AddressBook(KubeAddresses(kube), node),
             gate=CdiGate(settings.cdi_spec_dir) if settings.cdi_spec_dir is not None else None,
             ipam_data_dir=settings.host_local_dir,
             reserved=settings.reserved_networks,
@@ -93,9 +97,10 @@ async def run(settings: AgentSettings) -> None:
     health = Health()
     health.expect("published")
     http = await serve_health(settings.metrics_address, health)
-    api = KubeApi.connect(settings.kubeconfig, settings.driver_name)
+    kube = KubeConnection.connect(settings.kubeconfig, settings.driver_name)
     node, driver = settings.node_name, settings.driver_name
-    publisher = SlicePublisher(api, node, driver)
+    slices = KubeSlices(kube)
+    publisher = SlicePublisher(slices, node, driver)
     catalog = DeviceCatalog()
     trigger = Trigger()
     configure = settings.kubelet_plugin or settings.nri_socket is not None
@@ -119,13 +124,13 @@ async def run(settings: AgentSettings) -> None:
             name="publish",
         ),
         asyncio.create_task(watch_inventory(source, trigger), name="inventory-watch"),
-        asyncio.create_task(watch_slices(api, node, driver, trigger), name="slice-watch"),
+        asyncio.create_task(watch_slices(slices, node, driver, trigger), name="slice-watch"),
         asyncio.create_task(periodic(trigger), name="resync"),
         asyncio.create_task(watch_policy(policy, trigger), name="policy-watch"),
     ]
     plugin = hooks = None
     if store is not None:
-        configure_tasks, plugin, hooks = await _start_configure_path(settings, api, store, catalog, health)
+        configure_tasks, plugin, hooks = await _start_configure_path(settings, kube, store, catalog, health)
         tasks += configure_tasks
     try:
         await until_stopped(tasks)
@@ -144,5 +149,5 @@ async def run(settings: AgentSettings) -> None:
         log.info("removed this node's ResourceSlices")
     if store is not None:
         store.close()
-    await api.close()
+    await kube.close()
     log.info("agent stopped")

@@ -163,14 +163,7 @@ def _explain(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.target!r}: expected pod/NAME or claim/NAME")
     namespace = args.namespace or "default"
     if kind.startswith("p"):
-        pod = next(
-            (
-                p
-                for p in snapshot.pods
-                if (p["metadata"]["namespace"], p["metadata"]["name"]) == (namespace, name)
-            ),
-            None,
-        )
+        pod = next((p for p in snapshot.pods if (p.namespace, p.name) == (namespace, name)), None)
         if pod is None:
             raise ConfigError(f"pod {namespace}/{name} not found")
         found = [explain.explain_pod(pod, snapshot)]

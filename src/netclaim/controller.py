@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from netclaim import metrics
 from netclaim.adapters.http import Health
 from netclaim.adapters.http import serve as serve_health
-from netclaim.adapters.kube import Claim, IPAllocation, KubeApi, condition
+from netclaim.adapters.kube.addresses import KubeAddresses
+from netclaim.adapters.kube.claims import KubeClaims
+from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.api.ippool import ADDRESSES, IPPool
 from netclaim.api.settings import ControllerSettings
 from netclaim.backoff import supervise
@@ -35,18 +38,21 @@ from netclaim.ipam.pools import (
     pool_use,
     read_pools,
 )
+from netclaim.kubeapi import AddressesApi, ClaimsApi, SlicesApi
+from netclaim.objects import Claim, IPAllocation, condition
 from netclaim.publish.loop import Trigger, periodic
 from netclaim.stopping import until_stopped
 
 log = logging.getLogger(__name__)
 ADDRESS_CLASS = "netclaim-address"  # deploy/deviceclasses.yaml
-WATCHED = ("ippools", "ipallocations", "resourceclaims")
 
 
 class Reconciler:
-    def __init__(self, api: KubeApi, driver: str) -> None:
-        self.api = api
-        self.publisher = PoolPublisher(api, driver)
+    def __init__(self, claims: ClaimsApi, addresses: AddressesApi, slices: SlicesApi, driver: str) -> None:
+        self.claims = claims
+        self.addresses = addresses
+        self.slices = slices
+        self.publisher = PoolPublisher(slices, driver)
         self.warned: set[tuple[str, str]] = set()  # (pod UID, message) reported, of pods still waiting
         self.published: set[str] = set()  # pools with a free-claims gauge
 
@@ -61,8 +67,8 @@ class Reconciler:
         metrics.LAST_RECONCILE.set_to_current_time()
 
     async def once(self) -> dict[str, PoolUse]:
-        allocations = await self.api.list_ip_allocations()  # before the claims: see netclaim.ipam.pools
-        claims = {c.uid: c for c in await self.api.list_claims()}
+        allocations = await self.addresses.list_ip_allocations()  # before the claims: see netclaim.ipam.pools
+        claims = {c.uid: c for c in await self.claims.list_claims()}
         for orphan in orphans(allocations, set(claims)):
             await _each(
                 f"freeing address {orphan.address} of IPPool {orphan.pool}",
@@ -75,7 +81,7 @@ class Reconciler:
                 self._free(extra, "address held beyond the claim's allocation freed"),
             )
         live = [a for a in allocations if a.claim_uid in claims and a not in beyond]
-        objects = await self.api.list_ippools()
+        objects = await self.addresses.list_ippools()
         pools, problems = read_pools(objects)
         for name, problem in problems.items():
             log.warning("IPPool not published: invalid", extra={"pool": name, "problem": problem})
@@ -87,7 +93,7 @@ class Reconciler:
         self.published = set(uses)
         for pool in pools:
             metrics.POOL_FREE.labels(pool.name).set(uses[pool.name].free)
-            missing = pool.spec.namespaces is not None and not await self.api.device_class_exists(
+            missing = pool.spec.namespaces is not None and not await self.slices.device_class_exists(
                 pool_class(pool.name)
             )
             status = _status(pool, uses[pool.name], missing)
@@ -99,7 +105,7 @@ class Reconciler:
         return uses
 
     async def _free(self, orphan: IPAllocation, what: str) -> None:
-        await self.api.delete_ip_allocation(orphan)
+        await self.addresses.delete_ip_allocation(orphan)
         metrics.ADDRESSES_RECLAIMED.inc()
         log.info(
             what,
@@ -115,34 +121,31 @@ class Reconciler:
         self, name: str, status: dict[str, Any], current: dict[str, dict[str, Any] | None]
     ) -> None:
         if current.get(name) != status:  # as the API has it: a recreated pool or a cleared status is seen
-            await self.api.write_ippool_status(name, status)
+            await self.addresses.write_ippool_status(name, status)
 
     async def _warn_pending(self, claims: dict[str, Claim], uses: dict[str, PoolUse]) -> None:
         if not any(use.free == 0 for use in uses.values()):
             return
         by_name = {(c.namespace, c.name): c for c in claims.values()}
-        waiting = await self.api.unschedulable_pods()
-        uids = {pod["metadata"]["uid"] for pod in waiting}
+        waiting = await self.claims.unschedulable_pods()
+        uids = {pod.uid for pod in waiting}
         self.warned = {(uid, message) for uid, message in self.warned if uid in uids}
         for pod in waiting:
-            meta = pod["metadata"]
-            for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
-                claim = by_name.get((meta["namespace"], entry.get("resourceClaimName")))
-                if claim is None:
+            for name in pod.claim_names():
+                claim = by_name.get((pod.namespace, name))
+                if claim is None or not any(r.device_class == ADDRESS_CLASS for r in claim.requests):
                     continue
                 selectors = [
                     s for r in claim.requests if r.device_class == ADDRESS_CLASS for s in r.selectors
                 ]
-                if not any(r.device_class == ADDRESS_CLASS for r in claim.requests):
-                    continue
                 message = exhausted_message(selectors, uses)
-                if message is None or (meta["uid"], message) in self.warned:
+                if message is None or (pod.uid, message) in self.warned:
                     continue
-                self.warned.add((meta["uid"], message))
-                event = self.api.create_pod_event(
-                    meta["namespace"], meta["name"], meta["uid"], "IPPoolExhausted", message
+                self.warned.add((pod.uid, message))
+                event = self.claims.create_pod_event(
+                    pod.namespace, pod.name, pod.uid, "IPPoolExhausted", message
                 )
-                await _each(f"event on pod {meta['namespace']}/{meta['name']}", event)
+                await _each(f"event on pod {pod.namespace}/{pod.name}", event)
 
 
 async def _each(what: str, write: Awaitable[None]) -> None:
@@ -187,10 +190,10 @@ def _status(pool: IPPool, use: PoolUse, class_missing: bool = False) -> dict[str
     }
 
 
-async def _watch(api: KubeApi, kind: str, trigger: Trigger) -> None:
+async def _watch(kind: str, changes: Callable[[], AsyncIterator[str]], trigger: Trigger) -> None:
     async def once() -> None:
         trigger.fire()  # (re)connected: whatever happened meanwhile, reconcile once
-        async for _ in api.changes(kind):
+        async for _ in changes():
             trigger.fire()
 
     await supervise(f"{kind} watch", once, lambda: None)
@@ -200,8 +203,14 @@ async def run(settings: ControllerSettings) -> None:
     health = Health()
     health.expect("reconciled")
     http = await serve_health(settings.metrics_address, health)
-    api = KubeApi.connect(settings.kubeconfig, f"{settings.driver_name}-controller")
-    reconciler = Reconciler(api, settings.driver_name)
+    kube = KubeConnection.connect(settings.kubeconfig, f"{settings.driver_name}-controller")
+    claims, addresses = KubeClaims(kube), KubeAddresses(kube)
+    reconciler = Reconciler(claims, addresses, KubeSlices(kube), settings.driver_name)
+    watched = {
+        "ippools": addresses.ippool_changes,
+        "ipallocations": addresses.ip_allocation_changes,
+        "resourceclaims": claims.claim_changes,
+    }
     trigger = Trigger()
 
     async def reconcile() -> None:
@@ -214,7 +223,10 @@ async def run(settings: ControllerSettings) -> None:
             raise
 
     tasks = [asyncio.create_task(supervise("reconcile", reconcile, lambda: None), name="reconcile")]
-    tasks += [asyncio.create_task(_watch(api, kind, trigger), name=f"{kind}-watch") for kind in WATCHED]
+    tasks += [
+        asyncio.create_task(_watch(kind, changes, trigger), name=f"{kind}-watch")
+        for kind, changes in watched.items()
+    ]
     tasks.append(asyncio.create_task(periodic(trigger, settings.resync_seconds), name="resync"))
     log.info("controller starting", extra={"driver": settings.driver_name})
     try:
@@ -225,5 +237,5 @@ async def run(settings: ControllerSettings) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
         if http is not None:
             http.close()
-        await api.close()
+        await kube.close()
         log.info("controller stopped")

@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from netclaim.adapters.kube import Claim, IPAllocation, KubeApi, Slice
 from netclaim.errors import AlreadyExistsError, ConflictError, GoneError, NetclaimError
+from netclaim.kubeapi import AddressesApi, ClaimsApi, SlicesApi
+from netclaim.objects import Claim, IPAllocation, Pod, Slice
 
 
 @dataclass
@@ -22,8 +23,9 @@ class Event:
 
 
 @dataclass
-class FakeKubeApi(KubeApi):
-    """An in-memory API server for the calls KubeApi makes; `fail_next` raises errors before calls."""
+class FakeKubeApi(ClaimsApi, SlicesApi, AddressesApi):
+    """An in-memory API server playing every role the core asks of it (netclaim.kubeapi): pass it as
+    each of them. `fail_next` raises errors before calls."""
 
     claims: dict[tuple[str, str], Claim] = field(default_factory=dict)
     slices: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -33,12 +35,11 @@ class FakeKubeApi(KubeApi):
     calls: list[str] = field(default_factory=list)
     fail_next: list[NetclaimError] = field(default_factory=list)
     slice_events: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
-    field_manager: str = "netclaim.dev"
     ippools: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → the object as the API has it
     ippool_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     allocations: dict[str, IPAllocation] = field(default_factory=dict)  # name → object (uid set)
-    pods: list[dict[str, Any]] = field(default_factory=list)  # unschedulable pods
-    pod_objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (ns, name) → pod
+    pods: list[dict[str, Any]] = field(default_factory=list)  # unschedulable pods, as the API has them
+    pod_objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (ns, name) → its JSON
     device_classes: set[str] = field(default_factory=set)
     _uids: int = 0
 
@@ -49,9 +50,6 @@ class FakeKubeApi(KubeApi):
 
     def add_claim(self, claim: Claim) -> None:
         self.claims[(claim.namespace, claim.name)] = claim
-
-    async def close(self) -> None:
-        self._call("close")
 
     async def get_claim(self, namespace: str, name: str) -> Claim:
         self._call("get_claim")
@@ -72,19 +70,18 @@ class FakeKubeApi(KubeApi):
             resource_version=str(int(current.resource_version or "0") + 1),
         )
 
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+    async def get_pod(self, namespace: str, name: str) -> Pod:
         self._call("get_pod")
         found = self.pod_objects.get((namespace, name))
         if found is None:
             raise GoneError(f"pod {namespace}/{name}: not found")
-        return copy.deepcopy(found)
+        return Pod.from_api(copy.deepcopy(found))
 
-    async def write_pod_annotation(self, pod: dict[str, Any], key: str, value: str) -> None:
+    async def write_pod_annotation(self, pod: Pod, key: str, value: str) -> None:
         self._call("write_pod_annotation")
-        meta = pod["metadata"]
-        current = self.pod_objects[(meta["namespace"], meta["name"])]["metadata"]
-        if current["resourceVersion"] != meta["resourceVersion"]:
-            raise ConflictError(f"pod {meta['namespace']}/{meta['name']}: the object has been modified")
+        current = self.pod_objects[(pod.namespace, pod.name)]["metadata"]
+        if current["resourceVersion"] != pod.resource_version:
+            raise ConflictError(f"pod {pod.namespace}/{pod.name}: the object has been modified")
         current.setdefault("annotations", {})[key] = value
         current["resourceVersion"] = str(int(current["resourceVersion"]) + 1)
 
@@ -197,9 +194,9 @@ class FakeKubeApi(KubeApi):
         self._call("list_claims")
         return list(self.claims.values())
 
-    async def unschedulable_pods(self) -> list[dict[str, Any]]:
+    async def unschedulable_pods(self) -> list[Pod]:
         self._call("unschedulable_pods")
-        return copy.deepcopy(self.pods)
+        return [Pod.from_api(copy.deepcopy(p)) for p in self.pods]
 
 
 # --- publish/ fakes: an inventory source, and netlink as netclaim.publish.inventory calls it ---------------
@@ -286,7 +283,6 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from netclaim.adapters.cni import CniRunner, Invocation  # noqa: E402
-from netclaim.adapters.kube import AllocatedDevice, DeviceConfig, PodRef  # noqa: E402
 from netclaim.adapters.netlink import InterfaceState  # noqa: E402
 from netclaim.adapters.nri import PodSandbox  # noqa: E402
 from netclaim.configure import attach as attach_module  # noqa: E402
@@ -297,6 +293,7 @@ from netclaim.configure.prepare import Preparer  # noqa: E402
 from netclaim.configure.status import ClaimRef, StatusWriter  # noqa: E402
 from netclaim.configure.store import Attachment, State, Store  # noqa: E402
 from netclaim.ipam.addresses import AddressBook  # noqa: E402
+from netclaim.objects import AllocatedDevice, DeviceConfig, PodRef  # noqa: E402
 from netclaim.publish.devices import BANDWIDTH, Capacity, Device, DeviceCatalog  # noqa: E402
 
 SAMPLE_NODE = "node-1"
@@ -636,7 +633,7 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
     return ConfigureRig(tmp_path, api, store, netlink, cni, locks, attacher, status, hooks, catalog, preparer)
 
 
-# --- the API server's HTTP answers, for the real KubeApi (lightkube and httpx on a MockTransport) --------
+# --- the API server's HTTP answers, for the real adapter (lightkube and httpx on a MockTransport) ---------
 
 import json  # noqa: E402
 

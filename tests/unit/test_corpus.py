@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netclaim.adapters.cni import CniRunner
-from netclaim.adapters.kube import Claim
 from netclaim.api.cniconfig import decode, plugin_types
 from netclaim.api.validate import ALLOWED_PLUGINS
 from netclaim.configure.plan import plan_claim
 from netclaim.errors import ConfigError
+from netclaim.objects import Claim
 from netclaim.publish.devices import Device
 from netclaim.publish.policy import load_policy
 from tests.corpus import VALID_CONFIG, VALID_POLICY, ConfigCase, PolicyCase, config_cases, policy_cases

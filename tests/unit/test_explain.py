@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from netclaim import cli
+from netclaim.objects import Pod
 from netclaim.tools import report
 from netclaim.tools.explain import (
     Explanation,
@@ -82,21 +83,23 @@ def template(name: str, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def pending_pod(template_name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"namespace": "demo", "name": "b-3"},
-        "spec": {"resourceClaims": [{"name": "net", "resourceClaimTemplateName": template_name}], **spec},
-        "status": {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "message": "0/2 nodes are available: 2 cannot allocate all claims.",
-                }
-            ],
-        },
-    }
+def pending_pod(template_name: str, **spec: Any) -> Pod:
+    return Pod.from_api(
+        {
+            "metadata": {"namespace": "demo", "name": "b-3"},
+            "spec": {"resourceClaims": [{"name": "net", "resourceClaimTemplateName": template_name}], **spec},
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "message": "0/2 nodes are available: 2 cannot allocate all claims.",
+                    }
+                ],
+            },
+        }
+    )
 
 
 def demo_snapshot(request: dict[str, Any], **extra: Any) -> Snapshot:
@@ -127,7 +130,7 @@ FIVE_GIG = {
 }
 
 
-def _text(pod: dict[str, Any], snapshot: Snapshot) -> str:
+def _text(pod: Pod, snapshot: Snapshot) -> str:
     found = explain_pod(pod, snapshot)
     return "\n".join(found.lines + ["FIX: " + f for f in found.fixes])
 
@@ -269,12 +272,14 @@ def test_an_exhausted_ip_pool() -> None:
     ]
 
 
-def _scheduled(claim_status: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    pod = {
-        "metadata": {"namespace": "demo", "name": "p"},
-        "spec": {"nodeName": "node-1", "resourceClaims": [{"name": "net", "resourceClaimName": "c"}]},
-        "status": {"phase": "Pending"},
-    }
+def _scheduled(claim_status: dict[str, Any]) -> tuple[Pod, dict[str, Any]]:
+    pod = Pod.from_api(
+        {
+            "metadata": {"namespace": "demo", "name": "p"},
+            "spec": {"nodeName": "node-1", "resourceClaims": [{"name": "net", "resourceClaimName": "c"}]},
+            "status": {"phase": "Pending"},
+        }
+    )
     result = {"request": "nic", "driver": "netclaim.dev", "pool": "node-1", "device": "enp0s10"}
     claim = {
         "metadata": {"namespace": "demo", "name": "c", "uid": "uid-c"},
@@ -317,16 +322,17 @@ def test_a_pod_that_fits_but_waits_for_an_agent_taken_off_its_node() -> None:
         "the pod waits for it (fail closed)" in found.lines
     )
     assert found.fixes == ["start the agent on node-1: kubectl label node node-1 netclaim.dev/agent-"]
-    ready_agent = {
-        "spec": {"nodeName": "node-1"},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }
+    ready_agent = Pod.from_api(
+        {"spec": {"nodeName": "node-1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    )
     found = explain_pod(pod, demo_snapshot(FIVE_GIG, claims=[claim], agent_pods=[ready_agent]))
     assert found.fixes == []
 
 
 def test_a_namespace_table_has_a_row_per_pod_with_claims() -> None:
-    plain = {"metadata": {"namespace": "demo", "name": "plain"}, "spec": {}, "status": {"phase": "Running"}}
+    plain = Pod.from_api(
+        {"metadata": {"namespace": "demo", "name": "plain"}, "spec": {}, "status": {"phase": "Running"}}
+    )
     snapshot = demo_snapshot(FIVE_GIG, pods=[pending_pod("t"), plain])
     assert table(snapshot) == [
         {
@@ -374,11 +380,19 @@ def test_status_rows_follow_each_pod_to_its_interfaces_and_nic_rows_count_the_ca
             },
         }
     ]
-    pod = {
-        "metadata": {"namespace": "demo", "name": "pod-a"},
-        "spec": {"nodeName": "node-1", "resourceClaims": [{"name": "net", "resourceClaimTemplateName": "t"}]},
-        "status": {"phase": "Running", "resourceClaimStatuses": [{"name": "net", "resourceClaimName": "a"}]},
-    }
+    pod = Pod.from_api(
+        {
+            "metadata": {"namespace": "demo", "name": "pod-a"},
+            "spec": {
+                "nodeName": "node-1",
+                "resourceClaims": [{"name": "net", "resourceClaimTemplateName": "t"}],
+            },
+            "status": {
+                "phase": "Running",
+                "resourceClaimStatuses": [{"name": "net", "resourceClaimName": "a"}],
+            },
+        }
+    )
     others = [allocated("b-1", "node-2", "enp0s10", "5Gi"), allocated("b-2", "node-2", "enp0s10", "5Gi")]
     snapshot = demo_snapshot(FIVE_GIG, pods=[pod, pending_pod("t")], claims=[claim, *others])
     assert report.status_rows(snapshot) == [
@@ -497,8 +511,8 @@ def test_an_allocated_claim_keeps_the_pod_on_the_nodes_its_devices_are_on() -> N
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}
         ]
     }
-    pod = pending_pod("t")
-    pod["spec"]["resourceClaims"].append({"name": "held", "resourceClaimName": "a"})
+    held = {"name": "held", "resourceClaimName": "a"}
+    pod = pending_pod("t", resourceClaims=[{"name": "net", "resourceClaimTemplateName": "t"}, held])
     snapshot = demo_snapshot(
         FIVE_GIG,
         claims=[pinned],

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kube import AllocatedDevice, Claim, IPAllocation
 from netclaim.api.ippool import POOLS_POOL, IPAddress, IPPool, allocation_name, claim_seed
 from netclaim.errors import AlreadyExistsError, ConfigError, PoolExhaustedError, TransientError
 from netclaim.ipam.addresses import MAX_RACES, AddressBook, AddressRequest, Grant
+from netclaim.objects import AllocatedDevice, Claim, IPAllocation
 from tests.unit.fakes import SAMPLE_DRIVER, SAMPLE_NODE, FakeKubeApi, sample_claim
 
 LAN3: dict[str, Any] = {

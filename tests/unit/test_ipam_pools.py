@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kube import AllocatedDevice, Claim, IPAllocation, RequestSpec
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, allocation_name
 from netclaim.controller import ADDRESS_CLASS, Reconciler
 from netclaim.ipam.pools import (
@@ -25,6 +24,7 @@ from netclaim.ipam.pools import (
     read_pools,
     slice_bodies,
 )
+from netclaim.objects import AllocatedDevice, Claim, IPAllocation, RequestSpec
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim
 
 SIX: dict[str, Any] = {"ranges": [{"subnet": "10.10.3.0/29"}]}  # 10.10.3.1 .. .6
@@ -346,6 +346,7 @@ ASKS_LAN3 = (RequestSpec("addr", ADDRESS_CLASS, ('device.attributes["netclaim.de
 def _pending_pod(name: str, uid: str, claim: str) -> dict[str, Any]:
     return {
         "metadata": {"namespace": "team-a", "name": name, "uid": uid},
+        "spec": {"resourceClaims": [{"name": "addr", "resourceClaimTemplateName": "t"}]},
         "status": {"resourceClaimStatuses": [{"name": "addr", "resourceClaimName": claim}]},
     }
 
@@ -380,7 +381,7 @@ def cluster() -> FakeKubeApi:
 
 
 async def test_a_reconcile_frees_only_the_addresses_of_claims_that_are_gone(cluster: FakeKubeApi) -> None:
-    await Reconciler(cluster, SAMPLE_DRIVER).once()
+    await Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER).once()
     assert sorted(a.claim_name for a in cluster.allocations.values()) == ["first", "second"]
     assert cluster.calls.count("delete_ip_allocation") == 2
     # allocations are listed before the claims: a claim created meanwhile cannot look gone
@@ -388,7 +389,7 @@ async def test_a_reconcile_frees_only_the_addresses_of_claims_that_are_gone(clus
 
 
 async def test_a_reconcile_publishes_the_valid_pools_with_their_capacity(cluster: FakeKubeApi) -> None:
-    uses = await Reconciler(cluster, SAMPLE_DRIVER).once()
+    uses = await Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER).once()
     assert set(uses) == {"lan3", "wide"}
     assert (uses["lan3"].capacity, uses["lan3"].allocated_claims, uses["lan3"].free) == (2, 2, 0)
     assert (uses["wide"].capacity, uses["wide"].holders) == (254, 0)  # the gone claim's address is free again
@@ -399,7 +400,7 @@ async def test_a_reconcile_publishes_the_valid_pools_with_their_capacity(cluster
 
 
 async def test_a_reconcile_writes_each_pools_status_once(cluster: FakeKubeApi) -> None:
-    reconciler = Reconciler(cluster, SAMPLE_DRIVER)
+    reconciler = Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER)
     await reconciler.once()
     assert cluster.calls.count("write_ippool_status") == 3
     lan3 = cluster.ippool_status["lan3"]
@@ -427,7 +428,7 @@ async def test_a_reconcile_writes_each_pools_status_once(cluster: FakeKubeApi) -
 
 
 async def test_a_released_address_rewrites_the_status_not_the_slice(cluster: FakeKubeApi) -> None:
-    reconciler = Reconciler(cluster, SAMPLE_DRIVER)
+    reconciler = Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER)
     await reconciler.once()
     del cluster.claims[("team-a", "second")]  # deleted while its node was lost
     cluster.calls.clear()
@@ -440,7 +441,7 @@ async def test_a_released_address_rewrites_the_status_not_the_slice(cluster: Fak
 
 
 async def test_a_pending_pod_of_a_full_pool_gets_one_event(cluster: FakeKubeApi) -> None:
-    reconciler = Reconciler(cluster, SAMPLE_DRIVER)
+    reconciler = Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER)
     await reconciler.once()
     assert [(e.namespace, e.pod, e.pod_uid, e.reason) for e in cluster.events] == [
         ("team-a", "web-2", "pod-uid-2", "IPPoolExhausted")
@@ -451,9 +452,23 @@ async def test_a_pending_pod_of_a_full_pool_gets_one_event(cluster: FakeKubeApi)
     assert len(cluster.events) == 1
 
 
+async def test_a_pending_pod_naming_a_standalone_claim_of_a_full_pool_gets_the_event_too(
+    cluster: FakeKubeApi,
+) -> None:
+    """Before, only claims made from a pod's templates (status.resourceClaimStatuses) were looked at."""
+    cluster.pods = [
+        {
+            "metadata": {"namespace": "team-a", "name": "db-1", "uid": "pod-uid-5"},
+            "spec": {"resourceClaims": [{"name": "addr", "resourceClaimName": "waiting"}]},
+        }
+    ]
+    await Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER).once()
+    assert [(e.pod, e.reason) for e in cluster.events] == [("db-1", "IPPoolExhausted")]
+
+
 async def test_no_event_and_no_pod_list_while_no_pool_is_full(cluster: FakeKubeApi) -> None:
     del cluster.claims[("team-a", "second")]
-    await Reconciler(cluster, SAMPLE_DRIVER).once()
+    await Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER).once()
     assert cluster.events == []
     assert "unschedulable_pods" not in cluster.calls
 
@@ -479,7 +494,7 @@ async def test_an_address_taken_again_meanwhile_is_never_freed() -> None:
     api.allocations[old.name] = old
     api.retaken = _held(new, "lan3", "10.10.3.1/30", uid="new-uid")
     api.add_claim(new)
-    await Reconciler(api, SAMPLE_DRIVER).once()  # the conflict is that address's: the pass goes on
+    await Reconciler(api, api, api, SAMPLE_DRIVER).once()  # the conflict is that address's: the pass goes on
     assert api.allocations[old.name].claim_uid == new.uid  # the new holder keeps it
 
 
@@ -489,7 +504,7 @@ async def test_a_reconcile_frees_what_a_claim_holds_beyond_its_allocation(cluste
     first = cluster.claims[("team-a", "first")]
     forged = replace(_held(first, "lan3", "10.10.3.2/30"), name="lan3.forged", uid="forged", node="node-9")
     cluster.allocations[forged.name] = forged
-    uses = await Reconciler(cluster, SAMPLE_DRIVER).once()
+    uses = await Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER).once()
     assert "lan3.forged" not in cluster.allocations
     assert sorted(a.claim_name for a in cluster.allocations.values()) == ["first", "second"]
     assert uses["lan3"].holders == 2
@@ -497,7 +512,7 @@ async def test_a_reconcile_frees_what_a_claim_holds_beyond_its_allocation(cluste
 
 async def test_a_restricted_pool_without_its_device_class_says_so(cluster: FakeKubeApi) -> None:
     cluster.add_pool("only-a", {**SIX, "namespaces": ["team-a"]})
-    reconciler = Reconciler(cluster, SAMPLE_DRIVER)
+    reconciler = Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER)
     await reconciler.once()
     [missing] = cluster.ippool_status["only-a"]["conditions"]
     assert (missing["status"], missing["reason"]) == ("False", "DeviceClassMissing")

@@ -6,12 +6,12 @@ import ipaddress
 
 import pytest
 
-from netclaim.adapters.kube import AllocatedDevice
 from netclaim.api.ippool import POOLS_POOL
 from netclaim.controller import Reconciler
 from netclaim.errors import ConfigError
 from netclaim.ipam.addresses import AddressBook, AddressRequest
 from netclaim.ipam.pools import PoolUse, exhausted_message
+from netclaim.objects import AllocatedDevice
 from tests.unit.fakes import SAMPLE_DRIVER, SAMPLE_NODE, FakeKubeApi, sample_claim
 
 FULL = PoolUse(capacity=2, allocated_claims=2, holders=2, addresses={4: 2})
@@ -39,7 +39,7 @@ async def test_an_ipv6_address_from_a_full_v4_only_pool_is_a_config_error_not_tr
 async def test_a_pool_recreated_under_the_same_name_gets_its_status_written() -> None:
     api = FakeKubeApi()
     api.add_pool("lan3", {"ranges": [{"subnet": "10.10.3.0/30"}]})
-    reconciler = Reconciler(api, SAMPLE_DRIVER)
+    reconciler = Reconciler(api, api, api, SAMPLE_DRIVER)
     await reconciler.once()
     del api.ippools["lan3"]  # deleted: its status goes with the object
     del api.ippool_status["lan3"]

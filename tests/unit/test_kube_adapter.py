@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import httpx2 as httpx
 import pytest
-from lightkube.core.exceptions import ApiError
+from lightkube import ApiError
 from lightkube.models.meta_v1 import Status, StatusDetails
 
-from netclaim.adapters.kube import Claim, translated
+from netclaim.adapters.kube.connection import translated
 from netclaim.errors import (
     ApiRejectedError,
     ApiUnavailableError,
@@ -46,52 +46,3 @@ def test_each_answer_becomes_the_error_class_that_decides_what_happens(
     with pytest.raises(expected) as err, translated("claim ns/c"):
         raise raised
     assert str(err.value).startswith("claim ns/c: ")
-
-
-def test_a_claim_is_read_from_the_apis_json() -> None:
-    claim = Claim.from_api(
-        {
-            "metadata": {"namespace": "ns", "name": "c", "uid": "u", "resourceVersion": "7"},
-            "status": {
-                "allocation": {
-                    "devices": {
-                        "results": [
-                            {
-                                "request": "net",
-                                "driver": "netclaim.dev",
-                                "pool": "node-1",
-                                "device": "pci-0000-5e-00-0",
-                                "shareID": "s1",
-                                "consumedCapacity": {"netclaim.dev/bandwidth": "5Gi"},
-                            }
-                        ],
-                        "config": [
-                            {
-                                "source": "FromClass",
-                                "opaque": {"driver": "netclaim.dev", "parameters": {"a": 1}},
-                            },
-                            {"source": "FromClaim", "requests": ["net"]},
-                        ],
-                    }
-                },
-                "reservedFor": [
-                    {"resource": "pods", "name": "p", "uid": "pu"},
-                    {"resource": "jobs", "name": "j", "uid": "ju"},
-                ],
-                "devices": [{"driver": "gpu.example.com", "pool": "node-1", "device": "gpu0"}],
-            },
-        }
-    )
-    assert (claim.namespace, claim.name, claim.uid, claim.resource_version, claim.allocated) == (
-        "ns",
-        "c",
-        "u",
-        "7",
-        True,
-    )
-    [result] = claim.results
-    assert (result.share_id, result.consumed_capacity) == ("s1", {"netclaim.dev/bandwidth": "5Gi"})
-    assert [(c.source, c.parameters) for c in claim.configs] == [("FromClass", {"a": 1})]  # opaque only
-    assert [p.name for p in claim.reserved_for] == ["p"]  # pods only
-    assert claim.devices_status == ({"driver": "gpu.example.com", "pool": "node-1", "device": "gpu0"},)
-    assert Claim.from_api({"metadata": {"name": "x"}}).allocated is False

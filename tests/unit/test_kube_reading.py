@@ -1,6 +1,6 @@
-"""What KubeApi reads of the API's JSON, through the real lightkube and httpx clients on a transport that
-answers as the API server does: no depth the API server stores breaks a read, and one object that cannot
-be read never fails a list."""
+"""What the Kubernetes adapter reads of the API's JSON, through the real lightkube and httpx clients on a
+transport that answers as the API server does: no depth the API server stores breaks a read, and one
+object that cannot be read never fails a list."""
 
 from __future__ import annotations
 
@@ -12,9 +12,13 @@ from typing import Any, cast
 import httpx2 as httpx
 import pytest
 
-from netclaim.adapters.kube import IPAllocation, KubeApi, read_json
+from netclaim.adapters.kube.addresses import KubeAddresses
+from netclaim.adapters.kube.claims import KubeClaims
+from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.errors import ApiUnavailableError, ConfigError, GoneError
 from netclaim.metrics import REGISTRY
+from netclaim.objects import IPAllocation, read_json
 from tests.unit.fakes import KUBECONFIG, FakeApiServer, api_status
 
 API_DEPTH = 5000  # 10 KiB of `[[[[…]]]]`: as deep as the API server stores an opaque config
@@ -79,10 +83,22 @@ async def server() -> FakeApiServer:
 
 
 @pytest.fixture
-async def api(server: FakeApiServer) -> AsyncIterator[KubeApi]:
-    opened = KubeApi(KUBECONFIG, "netclaim.dev-controller", transport=httpx.MockTransport(server.handle))
+async def kube(server: FakeApiServer) -> AsyncIterator[KubeConnection]:
+    opened = KubeConnection(
+        KUBECONFIG, "netclaim.dev-controller", transport=httpx.MockTransport(server.handle)
+    )
     yield opened
     await opened.close()
+
+
+@pytest.fixture
+def claims(kube: KubeConnection) -> KubeClaims:
+    return KubeClaims(kube)
+
+
+@pytest.fixture
+def addresses(kube: KubeConnection) -> KubeAddresses:
+    return KubeAddresses(kube)
 
 
 def _unreadable(kind: str) -> float:
@@ -96,7 +112,7 @@ def test_json_nested_far_deeper_than_pythons_recursion_limit_is_read() -> None:
 
 
 async def test_a_claim_nested_as_deep_as_the_api_allows_does_not_fail_the_controllers_list(
-    api: KubeApi, server: FakeApiServer
+    claims: KubeClaims, server: FakeApiServer
 ) -> None:
     """The deep claim is read as far as it can be (what the controller needs: its UID, its allocation)
     and reported; the others are read whole. Before, the whole list failed: no reconcile, for anyone."""
@@ -104,9 +120,9 @@ async def test_a_claim_nested_as_deep_as_the_api_allows_does_not_fail_the_contro
     no_identity = '{"metadata": {"name": {"a": 1}}}'
     server.answers[CLAIMS] = (200, _listing(_claim("good-1"), deep, no_identity, _claim("good-2")))
     before = _unreadable("ResourceClaim")
-    claims = await api.list_claims()
-    assert [c.name for c in claims] == ["good-1", "deep", "good-2"]
-    good, bad = claims[0], claims[1]
+    listed = await claims.list_claims()
+    assert [c.name for c in listed] == ["good-1", "deep", "good-2"]
+    good, bad = listed[0], listed[1]
     assert good.problems() == [] and good.configs[0].parameters == {"apiVersion": "netclaim.dev/v1alpha1"}
     assert (bad.uid, bad.owned_by_pod, [r.device for r in bad.results]) == ("uid-deep", True, ["d"])
     [config] = bad.configs
@@ -125,49 +141,49 @@ async def test_a_claim_nested_as_deep_as_the_api_allows_does_not_fail_the_contro
     }
     assert (event["type"], event["reason"]) == ("Warning", "NetclaimUnreadable")
     assert "nested deeper than 32 levels" in event["message"]
-    await api.list_claims()  # the next pass: each version of an object is reported once
+    await claims.list_claims()  # the next pass: each version of an object is reported once
     assert len(server.events) == 1 and _unreadable("ResourceClaim") == before + 2
 
 
 async def test_a_claim_whose_config_cannot_be_read_keeps_what_its_teardown_needs(
-    api: KubeApi, server: FakeApiServer
+    claims: KubeClaims, server: FakeApiServer
 ) -> None:
     server.answers["/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/deep"] = (
         200,
         _claim("deep", _nested(API_DEPTH)),
     )
-    claim = await api.get_claim("team-a", "deep")
+    claim = await claims.get_claim("team-a", "deep")
     assert (claim.uid, claim.owned_by_pod, [p.uid for p in claim.reserved_for]) == ("uid-deep", True, ["pu"])
     assert claim.unreadable == ""  # its status is readable: netclaim may still write its own entries
     assert [d["driver"] for d in claim.devices_status] == ["gpu.example.com"]
 
 
 async def test_a_claim_without_a_readable_identity_is_a_config_error_and_a_missing_one_gone(
-    api: KubeApi, server: FakeApiServer
+    claims: KubeClaims, server: FakeApiServer
 ) -> None:
     path = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/odd"
     server.answers[path] = (200, '{"metadata": {"uid": ["not", "a", "string"]}}')
     with pytest.raises(ConfigError, match="claim team-a/odd: cannot be read"):
-        await api.get_claim("team-a", "odd")
+        await claims.get_claim("team-a", "odd")
     with pytest.raises(GoneError):
-        await api.get_claim("team-a", "missing")
+        await claims.get_claim("team-a", "missing")
     server.answers[path] = (200, "<html>a proxy's page</html>")
     with pytest.raises(ApiUnavailableError, match="not JSON"):
-        await api.get_claim("team-a", "odd")
+        await claims.get_claim("team-a", "odd")
 
 
 async def test_a_claim_of_another_shape_is_read_as_far_as_its_identity(
-    api: KubeApi, server: FakeApiServer
+    claims: KubeClaims, server: FakeApiServer
 ) -> None:
     odd = '{"metadata": {"namespace": "team-a", "name": "odd", "uid": "u"}, "status": {"reservedFor": 3}}'
     server.answers[CLAIMS] = (200, _listing(odd))
-    [claim] = await api.list_claims()
+    [claim] = await claims.list_claims()
     assert (claim.uid, claim.results, claim.devices_status) == ("u", (), ())
     assert claim.unreadable.startswith("cannot be read (TypeError")
 
 
 async def test_ip_allocations_with_malformed_addresses_are_skipped_and_reported(
-    api: KubeApi, server: FakeApiServer
+    addresses: KubeAddresses, server: FakeApiServer
 ) -> None:
     """Before, `ipaddress.ip_interface` raised on them in the controller and in every agent taking an
     address from their pool."""
@@ -179,7 +195,7 @@ async def test_ip_allocations_with_malformed_addresses_are_skipped_and_reported(
     ]
     server.answers[ALLOCATIONS] = (200, json.dumps({"items": items}))
     before = _unreadable("IPAllocation")
-    assert [a.name for a in await api.list_ip_allocations(pool="lan")] == ["good"]
+    assert [a.name for a in await addresses.list_ip_allocations(pool="lan")] == ["good"]
     assert _unreadable("IPAllocation") == before + 3
     assert [(e["involvedObject"]["name"], e["metadata"]["namespace"]) for e in server.events] == [
         ("not-an-ip", "default"),  # a cluster-scoped object's Events go where kubectl looks for them
@@ -190,26 +206,26 @@ async def test_ip_allocations_with_malformed_addresses_are_skipped_and_reported(
     assert listed.url.params["labelSelector"] == "netclaim.dev/pool=lan"
     server.answers[f"{ALLOCATIONS}/not-an-ip"] = (200, json.dumps(items[1]))
     with pytest.raises(ConfigError, match="IPAllocation not-an-ip: cannot be read"):
-        await api.get_ip_allocation("not-an-ip")
+        await addresses.get_ip_allocation("not-an-ip")
 
 
 async def test_an_ip_pool_nested_too_deep_is_skipped_and_reported(
-    api: KubeApi, server: FakeApiServer
+    addresses: KubeAddresses, server: FakeApiServer
 ) -> None:
     good = {"metadata": {"name": "lan"}, "spec": {"ranges": [{"subnet": "10.10.3.0/24"}]}}
     deep = f'{{"metadata": {{"name": "deep", "uid": "u"}}, "spec": {{}}, "status": {_nested(API_DEPTH)}}}'
     nameless = '{"metadata": [1], "spec": {}}'
     server.answers[POOLS] = (200, _listing(json.dumps(good), deep, nameless))
     before = _unreadable("IPPool")
-    assert await api.list_ippools() == [good]
+    assert await addresses.list_ippools() == [good]
     assert _unreadable("IPPool") == before + 2
     server.answers[f"{POOLS}/deep"] = (200, deep)
     with pytest.raises(ConfigError, match="IPPool deep: cannot be read: nested deeper than 32 levels"):
-        await api.get_ippool("deep")
+        await addresses.get_ippool("deep")
 
 
 async def test_a_status_write_sends_only_our_entries_never_other_drivers(
-    api: KubeApi, server: FakeApiServer
+    claims: KubeClaims, server: FakeApiServer
 ) -> None:
     """Another driver's entry, however deep, is neither re-sent nor able to make our write fail."""
     path = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/c"
@@ -218,7 +234,7 @@ async def test_a_status_write_sends_only_our_entries_never_other_drivers(
     server.answers[path] = (200, _claim("c", devices=devices))
     server.answers[f"{path}/status"] = (200, _claim("c", _nested(API_DEPTH), devices))  # not read
     new = {**ours, "conditions": []}
-    await api.write_claim_devices(await api.get_claim("team-a", "c"), "netclaim.dev", [new])
+    await claims.write_claim_devices(await claims.get_claim("team-a", "c"), "netclaim.dev", [new])
     [patch] = [r for r in server.requests if r.method == "PATCH"]
     assert (patch.url.path, patch.url.params["fieldManager"]) == (f"{path}/status", "netclaim.dev-controller")
     assert patch.headers["Content-Type"] == "application/json-patch+json"
@@ -231,11 +247,11 @@ async def test_a_status_write_sends_only_our_entries_never_other_drivers(
 
 
 async def test_a_status_write_to_a_claim_without_entries_adds_them(
-    api: KubeApi, server: FakeApiServer
+    claims: KubeClaims, server: FakeApiServer
 ) -> None:
     path = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/c"
     server.answers[path] = server.answers[f"{path}/status"] = (200, _claim("c", devices=""))
-    await api.write_claim_devices(await api.get_claim("team-a", "c"), "netclaim.dev", [{"device": "d"}])
+    await claims.write_claim_devices(await claims.get_claim("team-a", "c"), "netclaim.dev", [{"device": "d"}])
     [patch] = [r for r in server.requests if r.method == "PATCH"]
     assert json.loads(patch.content)[1:] == [
         {"op": "add", "path": "/status/devices", "value": [{"device": "d"}]}
@@ -243,11 +259,11 @@ async def test_a_status_write_to_a_claim_without_entries_adds_them(
 
 
 async def test_an_address_is_released_only_if_its_object_is_the_one_read(
-    api: KubeApi, server: FakeApiServer
+    addresses: KubeAddresses, server: FakeApiServer
 ) -> None:
     held = IPAllocation.from_api(_allocation("lan-10-10-3-7", "10.10.3.7/24"))
     server.answers[f"{ALLOCATIONS}/lan-10-10-3-7"] = (200, api_status(200, "deleted"))
-    await api.delete_ip_allocation(held)
+    await addresses.delete_ip_allocation(held)
     [delete] = server.requests
     assert (delete.method, delete.url.path) == ("DELETE", f"{ALLOCATIONS}/lan-10-10-3-7")
     assert json.loads(delete.content) == {
@@ -256,7 +272,7 @@ async def test_an_address_is_released_only_if_its_object_is_the_one_read(
         "preconditions": {"uid": "uid-lan-10-10-3-7"},
     }
     del server.answers[f"{ALLOCATIONS}/lan-10-10-3-7"]
-    await api.delete_ip_allocation(held)  # gone already: fine
+    await addresses.delete_ip_allocation(held)  # gone already: fine
 
 
 def _event(kind: str, version: str, obj: str = "") -> str:
@@ -266,11 +282,11 @@ def _event(kind: str, version: str, obj: str = "") -> str:
 
 
 async def test_a_watch_passes_over_objects_no_one_can_read_and_resumes_where_it_ended(
-    api: KubeApi, server: FakeApiServer
+    claims: KubeClaims, server: FakeApiServer
 ) -> None:
     deep = f'{{"metadata": {{"resourceVersion": "12"}}, "spec": {_nested(API_DEPTH)}}}'
     server.streams = [_event("ADDED", "11") + _event("MODIFIED", "", deep), _event("DELETED", "13")]
-    async with contextlib.aclosing(cast(AsyncGenerator[str, None], api.changes("resourceclaims"))) as watch:
+    async with contextlib.aclosing(cast(AsyncGenerator[str, None], claims.claim_changes())) as watch:
         assert [await anext(watch) for _ in range(3)] == ["ADDED", "MODIFIED", "DELETED"]
     first, resumed = server.requests
     assert first.url.path == CLAIMS and "resourceVersion" not in first.url.params
@@ -286,16 +302,16 @@ async def test_a_watch_passes_over_objects_no_one_can_read_and_resumes_where_it_
     ids=["error-event", "garbage"],
 )
 async def test_a_watch_that_the_server_ends_is_unavailable_and_started_afresh_by_its_caller(
-    api: KubeApi, server: FakeApiServer, answer: Callable[[FakeApiServer], None], expected: str
+    addresses: KubeAddresses, server: FakeApiServer, answer: Callable[[FakeApiServer], None], expected: str
 ) -> None:
     answer(server)
     with pytest.raises(ApiUnavailableError, match=expected):
-        async for _ in api.changes("ipallocations"):
+        async for _ in addresses.ip_allocation_changes():
             pass
 
 
 async def test_the_tools_read_a_cluster_holding_a_claim_nested_as_deep_as_the_api_allows(
-    api: KubeApi, server: FakeApiServer
+    kube: KubeConnection, server: FakeApiServer
 ) -> None:
     """`netclaim explain` and `status` failed for everyone while one such claim existed."""
     empty = (200, '{"items": []}')
@@ -311,6 +327,6 @@ async def test_the_tools_read_a_cluster_holding_a_claim_nested_as_deep_as_the_ap
     server.answers[CLAIMS] = (403, api_status(403, "forbidden"))  # a tenant: its namespace's claims only
     namespaced = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims"
     server.answers[namespaced] = (200, _listing(_claim("deep", _nested(API_DEPTH)), _claim("good")))
-    found, refused = await api.read_cluster("team-a")
+    found, refused = await KubeClusterReader(kube).read_cluster("team-a")
     assert [c["metadata"]["name"] for c in found["claims"]] == ["deep", "good"]
     assert refused == ["ResourceClaim (*)"]

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kube import Claim, DeviceConfig, PodRef
 from netclaim.configure.plan import (
     AttachPlan,
     PlannedDevice,
@@ -18,6 +17,7 @@ from netclaim.configure.plan import (
     with_node_defaults,
 )
 from netclaim.errors import ConfigError
+from netclaim.objects import Claim, DeviceConfig, PodRef
 from netclaim.publish.devices import Device
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (

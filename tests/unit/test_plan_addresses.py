@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kube import AllocatedDevice, Claim
 from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool
 from netclaim.configure.plan import PlannedDevice, PoolAddresses, address_requests, plan_claim
 from netclaim.configure.status import ClaimRef
 from netclaim.errors import ApiUnavailableError, CniError, ConfigError, PoolExhaustedError
 from netclaim.ipam.addresses import Grant
+from netclaim.objects import AllocatedDevice, Claim
 from netclaim.publish.devices import Device
 from tests.unit.fakes import (
     SAMPLE_DRIVER,

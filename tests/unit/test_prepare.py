@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.adapters.kube import Claim, PodRef
 from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.configure.status import ClaimRef
 from netclaim.configure.store import State
 from netclaim.errors import CniError, ConfigError, GoneError, StateStoreError
+from netclaim.objects import Claim, PodRef
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     ConfigureRig,

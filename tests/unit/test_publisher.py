@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from netclaim import metrics
-from netclaim.adapters.kube import Slice
 from netclaim.errors import ApiUnavailableError
+from netclaim.objects import Slice
 from netclaim.publish.devices import Capacity, Device
 from netclaim.publish.publisher import SlicePublisher, chunk, normalized_device
 from tests.unit.fakes import FakeKubeApi

@@ -10,11 +10,15 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kube import IPAllocation, KubeApi
+from netclaim.adapters.kube.addresses import KubeAddresses
+from netclaim.adapters.kube.claims import KubeClaims
+from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.api.ippool import POOLS_POOL
 from netclaim.controller import Reconciler
 from netclaim.errors import ApiRejectedError, ApiUnavailableError
 from netclaim.metrics import REGISTRY
+from netclaim.objects import IPAllocation
 from tests.unit.fakes import (
     KUBECONFIG,
     SAMPLE_DRIVER,
@@ -60,7 +64,7 @@ async def test_a_write_about_one_object_that_fails_never_fails_the_pass() -> Non
     for held in (_held("a", "10.10.3.7/24", "gone-1"), _held("b", "10.10.3.8/24", "gone-2")):
         api.allocations[held.name] = held
     api.refuse = {"a": ApiRejectedError("admission webhook denied"), "refused": KeyError("a bug")}
-    uses = await Reconciler(api, SAMPLE_DRIVER).once()
+    uses = await Reconciler(api, api, api, SAMPLE_DRIVER).once()
     assert set(uses) == {"refused", "lan"}
     assert list(api.allocations) == ["a"]  # b freed; a tried again the next pass
     assert list(api.ippool_status) == ["lan"]
@@ -70,7 +74,7 @@ async def test_a_write_about_one_object_that_fails_never_fails_the_pass() -> Non
 async def test_an_api_that_cannot_serve_fails_the_pass_and_each_pass_is_counted() -> None:
     api = FakeKubeApi()
     api.add_pool("lan", LAN)
-    reconciler = Reconciler(api, SAMPLE_DRIVER)
+    reconciler = Reconciler(api, api, api, SAMPLE_DRIVER)
     ok, error = _passes("ok"), _passes("error")
     api.fail_next = [ApiUnavailableError("503")]
     with pytest.raises(ApiUnavailableError):
@@ -81,7 +85,7 @@ async def test_an_api_that_cannot_serve_fails_the_pass_and_each_pass_is_counted(
     assert (REGISTRY.get_sample_value("netclaim_last_reconcile_timestamp_seconds") or 0) > 0
 
 
-# the real KubeApi, the cluster's answers canned: the objects a tenant or a bug can leave in a cluster
+# the real adapter, the cluster's answers canned: the objects a tenant or a bug can leave in a cluster
 
 NESTED = "[" * 5000 + "]" * 5000  # as deep as the API server stores an opaque config
 CRD = {
@@ -117,7 +121,7 @@ def _allocation(name: str, address: object, claim_uid: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def hostile_cluster() -> AsyncIterator[tuple[KubeApi, FakeApiServer]]:
+async def hostile_cluster() -> AsyncIterator[tuple[KubeConnection, FakeApiServer]]:
     server = FakeApiServer()
     claims = [_claim("web", "lan"), _claim("gpu", "other-pool", NESTED, driver="gpu.example.com")]
     claims.append(_claim("hostile", "lan", NESTED))
@@ -141,19 +145,19 @@ async def hostile_cluster() -> AsyncIterator[tuple[KubeApi, FakeApiServer]]:
             json.dumps(CRD),
         ),
     }
-    api = KubeApi(KUBECONFIG, f"{SAMPLE_DRIVER}-controller", transport=server.transport())
-    yield api, server
-    await api.close()
+    kube = KubeConnection(KUBECONFIG, f"{SAMPLE_DRIVER}-controller", transport=server.transport())
+    yield kube, server
+    await kube.close()
 
 
 async def test_the_controller_reconciles_a_cluster_holding_what_no_one_can_read(
-    hostile_cluster: tuple[KubeApi, FakeApiServer],
+    hostile_cluster: tuple[KubeConnection, FakeApiServer],
 ) -> None:
     """Before, one claim nested ~1,000 deep (of any driver) failed every reconcile for 25 minutes, and a
     malformed IPAllocation address crashed the controller."""
-    api, server = hostile_cluster
+    kube, server = hostile_cluster
     ok = _passes("ok")
-    reconciler = Reconciler(api, SAMPLE_DRIVER)
+    reconciler = Reconciler(KubeClaims(kube), KubeAddresses(kube), KubeSlices(kube), SAMPLE_DRIVER)
     await reconciler.reconcile()
     assert _passes("ok") == ok + 1
     use = (await reconciler.once())["lan"]

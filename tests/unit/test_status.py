@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kube import Claim
 from netclaim.backoff import Backoff
 from netclaim.configure.status import (
     MAX_CONFLICT_RETRIES,
@@ -26,6 +25,7 @@ from netclaim.configure.status import (
 )
 from netclaim.configure.store import Interface, Outcome, State, Store
 from netclaim.errors import ApiRejectedError, ApiUnavailableError, GoneError
+from netclaim.objects import Claim, Pod
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
 
 CLAIM = ClaimRef("team-a", "claim-1", "claim-uid-1")
@@ -350,11 +350,15 @@ def _pod(annotation: str | None = None, uid: str = "pod-uid-1") -> dict[str, Any
     }
 
 
+def _read(annotation: str | None = None) -> Pod:
+    """The pod as the status writer reads it."""
+    return Pod.from_api(_pod(annotation))
+
+
 def test_network_status_names_each_attached_interface_by_the_pods_claim_and_keeps_other_writers() -> None:
     stale = {"name": "team-a/fast-net", "interface": "net9", "ips": ["10.0.0.9"]}
-    pod = _pod(json.dumps([MULTUS_ENTRY, stale]))
     prepared = sample_row(sample_device("enp2s0"), interface_name="net2")
-    assert network_status(pod, [ATTACHED, prepared]) == [
+    assert network_status(_read(json.dumps([MULTUS_ENTRY, stale])), [ATTACHED, prepared]) == [
         MULTUS_ENTRY,
         {
             "name": "team-a/fast-net",
@@ -372,15 +376,15 @@ def test_network_status_gives_a_whole_pci_nic_its_device_info() -> None:
     device = sample_device("enp1s0", shared=False)
     device = replace(device, attributes={**device.attributes, "netclaim.dev/pciAddress": "0000:03:00.0"})
     row = replace(ATTACHED, plan=ATTACHED.plan.model_copy(update={"device": device}))
-    [entry] = network_status(_pod(), [row])
+    [entry] = network_status(_read(), [row])
     assert entry["device-info"] == {"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:03:00.0"}}
-    [shared] = network_status(_pod(), [ATTACHED])  # a NIC shared through macvlan: the pod has no PCI device
+    [shared] = network_status(_read(), [ATTACHED])  # a NIC shared through macvlan: the pod has no PCI device
     assert "device-info" not in shared
 
 
 def test_an_unreadable_network_status_is_replaced_by_ours() -> None:
-    assert [e["interface"] for e in network_status(_pod("{not json"), [ATTACHED])] == ["net1"]
-    assert [e["interface"] for e in network_status(_pod('{"a": 1}'), [ATTACHED])] == ["net1"]
+    assert [e["interface"] for e in network_status(_read("{not json"), [ATTACHED])] == ["net1"]
+    assert [e["interface"] for e in network_status(_read('{"a": 1}'), [ATTACHED])] == ["net1"]
 
 
 async def test_the_annotation_is_written_once_on_the_pod_as_read(
@@ -393,7 +397,7 @@ async def test_the_annotation_is_written_once_on_the_pod_as_read(
     await writer.write(pod)  # unchanged: not written again
     assert api.calls == ["get_pod", "write_pod_annotation", "get_pod"]
     written = json.loads(api.pod_objects[("team-a", "pod-1")]["metadata"]["annotations"][NETWORK_STATUS])
-    assert written == network_status(_pod(json.dumps([MULTUS_ENTRY])), [ATTACHED])
+    assert written == network_status(_read(json.dumps([MULTUS_ENTRY])), [ATTACHED])
 
 
 async def test_the_annotation_is_not_written_for_a_new_pod_of_the_same_name_nor_when_opted_out(
@@ -424,7 +428,7 @@ class _RacingPodApi(FakeKubeApi):
     written = asyncio.Event()
     raced = False
 
-    async def write_pod_annotation(self, pod: dict[str, Any], key: str, value: str) -> None:
+    async def write_pod_annotation(self, pod: Pod, key: str, value: str) -> None:
         if not self.raced:
             self.raced = True
             current = self.pod_objects[("team-a", "pod-1")]["metadata"]
@@ -460,7 +464,7 @@ class _RefusingPodApi(_RacingApi):
 
     races = 0
 
-    async def write_pod_annotation(self, pod: dict[str, Any], key: str, value: str) -> None:
+    async def write_pod_annotation(self, pod: Pod, key: str, value: str) -> None:
         self._call("write_pod_annotation")
         raise ApiRejectedError("pod team-a/pod-1: admission webhook denied the request")
 

@@ -7,7 +7,6 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from netclaim.adapters.kube import CONDITION_MESSAGE_BYTES
 from netclaim.configure.plan import PoolAddresses
 from netclaim.configure.status import (
     MAX_DATA_BYTES,
@@ -19,6 +18,7 @@ from netclaim.configure.status import (
 )
 from netclaim.configure.store import Interface, Outcome, State
 from netclaim.controller import Reconciler
+from netclaim.objects import CONDITION_MESSAGE_BYTES
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_row
 
 ROW = sample_row()
@@ -99,6 +99,6 @@ async def test_an_invalid_pools_condition_has_the_same_limit_as_a_claims() -> No
     """The controller's conditions came from a helper of their own, cut at 1,024 characters."""
     api = FakeKubeApi()
     api.add_pool("bad", {"ranges": [{"subnet": f"10.10.{n}.1/24"} for n in range(16)]})  # 16 problems
-    await Reconciler(api, SAMPLE_DRIVER).once()
+    await Reconciler(api, api, api, SAMPLE_DRIVER).once()
     [condition] = api.ippool_status["bad"]["conditions"]
     assert condition["reason"] == "Invalid" and 1024 < len(condition["message"]) <= CONDITION_MESSAGE_BYTES

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kube import Claim
 from netclaim.backoff import Backoff
 from netclaim.configure.status import (
     MAX_BUG_ATTEMPTS,
@@ -28,6 +27,7 @@ from netclaim.configure.status import (
 from netclaim.configure.store import Interface, Outcome, State, Store
 from netclaim.errors import ApiRejectedError, ApiUnavailableError
 from netclaim.metrics import REGISTRY
+from netclaim.objects import Claim, Pod
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
 
 SAFETY_NET = 10.0  # seconds: not a measurement, a bound on a writer that gave up
@@ -219,8 +219,13 @@ def _pod(annotation: str) -> dict[str, Any]:
             "resourceVersion": "7",
             "annotations": {NETWORK_STATUS: annotation},
         },
+        "spec": {"resourceClaims": [{"name": "fast-net", "resourceClaimTemplateName": "t"}]},
         "status": {"resourceClaimStatuses": [{"name": "fast-net", "resourceClaimName": "claim-1"}]},
     }
+
+
+def _read(annotation: str) -> Pod:
+    return Pod.from_api(_pod(annotation))
 
 
 @pytest.mark.parametrize(
@@ -239,7 +244,7 @@ async def test_a_network_status_of_any_shape_is_read_without_raising_and_ours_wr
 ) -> None:
     """A tenant may write its own pod's annotation: before, an entry that was a list, or a name that was an
     object, raised in every try at it, and the node's one annotation worker retried it for ever."""
-    assert [e["interface"] for e in network_status(_pod(annotation), [ATTACHED])] == [
+    assert [e["interface"] for e in network_status(_read(annotation), [ATTACHED])] == [
         *(e["interface"] for e in kept),
         "net1",
     ]

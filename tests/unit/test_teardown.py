@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.adapters.kube import DeviceConfig, IPAllocation
 from netclaim.configure.status import ClaimRef
 from netclaim.errors import ApiRejectedError, ApiUnavailableError, ConfigError, NetclaimError
 from netclaim.metrics import REGISTRY
+from netclaim.objects import DeviceConfig, IPAllocation
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     SAMPLE_DRIVER,

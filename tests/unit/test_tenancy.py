@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kube import Claim, DeviceConfig
 from netclaim.api.cniconfig import plugin_types
 from netclaim.api.cnikeys import spelling_problems
 from netclaim.api.ippool import IPPool
@@ -16,6 +15,7 @@ from netclaim.api.tenancy import Target, tenant_problems
 from netclaim.api.validate import ALLOWED_PLUGINS, problems
 from netclaim.configure.plan import plan_claim
 from netclaim.errors import ConfigError
+from netclaim.objects import Claim, DeviceConfig
 from netclaim.publish.devices import Device
 from tests.attacks import CORPUS_POOL, TENANT_RANGES, Attack, Nested, attacks, chain, macvlan, nested_value
 from tests.unit.fakes import sample_allocation, sample_claim, sample_config

@@ -20,7 +20,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from netclaim.adapters.kube import AllocatedDevice, Claim
 from netclaim.api.cniconfig import EffectiveConfig, SourcedConfig, decode, merge, plugin_types
 from netclaim.api.ippool import POOLS_POOL, AddressConfig, IPPool
 from netclaim.api.placeholders import ScalarValue, render
@@ -28,6 +27,7 @@ from netclaim.api.tenancy import AddressRules, IPNetwork, Target, sharing_proble
 from netclaim.errors import ConfigError
 from netclaim.ipam.addresses import AddressRequest, Grant
 from netclaim.names import DRIVER_DOMAIN, check_pod_interface_name
+from netclaim.objects import AllocatedDevice, Claim
 from netclaim.publish.devices import BANDWIDTH, Device
 from netclaim.quantity import parse_quantity
 

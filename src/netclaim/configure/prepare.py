@@ -7,7 +7,7 @@ plugins which CNI versions they speak and settle one per chain, then persist one
 device. RunPodSandbox only carries out a stored plan. Both calls are idempotent; a claim's failure is that
 claim's only, and leaves no address taken.
 
-A claim netclaim can read only in part (its own opaque config nested too deep: netclaim.adapters.kube) is
+A claim netclaim can read only in part (its own opaque config nested too deep: netclaim.objects) is
 the claim's ConfigError. Unprepare DELetes the interfaces, then releases the claim's pool addresses when
 the claim ends with its pod (generated from a template) or is gone; a standalone claim keeps them for its
 next pod, and so does a claim that cannot be read (the controller frees them once it is gone). It raises
@@ -28,7 +28,6 @@ from pathlib import Path
 
 from netclaim import faults, metrics
 from netclaim.adapters.cni import CniRunner
-from netclaim.adapters.kube import Claim, KubeApi
 from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.api.cniconfig import plugin_types
 from netclaim.api.ippool import POOLS_POOL
@@ -41,6 +40,8 @@ from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import ConfigError, GoneError, NetclaimError, TransientError
 from netclaim.ipam.addresses import AddressBook, Grant
 from netclaim.ipam.pools import read_pools
+from netclaim.kubeapi import ClaimsApi
+from netclaim.objects import Claim
 from netclaim.publish.devices import DeviceCatalog
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class Preparer:
         *,
         driver: str,
         node: str,
-        api: KubeApi,
+        api: ClaimsApi,
         store: Store,
         catalog: DeviceCatalog,
         cni: CniRunner,
@@ -133,7 +134,9 @@ class Preparer:
 
     async def _plan(self, claim: Claim, grants: list[Grant]) -> list[Attachment]:
         # a claim's own IPAM is checked against every pool: none of their addresses is its to configure
-        pools = read_pools(await self.api.list_ippools())[0] if needs_pools(claim, self.driver) else []
+        pools = (
+            read_pools(await self.addresses.api.list_ippools())[0] if needs_pools(claim, self.driver) else []
+        )
         planned = plan_claim(
             claim,
             driver=self.driver,

@@ -41,13 +41,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netclaim import faults, metrics
-from netclaim.adapters.kube import KubeApi, condition, read_json
 from netclaim.adapters.nri import PodSandbox
 from netclaim.api.cniconfig import MAX_DEPTH, too_deep
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import ConfigError, ConflictError, GoneError, NetclaimError, TransientError
+from netclaim.kubeapi import ClaimsApi
 from netclaim.names import DRIVER_DOMAIN
+from netclaim.objects import Pod, condition, read_json
 
 log = logging.getLogger(__name__)
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
@@ -174,31 +175,17 @@ def device_entry(driver: str, row: Attachment) -> dict[str, Any]:
     return entry
 
 
-def pod_claim_names(pod: dict[str, Any]) -> dict[str, str]:
-    """ResourceClaim name -> the name the pod's spec.resourceClaims gives it."""
-    names = {
-        str(ref["resourceClaimName"]): str(ref["name"])
-        for ref in (pod.get("spec") or {}).get("resourceClaims") or []
-        if ref.get("resourceClaimName")
-    }
-    for ref in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
-        if ref.get("resourceClaimName"):  # made from a template
-            names[str(ref["resourceClaimName"])] = str(ref["name"])
-    return names
-
-
-def network_status(pod: dict[str, Any], rows: list[Attachment]) -> list[dict[str, Any]]:
+def network_status(pod: Pod, rows: list[Attachment]) -> list[dict[str, Any]]:
     """The pod's network-status entries: other writers' as they are, then one per interface we attached."""
-    namespace = pod["metadata"]["namespace"]
-    names = pod_claim_names(pod)
-    kept = _others_entries(pod, {f"{namespace}/{name}" for name in names.values()})
+    names = {c.claim: c.name for c in pod.claims if c.claim}  # ResourceClaim → the pod's name for it
+    kept = _others_entries(pod, {f"{pod.namespace}/{name}" for name in names.values()})
     entries = []
     for row in sorted(rows, key=lambda r: r.plan.interface_name):
         interface = row.outcome.interface
         if row.state != State.ATTACHED or interface is None:
             continue
         entry: dict[str, Any] = {
-            "name": f"{namespace}/{names.get(row.claim_name, row.claim_name)}",
+            "name": f"{pod.namespace}/{names.get(row.claim_name, row.claim_name)}",
             "interface": interface.name,
             "ips": sorted({str(ipaddress.ip_interface(a).ip) for a in interface.addresses}),
             "mac": interface.mac,
@@ -213,13 +200,12 @@ def network_status(pod: dict[str, Any], rows: list[Attachment]) -> list[dict[str
     return kept + entries
 
 
-def _others_entries(pod: dict[str, Any], ours: set[str]) -> list[dict[str, Any]]:
+def _others_entries(pod: Pod, ours: set[str]) -> list[dict[str, Any]]:
     """The entries of the pod's network-status that other writers own, as they are. What cannot be read
     (not JSON, not a list, an entry that is not an object, a name that is not a string, an entry nested
     deeper than MAX_DEPTH) is not ours to repair, but not ours to keep either: unreadable to every tool."""
-    text = (pod["metadata"].get("annotations") or {}).get(NETWORK_STATUS, "[]")
     try:
-        current = read_json(text) if isinstance(text, str) else None
+        current = read_json(pod.annotations.get(NETWORK_STATUS, "[]"))
     except ValueError:
         return []
     if not isinstance(current, list):
@@ -247,7 +233,7 @@ def _comparable(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @dataclass
 class StatusWriter:
-    api: KubeApi
+    api: ClaimsApi
     driver: str
     store: Store
     annotate_pods: bool = True  # the network-status annotation
@@ -403,10 +389,10 @@ class StatusWriter:
         if not any(row.state == State.ATTACHED for row in rows):
             return  # detached: the pod is going, and its annotation with it
         pod = await self.api.get_pod(ref.namespace, ref.name)
-        if pod["metadata"].get("uid") != ref.uid:
+        if pod.uid != ref.uid:
             return
         value = json.dumps(network_status(pod, rows))
-        if (pod["metadata"].get("annotations") or {}).get(NETWORK_STATUS) == value:
+        if pod.annotations.get(NETWORK_STATUS) == value:
             return
         await self.api.write_pod_annotation(pod, NETWORK_STATUS, value)
         log.info("network-status written", extra={"pod": f"{ref.namespace}/{ref.name}"})

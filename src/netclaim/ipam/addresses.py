@@ -20,9 +20,10 @@ import time
 from dataclasses import dataclass
 
 from netclaim import metrics
-from netclaim.adapters.kube import AllocatedDevice, Claim, IPAllocation, KubeApi
 from netclaim.api.ippool import IPAddress, IPPool, allocation_name, claim_seed
 from netclaim.errors import AlreadyExistsError, ConfigError, GoneError, PoolExhaustedError
+from netclaim.kubeapi import AddressesApi
+from netclaim.objects import AllocatedDevice, Claim, IPAllocation
 
 log = logging.getLogger(__name__)
 MAX_RACES = 16  # creates lost to another claim taking the same address at the same moment
@@ -63,7 +64,7 @@ class Grant:
 
 
 class AddressBook:
-    def __init__(self, api: KubeApi, node: str) -> None:
+    def __init__(self, api: AddressesApi, node: str) -> None:
         self.api = api
         self.node = node
 

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from netclaim import metrics
-from netclaim.adapters.kube import Claim, IPAllocation, KubeApi
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, capacity
 from netclaim.errors import ConfigError
+from netclaim.kubeapi import SlicesApi
 from netclaim.names import DRIVER_DOMAIN
+from netclaim.objects import Claim, IPAllocation
 from netclaim.publish.publisher import MAX_DEVICES_PER_SLICE, normalized_device
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ def slice_bodies(
 class PoolPublisher:
     """The pools' ResourceSlices: written only when a device or a capacity changes."""
 
-    def __init__(self, api: KubeApi, driver: str) -> None:
+    def __init__(self, api: SlicesApi, driver: str) -> None:
         self.api = api
         self.driver = driver
 

@@ -12,8 +12,8 @@ import math
 from collections.abc import Callable
 
 from netclaim import metrics
-from netclaim.adapters.kube import KubeApi
 from netclaim.backoff import supervise
+from netclaim.kubeapi import SlicesApi
 from netclaim.publish.devices import Device, DeviceCatalog, decide
 from netclaim.publish.inventory import InventorySource
 from netclaim.publish.policy import PolicyFile
@@ -81,7 +81,7 @@ async def watch_inventory(source: InventorySource, trigger: Trigger) -> None:
     await supervise("inventory watch", once, lambda: None)
 
 
-async def watch_slices(api: KubeApi, node: str, driver: str, trigger: Trigger) -> None:
+async def watch_slices(api: SlicesApi, node: str, driver: str, trigger: Trigger) -> None:
     """Kubelet deletes a node's slices at its start and 30 s after our plugin went away: publish again."""
 
     async def once() -> None:

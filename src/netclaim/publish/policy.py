@@ -8,21 +8,16 @@ the same function that makes the published attributes), so the two never drift a
 from __future__ import annotations
 
 import fnmatch
-import functools
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
 
+from netclaim.api import selectors
 from netclaim.api.publishpolicy import DEFAULT_POLICY, AttributeValue, PublishPolicy, Rule
 from netclaim.errors import ConfigError
 from netclaim.files import load_yaml_model
 from netclaim.names import DRIVER_DOMAIN, STANDARD_DOMAIN
 from netclaim.publish.inventory import SAMPLE_INTERFACE, facts_as_attributes
-
-if TYPE_CHECKING:
-    import cel
 
 log = logging.getLogger(__name__)
 SHARED_ATTRIBUTE = "shared"  # netclaim.dev/shared: set on every device from the rule's mode
@@ -38,40 +33,16 @@ def sample_attributes() -> dict[str, dict[str, AttributeValue]]:
     return attributes
 
 
-def _context(attributes: dict[str, dict[str, AttributeValue]], driver: str) -> dict[str, Any]:
-    return {"device": {"driver": driver, "attributes": attributes}}
-
-
-def _cel() -> ModuleType:
-    """The CEL library, imported when a policy first uses CEL: its package also loads an interactive shell
-    (prompt_toolkit), 12 MiB of every agent's memory that policies matching by name never need."""
-    import cel
-
-    return cel
-
-
 def check_cel(expression: str) -> None:
     """Syntax, names and types of a policy CEL expression, checked against a complete sample device."""
     known = sample_attributes()
-    try:
-        program = _program(expression)
-        result = program.execute(_cel().Context(_context(known, DRIVER_DOMAIN)))
-    except ValueError as err:
-        raise ValueError(f"invalid CEL: {str(err).splitlines()[0]}") from err
-    except KeyError as err:
+    verdict = selectors.evaluate(expression, DRIVER_DOMAIN, known)
+    if verdict.missing:
         raise ValueError(
-            f"invalid CEL: no attribute {err}; netclaim.dev attributes are {sorted(known[DRIVER_DOMAIN])}"
-        ) from err
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"invalid CEL: {err}") from err
-    if not isinstance(result, bool):
-        raise ValueError(f"invalid CEL: must evaluate to a bool, not {type(result).__name__}")  # noqa: TRY004
-
-
-@functools.lru_cache(maxsize=256)
-def _program(expression: str) -> cel.Program:
-    program: cel.Program = _cel().compile(expression)
-    return program
+            f"invalid CEL: {verdict.why}; netclaim.dev attributes are {sorted(known[DRIVER_DOMAIN])}"
+        )
+    if verdict.selected is None:
+        raise ValueError(f"invalid CEL: {verdict.why}")
 
 
 def rule_problems(policy: PublishPolicy) -> Iterator[str]:
@@ -103,12 +74,7 @@ def matches(rule: Rule, if_name: str, attributes: dict[str, dict[str, AttributeV
     own = attributes.get(DRIVER_DOMAIN, {})
     if any(own.get(key) != value for key, value in match.attributes.items()):
         return False
-    if match.cel is None:
-        return True
-    try:
-        return bool(_program(match.cel).execute(_cel().Context(_context(attributes, driver))) is True)
-    except (KeyError, RuntimeError, TypeError, ValueError):
-        return False
+    return match.cel is None or selectors.evaluate(match.cel, driver, attributes).selected is True
 
 
 def load_policy(path: Path | None) -> PublishPolicy:

@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 from netclaim import metrics
-from netclaim.adapters.kube import KubeApi, Slice
+from netclaim.kubeapi import SlicesApi
+from netclaim.objects import Slice
 from netclaim.publish.devices import Device
 from netclaim.quantity import parse_quantity
 
@@ -53,7 +54,7 @@ def chunk(devices: list[Device], size: int = MAX_DEVICES_PER_SLICE) -> list[list
 
 
 class SlicePublisher:
-    def __init__(self, api: KubeApi, node: str, driver: str) -> None:
+    def __init__(self, api: SlicesApi, node: str, driver: str) -> None:
         self.api = api
         self.node = node
         self.driver = driver

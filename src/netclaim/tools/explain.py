@@ -14,15 +14,15 @@ two requests compete for one device is not redone here.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from types import ModuleType
 from typing import Any
 
+from netclaim.api import selectors
 from netclaim.names import DRIVER_DOMAIN
+from netclaim.objects import Pod, PodClaim
 from netclaim.publish.devices import BANDWIDTH
 from netclaim.quantity import parse_quantity, readable_quantity
 
@@ -33,15 +33,15 @@ ATTRIBUTE_IN_CLAUSE = re.compile(r'device\.attributes\["([^"]+)"\]\.(\w+)')
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What the API holds, as its JSON: all that explain reads."""
+    """What the API holds, as its JSON (pods as netclaim reads them): all that explain reads."""
 
-    pods: list[dict[str, Any]]
+    pods: list[Pod]
     claims: list[dict[str, Any]]
     templates: list[dict[str, Any]]
     device_classes: list[dict[str, Any]]
     slices: list[dict[str, Any]]
     nodes: list[dict[str, Any]]
-    agent_pods: list[dict[str, Any]] = field(default_factory=list)
+    agent_pods: list[Pod] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)  # what the reader's RBAC did not let it list
 
 
@@ -124,12 +124,6 @@ class Explanation:
         }
 
 
-def _cel() -> ModuleType:
-    import cel  # imported when a selector is evaluated; see netclaim.publish.policy
-
-    return cel
-
-
 def _attribute_value(value: dict[str, Any]) -> Any:
     for kind in ("string", "int", "bool", "version"):
         if kind in value:
@@ -208,35 +202,12 @@ def clauses(expression: str) -> list[str]:
     return [p for p in parts if p]
 
 
-@functools.lru_cache(maxsize=512)
-def _compiled(expression: str) -> Any:
-    return _cel().compile(expression)
-
-
 def evaluate(expression: str, device: PublishedDevice) -> tuple[bool | None, str]:
-    """(True/False, "") or (None, why it cannot be evaluated here) for one device."""
-    cel = _cel()
-    capacity: dict[str, dict[str, int]] = {}
-    for name, value in device.capacity.items():
-        domain, _, short = name.rpartition("/")
-        capacity.setdefault(domain, {})[short] = int(value)
-    context = {
-        "device": {
-            "driver": device.driver,
-            "attributes": device.attributes,
-            "capacity": capacity,
-            "allowMultipleAllocations": device.shared,
-        }
-    }
-    try:
-        result = _compiled(expression).execute(cel.Context(context))
-    except KeyError as err:
-        return False, f"the device has no attribute {err}"
-    except (ValueError, RuntimeError, TypeError) as err:
-        return None, f"cannot be evaluated here ({str(err).splitlines()[0]})"
-    if not isinstance(result, bool):
-        return None, f"does not evaluate to a bool ({type(result).__name__})"
-    return result, ""
+    """(True/False, why not) or (None, why it cannot be evaluated here) for one device."""
+    verdict = selectors.evaluate(expression, device.driver, device.attributes, device.capacity, device.shared)
+    if verdict.selected is None:
+        return None, f"cannot be evaluated here ({verdict.why})"
+    return verdict.selected, verdict.why
 
 
 def failing_clause(expression: str, device: PublishedDevice) -> str | None:
@@ -316,7 +287,7 @@ def show_quantity(value: Decimal) -> str:
     return str(int(value)) if value < 1_000_000 else readable_quantity(int(value))
 
 
-def _tolerated(taint: dict[str, Any], tolerations: list[dict[str, Any]]) -> bool:
+def _tolerated(taint: dict[str, Any], tolerations: tuple[dict[str, Any], ...]) -> bool:
     for toleration in tolerations:
         if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
             continue
@@ -365,59 +336,45 @@ def node_selector_matches(selector: dict[str, Any], node: dict[str, Any]) -> boo
     )
 
 
-def node_problems(pod: dict[str, Any], node: dict[str, Any]) -> list[str]:
+def node_problems(pod: Pod, node: dict[str, Any]) -> list[str]:
     """Why the pod cannot go to this node whatever its claims, in short."""
-    spec, meta = pod.get("spec") or {}, node.get("metadata") or {}
-    labels = meta.get("labels") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
     problems = []
     if (node.get("spec") or {}).get("unschedulable"):
         problems.append("the node is cordoned (unschedulable)")
     for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(
-            taint, spec.get("tolerations") or []
-        ):
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(taint, pod.tolerations):
             problems.append(
                 f"taint {taint.get('key')}={taint.get('value', '')}:{taint.get('effect')} is not tolerated"
             )
-    for key, value in (spec.get("nodeSelector") or {}).items():
+    for key, value in pod.node_selector.items():
         if labels.get(key) != value:
             problems.append(
                 f"the pod's nodeSelector {key}={value} excludes it ({key}={labels.get(key, '(unset)')})"
             )
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    )
-    if required and not node_selector_matches(required, node):
+    if pod.required_affinity and not node_selector_matches(pod.required_affinity, node):
         problems.append("the pod's required node affinity excludes it")
     return problems
 
 
-def _claim_specs(
-    pod: dict[str, Any], snapshot: Snapshot
-) -> Iterator[tuple[str, dict[str, Any] | None, dict[str, Any]]]:
+def _claim_specs(pod: Pod, snapshot: Snapshot) -> Iterator[tuple[str, dict[str, Any] | None, dict[str, Any]]]:
     """(name shown, the claim object or None while it is not created yet, its spec) of each pod claim."""
-    namespace = pod["metadata"]["namespace"]
-    generated = {
-        s["name"]: s.get("resourceClaimName")
-        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-    }
     claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in snapshot.claims}
     templates = {(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in snapshot.templates}
-    for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
-        name = ref.get("resourceClaimName") or generated.get(ref["name"])
-        claim = claims.get((namespace, name)) if name else None
+    for ref in pod.claims:
+        claim = claims.get((pod.namespace, ref.claim))
         if claim is not None:
-            yield f"claim {name}", claim, claim.get("spec") or {}
+            yield f"claim {ref.claim}", claim, claim.get("spec") or {}
             continue
-        template = templates.get((namespace, ref.get("resourceClaimTemplateName")))
+        template = templates.get((pod.namespace, ref.template))
         if template is not None:
             yield (
-                f"claim {ref['name']} (template {ref['resourceClaimTemplateName']})",
+                f"claim {ref.name} (template {ref.template})",
                 None,
                 (template.get("spec") or {}).get("spec") or {},
             )
         else:
-            yield f"claim {ref['name']}", None, {}
+            yield f"claim {ref.name}", None, {}
 
 
 def judge_request(
@@ -560,26 +517,22 @@ def _fix_for(verdict: RequestVerdict, nodes_open: list[dict[str, Any]]) -> list[
     return fixes
 
 
-def explain_pod(pod: dict[str, Any], snapshot: Snapshot) -> Explanation:
-    meta, spec = pod["metadata"], pod.get("spec") or {}
-    node_name = str(spec.get("nodeName") or "")
-    status = pod.get("status") or {}
-    state = str(status.get("phase", "Pending"))
-    explanation = Explanation(f"{meta['namespace']}/{meta['name']}", state, node_name)
+def explain_pod(pod: Pod, snapshot: Snapshot) -> Explanation:
+    explanation = Explanation(f"{pod.namespace}/{pod.name}", pod.phase or "Pending", pod.node)
     say = explanation.lines.append
     claims = list(_claim_specs(pod, snapshot))
     if not claims:
         say("the pod asks for no DRA claims")
         explanation.summary = explanation.lines[0]
         return explanation
-    if node_name:
-        _explain_scheduled(pod, claims, snapshot, explanation)
+    if pod.node:
+        _explain_scheduled(claims, snapshot, explanation)
         return explanation
     for what in snapshot.unreadable:
         say(f"could not read {what} (RBAC): what follows may be incomplete")
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            say(f"scheduler: {condition.get('message', '')}")
+    scheduled = pod.condition_of("PodScheduled")
+    if scheduled is not None and scheduled.status == "False":
+        say(f"scheduler: {scheduled.message}")
     classes = {c["metadata"]["name"]: c for c in snapshot.device_classes}
     devices = published_devices(snapshot.slices)
     consumed, holders = consumed_capacity(snapshot.claims)
@@ -668,7 +621,6 @@ def _say_request(verdict: RequestVerdict, explanation: Explanation) -> None:
 
 
 def _explain_scheduled(
-    pod: dict[str, Any],
     claims: list[tuple[str, dict[str, Any] | None, dict[str, Any]]],
     snapshot: Snapshot,
     explanation: Explanation,
@@ -723,15 +675,7 @@ def _explain_scheduled(
                     elif condition.get("reason") == "WaitingForPodSandbox":
                         waiting = True
     if waiting:
-        agents = [
-            p
-            for p in snapshot.agent_pods
-            if (p.get("spec") or {}).get("nodeName") == node
-            and any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (p.get("status") or {}).get("conditions") or []
-            )
-        ]
+        agents = [p for p in snapshot.agent_pods if p.node == node and p.ready]
         node_object = next((n for n in snapshot.nodes if n["metadata"]["name"] == node), {})
         labels = (node_object.get("metadata") or {}).get("labels") or {}
         if not agents:
@@ -753,7 +697,7 @@ def table(snapshot: Snapshot) -> list[dict[str, Any]]:
     """One row per pod with claims: its state and the first line that says why."""
     rows = []
     for pod in snapshot.pods:
-        if not (pod.get("spec") or {}).get("resourceClaims"):
+        if not pod.claims:
             continue
         found = explain_pod(pod, snapshot)
         rows.append({"pod": found.pod, "state": found.state, "node": found.node or "-", "why": found.summary})
@@ -763,23 +707,8 @@ def table(snapshot: Snapshot) -> list[dict[str, Any]]:
 def explain_claim(namespace: str, name: str, snapshot: Snapshot) -> list[Explanation]:
     """The pods that use the claim, explained; a claim no pod uses yet is explained as a pod would see it
     that could go to any node."""
-    users = [
-        p
-        for p in snapshot.pods
-        if p["metadata"]["namespace"] == namespace
-        and any(
-            ref.get("resourceClaimName") == name
-            for ref in [
-                *((p.get("spec") or {}).get("resourceClaims") or []),
-                *((p.get("status") or {}).get("resourceClaimStatuses") or []),
-            ]
-        )
-    ]
+    users = [p for p in snapshot.pods if p.namespace == namespace and name in p.claim_names()]
     if users:
         return [explain_pod(p, snapshot) for p in users]
-    standalone = {
-        "metadata": {"namespace": namespace, "name": f"(no pod uses claim {name})"},
-        "spec": {"resourceClaims": [{"name": name, "resourceClaimName": name}]},
-        "status": {"phase": "-"},
-    }
+    standalone = Pod(namespace, f"(no pod uses claim {name})", phase="-", claims=(PodClaim(name, name),))
     return [explain_pod(standalone, snapshot)]

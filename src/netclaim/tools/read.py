@@ -4,16 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from netclaim.adapters.kube import KubeApi
+from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.reader import KubeClusterReader
+from netclaim.objects import Pod
 from netclaim.tools.explain import Snapshot
 
 FIELD_MANAGER = "netclaim-cli"  # never used to write: the tools only read
 
 
 async def read_snapshot(kubeconfig: Path | None, namespace: str | None) -> Snapshot:
-    api = KubeApi.connect(kubeconfig, FIELD_MANAGER)
+    kube = KubeConnection.connect(kubeconfig, FIELD_MANAGER)
     try:
-        found, refused = await api.read_cluster(namespace)
-        return Snapshot(**found, unreadable=refused)
+        found, refused = await KubeClusterReader(kube).read_cluster(namespace)
+        return Snapshot(
+            pods=[Pod.from_api(p) for p in found["pods"]],
+            claims=found["claims"],
+            templates=found["templates"],
+            device_classes=found["device_classes"],
+            slices=found["slices"],
+            nodes=found["nodes"],
+            agent_pods=[Pod.from_api(p) for p in found["agent_pods"]],
+            unreadable=refused,
+        )
     finally:
-        await api.close()
+        await kube.close()

@@ -18,30 +18,17 @@ from netclaim.tools.explain import Snapshot, consumed_capacity, published_device
 RED, GREEN, RESET = "\033[31m", "\033[32m", "\033[0m"
 
 
-def _claim_names(pod: dict[str, Any]) -> list[str]:
-    names = [r.get("resourceClaimName") for r in (pod.get("spec") or {}).get("resourceClaims") or []]
-    names += [
-        r.get("resourceClaimName") for r in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-    ]
-    return [n for n in dict.fromkeys(names) if n]
-
-
 def status_rows(snapshot: Snapshot) -> list[dict[str, str]]:
     """One row per netclaim device of each pod with claims (one row saying so when none is allocated)."""
     claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in snapshot.claims}
     rows = []
     for pod in snapshot.pods:
-        if not (pod.get("spec") or {}).get("resourceClaims"):
+        if not pod.claims:
             continue
-        meta = pod["metadata"]
-        base = {
-            "pod": str(meta["name"]),
-            "phase": str((pod.get("status") or {}).get("phase", "")),
-            "node": str((pod.get("spec") or {}).get("nodeName") or "(Pending)"),
-        }
+        base = {"pod": pod.name, "phase": pod.phase, "node": pod.node or "(Pending)"}
         found = False
-        for name in _claim_names(pod):
-            claim = claims.get((meta["namespace"], name)) or {}
+        for name in pod.claim_names():
+            claim = claims.get((pod.namespace, name)) or {}
             status = claim.get("status") or {}
             entries = {
                 (e.get("pool"), e.get("device")): e
@@ -76,7 +63,7 @@ def status_rows(snapshot: Snapshot) -> list[dict[str, str]]:
                 )
         if not found:
             rows.append(
-                {**base, "claim": ", ".join(_claim_names(pod)) or "-", "request": "-", "device": "-",
+                {**base, "claim": ", ".join(pod.claim_names()) or "-", "request": "-", "device": "-",
                  "bandwidth": "-", "interface": "-", "ips": "-", "mac": "-", "ready": "not allocated"}
             )  # fmt: skip
     return rows

@@ -58,7 +58,8 @@ from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 from prometheus_client.parser import text_string_to_metric_families
 
-from netclaim.adapters.kube import KubeApi
+from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.names import DRIVER_DOMAIN
 from netclaim.publish.devices import Device, decide
 from netclaim.publish.inventory import FileInventory
@@ -133,19 +134,20 @@ def virtual_policy(work: Path) -> PolicyFile:
 
 async def _publish_nodes(kubeconfig: Path, work: Path, nodes: list[str], mtu: int = MTU) -> float:
     policy = virtual_policy(work)
-    api = KubeApi.connect(kubeconfig, DRIVER_DOMAIN)
+    kube = KubeConnection.connect(kubeconfig, DRIVER_DOMAIN)
+    slices = KubeSlices(kube)
     limit = asyncio.Semaphore(CREATORS)
 
     async def one(node: str) -> None:
         async with limit:
             devices = await node_devices(write_inventory(work, node, mtu), policy)
-            await SlicePublisher(api, node, DRIVER_DOMAIN).publish(devices)
+            await SlicePublisher(slices, node, DRIVER_DOMAIN).publish(devices)
 
     started = time.monotonic()
     try:
         await asyncio.gather(*(one(n) for n in nodes))
     finally:
-        await api.close()
+        await kube.close()
     return time.monotonic() - started
 
 

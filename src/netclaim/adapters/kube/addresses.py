@@ -1,0 +1,103 @@
+"""IPPools and IPAllocations (netclaim.kubeapi.AddressesApi): read as JSON without lightkube's decoder."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from lightkube.generic_resource import create_global_resource
+from lightkube.types import PatchType
+
+from netclaim.adapters.kube.connection import (
+    IP_ALLOCATIONS,
+    IPPOOLS,
+    KubeConnection,
+    as_data,
+    raise_for_status,
+    selector,
+    translated,
+)
+from netclaim.errors import ConfigError, GoneError
+from netclaim.kubeapi import AddressesApi
+from netclaim.names import DRIVER_DOMAIN
+from netclaim.objects import CLAIM_UID_LABEL, POOL_LABEL, IPAllocation, as_object, ippool_problem
+
+IPPoolResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPPool", "ippools")
+IPAllocationResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPAllocation", "ipallocations")
+
+
+class KubeAddresses(AddressesApi):
+    def __init__(self, kube: KubeConnection) -> None:
+        self.kube = kube
+
+    async def get_ippool(self, name: str) -> dict[str, Any]:
+        found = await self.kube.read(f"IPPool {name}", IPPOOLS.path(name=name))
+        problem = ippool_problem(found)
+        if problem:
+            raise ConfigError(f"IPPool {name}: cannot be read: {problem}")
+        return as_object(found)
+
+    async def list_ippools(self) -> list[dict[str, Any]]:
+        pools = []
+        for item in await self.kube.read_items("IPPools", IPPOOLS.path()):
+            problem = ippool_problem(item)
+            if problem:
+                await self.kube.report_unreadable(IPPOOLS, item, problem, "It is not published.")
+            else:
+                pools.append(item)
+        return pools
+
+    async def write_ippool_status(self, name: str, status: dict[str, Any]) -> None:
+        with translated(f"status of IPPool {name}"):
+            await self.kube.client.patch(
+                IPPoolResource.Status,
+                name,
+                [{"op": "add", "path": "/status", "value": status}],
+                patch_type=PatchType.JSON,
+            )
+
+    async def ippool_changes(self) -> AsyncIterator[str]:
+        """The event types (ADDED, MODIFIED, DELETED) of every IPPool, as they happen; not read further."""
+        async for event in self.kube.watch("watch of ippools", IPPOOLS.path()):
+            yield event
+
+    async def list_ip_allocations(
+        self, *, pool: str | None = None, claim_uid: str | None = None
+    ) -> list[IPAllocation]:
+        labels = {k: v for k, v in ((POOL_LABEL, pool), (CLAIM_UID_LABEL, claim_uid)) if v is not None}
+        params = {"labelSelector": selector(labels)} if labels else None
+        allocations = []
+        for item in await self.kube.read_items("IPAllocations", IP_ALLOCATIONS.path(), params):
+            try:
+                allocations.append(IPAllocation.from_api(item))
+            except (TypeError, ValueError) as err:
+                effect = "It is neither counted as held nor freed."
+                await self.kube.report_unreadable(IP_ALLOCATIONS, item, str(err), effect)
+        return allocations
+
+    async def get_ip_allocation(self, name: str) -> IPAllocation:
+        what = f"IPAllocation {name}"
+        found = await self.kube.read(what, IP_ALLOCATIONS.path(name=name))
+        try:
+            return IPAllocation.from_api(found)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{what}: cannot be read: {err}") from None
+
+    async def create_ip_allocation(self, allocation: IPAllocation) -> IPAllocation:
+        body = IPAllocationResource.from_dict(allocation.to_api())
+        with translated(f"IPAllocation {allocation.name}"):
+            created = await self.kube.client.create(body)
+        return IPAllocation.from_api(as_data(created))
+
+    async def delete_ip_allocation(self, allocation: IPAllocation) -> None:
+        """Not lightkube's delete(): it sends no body, so no preconditions."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": allocation.uid}}
+        path = IP_ALLOCATIONS.path(name=allocation.name)
+        with contextlib.suppress(GoneError), translated(f"IPAllocation {allocation.name}"):
+            raise_for_status(await self.kube.http.request("DELETE", path, json=options))
+
+    async def ip_allocation_changes(self) -> AsyncIterator[str]:
+        """The event types of every IPAllocation, as they happen; not read further."""
+        async for event in self.kube.watch("watch of ipallocations", IP_ALLOCATIONS.path()):
+            yield event

@@ -1,0 +1,111 @@
+"""ResourceClaims and the pods that use them (netclaim.kubeapi.ClaimsApi)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from lightkube.models.core_v1 import ObjectReference
+from lightkube.resources.core_v1 import Pod as PodResource
+from lightkube.types import PatchType
+
+from netclaim.adapters.kube.connection import CLAIMS, KubeConnection, as_data, raise_for_status, translated
+from netclaim.errors import ConfigError
+from netclaim.kubeapi import ClaimsApi
+from netclaim.objects import Claim, Pod
+
+
+class KubeClaims(ClaimsApi):
+    """Claims are read as JSON without lightkube's decoder (netclaim.adapters.kube.connection); pods, which
+    carry nothing a tenant nests, through lightkube."""
+
+    def __init__(self, kube: KubeConnection) -> None:
+        self.kube = kube
+
+    async def get_claim(self, namespace: str, name: str) -> Claim:
+        what = f"claim {namespace}/{name}"
+        data = await self.kube.read(what, CLAIMS.path(namespace, name))
+        try:
+            return Claim.from_api(data)
+        except ValueError as err:
+            raise ConfigError(f"{what}: cannot be read: {err}") from None
+
+    async def list_claims(self) -> list[Claim]:
+        """A claim read only in part is reported; one without a readable identity is skipped, and reported."""
+        claims = []
+        for item in await self.kube.read_items("ResourceClaims", CLAIMS.path()):
+            try:
+                claim = Claim.from_api(item)
+            except ValueError as err:
+                await self.kube.report_unreadable(CLAIMS, item, str(err), "It is skipped.")
+                continue
+            problems = claim.problems()
+            if problems:
+                effect = (
+                    "netclaim reads the rest, and prepares none of its devices with a config it cannot read."
+                )
+                await self.kube.report_unreadable(CLAIMS, item, "; ".join(problems), effect)
+            claims.append(claim)
+        return claims
+
+    async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
+        """A JSON Patch guarded by the claim's resourceVersion. Other drivers' entries are never sent back,
+        and the claim the server answers with is not read: what another driver or a tenant wrote, however
+        deep, cannot make this write fail."""
+        patch: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": claim.resource_version}
+        ]
+        if claim.devices_status:
+            ours = [i for i, entry in enumerate(claim.devices_status) if entry.get("driver") == driver]
+            patch += [{"op": "remove", "path": f"/status/devices/{i}"} for i in reversed(ours)]
+            patch += [{"op": "add", "path": "/status/devices/-", "value": entry} for entry in entries]
+        else:
+            patch.append({"op": "add", "path": "/status/devices", "value": entries})
+        path = CLAIMS.path(claim.namespace, claim.name, "status")
+        with translated(f"status of claim {claim.namespace}/{claim.name}"):
+            response = await self.kube.http.patch(
+                path,
+                content=json.dumps(patch).encode(),
+                headers={"Content-Type": PatchType.JSON.value},
+                params={"fieldManager": self.kube.field_manager},
+            )
+            raise_for_status(response)
+
+    async def claim_changes(self) -> AsyncIterator[str]:
+        """The event types (ADDED, MODIFIED, DELETED) of every claim, as they happen; not read further."""
+        async for event in self.kube.watch("watch of resourceclaims", CLAIMS.path()):
+            yield event
+
+    async def get_pod(self, namespace: str, name: str) -> Pod:
+        with translated(f"pod {namespace}/{name}"):
+            found = await self.kube.client.get(PodResource, name, namespace=namespace)
+        return Pod.from_api(as_data(found))
+
+    async def write_pod_annotation(self, pod: Pod, key: str, value: str) -> None:
+        patch = {"metadata": {"resourceVersion": pod.resource_version, "annotations": {key: value}}}
+        with translated(f"pod {pod.namespace}/{pod.name}"):
+            await self.kube.client.patch(
+                PodResource,
+                pod.name,
+                patch,
+                namespace=pod.namespace,
+                patch_type=PatchType.MERGE,
+                field_manager=self.kube.field_manager,
+            )
+
+    async def create_pod_event(
+        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str
+    ) -> None:
+        involved = ObjectReference(kind="Pod", apiVersion="v1", name=pod, namespace=namespace, uid=pod_uid)
+        await self.kube.create_event(involved, reason, message)
+
+    async def unschedulable_pods(self) -> list[Pod]:
+        with translated("pending pods"):
+            pods = [
+                Pod.from_api(as_data(p))
+                async for p in self.kube.client.list(
+                    PodResource, namespace="*", fields={"status.phase": "Pending"}
+                )
+            ]
+        return [p for p in pods if p.unschedulable]

@@ -1,0 +1,293 @@
+"""One connection to the API server, shared by the roles a program uses, and what they share.
+
+Errors are netclaim's (see netclaim.errors): 404 → GoneError; 409 or a failed resourceVersion test →
+ConflictError; transport failures, timeouts, 429 and 5xx → ApiUnavailableError; any other refusal →
+ApiRejectedError.
+
+The kinds that carry free JSON anyone may write (ResourceClaims: opaque configs and device status of
+every driver; IPPools; IPAllocations) are read without lightkube's decoder, which recurses once per level
+of nesting: the API server stores values nested thousands deep (10 KiB of `[[[[…]]]]`). They are fetched
+with an HTTP client lightkube makes from the same kubeconfig and built by netclaim.objects (read_json:
+no recursion). Each listed object is read on its own: one that cannot be read is skipped (a claim: read as
+far as it can be), with a log line, the `netclaim_unreadable_objects_total` metric and a Warning Event on
+it, once per version of the object; it never fails the list. Watches read only each event's type and
+resourceVersion, so an object no one can read does not stop them either.
+
+Of lightkube, only its documented API is used (Client, KubeConfig, ApiError, resources and models,
+generic resources, PatchType), but for `lightkube.config.client_adapter`: the function lightkube's own
+clients are made with, from a kubeconfig's server, TLS and credentials (token files re-read, exec
+plugins). It is not in lightkube's documentation; making that client here would copy its credential
+handling. The API paths (Kind) and selectors are netclaim's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+from lightkube import ApiError, AsyncClient, KubeConfig
+from lightkube.config.client_adapter import AsyncClient as http_client
+from lightkube.config.client_adapter import ConnectionParams
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event
+
+from netclaim import metrics
+from netclaim.errors import (
+    AlreadyExistsError,
+    ApiRejectedError,
+    ApiUnavailableError,
+    ConfigError,
+    ConflictError,
+    GoneError,
+    NetclaimError,
+)
+from netclaim.objects import IPPOOL_API_VERSION, as_object, as_text, cut, read_json
+
+log = logging.getLogger(__name__)
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+TIMEOUT = httpx.Timeout(10.0, read=60.0)
+WATCH_TIMEOUT = httpx.Timeout(10.0, read=None)  # a watch may be quiet for as long as nothing changes
+EVENT_MESSAGE_BYTES = 1024
+UNREADABLE_REASON = "NetclaimUnreadable"
+# object versions remembered as reported unreadable; past it they are forgotten (reported once more)
+MAX_REPORTED = 4096
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where the API serves a kind netclaim reads as JSON."""
+
+    api_version: str  # "v1" for the core group, else group/version
+    name: str  # as objects name their kind (ResourceClaim)
+    plural: str  # as paths name it (resourceclaims)
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str = "") -> str:
+        """Every namespace's objects unless `namespace`; one object's with `name` (its `subresource`)."""
+        parts = ["api" if "/" not in self.api_version else "apis", self.api_version]
+        if namespace is not None:
+            parts += ["namespaces", namespace]
+        parts.append(self.plural)
+        parts += [part for part in (name, subresource) if part]
+        return "/" + "/".join(parts)
+
+
+CLAIMS = Kind("resource.k8s.io/v1", "ResourceClaim", "resourceclaims")
+SLICES = Kind("resource.k8s.io/v1", "ResourceSlice", "resourceslices")
+IPPOOLS = Kind(IPPOOL_API_VERSION, "IPPool", "ippools")
+IP_ALLOCATIONS = Kind(IPPOOL_API_VERSION, "IPAllocation", "ipallocations")
+
+
+def selector(pairs: Mapping[str, str]) -> str:
+    """A label or field selector of equalities, as the API takes it."""
+    return ",".join(f"{key}={value}" for key, value in pairs.items())
+
+
+@contextlib.contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Re-raise lightkube's and the HTTP client's errors as netclaim's, naming `what` was asked."""
+    try:
+        yield
+    except ApiError as err:
+        code, message = err.status.code, str(err.status.message)
+        if code == 404 and not (err.status.details and err.status.details.name):
+            # not a named object that is gone: the server does not serve this kind (an upgrade, a skew)
+            raise ApiRejectedError(f"{what}: {message} (the API server does not serve it)") from err
+        if code == 404 or (code == 422 and "no longer" in message):
+            raise GoneError(f"{what}: {message}") from err
+        if code == 409 and err.status.reason == "AlreadyExists":
+            raise AlreadyExistsError(f"{what}: {message}") from err
+        if code == 409 or "test failed" in message or "testing value" in message:
+            raise ConflictError(f"{what}: {message}") from err
+        if code == 429 or (code is not None and code >= 500):
+            raise ApiUnavailableError(f"{what}: {code} {message}") from err
+        if code in (401, 403):
+            raise ApiRejectedError(f"{what}: {message} (check the RBAC of the identity in use)") from err
+        raise ApiRejectedError(f"{what}: {code} {message}") from err
+    except httpx.HTTPStatusError as err:  # a watch refused before it streams (lightkube raises it as is)
+        code = err.response.status_code
+        if code == 404:
+            raise GoneError(f"{what}: 404") from err
+        if code == 429 or code >= 500:
+            raise ApiUnavailableError(f"{what}: {code}") from err
+        raise ApiRejectedError(f"{what}: {code}") from err
+    except (httpx.TransportError, httpx.TimeoutException, OSError) as err:
+        raise ApiUnavailableError(f"{what}: the API server did not answer ({err!r})") from err
+    except RecursionError as err:  # lightkube's decoder on an object nested thousands deep
+        raise ConfigError(f"{what}: nested too deeply to read") from err
+
+
+def raise_for_status(response: httpx.Response) -> None:
+    """An error answer as lightkube raises it (ApiError with the API's Status), for `translated`."""
+    if response.is_error:
+        if response.headers.get("Content-Type") == "application/json":
+            raise ApiError(request=response.request, response=response)
+        response.raise_for_status()
+
+
+def as_data(obj: Any) -> dict[str, Any]:
+    """A lightkube object (typed or generic) as the API's JSON data."""
+    return dict(obj.to_dict())
+
+
+class KubeConnection:
+    """The clients of one program (lightkube's, and the HTTP client for the JSON read without its decoder)
+    and the objects it already reported unreadable; every role of the program is made over it."""
+
+    def __init__(
+        self, config: KubeConfig, field_manager: str, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self.field_manager = field_manager
+        current = config.get()
+        if current is None:
+            raise ConfigError("kubeconfig: no current context")
+        self._config = current
+        self._transport = transport  # tests' (httpx.MockTransport): the real clients, no server
+        # HTTP/2, as client-go: every request is a stream of one connection. Over HTTP/1.1 each
+        # concurrent request needs a connection of its own, so the pool (and the agent's descriptors)
+        # grew and shrank with how publish, status writes and claim reads happened to overlap.
+        self.client = AsyncClient(
+            self._config, field_manager=field_manager, timeout=TIMEOUT, http2=True, transport=transport
+        )
+        self.http = self._connect(http2=True)
+        self._reported: set[tuple[str, str, str]] = set()  # (kind, uid, resourceVersion) reported unreadable
+
+    @classmethod
+    def connect(cls, kubeconfig: Path | None, field_manager: str) -> KubeConnection:
+        """From a kubeconfig file, else the pod's ServiceAccount (in-cluster), else $KUBECONFIG."""
+        if kubeconfig is not None:
+            return cls(KubeConfig.from_file(kubeconfig), field_manager)
+        if SERVICE_ACCOUNT_TOKEN.exists():
+            return cls(KubeConfig.from_service_account(), field_manager)
+        return cls(KubeConfig.from_env(), field_manager)
+
+    def _connect(self, *, http2: bool) -> httpx.AsyncClient:
+        """An HTTP client to the API server as lightkube makes its own (the kubeconfig's server, TLS and
+        credentials), for the reads netclaim does without lightkube's decoder (read_json)."""
+        # lightkube types `transport` for its sync client; its own AsyncClient passes an async one as well
+        params = ConnectionParams(timeout=TIMEOUT, http2=http2, transport=self._transport)  # type: ignore[arg-type]
+        return http_client(self._config, params)
+
+    @contextlib.asynccontextmanager
+    async def _watching(self) -> AsyncIterator[httpx.AsyncClient]:
+        """A connection of the watch's own: on the shared HTTP/2 connection, idle watches keep httpcore's
+        read lock and a request behind them waits until some watch gets an event (seen with three)."""
+        http = self._connect(http2=False)
+        try:
+            yield http
+        finally:
+            await http.aclose()
+
+    async def close(self) -> None:
+        await self.client.close()
+        await self.http.aclose()
+
+    async def read(self, what: str, path: str, params: dict[str, str] | None = None) -> Any:
+        """GET `path`: its JSON, read without recursion (read_json)."""
+        with translated(what):
+            response = await self.http.get(path, params=params)
+            raise_for_status(response)
+        try:
+            return read_json(response.content)
+        except ValueError as err:
+            raise ApiUnavailableError(f"{what}: the API server's answer is {err}") from None
+
+    async def read_items(self, what: str, path: str, params: dict[str, str] | None = None) -> list[Any]:
+        """The items of a list, each as the API has it (not read yet: each is read on its own)."""
+        items = as_object(await self.read(what, path, params)).get("items") or []
+        if not isinstance(items, list):
+            raise ApiUnavailableError(f"{what}: the API server's answer has no list of items")
+        return items
+
+    async def report_unreadable(self, kind: Kind, item: Any, problem: str, effect: str) -> None:
+        """A listed object netclaim cannot read, in whole or in part: a log line, the metric and a Warning
+        Event on the object (best effort), once per version of the object."""
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        known = {
+            key: value
+            for key, value in (meta.items() if isinstance(meta, dict) else ())
+            if key in ("namespace", "name", "uid", "resourceVersion") and isinstance(value, str)
+        }
+        version = (kind.name, known.get("uid", known.get("name", "")), known.get("resourceVersion", ""))
+        if version in self._reported:
+            return
+        if len(self._reported) >= MAX_REPORTED:
+            self._reported.clear()
+        self._reported.add(version)
+        metrics.UNREADABLE_OBJECTS.labels(kind.name).inc()
+        where = "/".join(known[k] for k in ("namespace", "name") if k in known) or "(no name)"
+        log.warning(
+            f"{kind.name} cannot be read: {effect}",
+            extra={"kind": kind.name, "object": where, "problem": problem},
+        )
+        if "name" not in known:
+            return  # nothing to hang an Event on
+        involved = ObjectReference(
+            kind=kind.name,
+            apiVersion=kind.api_version,
+            name=known["name"],
+            namespace=known.get("namespace"),
+            uid=known.get("uid"),
+        )
+        message = f"netclaim cannot read this {kind.name}: {problem}. {effect}"
+        try:
+            await self.create_event(involved, UNREADABLE_REASON, message)
+        except NetclaimError as err:
+            log.info("could not record an event", extra={"object": where, "error": str(err)})
+
+    async def create_event(self, involved: ObjectReference, reason: str, message: str) -> None:
+        """A Warning Event on the object; a cluster-scoped object's goes to `default`, where kubectl looks."""
+        namespace = involved.namespace or "default"
+        now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        event = Event(
+            # the API appends 5 characters to generateName; a name is at most 253
+            metadata=ObjectMeta(generateName=f"{str(involved.name)[:240]}.", namespace=namespace),
+            involvedObject=involved,
+            reason=reason,
+            message=cut(message, EVENT_MESSAGE_BYTES),
+            type="Warning",
+            source=EventSource(component=self.field_manager),
+            firstTimestamp=now,
+            lastTimestamp=now,
+            count=1,
+        )
+        with translated(f"event on {str(involved.kind).lower()} {namespace}/{involved.name}"):
+            await self.client.create(event)
+
+    async def watch(self, what: str, path: str, fields: str | None = None) -> AsyncIterator[str]:
+        """The event types of a watch of `path`, on a connection of its own, resumed from the last event's
+        resourceVersion when the server ends the stream. Each event is read without recursion and only its
+        type and resourceVersion are looked at. An ERROR event (e.g. 410: resumed too late) ends the watch
+        with ApiUnavailableError: the caller starts afresh, and reconciles what it may have missed."""
+        version: str | None = None
+        async with self._watching() as http:
+            while True:
+                params = {"watch": "true", "fieldSelector": fields, "resourceVersion": version}
+                query = {key: value for key, value in params.items() if value is not None}
+                with translated(what):
+                    async with http.stream("GET", path, params=query, timeout=WATCH_TIMEOUT) as response:
+                        if response.is_error:
+                            await response.aread()
+                            raise_for_status(response)
+                        async for line in response.aiter_lines():
+                            if not line.strip():
+                                continue
+                            try:
+                                event = as_object(read_json(line))
+                                kind, found = as_text(event.get("type")), as_object(event.get("object"))
+                                stamp = as_object(found.get("metadata")).get("resourceVersion")
+                            except (ValueError, TypeError) as err:
+                                raise ApiUnavailableError(
+                                    f"{what}: an event that is not one ({err})"
+                                ) from None
+                            if kind == "ERROR":
+                                status = f"{found.get('code')} {found.get('reason')}: {found.get('message')}"
+                                raise ApiUnavailableError(f"{what}: the API server ended it ({status})")
+                            version = stamp if isinstance(stamp, str) else version
+                            yield kind

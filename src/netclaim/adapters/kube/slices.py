@@ -1,0 +1,73 @@
+"""The ResourceSlices netclaim publishes, their owners, and DeviceClasses (netclaim.kubeapi.SlicesApi)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import Node
+from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
+
+from netclaim.adapters.kube.connection import SLICES, KubeConnection, as_data, selector, translated
+from netclaim.errors import GoneError
+from netclaim.kubeapi import SlicesApi
+from netclaim.objects import Slice
+
+
+class KubeSlices(SlicesApi):
+    """Through lightkube: slices, nodes, CRDs and DeviceClasses carry nothing a tenant nests."""
+
+    def __init__(self, kube: KubeConnection) -> None:
+        self.kube = kube
+
+    async def list_slices(self, node: str, driver: str) -> list[Slice]:
+        with translated(f"ResourceSlices of node {node}"):
+            listing = self.kube.client.list(
+                ResourceSlice, fields={"spec.nodeName": node, "spec.driver": driver}
+            )
+            found = [as_data(s) async for s in listing]
+        return [Slice.from_api(s) for s in found]
+
+    async def list_driver_slices(self, driver: str, pool: str) -> list[Slice]:
+        with translated(f"ResourceSlices of driver {driver}"):
+            found = [
+                as_data(s) async for s in self.kube.client.list(ResourceSlice, fields={"spec.driver": driver})
+            ]
+        return [Slice.from_api(s) for s in found if s["spec"]["pool"]["name"] == pool]
+
+    async def apply_slice(self, body: dict[str, Any]) -> None:
+        resource = ResourceSlice.from_dict(body)
+        assert isinstance(resource, ResourceSlice)
+        with translated(f"ResourceSlice {body['metadata']['name']}"):
+            await self.kube.client.apply(resource, field_manager=self.kube.field_manager, force=True)
+
+    async def delete_slice(self, name: str) -> None:
+        with contextlib.suppress(GoneError), translated(f"ResourceSlice {name}"):
+            await self.kube.client.delete(ResourceSlice, name)
+
+    async def slice_changes(self, node: str, driver: str) -> AsyncIterator[str]:
+        fields = selector({"spec.nodeName": node, "spec.driver": driver})
+        async for event in self.kube.watch(f"watch of node {node}'s ResourceSlices", SLICES.path(), fields):
+            yield event
+
+    async def node_uid(self, node: str) -> str:
+        with translated(f"node {node}"):
+            found = await self.kube.client.get(Node, node)
+        assert found.metadata is not None
+        return str(found.metadata.uid)
+
+    async def crd_uid(self, name: str) -> str:
+        with translated(f"CustomResourceDefinition {name}"):
+            found = await self.kube.client.get(CustomResourceDefinition, name)
+        assert found.metadata is not None and found.metadata.uid is not None
+        return found.metadata.uid
+
+    async def device_class_exists(self, name: str) -> bool:
+        try:
+            with translated(f"DeviceClass {name}"):
+                await self.kube.client.get(DeviceClass, name)
+        except GoneError:
+            return False
+        return True

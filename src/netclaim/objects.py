@@ -1,0 +1,404 @@
+"""The Kubernetes objects as netclaim reads them: frozen dataclasses built from the API's JSON, no I/O.
+
+The adapter (netclaim.adapters.kube) fetches the JSON and hands out these types; the planner, IPAM, the
+status writer, the controller and the tools read them without knowing how they were fetched, and none of
+them walks a pod's JSON by hand: Pod is the one reading of it. The kinds that carry free JSON anyone may
+write (ResourceClaims: opaque configs and device status of every driver; IPPools; IPAllocations) are read
+without recursion (read_json), whatever their depth; a free value nested deeper than netclaim reads
+(MAX_DEPTH) is left out before anything recursive touches it, and the object says so (Claim.problems).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import ijson  # type: ignore[import-untyped]  # no type information shipped
+
+from netclaim.api.cniconfig import MAX_DEPTH, too_deep
+from netclaim.names import DRIVER_DOMAIN
+
+CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message
+IPPOOL_API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"  # IPPools' and IPAllocations'
+POOL_LABEL = f"{DRIVER_DOMAIN}/pool"
+CLAIM_UID_LABEL = f"{DRIVER_DOMAIN}/claim-uid"
+
+
+def read_json(data: bytes | str) -> Any:
+    """A JSON document built without recursion (ijson's events into its ObjectBuilder): no depth the API
+    server stores can break reading it. Check how deep a part is (too_deep, iterative) before
+    anything recursive touches it. ValueError when `data` is not JSON."""
+    builder = ijson.ObjectBuilder()
+    try:
+        for event, value in ijson.basic_parse(
+            data.encode() if isinstance(data, str) else data, use_float=True
+        ):
+            builder.event(event, value)
+    except ijson.JSONError as err:
+        raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
+    return builder.value
+
+
+def as_object(value: Any) -> dict[str, Any]:
+    """A JSON object read from the API ({} for a missing one); TypeError for anything else."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"an object was expected, not {type(value).__name__}")
+    return value
+
+
+def as_text(value: Any) -> str:
+    """A JSON string read from the API; TypeError for anything else (never str() of what a tenant wrote)."""
+    if not isinstance(value, str):
+        raise TypeError(f"a string was expected, not {type(value).__name__}")
+    return value
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` within `limit` bytes of UTF-8, as the API counts (a character cut in two is dropped)."""
+    return text.encode()[:limit].decode(errors="ignore")
+
+
+def condition(status: str, reason: str, message: str, since: str | None = None) -> dict[str, str]:
+    """A `Ready` condition as the API takes it, the message cut to its limit (claims' and IPPools');
+    `since` is its lastTransitionTime (a claim's conditions need one)."""
+    found = {
+        "type": "Ready",
+        "status": status,
+        "reason": reason,
+        "message": cut(message, CONDITION_MESSAGE_BYTES),
+    }
+    return {**found, "lastTransitionTime": since} if since is not None else found
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    """One entry of a claim's `status.allocation.devices.results`."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+    share_id: str
+    consumed_capacity: dict[str, str]
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """One entry of `status.allocation.devices.config` with an opaque config."""
+
+    source: str  # FromClass (the admin's DeviceClass) or FromClaim (the user's claim)
+    requests: tuple[str, ...]
+    driver: str
+    parameters: object  # None when unreadable
+    unreadable: str = ""  # why `parameters` were not read: nested deeper than MAX_DEPTH
+
+    @classmethod
+    def from_api(cls, index: int, entry: dict[str, Any]) -> DeviceConfig:
+        opaque = as_object(entry.get("opaque"))
+        parameters, unreadable = opaque.get("parameters"), ""
+        if too_deep(parameters) is not None:
+            location = f"status.allocation.devices.config[{index}].opaque.parameters"
+            parameters, unreadable = None, f"{location}: nested deeper than {MAX_DEPTH} levels"
+        return cls(
+            source=as_text(entry.get("source", "")),
+            requests=tuple(as_text(r) for r in entry.get("requests") or ()),
+            driver=as_text(opaque.get("driver", "")),
+            parameters=parameters,
+            unreadable=unreadable,
+        )
+
+
+@dataclass(frozen=True)
+class PodRef:
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request (or subrequest) of a claim's spec: its DeviceClass and CEL selectors."""
+
+    name: str
+    device_class: str
+    selectors: tuple[str, ...]
+
+
+def _request_specs(spec: dict[str, Any]) -> tuple[RequestSpec, ...]:
+    found = []
+    for request in as_object(spec.get("devices")).get("requests") or []:
+        name = as_text(request.get("name", ""))
+        options = [(name, as_object(request["exactly"]))] if request.get("exactly") else []
+        options += [
+            (f"{name}/{as_text(sub.get('name', ''))}", as_object(sub))
+            for sub in request.get("firstAvailable") or []
+        ]
+        for full_name, option in options:
+            selectors = tuple(
+                as_text(as_object(s.get("cel")).get("expression", "")) for s in option.get("selectors") or []
+            )
+            found.append(RequestSpec(full_name, as_text(option.get("deviceClassName", "")), selectors))
+    return tuple(found)
+
+
+def _claim_parts(data: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a Claim past its identity, as the API has them; TypeError, KeyError or AttributeError
+    for a part of another shape. An opaque config nested too deep is kept out of reach (DeviceConfig)."""
+    status = as_object(data.get("status"))
+    allocation = as_object(status.get("allocation")).get("devices")
+    allocated = as_object(allocation)
+    return {
+        "allocated": allocation is not None,
+        "results": tuple(
+            AllocatedDevice(
+                request=as_text(r["request"]),
+                driver=as_text(r["driver"]),
+                pool=as_text(r["pool"]),
+                device=as_text(r["device"]),
+                share_id=as_text(r.get("shareID") or ""),
+                consumed_capacity={
+                    as_text(k): as_text(v) for k, v in as_object(r.get("consumedCapacity")).items()
+                },
+            )
+            for r in allocated.get("results") or []
+        ),
+        "configs": tuple(
+            DeviceConfig.from_api(index, c)
+            for index, c in enumerate(allocated.get("config") or [])
+            if c.get("opaque") is not None
+        ),
+        "reserved_for": tuple(
+            PodRef(as_text(r["name"]), as_text(r["uid"]))
+            for r in status.get("reservedFor") or []
+            if r.get("resource") == "pods"
+        ),
+        "devices_status": tuple(as_object(d) for d in status.get("devices") or ()),
+        "owned_by_pod": any(
+            o.get("kind") == "Pod" and o.get("controller") for o in meta.get("ownerReferences") or []
+        ),
+        "requests": _request_specs(as_object(data.get("spec"))),
+    }
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A ResourceClaim as netclaim reads it."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    allocated: bool
+    results: tuple[AllocatedDevice, ...]
+    configs: tuple[DeviceConfig, ...]
+    reserved_for: tuple[PodRef, ...]  # pods only
+    # status.devices, every driver's, as the API has them: of other drivers' entries only `driver` is read
+    devices_status: tuple[dict[str, Any], ...]
+    owned_by_pod: bool = False  # generated from a ResourceClaimTemplate: it lives as long as its pod
+    requests: tuple[RequestSpec, ...] = ()
+    unreadable: str = ""  # why the claim could be read only in part: then it has its identity only
+
+    @classmethod
+    def from_api(cls, data: Any) -> Claim:
+        """The claim; ValueError when not even its identity (metadata) can be read."""
+        try:
+            meta = as_object(as_object(data).get("metadata"))
+            namespace, name, uid, version = (
+                as_text(meta.get(key, "")) for key in ("namespace", "name", "uid", "resourceVersion")
+            )
+        except TypeError as err:
+            raise ValueError(f"metadata: {err}") from None
+        claim = cls(namespace, name, uid, version, False, (), (), (), ())
+        try:
+            return replace(claim, **_claim_parts(data, meta))
+        except (KeyError, TypeError, AttributeError) as err:
+            return replace(claim, unreadable=f"cannot be read ({type(err).__name__}: {err})")
+
+    def problems(self) -> list[str]:
+        """What of the claim could not be read."""
+        return [p for p in (self.unreadable, *(c.unreadable for c in self.configs)) if p]
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A ResourceSlice of a pool, as netclaim compares it."""
+
+    name: str
+    pool: str
+    generation: int
+    slice_count: int
+    devices: tuple[dict[str, Any], ...]
+    owner_uids: tuple[str, ...] = ()
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> Slice:
+        spec = data["spec"]
+        return cls(
+            name=str(data["metadata"]["name"]),
+            pool=str(spec["pool"]["name"]),
+            generation=int(spec["pool"]["generation"]),
+            slice_count=int(spec["pool"]["resourceSliceCount"]),
+            devices=tuple(spec.get("devices") or ()),
+            owner_uids=tuple(str(o["uid"]) for o in data["metadata"].get("ownerReferences") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class IPAllocation:
+    """An IPAllocation object: one address of a pool, held by one claim (the object's name is the lock)."""
+
+    name: str
+    uid: str
+    pool: str
+    address: str  # with the prefix length of its range, e.g. 10.10.3.7/24
+    claim_namespace: str
+    claim_name: str
+    claim_uid: str
+    node: str
+
+    @classmethod
+    def from_api(cls, data: Any) -> IPAllocation:
+        """The allocation; ValueError (TypeError) when a field is not what the kind says."""
+        meta, spec = as_object(as_object(data).get("metadata")), as_object(data.get("spec"))
+        claim = as_object(spec.get("claim"))
+        address = as_text(spec.get("address", ""))
+        if "/" not in address:
+            raise ValueError(f"spec.address: {address!r} is not an address with its prefix length")
+        ipaddress.ip_interface(address)  # ValueError: not an address
+        return cls(
+            name=as_text(meta.get("name", "")),
+            uid=as_text(meta.get("uid", "")),
+            pool=as_text(spec.get("pool", "")),
+            address=address,
+            claim_namespace=as_text(claim.get("namespace", "")),
+            claim_name=as_text(claim.get("name", "")),
+            claim_uid=as_text(claim.get("uid", "")),
+            node=as_text(spec.get("node", "")),
+        )
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "apiVersion": IPPOOL_API_VERSION,
+            "kind": "IPAllocation",
+            "metadata": {
+                "name": self.name,
+                "labels": {POOL_LABEL: self.pool, CLAIM_UID_LABEL: self.claim_uid},
+            },
+            "spec": {
+                "pool": self.pool,
+                "address": self.address,
+                "claim": {"namespace": self.claim_namespace, "name": self.claim_name, "uid": self.claim_uid},
+                "node": self.node,
+            },
+        }
+
+
+def ippool_problem(data: Any) -> str:
+    """Why an IPPool as the API has it cannot be read ("" when it can: its spec is then IPPool's to judge)."""
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        return "it has no name"
+    if too_deep(data) is not None:
+        return f"nested deeper than {MAX_DEPTH} levels"
+    return ""
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    """One of the pod's claims (an entry of spec.resourceClaims)."""
+
+    name: str  # the pod's name for it
+    # the ResourceClaim: resourceClaimName, or the one made from the template (status.resourceClaimStatuses);
+    # "" while it is not made yet
+    claim: str
+    template: str = ""  # resourceClaimTemplateName
+
+
+@dataclass(frozen=True)
+class PodCondition:
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A Pod as netclaim reads it: who and where it is, its claims, and what keeps it off a node."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+    node: str = ""  # spec.nodeName: "" until it is scheduled
+    phase: str = ""  # status.phase
+    claims: tuple[PodClaim, ...] = ()
+    annotations: dict[str, str] = field(default_factory=dict)
+    conditions: tuple[PodCondition, ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+    required_affinity: dict[str, Any] | None = None  # a NodeSelector: nodeAffinity's required terms
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> Pod:
+        """The pod from its JSON, as the API serves it (typed by the API server: no shape to doubt)."""
+        meta, spec, status = (data.get(key) or {} for key in ("metadata", "spec", "status"))
+        made = {
+            str(entry["name"]): str(entry["resourceClaimName"])
+            for entry in status.get("resourceClaimStatuses") or []
+            if entry.get("resourceClaimName")
+        }
+        affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+        return cls(
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or ""),
+            uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            node=str(spec.get("nodeName") or ""),
+            phase=str(status.get("phase") or ""),
+            claims=tuple(
+                PodClaim(
+                    name=str(ref["name"]),
+                    claim=str(ref.get("resourceClaimName") or made.get(str(ref["name"]), "")),
+                    template=str(ref.get("resourceClaimTemplateName") or ""),
+                )
+                for ref in spec.get("resourceClaims") or []
+            ),
+            annotations={
+                str(key): value
+                for key, value in (meta.get("annotations") or {}).items()
+                if isinstance(value, str)
+            },
+            conditions=tuple(
+                PodCondition(
+                    str(c.get("type", "")),
+                    str(c.get("status", "")),
+                    str(c.get("reason") or ""),
+                    str(c.get("message") or ""),
+                )
+                for c in status.get("conditions") or []
+            ),
+            node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
+            tolerations=tuple(spec.get("tolerations") or ()),
+            required_affinity=affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
+        )
+
+    def condition_of(self, kind: str) -> PodCondition | None:
+        return next((c for c in self.conditions if c.type == kind), None)
+
+    @property
+    def unschedulable(self) -> bool:
+        """The scheduler tried and found no place for it."""
+        scheduled = self.condition_of("PodScheduled")
+        return scheduled is not None and scheduled.reason == "Unschedulable"
+
+    @property
+    def ready(self) -> bool:
+        ready = self.condition_of("Ready")
+        return ready is not None and ready.status == "True"
+
+    def claim_names(self) -> list[str]:
+        """The ResourceClaims it uses (those made so far from its templates too), in its spec's order."""
+        return list(dict.fromkeys(c.claim for c in self.claims if c.claim))
