@@ -161,6 +161,12 @@ async def _each(what: str, write: Awaitable[None]) -> None:
         log.exception(f"{what} failed (a bug); the next pass tries again")
 
 
+def _count(number: int) -> int | str:
+    """A count for the API: as text past 2**53 (an IPv6 /64 holds 2**64 - 1), which JSON numbers hold
+    exactly only in some clients (Go's int64 not at all)."""
+    return number if number < 2**53 else str(number)
+
+
 def pool_class(pool: str) -> str:
     """The DeviceClass through which claims take the addresses of a pool of some namespaces (docs/ipam.md)."""
     return f"netclaim-pool-{pool}"
@@ -183,7 +189,7 @@ def _status(pool: IPPool, use: PoolUse, class_missing: bool = False) -> dict[str
         "allocatedClaims": use.allocated_claims,
         "free": use.free,
         "addresses": {
-            f"ipv{version}": {"size": family.size, "held": use.addresses.get(version, 0)}
+            f"ipv{version}": {"size": _count(family.size), "held": use.addresses.get(version, 0)}
             for version, family in sorted(pool.families().items())
         },
         "conditions": [ready],

@@ -11,10 +11,11 @@ without recursion (read_json), whatever their depth; a free value nested deeper 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import ijson  # type: ignore[import-untyped]  # no type information shipped
+import ijson.backends.python  # type: ignore[import-untyped]  # no type information shipped
 
 from netclaim.api.cniconfig import MAX_DEPTH, too_deep
 from netclaim.names import DRIVER_DOMAIN
@@ -29,14 +30,21 @@ def read_json(data: bytes | str) -> Any:
     """A JSON document built without recursion (ijson's events into its ObjectBuilder): no depth the API
     server stores can break reading it. Check how deep a part is (too_deep, iterative) before
     anything recursive touches it. ValueError when `data` is not JSON."""
-    builder = ijson.ObjectBuilder()
+    raw = data.encode() if isinstance(data, str) else data
     try:
-        for event, value in ijson.basic_parse(
-            data.encode() if isinstance(data, str) else data, use_float=True
-        ):
-            builder.event(event, value)
+        return _built(ijson.basic_parse(raw, use_float=True))
+    except ijson.JSONError:
+        pass  # yajl's C parser stops at an integer past int64, which JSON allows (anyone may write one)
+    try:
+        return _built(ijson.backends.python.basic_parse(raw, use_float=True))  # slower, any integer
     except ijson.JSONError as err:
         raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
+
+
+def _built(events: Iterator[tuple[str, Any]]) -> Any:
+    builder = ijson.ObjectBuilder()
+    for event, value in events:
+        builder.event(event, value)
     return builder.value
 
 

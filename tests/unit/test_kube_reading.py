@@ -111,6 +111,15 @@ def test_json_nested_far_deeper_than_pythons_recursion_limit_is_read() -> None:
         read_json('{"a": ')
 
 
+def test_an_integer_past_int64_is_read() -> None:
+    """JSON has no integer limit and anyone may write one into a claim's opaque config or a status: the
+    fast parser stops at int64, so the document is read again by one that does not (seen: an IPv6 pool's
+    size, 2**64 - 1, in the IPPool's status)."""
+    assert read_json('{"items": [{"size": 18446744073709551615, "rate": 1.5}, [2]]}') == {
+        "items": [{"size": 2**64 - 1, "rate": 1.5}, [2]]
+    }
+
+
 async def test_a_claim_nested_as_deep_as_the_api_allows_does_not_fail_the_controllers_list(
     claims: KubeClaims, server: FakeApiServer
 ) -> None:

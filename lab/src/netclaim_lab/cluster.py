@@ -85,6 +85,18 @@ def _require_fixed_ports(spec: ClusterSpec, spec_path: Path) -> None:
             )
 
 
+# Every kubelet and containerd of every node of every local cluster takes inotify instances of the one
+# kernel, where real nodes each have their own: the kernel's default of 128 per user ran out with two
+# clusters up (a side cluster's kubelet: "inotify_init: too many open files").
+INOTIFY_INSTANCES = 1024
+
+
+def _room_for_inotify() -> None:
+    limit = Path("/proc/sys/fs/inotify/max_user_instances")
+    if int(limit.read_text()) < INOTIFY_INSTANCES:
+        limit.write_text(str(INOTIFY_INSTANCES))
+
+
 def _bridges(spec: ClusterSpec) -> tuple[str, dict[str, str]]:
     management = f"{spec.link_prefix}m"
     segments = {segment.name: f"{spec.link_prefix}s{i}" for i, segment in enumerate(spec.segments)}
@@ -100,6 +112,7 @@ def up(spec_path: Path, log: TextIO = sys.stderr) -> ClusterHandle:
     spec = load_cluster_spec(spec_path)
     _require_prerequisites()
     _require_fixed_ports(spec, spec_path)
+    _room_for_inotify()
     bin_dir = binaries.built_bin_dir()
     layout = ClusterLayout.for_cluster(spec.name)
     handle = ClusterHandle(spec, layout, bin_dir)
