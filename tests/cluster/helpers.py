@@ -192,7 +192,13 @@ def ipam_reservations(cluster: ClusterHandle, network: str) -> set[str]:
 
 
 def claim_devices(kube: Client, namespace: str, name: str) -> list[dict[str, Any]]:
-    claim = kube.get(ResourceClaim, name, namespace=namespace)
+    """Our status entries of the claim; none once it is gone."""
+    try:
+        claim = kube.get(ResourceClaim, name, namespace=namespace)
+    except ApiError as err:
+        if err.status.code == 404:
+            return []
+        raise
     return [d.to_dict() for d in (claim.status.devices if claim.status else None) or [] if d.driver == DRIVER]
 
 

@@ -254,7 +254,7 @@ def _attach_during_outage(cluster: ClusterHandle, kube: Client, ns: str, attempt
 
         def status_write_retried() -> bool:
             lines = agents.agent_log(cluster, "node-2")[offset:].splitlines()
-            return any("status write failed; retrying" in line and f'"{name}-' in line for line in lines)
+            return any("status write postponed; retrying" in line and f'"{name}-' in line for line in lines)
 
         wait_for(status_write_retried, 60, "the agent retrying the status while the apiserver is away")
     finally:
