@@ -157,8 +157,8 @@ async def test_a_rollback_out_of_time_leaves_attaching_and_is_finished_under_the
     row = sample_row()
     rig.store.put(row)
     sandbox = rig.sandbox()
-    rig.cni.fail_add.append(CniError("macvlan", "ADD", 11, "timed out"))
-    rig.cni.fail_delete.append(CniError("macvlan", "DEL", 11, "no time left"))
+    rig.cni.fail_add.append(CniError.of("macvlan", "ADD", 11, "timed out"))
+    rig.cni.fail_delete.append(CniError.of("macvlan", "DEL", 11, "no time left"))
     async with rig.locks(row.pod_uid):  # as RunPodSandbox holds it
         with pytest.raises(AttachError):
             await rig.attacher.attach(row, sandbox, _later())

@@ -119,6 +119,18 @@ async def test_when_one_device_fails_none_stays_attached_and_the_retry_starts_cl
     assert [_state(rig, r) for r in (FIRST, SECOND)] == [(State.ATTACHED, "sandbox-2")] * 2
 
 
+async def test_an_add_out_of_time_fails_the_sandbox_without_blaming_the_user(rig: ConfigureRig) -> None:
+    """A plugin that answers "try again later" (code 11), or that netclaim stopped at its deadline: the
+    sandbox fails and kubelet retries; the claim's condition says why, no Warning Event on the pod."""
+    rig.store.put(FIRST)
+    rig.cni.fail_add.append(CniError.of("macvlan", "ADD", 11, "timed out after 1.50 s"))
+    with pytest.raises(AttachError, match="timed out"):
+        await rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET)
+    await rig.settle()
+    assert rig.api.events == []
+    assert _conditions(rig) == [(FIRST.device, "False", "AttachFailed")]
+
+
 async def test_a_busy_pod_is_pod_busy_and_nothing_changes(rig: ConfigureRig) -> None:
     rig.store.put(FIRST)
     async with rig.locks(FIRST.pod_uid):  # an earlier operation on the pod still runs

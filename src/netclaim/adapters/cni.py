@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from netclaim.errors import CniError, ConfigError, NetclaimError
+from netclaim.errors import CNI_TRY_AGAIN, CniError, CniTryAgainError, ConfigError, NetclaimError
 from netclaim.names import PLUGIN_TYPE
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,9 @@ class CniRunner:
             }
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise CniError(kind, command, 11, "no time left for the plugin (the runtime's hook budget)")
+            raise CniTryAgainError(
+                kind, command, CNI_TRY_AGAIN, "no time left for the plugin (the runtime's hook budget)"
+            )
         try:
             process = await asyncio.create_subprocess_exec(
                 str(path),
@@ -126,14 +128,16 @@ class CniRunner:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)  # the plugin and anything it started
             await process.wait()
-            raise CniError(kind, command, 11, f"timed out after {remaining:.2f} s") from None
+            raise CniTryAgainError(
+                kind, command, CNI_TRY_AGAIN, f"timed out after {remaining:.2f} s"
+            ) from None
         output = _json(stdout)
         if process.returncode != 0:
             code, message, details = output.get("code"), output.get("msg"), output.get("details")
             if not isinstance(message, str) or not message:
                 message = stderr.decode(errors="replace").strip()[:500] or "failed"
             code = code if isinstance(code, int) else 999
-            raise CniError(kind, command, code, message, details if isinstance(details, str) else "")
+            raise CniError.of(kind, command, code, message, details if isinstance(details, str) else "")
         return output
 
     async def versions(self, kind: str) -> list[str]:

@@ -25,7 +25,7 @@ from netclaim._proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from netclaim.errors import CniError, ConfigError, NetclaimError
+from netclaim.errors import CniError, ConfigError, NetclaimError, TransientError
 
 log = logging.getLogger(__name__)
 SUPPORTED_VERSIONS = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
@@ -58,7 +58,8 @@ async def _claim_error(call: str, claim: Any, err: Exception, preparer: ClaimPre
         log.error(f"{call} failed (a bug)", exc_info=err, extra=where)
         return f"internal error in the netclaim agent ({type(err).__name__}); see its log"
     log.warning(f"{call} failed", extra={**where, "error": str(err), "kind": type(err).__name__})
-    if call == "prepare" and isinstance(err, ConfigError | CniError):
+    blamed = isinstance(err, ConfigError | CniError) and not isinstance(err, TransientError)
+    if call == "prepare" and blamed:
         try:
             await preparer.report_failure(claim.namespace, claim.name, claim.uid, str(err))
         except NetclaimError as report_err:
