@@ -17,7 +17,17 @@ from typing import Any
 # the keys netclaim itself reads, per level, in the spelling of the CNI spec and the reference plugins
 CONFLIST_KEYS = ("cniVersion", "cniVersions", "name", "plugins", "disableCheck", "disableGC")
 PLUGIN_KEYS = ("type", "ipam", "master", "device", "mode")
-IPAM_KEYS = ("type", "dataDir", "ranges", "routes", "subnet", "rangeStart", "rangeEnd", "gateway", "addresses")
+IPAM_KEYS = (
+    "type",
+    "dataDir",
+    "ranges",
+    "routes",
+    "subnet",
+    "rangeStart",
+    "rangeEnd",
+    "gateway",
+    "addresses",
+)
 
 
 def _misspelled(obj: dict[str, Any], keys: tuple[str, ...], path: str) -> Iterator[str]:
