@@ -46,6 +46,7 @@ WATCHED = ("ippools", "ipallocations", "resourceclaims")
 class Reconciler:
     def __init__(self, api: KubeApi, driver: str) -> None:
         self.api = api
+        self.driver = driver
         self.publisher = PoolPublisher(api, driver)
         self.warned: set[tuple[str, str]] = set()  # (pod UID, message) reported, of pods still waiting
         self.published: set[str] = set()  # pools with a free-claims gauge
@@ -68,7 +69,7 @@ class Reconciler:
                 f"freeing address {orphan.address} of IPPool {orphan.pool}",
                 self._free(orphan, "address of a deleted claim freed"),
             )
-        beyond = beyond_allocation(allocations, claims)
+        beyond = beyond_allocation(allocations, claims, self.driver)
         for extra in beyond:
             await _each(
                 f"freeing address {extra.address} of IPPool {extra.pool}",
@@ -79,7 +80,7 @@ class Reconciler:
         pools, problems = read_pools(objects)
         for name, problem in problems.items():
             log.warning("IPPool not published: invalid", extra={"pool": name, "problem": problem})
-        uses = {pool.name: pool_use(pool, live, claims) for pool in pools}
+        uses = {pool.name: pool_use(pool, live, claims, self.driver) for pool in pools}
         await self.publisher.publish([pool_device(pool, uses[pool.name]) for pool in pools])
         current = {str(o["metadata"]["name"]): o.get("status") for o in objects}
         for gone in self.published - set(uses):

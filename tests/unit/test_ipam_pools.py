@@ -97,7 +97,7 @@ def test_pool_use_counts_the_claims_the_scheduler_allocated_from_the_pool() -> N
         _held(outside, "p", "10.10.3.9/29"),
         _held(others[0], "q", "10.10.3.3/29"),  # another pool's (same address, other pool)
     ]
-    use = pool_use(pool, allocations, claims)
+    use = pool_use(pool, allocations, claims, SAMPLE_DRIVER)
     assert use.allocated_claims == 3  # holding, waiting, outside
     assert use.holders == 3  # holding, standalone, outside
     assert use.addresses == {4: 3}
@@ -107,8 +107,19 @@ def test_pool_use_counts_the_claims_the_scheduler_allocated_from_the_pool() -> N
 
 
 def test_a_pool_with_no_claims_publishes_its_size() -> None:
-    use = pool_use(_pool("p", SIX), [], {})
+    use = pool_use(_pool("p", SIX), [], {}, SAMPLE_DRIVER)
     assert (use.capacity, use.allocated_claims, use.holders, use.addresses, use.free) == (6, 0, 0, {}, 6)
+
+
+def test_the_pools_claims_are_counted_by_the_configured_driver_name() -> None:
+    """A controller run under another driver name (--driver-name) counts its own driver's results."""
+    theirs = _claim("theirs", _result("p", driver="net.example.com"))
+    ours = _claim("ours", _result("p"))
+    claims = {c.uid: c for c in (theirs, ours)}
+    assert pool_use(_pool("p", SIX), [], claims, "net.example.com").allocated_claims == 1
+    held = [_held(theirs, "p", "10.10.3.1/29")]
+    assert beyond_allocation(held, claims, "net.example.com") == []
+    assert beyond_allocation(held, claims, SAMPLE_DRIVER) == held  # not allocated from the pool of ours
 
 
 def test_free_never_goes_below_zero() -> None:
@@ -158,7 +169,7 @@ def test_capacity_counts_allocation_results_not_claims() -> None:
     the same (prepare refuses such a claim, but its allocation stands until its pod goes)."""
     greedy = _claim("greedy", _result("six", "a"), _result("six", "b"))
     one = _claim("one", _result("six"))
-    use = pool_use(_pool("six", SIX), [], {greedy.uid: greedy, one.uid: one})
+    use = pool_use(_pool("six", SIX), [], {greedy.uid: greedy, one.uid: one}, SAMPLE_DRIVER)
     assert (use.allocated_claims, use.free) == (3, 3)
 
 
@@ -174,8 +185,11 @@ def test_addresses_beyond_a_claims_allocation_are_found() -> None:
     v6 = _held(claim, "six", "fd00::7/64")
     kept_idle = [_held(idle, "six", "10.10.3.4/29"), _held(idle, "six", "10.10.3.5/29")]
     claims = {claim.uid: claim, idle.uid: idle}
-    assert beyond_allocation([forged, own, elsewhere, v6, *kept_idle], claims) == [forged, elsewhere]
-    assert beyond_allocation([own, v6], claims) == []
+    assert beyond_allocation([forged, own, elsewhere, v6, *kept_idle], claims, SAMPLE_DRIVER) == [
+        forged,
+        elsewhere,
+    ]
+    assert beyond_allocation([own, v6], claims, SAMPLE_DRIVER) == []
 
 
 def test_orphans_are_the_allocations_of_claims_that_are_gone() -> None:

@@ -63,19 +63,17 @@ class PoolUse:
         return max(self.capacity - self.allocated_claims, 0)
 
 
-def allocated_from(claim: Claim, pool: str) -> bool:
-    return results_on(claim, pool) > 0
+def allocated_from(claim: Claim, pool: str, driver: str) -> bool:
+    return results_on(claim, pool, driver) > 0
 
 
-def results_on(claim: Claim, pool: str) -> int:
-    """The claim's allocation results on the pool's device: what the scheduler subtracts from its
-    capacity (one unit each)."""
-    return sum(
-        1 for r in claim.results if r.pool == POOLS_POOL and r.device == pool and r.driver == DRIVER_DOMAIN
-    )
+def results_on(claim: Claim, pool: str, driver: str) -> int:
+    """The claim's allocation results on the pool's device of `driver` (the configured driver name): what
+    the scheduler subtracts from its capacity (one unit each)."""
+    return sum(1 for r in claim.results if r.pool == POOLS_POOL and r.device == pool and r.driver == driver)
 
 
-def pool_use(pool: IPPool, allocations: list[IPAllocation], claims: dict[str, Claim]) -> PoolUse:
+def pool_use(pool: IPPool, allocations: list[IPAllocation], claims: dict[str, Claim], driver: str) -> PoolUse:
     families = pool.families()
     mine = [a for a in allocations if a.pool == pool.name]
     inside: dict[int, int] = defaultdict(int)
@@ -87,9 +85,11 @@ def pool_use(pool: IPPool, allocations: list[IPAllocation], claims: dict[str, Cl
         if family is not None and family.hands_out(address):
             inside[address.version] += 1
     live_holders = {
-        a.claim_uid for a in mine if a.claim_uid in claims and allocated_from(claims[a.claim_uid], pool.name)
+        a.claim_uid
+        for a in mine
+        if a.claim_uid in claims and allocated_from(claims[a.claim_uid], pool.name, driver)
     }
-    allocated = sum(results_on(c, pool.name) for c in claims.values())
+    allocated = sum(results_on(c, pool.name, driver) for c in claims.values())
     return PoolUse(
         capacity=capacity(pool, len(live_holders), dict(inside)),
         allocated_claims=allocated,
@@ -128,7 +128,9 @@ def orphans(allocations: list[IPAllocation], live_claim_uids: set[str]) -> list[
     return [a for a in allocations if a.claim_uid not in live_claim_uids]
 
 
-def beyond_allocation(allocations: list[IPAllocation], claims: dict[str, Claim]) -> list[IPAllocation]:
+def beyond_allocation(
+    allocations: list[IPAllocation], claims: dict[str, Claim], driver: str
+) -> list[IPAllocation]:
     """Addresses live, allocated claims hold beyond what their allocation gives them: of a pool they are
     not allocated, or more than one per family of a pool. An agent takes exactly one per family and reuses
     it, so these are what a node's token made for claims it was never asked to prepare. Of several, the one
@@ -144,7 +146,7 @@ def beyond_allocation(allocations: list[IPAllocation], claims: dict[str, Claim])
     beyond = []
     for (claim_uid, pool, _), found in held.items():
         claim = claims[claim_uid]
-        if not allocated_from(claim, pool):
+        if not allocated_from(claim, pool, driver):
             beyond += found
             continue
         nodes = {r.pool for r in claim.results if r.pool != POOLS_POOL}
