@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.adapters.cni import cni_args
+from netclaim.adapters.cni import CniRunner, cni_args
 from netclaim.adapters.nri import PodSandbox
 from netclaim.configure.status import NETWORK_STATUS, ClaimRef
 from netclaim.configure.store import Attachment, Outcome, State
@@ -380,3 +380,51 @@ async def test_a_stopping_agent_waits_for_an_attach_in_flight_instead_of_cutting
     assert await rig.hooks.settle(5.0)
     await attaching
     assert _state(rig, FIRST) == (State.ATTACHED, "sandbox-1")
+
+
+# A real plugin: its ADD sleeps in a child of its own (the process group a plugin may start); its DEL
+# writes down whether any process of that ADD is still there.
+SLOW_PLUGIN = """#!/bin/sh
+cat >/dev/null
+alive() {{ state=$(sed -n 's/^State:[[:space:]]*\\(.\\).*/\\1/p' "/proc/$1/status" 2>/dev/null); \
+[ -n "$state" ] && [ "$state" != Z ]; }}
+case "$CNI_COMMAND" in
+ADD) echo "ADD $$" >> {log}; sleep 60 & echo "$$ $!" > {pids}; wait ;;
+DEL) for pid in $(cat {pids}); do alive "$pid" && echo "DEL while ADD process $pid runs" >> {log}; done
+     echo "DEL" >> {log}; echo '{{}}' ;;
+esac
+"""
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its exit status left for its parent to collect."""
+    status = Path(f"/proc/{pid}/status")
+    return not status.exists() or "\nState:\tZ" in status.read_text()
+
+
+async def test_a_hook_cancelled_mid_add_kills_its_plugin_before_the_repair_deletes(
+    rig: ConfigureRig, tmp_path: Path
+) -> None:
+    """containerd drops the NRI connection while a RunPodSandbox is inside ADD: the hook is cancelled and
+    the next connection's Synchronize repairs the pod. Before, the plugin went on running; its ADD could
+    finish after the repair's DEL and leave an interface and an address nobody would ever release."""
+    bin_dir, log, pids = tmp_path / "bin", tmp_path / "plugin.log", tmp_path / "add.pids"
+    bin_dir.mkdir()
+    plugin = bin_dir / "macvlan"  # FIRST's chain
+    plugin.write_text(SLOW_PLUGIN.format(log=log, pids=pids))
+    plugin.chmod(0o755)
+    rig.attacher.cni = CniRunner(bin_dir)
+    rig.store.put(FIRST)
+    hook = asyncio.create_task(rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET))
+    async with asyncio.timeout(10):  # not a measurement: a bound on a plugin that never started
+        while not pids.exists() or len(pids.read_text().split()) != 2:  # noqa: ASYNC110 - a file appears
+            await asyncio.sleep(0.01)
+    hook.cancel()  # the connection went; the runtime dials again and repairs at once
+    repair = asyncio.create_task(rig.hooks.synchronize([]))  # the sandbox failed: not listed
+    with pytest.raises(asyncio.CancelledError):
+        await hook
+    await repair
+    plugin_pid, sleeper_pid = (int(pid) for pid in pids.read_text().split())
+    assert log.read_text().splitlines() == [f"ADD {plugin_pid}", "DEL"]  # nothing of the ADD left then
+    assert _gone(plugin_pid) and _gone(sleeper_pid)
+    assert _state(rig, FIRST)[0] == State.DETACHED

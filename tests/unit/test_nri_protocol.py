@@ -239,3 +239,49 @@ def test_a_malformed_frame_drops_the_connection_and_the_plugin_dials_again(tmp_p
         return len(connections)
 
     assert asyncio.run(scenario()) == 2
+
+
+def test_a_dropped_connection_ends_only_once_its_hooks_in_flight_have_ended() -> None:
+    """The runtime hangs up while a RunPodSandbox is at work: the hook is cancelled, and the connection
+    (after which the plugin dials again and repairs) ends only once that cancellation is complete."""
+
+    @dataclass
+    class StuckHooks(Hooks):
+        started: asyncio.Event = field(default_factory=asyncio.Event)
+
+        async def run_pod_sandbox(self, pod: nri.PodSandbox, budget: float) -> None:
+            self.started.set()
+            try:
+                await asyncio.Event().wait()  # inside ADD, say
+            finally:
+                await asyncio.sleep(0.1)  # what a cancelled hook does on its way out (kill its plugin)
+                self.calls.append("run cancelled")
+
+    async def session() -> list[str]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        theirs.setblocking(False)
+        hooks = StuckHooks()
+        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        running = asyncio.create_task(nri.Connection(reader, writer, hooks, "netclaim", "50").run())
+        runtime = Runtime(theirs)
+        await runtime.frame()  # RegisterPlugin
+        ok = ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=0))
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(
+            theirs, nri.mux_frame(2, nri.ttrpc_frame(1, nri.RESPONSE, ok.SerializeToString()))
+        )
+        run = ttrpc_pb2.Request(
+            service=nri.PLUGIN_SERVICE,
+            method="RunPodSandbox",
+            payload=nri_pb2.RunPodSandboxRequest(pod=nri_pb2.PodSandbox(name="web")).SerializeToString(),
+        )
+        await loop.sock_sendall(
+            theirs, nri.mux_frame(1, nri.ttrpc_frame(1, nri.REQUEST, run.SerializeToString()))
+        )
+        await asyncio.wait_for(hooks.started.wait(), 10)
+        theirs.close()
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            await running
+        return [*hooks.calls, "connection ended"]
+
+    assert asyncio.run(session()) == ["run cancelled", "connection ended"]

@@ -1,9 +1,10 @@
 """Run CNI plugins (spec 1.1, and the ≤ 1.0.0 plugins distributions ship): ADD, DEL, VERSION.
 
 Plugins run only from the configured directory, by name (never a path), without a shell, with a bounded
-time. A network config list is a chain: ADD runs the plugins in order passing each result on as
-`prevResult`; DEL runs them in reverse with the final ADD result. A chain that fails half-way is rolled
-back with DEL by the caller (netclaim.configure.attach).
+time, and never outlive the call that started them (a timeout or a cancellation kills the plugin's process
+group before the call ends). A network config list is a chain: ADD runs the plugins in order passing each
+result on as `prevResult`; DEL runs them in reverse with the final ADD result. A chain that fails half-way
+is rolled back with DEL by the caller (netclaim.configure.attach).
 """
 
 from __future__ import annotations
@@ -125,12 +126,15 @@ class CniRunner:
                 process.communicate(json.dumps(stdin).encode()), remaining
             )
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)  # the plugin and anything it started
-            await process.wait()
+            await _kill(process)
             raise CniTryAgainError(
                 kind, command, CNI_TRY_AGAIN, f"timed out after {remaining:.2f} s"
             ) from None
+        except asyncio.CancelledError:
+            # the hook's caller went away (the runtime dropped the connection): an orphaned ADD must never
+            # race the DEL of whoever repairs the pod next, so the plugin is gone before we let go
+            await _kill(process)
+            raise
         output = _json(stdout)
         if process.returncode != 0:
             code, message, details = output.get("code"), output.get("msg"), output.get("details")
@@ -208,6 +212,13 @@ class CniRunner:
                 first = first or err
         if first is not None and not quiet:
             raise first
+
+
+async def _kill(process: asyncio.subprocess.Process) -> None:
+    """Kill the plugin and anything it started (its own process group), and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()
 
 
 def _json(data: bytes) -> dict[str, Any]:

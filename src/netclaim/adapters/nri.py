@@ -14,7 +14,9 @@ everything else is answered Unimplemented (code 12). When the runtime goes away 
 with backoff and registers again.
 
 A hook's exception becomes an error status: containerd fails the sandbox and kubelet retries. A hook must
-answer within the runtime's request timeout — a timeout would let the pod start without our work.
+answer within the runtime's request timeout — a timeout would let the pod start without our work. When
+the connection goes (containerd drops a plugin that was late), the hooks in flight are cancelled, and the
+connection ends only once they are (a CNI plugin a hook started is killed: netclaim.adapters.cni).
 """
 
 from __future__ import annotations
@@ -213,8 +215,12 @@ class Connection:
         finally:
             reading.cancel()
             registering.cancel()
+            # hooks in flight end with the connection: the runtime no longer waits for their answers.
+            # Their cancellation is awaited (it kills any CNI plugin they started), so nothing of theirs
+            # still runs when the next connection's Synchronize repairs what they left.
             for task in self._tasks:
                 task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
             self.writer.close()
             with contextlib.suppress(OSError):
                 await self.writer.wait_closed()
