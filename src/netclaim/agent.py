@@ -1,4 +1,5 @@
-"""`netclaim agent`: the node agent. Only wiring and supervision: the work is in publish/ and configure/.
+"""`netclaim agent`: the node agent. Only wiring: the work is in publish/ and configure/, and every task it
+starts is kept running by netclaim.supervisor.
 
 publish:   inventory ─▶ policy ─▶ devices ─▶ publisher ─▶ ResourceSlices       (netclaim.publish.loop)
 configure: kubelet gRPC ─▶ prepare ─▶ store ◀─ NRI hooks ─▶ attach ─▶ status    (netclaim.configure)
@@ -6,10 +7,10 @@ configure: kubelet gRPC ─▶ prepare ─▶ store ◀─ NRI hooks ─▶ atta
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any
+from functools import partial
 
+from netclaim import metrics
 from netclaim.adapters import kubeletplugin, nri
 from netclaim.adapters.cni import CniRunner
 from netclaim.adapters.http import Health
@@ -26,10 +27,10 @@ from netclaim.configure.store import Store
 from netclaim.ipam.addresses import AddressBook
 from netclaim.publish.devices import Device, DeviceCatalog
 from netclaim.publish.inventory import FileInventory, InventorySource, NodeInventory
-from netclaim.publish.loop import Trigger, periodic, publish_loop, watch_inventory, watch_policy, watch_slices
+from netclaim.publish.loop import Trigger, periodic, publish_pass, watch_inventory, watch_policy, watch_slices
 from netclaim.publish.policy import PolicyFile
 from netclaim.publish.publisher import SlicePublisher
-from netclaim.stopping import until_stopped
+from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 # How long a stopping agent lets pod hooks in flight finish (inside the pod's 30 s grace period).
@@ -48,15 +49,20 @@ def _allowed_plugins(settings: AgentSettings) -> frozenset[str] | None:
 
 
 async def _start_configure_path(
-    settings: AgentSettings, api: KubeApi, store: Store, catalog: DeviceCatalog, health: Health
-) -> tuple[list[asyncio.Task[None]], KubeletPlugin | None, PodHooks | None]:
+    settings: AgentSettings,
+    api: KubeApi,
+    store: Store,
+    catalog: DeviceCatalog,
+    health: Health,
+    supervisor: Supervisor,
+) -> tuple[KubeletPlugin | None, PodHooks | None]:
     """kubelet plugin (prepare) and NRI hooks (attach), sharing the store, the locks and the status writer."""
     node, driver = settings.node_name, settings.driver_name
     cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
-    status = StatusWriter(api, driver, store, annotate_pods=settings.network_status_annotation)
+    status = StatusWriter(api, driver, store, supervisor, annotate_pods=settings.network_status_annotation)
     locks = PodLocks()
-    attacher = Attacher(store, cni, locks)
-    tasks = [asyncio.create_task(status.run(), name="status-writer")]
+    attacher = Attacher(store, cni, locks, supervisor)
+    supervisor.keep("status-writer", status.run)
     plugin = hooks = None
     if settings.kubelet_plugin:
         preparer = Preparer(
@@ -73,7 +79,7 @@ async def _start_configure_path(
             ipam_data_dir=settings.host_local_dir,
             reserved=settings.reserved_networks,
         )
-        tasks.append(asyncio.create_task(reclaim_loop(preparer), name="reclaim"))
+        supervisor.keep("reclaim", partial(reclaim_loop, preparer))
         health.expect("kubelet")
         plugin = await kubeletplugin.serve(
             preparer, settings.kubelet_root_dir, driver, lambda ok: health.set("kubelet", ok)
@@ -81,9 +87,11 @@ async def _start_configure_path(
     if settings.nri_socket is not None:
         hooks = PodHooks(store, attacher, status, locks)
         health.expect("nri")
-        nri_task = nri.run_plugin(settings.nri_socket, hooks, on_state=lambda ok: health.set("nri", ok))
-        tasks.append(asyncio.create_task(nri_task, name="nri"))
-    return tasks, plugin, hooks
+        nri_plugin = partial(
+            nri.run_plugin, settings.nri_socket, hooks, supervisor, on_state=lambda ok: health.set("nri", ok)
+        )
+        supervisor.keep("nri", nri_plugin)
+    return plugin, hooks
 
 
 async def run(settings: AgentSettings) -> None:
@@ -105,30 +113,22 @@ async def run(settings: AgentSettings) -> None:
         return store.held_devices(present) if store is not None else []
 
     log.info("agent starting", extra={"node": node, "driver": driver})
-    tasks: list[asyncio.Task[Any]] = [
-        asyncio.create_task(
-            publish_loop(
-                source,
-                policy,
-                publisher,
-                trigger,
-                catalog,
-                held_devices,
-                lambda: health.set("published", True),
-            ),
-            name="publish",
-        ),
-        asyncio.create_task(watch_inventory(source, trigger), name="inventory-watch"),
-        asyncio.create_task(watch_slices(api, node, driver, trigger), name="slice-watch"),
-        asyncio.create_task(periodic(trigger), name="resync"),
-        asyncio.create_task(watch_policy(policy, trigger), name="policy-watch"),
-    ]
+    supervisor = Supervisor()
+    published = partial(health.set, "published", True)
+    supervisor.keep(
+        "publish",
+        partial(publish_pass, source, policy, publisher, trigger, catalog, held_devices, published),
+        on_error=metrics.PUBLISH_ERRORS.inc,
+    )
+    supervisor.keep("inventory-watch", partial(watch_inventory, source, trigger))
+    supervisor.keep("slice-watch", partial(watch_slices, api, node, driver, trigger))
+    supervisor.keep("resync", partial(periodic, trigger))
+    supervisor.keep("policy-watch", partial(watch_policy, policy, trigger))
     plugin = hooks = None
     if store is not None:
-        configure_tasks, plugin, hooks = await _start_configure_path(settings, api, store, catalog, health)
-        tasks += configure_tasks
+        plugin, hooks = await _start_configure_path(settings, api, store, catalog, health, supervisor)
     try:
-        await until_stopped(tasks)
+        await supervisor.run_until_stopped()
     finally:
         if plugin is not None:
             await plugin.stop()
@@ -136,9 +136,7 @@ async def run(settings: AgentSettings) -> None:
             log.warning("stopping with a pod hook still at work", extra={"waited_s": SETTLE_SECONDS})
         if http is not None:
             http.close()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await supervisor.stop()
     if settings.remove_slices_on_exit:
         await publisher.remove_all()
         log.info("removed this node's ResourceSlices")

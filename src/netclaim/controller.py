@@ -1,4 +1,5 @@
-"""`netclaim controller`: the cluster's one controller. Only wiring and supervision: the work is in ipam/.
+"""`netclaim controller`: the cluster's one controller. Only wiring: the work is in ipam/, and every task it
+starts is kept running by netclaim.supervisor.
 
 IPPools, IPAllocations, ResourceClaims ──changes──▶ Trigger ──▶ reconcile:
     free the addresses of claims that are gone ─▶ publish each pool as a device with its capacity
@@ -12,9 +13,9 @@ netclaim_last_reconcile_timestamp_seconds: what shows that reconcile keeps succe
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable
+from functools import partial
 from typing import Any
 
 from netclaim import metrics
@@ -23,7 +24,6 @@ from netclaim.adapters.http import serve as serve_health
 from netclaim.adapters.kube import Claim, IPAllocation, KubeApi, condition
 from netclaim.api.ippool import ADDRESSES, IPPool
 from netclaim.api.settings import ControllerSettings
-from netclaim.backoff import supervise
 from netclaim.errors import ApiUnavailableError, NetclaimError
 from netclaim.ipam.pools import (
     PoolPublisher,
@@ -36,7 +36,7 @@ from netclaim.ipam.pools import (
     read_pools,
 )
 from netclaim.publish.loop import Trigger, periodic
-from netclaim.stopping import until_stopped
+from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 ADDRESS_CLASS = "netclaim-address"  # deploy/deviceclasses.yaml
@@ -189,12 +189,10 @@ def _status(pool: IPPool, use: PoolUse, class_missing: bool = False) -> dict[str
 
 
 async def _watch(api: KubeApi, kind: str, trigger: Trigger) -> None:
-    async def once() -> None:
-        trigger.fire()  # (re)connected: whatever happened meanwhile, reconcile once
-        async for _ in api.changes(kind):
-            trigger.fire()
-
-    await supervise(f"{kind} watch", once, lambda: None)
+    """Fire once connected (whatever happened meanwhile, reconcile once), then at each change."""
+    trigger.fire()
+    async for _ in api.changes(kind):
+        trigger.fire()
 
 
 async def run(settings: ControllerSettings) -> None:
@@ -214,16 +212,16 @@ async def run(settings: ControllerSettings) -> None:
             trigger.fire()
             raise
 
-    tasks = [asyncio.create_task(supervise("reconcile", reconcile, lambda: None), name="reconcile")]
-    tasks += [asyncio.create_task(_watch(api, kind, trigger), name=f"{kind}-watch") for kind in WATCHED]
-    tasks.append(asyncio.create_task(periodic(trigger, settings.resync_seconds), name="resync"))
+    supervisor = Supervisor()
+    supervisor.keep("reconcile", reconcile)
+    for kind in WATCHED:
+        supervisor.keep(f"{kind}-watch", partial(_watch, api, kind, trigger))
+    supervisor.keep("resync", partial(periodic, trigger, settings.resync_seconds))
     log.info("controller starting", extra={"driver": settings.driver_name})
     try:
-        await until_stopped(tasks)
+        await supervisor.run_until_stopped()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await supervisor.stop()
         if http is not None:
             http.close()
         await api.close()

@@ -298,6 +298,7 @@ from netclaim.configure.status import ClaimRef, StatusWriter  # noqa: E402
 from netclaim.configure.store import Attachment, State, Store  # noqa: E402
 from netclaim.ipam.addresses import AddressBook  # noqa: E402
 from netclaim.publish.devices import BANDWIDTH, Capacity, Device, DeviceCatalog  # noqa: E402
+from netclaim.supervisor import Supervisor  # noqa: E402
 
 SAMPLE_NODE = "node-1"
 SAMPLE_DRIVER = "netclaim.dev"
@@ -586,6 +587,7 @@ class ConfigureRig:
     hooks: PodHooks
     catalog: DeviceCatalog
     preparer: Preparer
+    background: Supervisor
 
     def sandbox(
         self, sandbox_id: str = "sandbox-1", uid: str = "pod-uid-1", name: str = "pod-1"
@@ -598,8 +600,7 @@ class ConfigureRig:
 
     async def settle(self) -> None:
         """Let the work hooks leave for later finish: queued Events, rollbacks, then the claims' status."""
-        while self.status._events or self.attacher._undoing:
-            await asyncio.gather(*self.status._events, *self.attacher._undoing)
+        await self.background.settle()
         for target in list(self.status._queued):
             del self.status._queued[target]
             with contextlib.suppress(GoneError):  # as StatusWriter.run: a deleted claim or pod is dropped
@@ -618,8 +619,9 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
     store = Store(tmp_path / "state")
     cni = FakeCni(netlink)
     locks = PodLocks()
-    attacher = Attacher(store, cni, locks)
-    status = StatusWriter(api, SAMPLE_DRIVER, store)
+    background = Supervisor()
+    attacher = Attacher(store, cni, locks, background)
+    status = StatusWriter(api, SAMPLE_DRIVER, store, background)
     catalog = DeviceCatalog()
     preparer = Preparer(
         driver=SAMPLE_DRIVER,
@@ -633,7 +635,9 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
         addresses=AddressBook(api, SAMPLE_NODE),
     )
     hooks = PodHooks(store, attacher, status, locks)
-    return ConfigureRig(tmp_path, api, store, netlink, cni, locks, attacher, status, hooks, catalog, preparer)
+    return ConfigureRig(
+        tmp_path, api, store, netlink, cni, locks, attacher, status, hooks, catalog, preparer, background
+    )
 
 
 # --- the API server's HTTP answers, for the real KubeApi (lightkube and httpx on a MockTransport) --------

@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 from netclaim._proto import nri_pb2, ttrpc_pb2
 from netclaim.adapters import nri
 from netclaim.errors import AttachError, ProtocolError
+from netclaim.supervisor import Supervisor
 
 REGISTER_FRAME = bytes.fromhex(
     "00000002"
@@ -137,7 +138,7 @@ def test_a_whole_session_with_a_scripted_runtime() -> None:
         hooks = Hooks()
         states: list[bool] = []
         reader, writer = await asyncio.open_unix_connection(sock=ours)
-        plugin = nri.Connection(reader, writer, hooks, "netclaim", "50", states.append)
+        plugin = nri.Connection(reader, writer, hooks, Supervisor(), "netclaim", "50", states.append)
         running = asyncio.create_task(plugin.run())
         runtime = Runtime(theirs)
         conn, stream, kind, data = await runtime.frame()  # RegisterPlugin from the plugin
@@ -227,7 +228,7 @@ def test_a_malformed_frame_drops_the_connection_and_the_plugin_dials_again(tmp_p
             writer.close()
 
         server = await asyncio.start_unix_server(runtime, path=str(socket_path))
-        plugin = asyncio.create_task(nri.run_plugin(socket_path, Hooks()))
+        plugin = asyncio.create_task(nri.run_plugin(socket_path, Hooks(), Supervisor()))
         try:
             await asyncio.wait_for(registered.wait(), 30)
             assert not plugin.done()
@@ -262,7 +263,9 @@ def test_a_dropped_connection_ends_only_once_its_hooks_in_flight_have_ended() ->
         theirs.setblocking(False)
         hooks = StuckHooks()
         reader, writer = await asyncio.open_unix_connection(sock=ours)
-        running = asyncio.create_task(nri.Connection(reader, writer, hooks, "netclaim", "50").run())
+        running = asyncio.create_task(
+            nri.Connection(reader, writer, hooks, Supervisor(), "netclaim", "50").run()
+        )
         runtime = Runtime(theirs)
         await runtime.frame()  # RegisterPlugin
         ok = ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=0))

@@ -26,6 +26,7 @@ from netclaim.configure.status import (
 )
 from netclaim.configure.store import Interface, Outcome, State, Store
 from netclaim.errors import ApiRejectedError, ApiUnavailableError, GoneError
+from netclaim.supervisor import Supervisor
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
 
 CLAIM = ClaimRef("team-a", "claim-1", "claim-uid-1")
@@ -72,7 +73,7 @@ def api() -> FakeKubeApi:
 
 @pytest.fixture
 def writer(api: FakeKubeApi, store: Store) -> StatusWriter:
-    return StatusWriter(api, SAMPLE_DRIVER, store)
+    return StatusWriter(api, SAMPLE_DRIVER, store, Supervisor())
 
 
 def _ready(entry: dict[str, Any]) -> tuple[str, str, str]:
@@ -260,7 +261,7 @@ async def test_a_conflicting_write_is_retried_on_the_claim_as_it_is_now(
     api = _RacingApi()
     api.races = races
     api.add_claim(sample_claim((), (), devices_status=(OTHER_DRIVERS_ENTRY,)))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
     store.put(ATTACHED)
     writer.enqueue(CLAIM)
     await _run_until_written(writer, api)
@@ -276,7 +277,7 @@ async def test_a_gone_claim_is_dropped_and_an_unavailable_api_retried(
     api = _RacingApi()
     api.races = 0
     api.add_claim(sample_claim((), ()))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
     store.put(ATTACHED)
     writer.enqueue(ClaimRef("team-a", "deleted-claim", "uid-x"))
     writer.enqueue(CLAIM)
@@ -290,7 +291,7 @@ async def test_a_write_failing_on_a_bug_is_retried(store: Store, backoff: type[_
     api = _RacingApi()
     api.races = 0
     api.add_claim(sample_claim((), ()))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
     store.put(ATTACHED)
     writer.enqueue(CLAIM)
     api.fail_next = [KeyError("bug")]  # type: ignore[list-item]
@@ -304,7 +305,7 @@ async def test_a_claim_queued_again_while_retrying_is_written_from_the_new_reque
     api = _RacingApi()
     api.races = 0
     api.add_claim(sample_claim((), ()))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
     writer.enqueue(CLAIM)
 
     def a_hook_asks_again() -> None:  # while the first write is failing
@@ -402,9 +403,9 @@ async def test_the_annotation_is_not_written_for_a_new_pod_of_the_same_name_nor_
     store.put(ATTACHED)
     api.pod_objects[("team-a", "pod-1")] = _pod(uid="another-pod")
     pod = PodRef("team-a", "pod-1", "pod-uid-1")
-    await StatusWriter(api, SAMPLE_DRIVER, store).write(pod)
+    await StatusWriter(api, SAMPLE_DRIVER, store, Supervisor()).write(pod)
     assert api.calls == ["get_pod"]
-    opted_out = StatusWriter(api, SAMPLE_DRIVER, store, annotate_pods=False)
+    opted_out = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), annotate_pods=False)
     opted_out.enqueue(pod)
     assert opted_out._queued == {}
 
@@ -439,7 +440,7 @@ async def test_a_conflicting_annotation_write_is_retried_keeping_what_the_other_
 ) -> None:
     api = _RacingPodApi()
     api.pod_objects[("team-a", "pod-1")] = _pod()
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
     store.put(ATTACHED)
     writer.enqueue(PodRef("team-a", "pod-1", "pod-uid-1"))
     api.written = asyncio.Event()
@@ -471,7 +472,7 @@ async def test_a_pod_write_refused_for_good_is_dropped_and_never_holds_up_the_cl
     api = _RefusingPodApi()
     api.add_claim(sample_claim((), ()))
     api.pod_objects[("team-a", "pod-1")] = _pod()
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
     store.put(ATTACHED)
     writer.enqueue(PodRef("team-a", "pod-1", "pod-uid-1"))
     writer.enqueue(CLAIM)

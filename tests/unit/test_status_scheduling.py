@@ -28,6 +28,7 @@ from netclaim.configure.status import (
 from netclaim.configure.store import Interface, Outcome, State, Store
 from netclaim.errors import ApiRejectedError, ApiUnavailableError
 from netclaim.metrics import REGISTRY
+from netclaim.supervisor import Supervisor
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
 
 SAFETY_NET = 10.0  # seconds: not a measurement, a bound on a writer that gave up
@@ -117,7 +118,7 @@ async def test_a_write_the_api_refuses_holds_up_no_other_claim_and_is_not_retrie
 ) -> None:
     """17 addresses once made the API refuse a claim's status for good; the node's one status worker
     retried it for ever and no other claim on the node got Ready or PrepareFailed."""
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=_quick)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=_quick)
     refused, good = _claim(api, store, "refused"), _claim(api, store, "good")
     api.failing["refused"] = ApiRejectedError("status.devices[0].networkData.ips: Too many: 17")
     before = _writes("rejected")
@@ -133,7 +134,7 @@ async def test_a_write_the_api_refuses_holds_up_no_other_claim_and_is_not_retrie
 
 
 async def test_a_claim_waiting_for_the_api_holds_up_no_other(api: _PerClaimApi, store: Store) -> None:
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=lambda: Backoff(first=600, cap=600))
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=lambda: Backoff(first=600, cap=600))
     waiting, good = _claim(api, store, "waiting"), _claim(api, store, "good")
     api.failing["waiting"] = ApiUnavailableError("503")
     writer.enqueue(waiting)
@@ -148,7 +149,7 @@ async def test_a_claim_waiting_for_the_api_holds_up_no_other(api: _PerClaimApi, 
 async def test_a_claim_failing_on_a_bug_is_retried_then_given_up_while_others_are_written(
     api: _PerClaimApi, store: Store
 ) -> None:
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=_quick)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=_quick)
     buggy, good = _claim(api, store, "buggy"), _claim(api, store, "good")
     api.failing["buggy"] = KeyError("a bug")
     before = _writes("given_up")
@@ -163,7 +164,7 @@ async def test_a_claim_failing_on_a_bug_is_retried_then_given_up_while_others_ar
 async def test_a_claims_writes_never_overlap_and_one_queued_meanwhile_writes_the_latest_state(
     api: _PerClaimApi, store: Store
 ) -> None:
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=_quick)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=_quick)
     claim = _claim(api, store, "c")
     api.gates["c"] = asyncio.Event()
     writer.enqueue(claim)
@@ -183,7 +184,7 @@ async def test_a_claims_writes_never_overlap_and_one_queued_meanwhile_writes_the
 
 
 async def test_a_few_claims_are_written_at_once(api: _PerClaimApi, store: Store) -> None:
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=_quick)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=_quick)
     names = [f"c{n}" for n in range(MAX_PARALLEL_WRITES + 2)]
     gate = asyncio.Event()
     for name in names:
@@ -246,6 +247,6 @@ async def test_a_network_status_of_any_shape_is_read_without_raising_and_ours_wr
     api = FakeKubeApi()
     api.pod_objects[("team-a", "pod-1")] = _pod(annotation)
     store.put(ATTACHED)
-    await StatusWriter(api, SAMPLE_DRIVER, store).write(PodRef("team-a", "pod-1", "pod-uid-1"))
+    await StatusWriter(api, SAMPLE_DRIVER, store, Supervisor()).write(PodRef("team-a", "pod-1", "pod-uid-1"))
     written = json.loads(api.pod_objects[("team-a", "pod-1")]["metadata"]["annotations"][NETWORK_STATUS])
     assert written[:-1] == kept and written[-1]["name"] == "team-a/fast-net"

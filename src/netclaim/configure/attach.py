@@ -22,6 +22,7 @@ from netclaim.adapters.nri import PodSandbox
 from netclaim.configure.plan import host_nic
 from netclaim.configure.store import Attachment, Interface, Outcome, State, Store
 from netclaim.errors import AttachError, NetclaimError, PodBusyError, TransientError
+from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +82,11 @@ def netns_exists(path: str) -> bool:
 
 
 class Attacher:
-    def __init__(self, store: Store, cni: CniRunner, locks: PodLocks) -> None:
+    def __init__(self, store: Store, cni: CniRunner, locks: PodLocks, background: Supervisor) -> None:
         self.store = store
         self.cni = cni
         self.locks = locks
-        self._undoing: set[asyncio.Task[None]] = set()
+        self.background = background  # runs the undo of an ADD whose rollback ran out of time
 
     def _invocation(self, row: Attachment) -> Invocation:
         netns = row.netns if netns_exists(row.netns) else ""
@@ -173,9 +174,7 @@ class Attacher:
                 if current is not None and current.state == State.ATTACHING:
                     await self.detach(current, time.monotonic() + self.cni.timeout)
 
-        task = asyncio.create_task(undo())
-        self._undoing.add(task)
-        task.add_done_callback(self._undoing.discard)
+        self.background.spawn("attach-undo", undo())
 
     async def detach(self, row: Attachment, deadline: float) -> Attachment:
         """DEL what an `attaching`/`attached` row may have added (the netns may be gone: IPAM is still

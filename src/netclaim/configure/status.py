@@ -48,6 +48,7 @@ from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import ConfigError, ConflictError, GoneError, NetclaimError, TransientError
 from netclaim.names import DRIVER_DOMAIN
+from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
@@ -250,12 +251,12 @@ class StatusWriter:
     api: KubeApi
     driver: str
     store: Store
+    background: Supervisor  # runs each write and each Event, so that a bug in one is never lost
     annotate_pods: bool = True  # the network-status annotation
     retry: Callable[[], Backoff] = Backoff  # each target's backoff
     _queued: dict[Target, _Queued] = field(default_factory=dict)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _failures: dict[str, Failure] = field(default_factory=dict)
-    _events: set[asyncio.Task[None]] = field(default_factory=set)
 
     def enqueue(self, target: Target) -> None:
         """Write the target from the state as it is now: at once, whatever its earlier tries."""
@@ -315,7 +316,7 @@ class StatusWriter:
                 due = sorted((w for w in waiting if w[0] <= now), key=lambda w: w[0])
                 for _, target in due[: MAX_PARALLEL_WRITES - len(writing)]:
                     self._queued[target].writing = True
-                    task = asyncio.create_task(self._write_queued(target))
+                    task = self.background.spawn("status-write", self._write_queued(target))
                     writing.add(task)
                     task.add_done_callback(done)
                 later = [when for when, _ in waiting if when > now]
@@ -413,9 +414,7 @@ class StatusWriter:
 
     def warn_later(self, pod: PodSandbox, reason: str, message: str) -> None:
         """A Warning Event on the pod, written off the caller's path (never inside the runtime's budget)."""
-        task = asyncio.create_task(self.warn(pod.namespace, pod.name, pod.uid, reason, message))
-        self._events.add(task)
-        task.add_done_callback(self._events.discard)
+        self.background.spawn("pod-event", self.warn(pod.namespace, pod.name, pod.uid, reason, message))
 
     async def warn(self, namespace: str, pod: str, pod_uid: str, reason: str, message: str) -> None:
         """A Warning Event on the pod (best effort: failures are logged, never raised)."""
