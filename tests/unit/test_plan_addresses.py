@@ -18,7 +18,7 @@ from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool
 from netclaim.configure.plan import PlannedDevice, PoolAddresses, address_requests, plan_claim
 from netclaim.configure.status import ClaimRef
-from netclaim.errors import ApiUnavailableError, CniError, ConfigError, PoolExhaustedError
+from netclaim.errors import ApiUnavailableError, CniError, ConfigError, PoolExhaustedError, StateStoreError
 from netclaim.ipam.addresses import Grant
 from netclaim.publish.devices import Device
 from tests.unit.fakes import (
@@ -378,6 +378,24 @@ async def test_a_release_that_fails_after_a_failed_prepare_keeps_the_first_error
     await _prepare(rig)
     assert "create_ip_allocation" not in rig.api.calls
     assert _held(rig) == held
+
+
+async def test_plans_the_disk_was_slow_to_take_keep_their_addresses_for_the_retry(rig: ConfigureRig) -> None:
+    """The rows of a prepare that stopped waiting for the disk still land: had their addresses been given
+    back, kubelet's retry would answer from those rows with addresses another claim may take."""
+    rig.store.write_seconds = 0.0
+    with pytest.raises(StateStoreError):
+        await _prepare(rig)
+    held = _held(rig)
+    assert len(held) == 2
+    rig.store.write_seconds = 5.0
+    await rig.store.delete()  # after the late write, in order
+    [row] = rig.store.for_claim(CLAIM.uid)
+    assert sorted(ip for p in row.plan.pool_addresses for ip in p.ips) == held
+    assert await _prepare(rig) == [
+        PreparedDevice("net", SAMPLE_NODE, NIC.name, None),
+        PreparedDevice("addr", POOLS_POOL, "lan3", "share-a"),
+    ]
 
 
 async def test_a_full_pool_fails_prepare_for_a_retry(rig: ConfigureRig) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import stat
@@ -30,12 +31,12 @@ def store(tmp_path: Path) -> Iterator[Store]:
     opened.close()
 
 
-def test_a_row_reads_back_as_written_also_after_a_restart(tmp_path: Path) -> None:
+async def test_a_row_reads_back_as_written_also_after_a_restart(tmp_path: Path) -> None:
     row = sample_row(bandwidth_bps=250_000_000, share_id="share-1").with_state(
         State.ATTACHED, sandbox_id="sandbox-1", netns="/run/netns/a", outcome=ATTACHED_OUTCOME, error="x"
     )
     first = Store(tmp_path / "state")
-    first.put(row)
+    await first.put(row)
     assert first.get(row.key) == row
     first.close()
     again = Store(tmp_path / "state")
@@ -50,12 +51,12 @@ def test_the_state_directory_and_database_are_private(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "state" / "netclaim.db").stat().st_mode) == 0o600
 
 
-def test_a_row_moves_prepared_attaching_attached_detached(store: Store) -> None:
+async def test_a_row_moves_prepared_attaching_attached_detached(store: Store) -> None:
     row = sample_row()
-    store.put(row)
+    await store.put(row)
     seen = [store.get(row.key)]
     for state in (State.ATTACHING, State.ATTACHED, State.DETACHED):
-        store.put(row.with_state(state, sandbox_id="sandbox-1"))
+        await store.put(row.with_state(state, sandbox_id="sandbox-1"))
         seen.append(store.get(row.key))
     assert [r.state for r in seen if r is not None] == [
         State.PREPARED,
@@ -66,28 +67,28 @@ def test_a_row_moves_prepared_attaching_attached_detached(store: Store) -> None:
     assert len(store.all()) == 1  # the key stays; the row is replaced
 
 
-def test_rows_are_found_by_claim_and_by_pod_and_deleted_one_by_one(store: Store) -> None:
+async def test_rows_are_found_by_claim_and_by_pod_and_deleted_one_by_one(store: Store) -> None:
     a1 = sample_row(sample_device("enp1s0"), claim_uid="claim-a", pod_uid="pod-1")
     a2 = sample_row(sample_device("enp2s0"), claim_uid="claim-a", pod_uid="pod-1", request="net2")
     b = sample_row(sample_device("enp1s0"), claim_uid="claim-b", pod_uid="pod-2", share_id="s2")
-    store.put(b, a2, a1)
+    await store.put(b, a2, a1)
     assert store.for_claim("claim-a") == [a1, a2]
     assert store.for_pod("pod-2") == [b]
     assert store.all() == [a1, a2, b]
     assert store.for_claim("nobody") == []
-    store.delete(a1, b)
+    await store.delete(a1, b)
     assert store.all() == [a2]
-    store.delete(a1)  # already gone: nothing to do
+    await store.delete(a1)  # already gone: nothing to do
     assert store.all() == [a2]
 
 
-def test_held_devices_are_exclusive_nics_inside_pods_and_missing_from_the_node(store: Store) -> None:
+async def test_held_devices_are_exclusive_nics_inside_pods_and_missing_from_the_node(store: Store) -> None:
     inside = sample_device("enp1s0", shared=False)
     half_moved = sample_device("enp2s0", shared=False)
     returned = sample_device("enp3s0", shared=False)
     not_yet = sample_device("enp4s0", shared=False)
     shared = sample_device("enp5s0")
-    store.put(
+    await store.put(
         sample_row(inside, claim_uid="c1", state=State.ATTACHED),
         sample_row(half_moved, claim_uid="c2", state=State.ATTACHING),
         sample_row(returned, claim_uid="c3", state=State.DETACHED),
@@ -195,9 +196,9 @@ def test_a_database_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
         Store(tmp_path / "state")
 
 
-def test_a_row_this_agent_cannot_read_is_refused_naming_it(store: Store) -> None:
+async def test_a_row_this_agent_cannot_read_is_refused_naming_it(store: Store) -> None:
     row = sample_row(claim_uid="claim-x")
-    store.put(row)
+    await store.put(row)
     newer_plan = {**json.loads(row.plan.model_dump_json()), "version": 2, "vlan": 7}
     store._db.execute("UPDATE attachments SET plan = ?", (json.dumps(newer_plan),))
     with pytest.raises(
@@ -207,35 +208,35 @@ def test_a_row_this_agent_cannot_read_is_refused_naming_it(store: Store) -> None
         store.all()
 
 
-def test_a_row_in_a_state_this_agent_does_not_know_is_refused(store: Store) -> None:
+async def test_a_row_in_a_state_this_agent_does_not_know_is_refused(store: Store) -> None:
     row = sample_row(claim_uid="claim-x")
-    store.put(row)
+    await store.put(row)
     store._db.execute("UPDATE attachments SET state = 'quarantined'")
     with pytest.raises(PrerequisiteError, match=f"row of claim claim-x device {row.device}"):
         store.for_pod(row.pod_uid)
 
 
-def test_a_locked_database_is_a_transient_error_and_changes_nothing(store: Store) -> None:
-    store.put(sample_row(claim_uid="before"))
+async def test_a_locked_database_is_a_transient_error_and_changes_nothing(store: Store) -> None:
+    await store.put(sample_row(claim_uid="before"))
     store._db.execute("PRAGMA busy_timeout = 0")  # sqlite would wait 5 s for the lock first
     other = sqlite3.connect(store.path, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")
     with pytest.raises(StateStoreError, match="locked"):
-        store.put(sample_row(claim_uid="during"), sample_row(claim_uid="during-2"))
+        await store.put(sample_row(claim_uid="during"), sample_row(claim_uid="during-2"))
     with pytest.raises(StateStoreError, match="locked"):
-        store.delete(sample_row(claim_uid="before"))
+        await store.delete(sample_row(claim_uid="before"))
     other.execute("ROLLBACK")
     other.close()
     assert [r.claim_uid for r in store.all()] == ["before"]
-    store.put(sample_row(claim_uid="after"))  # the next write works once the lock is gone
+    await store.put(sample_row(claim_uid="after"))  # the next write works once the lock is gone
     assert [r.claim_uid for r in store.all()] == ["after", "before"]
 
 
-def test_a_failed_write_leaves_none_of_its_rows(store: Store) -> None:
-    store.put(sample_row(claim_uid="kept"))
+async def test_a_failed_write_leaves_none_of_its_rows(store: Store) -> None:
+    await store.put(sample_row(claim_uid="kept"))
     with pytest.raises(sqlite3.IntegrityError):
         # the second row breaks a NOT NULL column: the first one must not be written alone
-        store.put(sample_row(claim_uid="new"), sample_row(claim_uid=None))  # type: ignore[arg-type]
+        await store.put(sample_row(claim_uid="new"), sample_row(claim_uid=None))  # type: ignore[arg-type]
     assert [r.claim_uid for r in store.all()] == ["kept"]
 
 
@@ -243,3 +244,44 @@ def test_a_read_the_database_refuses_is_a_state_store_error(store: Store) -> Non
     store._db.execute("DROP TABLE attachments")
     with pytest.raises(StateStoreError, match="no such table"):
         store.all()
+
+
+async def test_a_database_held_by_another_process_never_holds_up_the_event_loop(tmp_path: Path) -> None:
+    """An operator's sqlite3 shell holds the database: the write waits for it on the store's own thread,
+    the event loop goes on answering the runtime, the caller stops waiting at its bound (transient: the
+    runtime retries), and the write is still made, before the next one."""
+    store = Store(tmp_path / "state", write_seconds=0.05)
+    await store.put(sample_row(claim_uid="before"))
+    other = sqlite3.connect(store.path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    beats = 0
+
+    async def heartbeat() -> None:
+        nonlocal beats
+        while True:
+            beats += 1
+            await asyncio.sleep(0)
+
+    beating = asyncio.create_task(heartbeat())
+    try:
+        with pytest.raises(StateStoreError, match=r"did not take a write within 0\.05 s"):
+            await store.put(sample_row(claim_uid="late"))
+        assert beats > 1  # the loop ran while the write waited
+        assert [r.claim_uid for r in store.all()] == ["before"]  # reads never wait for the writer
+    finally:
+        beating.cancel()
+        other.execute("ROLLBACK")
+        other.close()
+    await store.put(sample_row(claim_uid="next"))
+    assert [r.claim_uid for r in store.all()] == ["before", "late", "next"]
+    store.close()
+
+
+async def test_closing_the_store_makes_the_writes_asked_so_far(tmp_path: Path) -> None:
+    store = Store(tmp_path / "state", write_seconds=0.0)  # the caller never waits
+    with pytest.raises(StateStoreError):
+        await store.put(sample_row(claim_uid="asked"))
+    store.close()
+    reopened = Store(tmp_path / "state")
+    assert [r.claim_uid for r in reopened.all()] == ["asked"]
+    reopened.close()

@@ -115,7 +115,7 @@ class Attacher:
             outcome=Outcome(cni_args=args),
             error="",
         )
-        self.store.put(row)
+        await self.store.put(row)
         invocation = Invocation(sandbox.id, sandbox.netns, plan.interface_name, args)
         started = time.monotonic()
         try:
@@ -128,11 +128,11 @@ class Attacher:
         except Exception as err:
             message = f"claim {row.claim_namespace}/{row.claim_name} device {row.device}: {err}"
             if await self._rollback(row, deadline):
-                self.store.put(
+                await self.store.put(
                     row.with_state(State.PREPARED, sandbox_id="", netns="", outcome=Outcome(), error=message)
                 )
             else:  # out of the runtime's budget: the row stays `attaching` (undo first) and is undone later
-                self._undo_later(row.with_state(State.ATTACHING, error=message))
+                await self._undo_later(row.with_state(State.ATTACHING, error=message))
             if not isinstance(err, NetclaimError):
                 log.exception("attach failed (a bug)", extra={"claim": row.claim_name})
             raise AttachError(message) from err
@@ -140,7 +140,7 @@ class Attacher:
         row = row.with_state(
             State.ATTACHED, outcome=Outcome(cni_args=args, cni_result=result, interface=interface)
         )
-        self.store.put(row)
+        await self.store.put(row)
         log.info(
             "attached",
             extra={
@@ -165,8 +165,8 @@ class Attacher:
             return False
         return True
 
-    def _undo_later(self, row: Attachment) -> None:
-        self.store.put(row)
+    async def _undo_later(self, row: Attachment) -> None:
+        await self.store.put(row)
 
         async def undo() -> None:
             async with self.locks(row.pod_uid):
@@ -187,7 +187,7 @@ class Attacher:
         await self.cni.delete(row.plan.conflist, invocation, row.outcome.cni_result, deadline)
         await self._restore_host_nic(row)
         row = row.with_state(State.DETACHED, netns="", outcome=Outcome(), error="")
-        self.store.put(row)
+        await self.store.put(row)
         log.info("detached", extra={"claim": row.claim_name, "device": row.device})
         return row
 
@@ -211,7 +211,7 @@ class Attacher:
                     problems.append(
                         f"device {row.device}: {_described(err)}; {await self._clean_up(current)}"
                     )
-                self.store.delete(current)
+                await self.store.delete(current)
             self.locks.forget(row.pod_uid)
         return problems
 

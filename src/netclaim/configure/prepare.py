@@ -5,7 +5,7 @@ take its addresses from the IP pools it was allocated (netclaim.ipam.addresses: 
 runtime's budget), plan it (netclaim.configure.plan: decode, merge, render, check), ask the installed
 plugins which CNI versions they speak and settle one per chain, then persist one row per allocated
 device. RunPodSandbox only carries out a stored plan. Both calls are idempotent; a claim's failure is that
-claim's only, and leaves no address taken.
+claim's only, and leaves no address taken (but when its rows could not be written: the retry reuses them).
 
 A claim netclaim can read only in part (its own opaque config nested too deep: netclaim.adapters.kube) is
 the claim's ConfigError. Unprepare DELetes the interfaces, then releases the claim's pool addresses when
@@ -112,11 +112,13 @@ class Preparer:
             grants = await self.addresses.allocate(claim, requests)
             faults.point("after-address")
             rows = await self._plan(claim, grants)
-            self.store.put(*rows)
         except BaseException:
             if requests:  # nothing left behind: the retry takes them again
                 await self._release(claim.uid)
             raise
+        # a write that fails keeps the addresses: it may still land (netclaim.configure.store), and rows
+        # naming addresses given back would hand them to this pod and another; kubelet's retry reuses them
+        await self.store.put(*rows)
         cdi_ids = self._write_gate(namespace, name, uid, rows)
         faults.point("after-prepare")
         self.status.enqueue(ClaimRef(namespace, name, uid))

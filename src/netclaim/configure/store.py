@@ -5,16 +5,29 @@ which pod's sandbox gets it. Rows move prepared → attaching → attached → d
 NodeUnprepareResources. A row in `attaching` after a crash means an ADD may be half done: it is rolled
 back (DEL) before anything else. Plans and outcomes are typed and stored as versioned JSON.
 
+Writes never block the event loop, which must answer the runtime's hooks within their budget: they run,
+one at a time and in the order they were asked, on a thread of their own with a connection of its own
+(synchronous=FULL: a write is on the disk when it returns, so kill -9 or a power cut at any point leaves
+every write that returned, and never half of one). A caller waits at most WRITE_SECONDS for its write;
+past that it gets a StateStoreError (transient: the runtime or kubelet retries) while the write is still
+made, in its turn. That is safe because every write records what may happen next before it happens (an
+`attaching` row before ADD) or what already happened: a write the caller gave up on and that lands later
+says no more than a row that is rolled back or repeated anyway. Reads run on the event loop, on a second
+connection: in WAL mode they never wait for the writer, and see every write that returned.
+
 Schema 2 (typed plans) reads schema 1 (untyped dicts) by migrating its rows at start; a database of a
 newer schema than this agent knows is refused, and so is a row it cannot read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -27,7 +40,10 @@ from netclaim.configure.plan import AttachPlan
 from netclaim.errors import PrerequisiteError, StateStoreError
 from netclaim.publish.devices import Device
 
+log = logging.getLogger(__name__)
 SCHEMA_VERSION = 2
+WRITE_SECONDS = 0.5  # the most a caller waits for the disk: a third of the runtime's hook budget
+READ_BUSY_SECONDS = 0.25  # a reader waits for SQLite's own locks (a checkpoint) at most this long
 
 
 class State(StrEnum):
@@ -124,17 +140,21 @@ def _outcome_v1(result: dict[str, Any]) -> Outcome:
 
 
 class Store:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, write_seconds: float = WRITE_SECONDS) -> None:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         directory.chmod(0o700)
         path = directory / "netclaim.db"
         path.touch(mode=0o600, exist_ok=True)
         path.chmod(0o600)
         self.path = path
+        self.write_seconds = write_seconds
+        # the writer's: used by the writer thread only, once migrated here
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._migrate()
+        self._reader = sqlite3.connect(path, isolation_level=None, timeout=READ_BUSY_SECONDS)
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netclaim-store")
 
     def _migrate(self) -> None:
         with self._transaction() as db:
@@ -183,7 +203,30 @@ class Store:
             raise StateStoreError(f"{self.path}: {err}") from err
 
     def close(self) -> None:
+        """After the writes asked so far are made."""
+        self._writer.shutdown(wait=True)
+        self._reader.close()
         self._db.close()
+
+    async def _write(self, write: Callable[[], None]) -> None:
+        """Run `write` on the writer thread; wait for it at most `write_seconds`."""
+        made = asyncio.get_running_loop().run_in_executor(self._writer, write)
+        try:
+            await asyncio.wait_for(asyncio.shield(made), self.write_seconds)
+        except BaseException as err:
+            if not made.done():  # the caller stops waiting (past its bound, or cancelled): not the write
+                made.add_done_callback(self._late)
+            if isinstance(err, TimeoutError):
+                raise StateStoreError(
+                    f"{self.path}: the disk did not take a write within {self.write_seconds} s (it is "
+                    "still made, in its turn)"
+                ) from None
+            raise
+
+    def _late(self, made: asyncio.Future[None]) -> None:
+        """A write nobody waits for any more: what became of it goes to the log."""
+        if not made.cancelled() and made.exception() is not None:
+            log.warning("a late state write failed", extra={"error": str(made.exception())})
 
     def _row(self, values: tuple[Any, ...]) -> Attachment:
         data = dict(zip(_COLUMNS, values, strict=True))
@@ -204,13 +247,16 @@ class Store:
         order = "ORDER BY claim_uid, pool, device, share_id"
         query = f"SELECT {', '.join(_COLUMNS)} FROM attachments {where} {order}"  # noqa: S608 - fixed fragments
         try:
-            rows = self._db.execute(query, parameters).fetchall()
+            rows = self._reader.execute(query, parameters).fetchall()
         except sqlite3.OperationalError as err:
             raise StateStoreError(f"{self.path}: {err}") from err
         return [self._row(row) for row in rows]
 
-    def put(self, *rows: Attachment) -> None:
+    async def put(self, *rows: Attachment) -> None:
         """Insert or replace rows in one transaction (all or nothing)."""
+        await self._write(lambda: self._put(rows))
+
+    def _put(self, rows: tuple[Attachment, ...]) -> None:
         with self._transaction() as db:
             for row in rows:
                 db.execute(
@@ -235,7 +281,10 @@ class Store:
                     ),
                 )
 
-    def delete(self, *rows: Attachment) -> None:
+    async def delete(self, *rows: Attachment) -> None:
+        await self._write(lambda: self._delete(rows))
+
+    def _delete(self, rows: tuple[Attachment, ...]) -> None:
         with self._transaction() as db:
             for row in rows:
                 db.execute(
