@@ -292,7 +292,7 @@ from netclaim.adapters.nri import PodSandbox  # noqa: E402
 from netclaim.configure import attach as attach_module  # noqa: E402
 from netclaim.configure.attach import Attacher, PodLocks  # noqa: E402
 from netclaim.configure.hooks import PodHooks  # noqa: E402
-from netclaim.configure.plan import AttachPlan  # noqa: E402
+from netclaim.configure.plan import AttachPlan, NicRecord  # noqa: E402
 from netclaim.configure.prepare import Preparer  # noqa: E402
 from netclaim.configure.status import ClaimRef, StatusWriter  # noqa: E402
 from netclaim.configure.store import Attachment, State, Store  # noqa: E402
@@ -514,7 +514,7 @@ def sample_row(
         interface_name=interface_name,
         conflist=sample_conflist(master=device.if_name),
         bandwidth_bps=bandwidth_bps,
-        device=device,
+        nic=NicRecord.of(device),
     )
     return Attachment(
         claim_uid=claim_uid,

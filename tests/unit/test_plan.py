@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from netclaim.adapters.kube import Claim, DeviceConfig, PodRef
+from netclaim.api.publishpolicy import PublishPolicy, Rule
 from netclaim.configure.plan import (
     AttachPlan,
+    NicRecord,
     PlannedDevice,
-    host_nic,
     negotiate,
     plan_claim,
     with_node_defaults,
 )
 from netclaim.errors import ConfigError
-from netclaim.publish.devices import Device
+from netclaim.publish.devices import Device, decide
+from netclaim.publish.inventory import NetworkInterface
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     SAMPLE_DRIVER,
@@ -70,7 +73,7 @@ def test_a_claim_is_planned_from_its_config_and_the_published_device() -> None:
     assert planned.allocated == claim.results[0]
     plan = planned.plan
     assert plan.interface_name == "net1"
-    assert plan.device == NIC
+    assert plan.nic == NicRecord.of(NIC)
     assert plan.shared
     assert plan.bandwidth_bps == 250_000_000
     assert plan.conflist["plugins"][0]["master"] == "enp1s0"  # {{ device.ifName }}
@@ -358,15 +361,46 @@ def test_negotiate_without_a_common_version_is_a_config_error() -> None:
         negotiate(_conflist(cniVersion="1.1.0"), supported)
 
 
-def test_host_nic_is_the_published_name_mtu_and_mac() -> None:
-    assert host_nic(_only_plan_of(NIC)) == ("enp1s0", 9000, "52:54:00:aa:bb:cc")
+def test_the_nic_record_says_the_published_name_mtu_mac_and_pci_address() -> None:
+    nic = NicRecord.of(NIC)
+    assert (nic.if_name, nic.mtu, nic.mac, nic.pci_address) == ("enp1s0", 9000, "52:54:00:aa:bb:cc", None)
     odd = Device(
-        name="odd", if_name="eth9", shared=False, attributes={"netclaim.dev/mtu": True, "netclaim.dev/mac": 7}
+        name="odd",
+        if_name="eth9",
+        shared=False,
+        attributes={"netclaim.dev/mtu": True, "netclaim.dev/mac": 7, "netclaim.dev/pciAddress": 1},
     )
-    assert host_nic(_only_plan_of(odd)) == ("eth9", None, None)  # attributes of the wrong type are ignored
+    odd_nic = NicRecord.of(odd)
+    assert (odd_nic.mtu, odd_nic.mac, odd_nic.pci_address) == (None, None, None)  # of the wrong type: ignored
 
 
-def _only_plan_of(device: Device) -> AttachPlan:
-    return AttachPlan(
-        interface_name="net1", conflist=_conflist(cniVersion="1.0.0"), bandwidth_bps=None, device=device
+@pytest.mark.parametrize("mode", ["shared", "exclusive"])
+def test_a_nic_in_a_pod_is_published_from_its_record_as_it_was(mode: str) -> None:
+    """A whole NIC inside a pod is gone from the node: the agent publishes it from the stored plan, after a
+    restart too, exactly as before (its tenant ranges, which only bound planning, are not kept)."""
+    rule = Rule(
+        mode=mode,  # type: ignore[arg-type]
+        attributes={"example.com/rack": "r1", "example.com/tier": 2},
+        tenantRanges=["10.1.0.0/16"],
     )
+    interface = NetworkInterface(
+        name="enp1s0",
+        index=2,
+        kind="physical",
+        mac="02:00:00:00:00:01",
+        mtu=1500,
+        up=True,
+        virtual=False,
+        speed_bps=10 * 2**30,
+        pci_address="0000:5e:00.0",
+    )
+    [decision] = decide(
+        [interface],
+        PublishPolicy(apiVersion="netclaim.dev/v1alpha1", kind="PublishPolicy", rules=[rule]),
+        SAMPLE_DRIVER,
+    )
+    assert decision.device is not None
+    stored = NicRecord.model_validate_json(NicRecord.of(decision.device).model_dump_json())
+    assert stored.published().to_api() == decision.device.to_api()
+    assert stored.published() == replace(decision.device, tenant_ranges=())
+    assert stored.pci_address == "0000:5e:00.0"

@@ -14,6 +14,7 @@ import pytest
 
 from netclaim.adapters.kube import Claim
 from netclaim.backoff import Backoff
+from netclaim.configure.plan import NicRecord
 from netclaim.configure.status import (
     MAX_CONFLICT_RETRIES,
     NETWORK_STATUS,
@@ -372,7 +373,7 @@ def test_network_status_names_each_attached_interface_by_the_pods_claim_and_keep
 def test_network_status_gives_a_whole_pci_nic_its_device_info() -> None:
     device = sample_device("enp1s0", shared=False)
     device = replace(device, attributes={**device.attributes, "netclaim.dev/pciAddress": "0000:03:00.0"})
-    row = replace(ATTACHED, plan=ATTACHED.plan.model_copy(update={"device": device}))
+    row = replace(ATTACHED, plan=ATTACHED.plan.model_copy(update={"nic": NicRecord.of(device)}))
     [entry] = network_status(_pod(), [row])
     assert entry["device-info"] == {"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:03:00.0"}}
     [shared] = network_status(_pod(), [ATTACHED])  # a NIC shared through macvlan: the pod has no PCI device

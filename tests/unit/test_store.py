@@ -7,6 +7,7 @@ import json
 import sqlite3
 import stat
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from netclaim.configure.store import SCHEMA_VERSION, Interface, Outcome, State, Store
 from netclaim.errors import PrerequisiteError, StateStoreError
-from netclaim.publish.devices import BANDWIDTH, Capacity
+from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, Capacity
 from tests.unit.fakes import sample_device, sample_row
 
 ATTACHED_OUTCOME = Outcome(
@@ -95,18 +96,20 @@ async def test_held_devices_are_exclusive_nics_inside_pods_and_missing_from_the_
         sample_row(not_yet, claim_uid="c4", state=State.PREPARED),
         sample_row(shared, claim_uid="c5", state=State.ATTACHED),
     )
-    assert store.held_devices(present={shared.name, returned.name, not_yet.name}) == [inside, half_moved]
+    held = store.held_devices(present={shared.name, returned.name, not_yet.name})
+    assert held == [replace(inside, tenant_ranges=()), replace(half_moved, tenant_ranges=())]
     # a NIC seen on the node again is not held, whatever its row says
     assert store.held_devices(present={inside.name, half_moved.name}) == []
 
 
-def _schema_1_database(directory: Path, rows: list[tuple[str, str, str, str]]) -> None:
-    """A database as the agent of schema 1 wrote it: (claim UID, state, plan JSON, result JSON or "")."""
+def _old_database(directory: Path, schema: int, rows: list[tuple[str, str, str, str]]) -> None:
+    """A database as an agent of `schema` wrote it (schemas 1 and 2 have the same table): (claim UID,
+    state, plan JSON, result JSON or "")."""
     directory.mkdir()
     db = sqlite3.connect(directory / "netclaim.db")
-    db.executescript("""
+    db.executescript(f"""
         CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-        INSERT INTO meta VALUES ('schema', '1');
+        INSERT INTO meta VALUES ('schema', '{schema}');
         CREATE TABLE attachments (
             claim_uid TEXT NOT NULL, pool TEXT NOT NULL, device TEXT NOT NULL, share_id TEXT NOT NULL,
             claim_namespace TEXT NOT NULL, claim_name TEXT NOT NULL, request TEXT NOT NULL,
@@ -149,8 +152,9 @@ SCHEMA_1_RESULT: dict[str, Any] = {
 
 def test_a_schema_1_database_is_migrated_to_typed_plans(tmp_path: Path) -> None:
     plan = json.dumps(SCHEMA_1_PLAN)
-    _schema_1_database(
+    _old_database(
         tmp_path / "state",
+        1,
         [
             ("prepared", "prepared", json.dumps({**SCHEMA_1_PLAN, "bandwidth": None}), ""),
             ("attaching", "attaching", plan, json.dumps({"args": "IgnoreUnknown=1"})),
@@ -164,9 +168,9 @@ def test_a_schema_1_database_is_migrated_to_typed_plans(tmp_path: Path) -> None:
     assert attached.plan.bandwidth_bps == 500_000_000
     assert attached.plan.conflist == SCHEMA_1_PLAN["conflist"]
     assert not attached.plan.shared
-    assert attached.plan.device.if_name == "enp1s0"
-    assert attached.plan.device.attributes["netclaim.dev/mtu"] == 9000
-    assert attached.plan.device.capacity == {BANDWIDTH: Capacity(10_000_000_000)}
+    assert (attached.plan.nic.name, attached.plan.nic.if_name) == ("pci-0000-01-00-0", "enp1s0")
+    assert (attached.plan.nic.mtu, attached.plan.nic.mac) == (9000, "52:54:00:00:00:01")
+    assert attached.plan.nic.published().capacity == {BANDWIDTH: Capacity(10_000_000_000)}
     assert attached.outcome == Outcome(
         cni_args="IgnoreUnknown=1;K8S_POD_NAME=p",
         cni_result=SCHEMA_1_RESULT["cni"],
@@ -180,6 +184,90 @@ def test_a_schema_1_database_is_migrated_to_typed_plans(tmp_path: Path) -> None:
     store.close()
     raw = sqlite3.connect(tmp_path / "state" / "netclaim.db")
     assert raw.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (str(SCHEMA_VERSION),)
+    raw.close()
+    reopened = Store(tmp_path / "state")  # a migrated database opens as it is
+    assert reopened.for_claim("attached") == [attached]
+    reopened.close()
+
+
+# Rows as the agent of schema 2 (fd40ace) wrote them, byte for byte: a plan of version 2 (pool addresses)
+# of a whole NIC, attached; a plan of version 1 (written before pool addresses) of a shared NIC, prepared.
+SCHEMA_2_ATTACHED_PLAN = (
+    '{"version":2,"interface_name":"net1","conflist":{"cniVersion":"1.0.0","name":"lan","plugins":[{"type":'
+    '"host-device","device":"enp7s0"}]},"bandwidth_bps":250000000,"device":{"name":"pci-0000-07-00-0",'
+    '"if_name":"enp7s0","shared":false,"attributes":{"netclaim.dev/ifName":"enp7s0","netclaim.dev/mtu":9000,'
+    '"netclaim.dev/mac":"52:54:00:00:07:00","netclaim.dev/shared":false,"netclaim.dev/pciAddress":'
+    '"0000:07:00.0"},"capacity":{"netclaim.dev/bandwidth":{"value":10000000000,"default":null,"minimum":'
+    'null,"step":null,"maximum":null}},"tenant_ranges":["10.0.0.0/8","fd00::/8"]},"pool_addresses":[{'
+    '"request":"addr","pool":"netclaim.dev/ip-pools","device":"lan3","share_id":"share-a","ips":'
+    '["10.10.3.17/24"]}]}'
+)
+SCHEMA_2_ATTACHED_RESULT = (
+    '{"cni_args":"IgnoreUnknown=1;K8S_POD_NAME=pod-1","cni_result":{"cniVersion":"1.0.0","ips":[{"address":'
+    '"10.10.3.17/24"}]},"interface":{"name":"net1","mac":"52:54:00:00:07:00","mtu":9000,"addresses":'
+    '["10.10.3.17/24"]}}'
+)
+SCHEMA_2_PREPARED_PLAN = (
+    '{"version":1,"interface_name":"net1","conflist":{"cniVersion":"1.0.0","name":"lan","plugins":[{"type":'
+    '"macvlan","master":"enp1s0"}]},"bandwidth_bps":null,"device":{"name":"dev-enp1s0","if_name":"enp1s0",'
+    '"shared":true,"attributes":{"netclaim.dev/ifName":"enp1s0","netclaim.dev/shared":true},"capacity":{'
+    '"netclaim.dev/bandwidth":{"value":10000000000,"default":1000000000,"minimum":1000000,"step":1000000,'
+    '"maximum":null},"netclaim.dev/attachments":{"value":32,"default":1,"minimum":1,"step":1,"maximum":4}},'
+    '"tenant_ranges":[]}}'
+)
+
+
+async def test_a_schema_2_database_as_todays_agent_wrote_it_is_migrated(tmp_path: Path) -> None:
+    """The NIC kept as publish.devices.Device was serialised becomes a NicRecord: attach, detach, the host
+    NIC's restore, network-status and the publishing of a NIC inside a pod read what they read before."""
+    _old_database(
+        tmp_path / "state",
+        2,
+        [
+            ("attached", "attached", SCHEMA_2_ATTACHED_PLAN, SCHEMA_2_ATTACHED_RESULT),
+            ("prepared", "prepared", SCHEMA_2_PREPARED_PLAN, ""),
+        ],
+    )
+    store = Store(tmp_path / "state")
+    [attached] = store.for_claim("attached")
+    plan = attached.plan
+    assert (plan.version, plan.interface_name, plan.bandwidth_bps) == (3, "net1", 250_000_000)
+    assert plan.conflist == json.loads(SCHEMA_2_ATTACHED_PLAN)["conflist"]
+    nic = plan.nic
+    assert (nic.name, nic.if_name, nic.shared) == ("pci-0000-07-00-0", "enp7s0", False)
+    assert (nic.mtu, nic.mac, nic.pci_address) == (9000, "52:54:00:00:07:00", "0000:07:00.0")
+    assert [(p.device, p.share_id, p.ips) for p in plan.pool_addresses] == [
+        ("lan3", "share-a", ("10.10.3.17/24",))
+    ]
+    assert attached.outcome == Outcome.model_validate_json(SCHEMA_2_ATTACHED_RESULT)
+    [held] = store.held_devices(present=set())
+    assert held.to_api() == {
+        "name": "pci-0000-07-00-0",
+        "attributes": {
+            "netclaim.dev/ifName": {"string": "enp7s0"},
+            "netclaim.dev/mtu": {"int": 9000},
+            "netclaim.dev/mac": {"string": "52:54:00:00:07:00"},
+            "netclaim.dev/shared": {"bool": False},
+            "netclaim.dev/pciAddress": {"string": "0000:07:00.0"},
+        },
+        "capacity": {BANDWIDTH: {"value": "9765625Ki"}},  # 10,000,000,000
+    }
+    [prepared] = store.for_claim("prepared")
+    assert prepared.plan.shared and prepared.plan.pool_addresses == ()
+    assert prepared.plan.nic.published().capacity[ATTACHMENTS] == Capacity(32, 1, 1, 1, 4)
+    assert prepared.outcome == Outcome()
+    store.close()
+    raw = sqlite3.connect(tmp_path / "state" / "netclaim.db")
+    assert raw.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+    [plan_json] = raw.execute("SELECT plan FROM attachments WHERE claim_uid = 'attached'").fetchone()
+    assert set(json.loads(plan_json)) == {
+        "version",
+        "interface_name",
+        "conflist",
+        "bandwidth_bps",
+        "nic",
+        "pool_addresses",
+    }
     raw.close()
     reopened = Store(tmp_path / "state")  # a migrated database opens as it is
     assert reopened.for_claim("attached") == [attached]

@@ -19,7 +19,6 @@ from netclaim import faults
 from netclaim.adapters import netlink
 from netclaim.adapters.cni import CniRunner, Invocation, cni_args
 from netclaim.adapters.nri import PodSandbox
-from netclaim.configure.plan import host_nic
 from netclaim.configure.store import Attachment, Interface, Outcome, State, Store
 from netclaim.errors import AttachError, NetclaimError, PodBusyError, TransientError
 from netclaim.supervisor import Supervisor
@@ -237,7 +236,8 @@ class Attacher:
         the NIC, or the node, must not inherit it)."""
         if row.plan.shared:
             return
-        if_name, mtu, mac = host_nic(row.plan)
+        nic = row.plan.nic
+        if_name, mtu, mac = nic.if_name, nic.mtu, nic.mac
         current = await netlink.interface(if_name)
         if current is None:
             log.warning("exclusive NIC not back on the node", extra={"interface": if_name})

@@ -7,6 +7,9 @@ config against the device's sharing, configures the granted pool addresses (stat
 node's defaults;
 `negotiate` then picks the CNI version every plugin of the chain speaks, from the versions the preparer
 asked the installed plugins for. Every error is a ConfigError naming the field.
+
+The plan is what the store keeps (netclaim.configure.store): AttachPlan and its parts are its schema,
+versioned, the allocated NIC a NicRecord of its own rather than publish.devices.Device.
 """
 
 from __future__ import annotations
@@ -24,14 +27,16 @@ from netclaim.adapters.kube import AllocatedDevice, Claim
 from netclaim.api.cniconfig import EffectiveConfig, SourcedConfig, decode, merge, plugin_types
 from netclaim.api.ippool import POOLS_POOL, AddressConfig, IPPool
 from netclaim.api.placeholders import ScalarValue, render
+from netclaim.api.publishpolicy import AttributeValue
 from netclaim.api.tenancy import AddressRules, IPNetwork, Target, sharing_problems, tenant_problems
 from netclaim.errors import ConfigError
 from netclaim.ipam.addresses import AddressRequest, Grant
 from netclaim.names import DRIVER_DOMAIN, check_pod_interface_name
-from netclaim.publish.devices import BANDWIDTH, Device
+from netclaim.publish.devices import BANDWIDTH, Capacity, Device
 from netclaim.quantity import parse_quantity
 
 NETWORK = f"{DRIVER_DOMAIN}/network"
+MTU, MAC, PCI_ADDRESS = (f"{DRIVER_DOMAIN}/{key}" for key in ("mtu", "mac", "pciAddress"))
 
 
 class PoolAddresses(BaseModel):
@@ -46,22 +51,86 @@ class PoolAddresses(BaseModel):
     ips: tuple[str, ...]
 
 
-class AttachPlan(BaseModel):
-    """What RunPodSandbox carries out for one allocated device, stored as JSON (versioned)."""
+class NicCapacity(BaseModel):
+    """One capacity of the NIC as it was published: its value, and a shared NIC's request policy."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # a newer agent reads older versions, never the reverse; 2 added pool_addresses
-    version: Literal[1, 2] = 2
+    value: int
+    default: int | None = None
+    minimum: int | None = None
+    step: int | None = None
+    maximum: int | None = None
+
+
+class NicRecord(BaseModel):
+    """The allocated NIC as a stored plan keeps it: a schema of its own, so that publish.devices.Device
+    may change without changing what the store reads back. After prepare it is read for: whether the NIC
+    is shared (an exclusive one moves into the pod), the name, MTU and MAC an exclusive NIC is restored to
+    when it comes back, its PCI address (the network-status `device-info`), and the whole of what was
+    published (attributes, capacity): a NIC inside a pod is no longer on the node, and is published from
+    here meanwhile, after a restart too. The admin's tenant ranges are not kept: they only bound planning."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str  # the DRA device
+    if_name: str  # on the node
+    shared: bool
+    attributes: dict[str, AttributeValue]  # fully qualified names, as published
+    capacity: dict[str, NicCapacity]
+
+    @classmethod
+    def of(cls, device: Device) -> NicRecord:
+        return cls(
+            name=device.name,
+            if_name=device.if_name,
+            shared=device.shared,
+            attributes=dict(device.attributes),
+            capacity={
+                name: NicCapacity.model_validate(c, from_attributes=True)
+                for name, c in device.capacity.items()
+            },
+        )
+
+    def published(self) -> Device:
+        """The device as it was published (without tenant ranges: nothing is planned on it meanwhile)."""
+        capacity = {name: Capacity(**c.model_dump()) for name, c in self.capacity.items()}
+        return Device(self.name, self.if_name, self.shared, dict(self.attributes), capacity)
+
+    @property
+    def mtu(self) -> int | None:
+        mtu = self.attributes.get(MTU)
+        return mtu if isinstance(mtu, int) and not isinstance(mtu, bool) else None
+
+    @property
+    def mac(self) -> str | None:
+        mac = self.attributes.get(MAC)
+        return mac if isinstance(mac, str) else None
+
+    @property
+    def pci_address(self) -> str | None:
+        pci = self.attributes.get(PCI_ADDRESS)
+        return pci if isinstance(pci, str) else None
+
+
+class AttachPlan(BaseModel):
+    """What RunPodSandbox carries out for one allocated device, stored as JSON (versioned; the store
+    migrates older rows when it opens: netclaim.configure.store)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # a newer agent reads older versions (by migrating them), never the reverse; 2 added pool_addresses,
+    # 3 keeps the NIC as a NicRecord
+    version: Literal[3] = 3
     interface_name: str  # inside the pod
     conflist: dict[str, Any]  # rendered, node defaults filled, cniVersion negotiated
     bandwidth_bps: int | None  # cap both ways; None: not shaped
-    device: Device  # as published: a whole NIC inside a pod is published from it meanwhile
+    nic: NicRecord
     pool_addresses: tuple[PoolAddresses, ...] = ()
 
     @property
     def shared(self) -> bool:
-        return self.device.shared
+        return self.nic.shared
 
 
 @dataclass(frozen=True)
@@ -179,11 +248,11 @@ def with_pool_addresses(plan: AttachPlan, grants: list[Grant], where: str) -> At
     """The plan with the granted addresses configured by `static` IPAM on the chain's first plugin (the
     one creating the interface), which must name no IPAM of its own."""
     for grant in grants:
-        network = plan.device.attributes.get(NETWORK)
+        network = plan.nic.attributes.get(NETWORK)
         if grant.pool.spec.network is not None and network != grant.pool.spec.network:
             raise ConfigError(
                 f"{where}: IPPool {grant.pool.name} serves network {grant.pool.spec.network!r}, device "
-                f"{plan.device.name} is on {network!r} (add a matchAttribute constraint on {NETWORK})"
+                f"{plan.nic.name} is on {network!r} (add a matchAttribute constraint on {NETWORK})"
             )
     first = plan.conflist["plugins"][0]
     if any(key.lower() == "ipam" for key in first):
@@ -326,7 +395,7 @@ def _plan(
         bandwidth_bps=(
             int(parse_quantity(consumed)) if consumed and effective.bandwidth == "enforce" else None
         ),
-        device=device,
+        nic=NicRecord.of(device),
     )
 
 
@@ -379,14 +448,3 @@ def negotiate(conflist: dict[str, Any], supported: Mapping[str, list[str]]) -> t
     negotiated = {k: v for k, v in conflist.items() if k != "cniVersions"}
     negotiated["cniVersion"] = candidates[0]
     return negotiated, lowered
-
-
-def host_nic(plan: AttachPlan) -> tuple[str, int | None, str | None]:
-    """(ifName, MTU, MAC) of the allocated NIC as it was published: what an exclusive NIC is restored to."""
-    attributes = plan.device.attributes
-    mtu, mac = attributes.get(f"{DRIVER_DOMAIN}/mtu"), attributes.get(f"{DRIVER_DOMAIN}/mac")
-    return (
-        plan.device.if_name,
-        mtu if isinstance(mtu, int) and not isinstance(mtu, bool) else None,
-        mac if isinstance(mac, str) else None,
-    )

@@ -47,12 +47,10 @@ from netclaim.api.cniconfig import MAX_DEPTH, too_deep
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import ConfigError, ConflictError, GoneError, NetclaimError, TransientError
-from netclaim.names import DRIVER_DOMAIN
 from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
-PCI_ATTRIBUTE = f"{DRIVER_DOMAIN}/pciAddress"
 MAX_CONFLICT_RETRIES = 3  # immediate re-reads before backing off
 MAX_PARALLEL_WRITES = 4  # targets written at once
 MAX_BUG_ATTEMPTS = 5  # tries in a row failing on a bug before a target is given up (until enqueued again)
@@ -207,8 +205,8 @@ def network_status(pod: dict[str, Any], rows: list[Attachment]) -> list[dict[str
             "default": False,  # Multus's meaning: the cluster's default network, never ours
             "dns": {},
         }
-        pci = row.plan.device.attributes.get(PCI_ATTRIBUTE)
-        if not row.plan.shared and isinstance(pci, str):
+        pci = row.plan.nic.pci_address
+        if not row.plan.shared and pci is not None:
             entry["device-info"] = {"type": "pci", "version": "1.1.0", "pci": {"pci-address": pci}}
         entries.append(entry)
     return kept + entries

@@ -15,8 +15,11 @@ made, in its turn. That is safe because every write records what may happen next
 says no more than a row that is rolled back or repeated anyway. Reads run on the event loop, on a second
 connection: in WAL mode they never wait for the writer, and see every write that returned.
 
-Schema 2 (typed plans) reads schema 1 (untyped dicts) by migrating its rows at start; a database of a
-newer schema than this agent knows is refused, and so is a row it cannot read.
+The schema is the store's own: the rows' columns and the plan's JSON (netclaim.configure.plan.AttachPlan,
+whose models are pydantic models of configure/ only, extra fields refused). Schema 3 keeps the allocated
+NIC as a NicRecord; schema 2 kept publish.devices.Device as it was serialised (changing that dataclass
+changed what the store read back), schema 1 untyped dicts. Older rows are migrated when the store opens;
+a database of a newer schema than this agent knows is refused, and so is a row it cannot read.
 """
 
 from __future__ import annotations
@@ -36,12 +39,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from netclaim.configure.plan import AttachPlan
+from netclaim.configure.plan import AttachPlan, NicCapacity, NicRecord, PoolAddresses
 from netclaim.errors import PrerequisiteError, StateStoreError
 from netclaim.publish.devices import Device
 
 log = logging.getLogger(__name__)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 WRITE_SECONDS = 0.5  # the most a caller waits for the disk: a third of the runtime's hook budget
 READ_BUSY_SECONDS = 0.25  # a reader waits for SQLite's own locks (a checkpoint) at most this long
 
@@ -119,12 +122,40 @@ _COLUMNS = (
 
 
 def _plan_v1(plan: dict[str, Any]) -> AttachPlan:
-    """A schema-1 plan (an untyped dict) as an AttachPlan."""
+    """A schema-1 plan (an untyped dict; its NIC a record of lists) as an AttachPlan."""
+    record = plan["deviceRecord"]
+    fields = ("value", "default", "minimum", "step", "maximum")
     return AttachPlan(
         interface_name=plan["interfaceName"],
         conflist=plan["conflist"],
         bandwidth_bps=plan.get("bandwidth"),
-        device=Device.from_record(plan["deviceRecord"]),
+        nic=NicRecord(
+            name=record["name"],
+            if_name=record["ifName"],
+            shared=record["shared"],
+            attributes=record["attributes"],
+            capacity={
+                k: NicCapacity(**dict(zip(fields, v, strict=False))) for k, v in record["capacity"].items()
+            },
+        ),
+    )
+
+
+def _plan_v2(plan: dict[str, Any]) -> AttachPlan:
+    """A schema-2 plan (plan version 1 or 2: its NIC as publish.devices.Device was serialised then)."""
+    device = plan["device"]
+    return AttachPlan(
+        interface_name=plan["interface_name"],
+        conflist=plan["conflist"],
+        bandwidth_bps=plan["bandwidth_bps"],
+        nic=NicRecord(
+            name=device["name"],
+            if_name=device["if_name"],
+            shared=device["shared"],
+            attributes=device["attributes"],
+            capacity={k: NicCapacity.model_validate(c) for k, c in device["capacity"].items()},
+        ),
+        pool_addresses=tuple(PoolAddresses.model_validate(p) for p in plan.get("pool_addresses", ())),
     )
 
 
@@ -137,6 +168,14 @@ def _outcome_v1(result: dict[str, Any]) -> Outcome:
         if interface
         else None,
     )
+
+
+def _migrated(schema: int, plan: str, result: str) -> tuple[str, str]:
+    """A row's plan and outcome (JSON) of schema `schema` as this schema has them."""
+    if schema == 1:
+        outcome = _outcome_v1(json.loads(result)).model_dump_json() if result else ""
+        return _plan_v1(json.loads(plan)).model_dump_json(), outcome
+    return _plan_v2(json.loads(plan)).model_dump_json(), result
 
 
 class Store:
@@ -175,18 +214,10 @@ class Store:
                     updated REAL NOT NULL,
                     PRIMARY KEY (claim_uid, pool, device, share_id))""")
             db.execute("CREATE INDEX IF NOT EXISTS attachments_by_pod ON attachments (pod_uid)")
-            if found == 1:
-                for rowid, plan, result in db.execute(
-                    "SELECT rowid, plan, result FROM attachments"
-                ).fetchall():
-                    db.execute(
-                        "UPDATE attachments SET plan = ?, result = ? WHERE rowid = ?",
-                        (
-                            _plan_v1(json.loads(plan)).model_dump_json(),
-                            _outcome_v1(json.loads(result)).model_dump_json() if result else "",
-                            rowid,
-                        ),
-                    )
+            old = db.execute("SELECT rowid, plan, result FROM attachments").fetchall() if found < 3 else []
+            for rowid, plan, result in old:
+                update = "UPDATE attachments SET plan = ?, result = ? WHERE rowid = ?"
+                db.execute(update, (*_migrated(found, plan, result), rowid))
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
 
     @contextmanager
@@ -310,7 +341,7 @@ class Store:
     def held_devices(self, present: set[str]) -> list[Device]:
         """Whole NICs now inside pods: gone from the node's netns, still this node's (allocated) devices."""
         return [
-            row.plan.device
+            row.plan.nic.published()
             for row in self.all()
             if not row.plan.shared
             and row.state in (State.ATTACHING, State.ATTACHED)
