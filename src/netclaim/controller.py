@@ -26,12 +26,12 @@ from netclaim.api.ippool import ADDRESSES, IPPool
 from netclaim.api.settings import ControllerSettings
 from netclaim.errors import ApiUnavailableError, NetclaimError
 from netclaim.ipam.pools import (
-    PoolPublisher,
     PoolUse,
     beyond_allocation,
     exhausted_message,
     orphans,
     pool_device,
+    pool_slices,
     pool_use,
     read_pools,
 )
@@ -47,7 +47,7 @@ class Reconciler:
     def __init__(self, api: KubeApi, driver: str) -> None:
         self.api = api
         self.driver = driver
-        self.publisher = PoolPublisher(api, driver)
+        self.slices = pool_slices(api, driver)
         self.warned: set[tuple[str, str]] = set()  # (pod UID, message) reported, of pods still waiting
         self.published: set[str] = set()  # pools with a free-claims gauge
 
@@ -81,7 +81,7 @@ class Reconciler:
         for name, problem in problems.items():
             log.warning("IPPool not published: invalid", extra={"pool": name, "problem": problem})
         uses = {pool.name: pool_use(pool, live, claims, self.driver) for pool in pools}
-        await self.publisher.publish([pool_device(pool, uses[pool.name]) for pool in pools])
+        await self.slices.write([pool_device(pool, uses[pool.name]) for pool in pools])
         current = {str(o["metadata"]["name"]): o.get("status") for o in objects}
         for gone in self.published - set(uses):
             metrics.POOL_FREE.remove(gone)

@@ -17,24 +17,21 @@ addresses it holds are never taken for an orphan's.
 from __future__ import annotations
 
 import ipaddress
-import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from netclaim import metrics
 from netclaim.adapters.kube import Claim, IPAllocation, KubeApi
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, capacity
 from netclaim.errors import ConfigError
 from netclaim.names import DRIVER_DOMAIN
-from netclaim.publish.publisher import MAX_DEVICES_PER_SLICE, normalized_device
+from netclaim.publish.slices import SliceOwner, SliceWriter
 
-log = logging.getLogger(__name__)
 SLICE_PREFIX = "netclaim.dev-ip-pools"
 RESTRICTED = f"{DRIVER_DOMAIN}/restricted"
-MAX_GENERATION = 2**62
 IPPOOL_CRD = "ippools.netclaim.dev"
 
 
@@ -155,80 +152,19 @@ def beyond_allocation(
     return beyond
 
 
-def slice_bodies(
-    driver: str, devices: list[dict[str, Any]], generation: int, owner_uid: str
-) -> list[dict[str, Any]]:
-    """The pools' slices, owned by the IPPool CRD: uninstalling netclaim (deleting the CRD) lets the
-    garbage collector remove them, as kubelet removes the nodes' slices of a driver that is gone."""
-    owner = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "name": IPPOOL_CRD,
-        "uid": owner_uid,
-    }
-    ordered = sorted(devices, key=lambda d: str(d["name"]))
-    chunks = [ordered[i : i + MAX_DEVICES_PER_SLICE] for i in range(0, len(ordered), MAX_DEVICES_PER_SLICE)]
-    chunks = chunks or [[]]
-    return [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{SLICE_PREFIX}-{index}", "ownerReferences": [owner]},
-            "spec": {
-                "driver": driver,
-                "allNodes": True,
-                "pool": {"name": POOLS_POOL, "generation": generation, "resourceSliceCount": len(chunks)},
-                "devices": chunk,
-            },
-        }
-        for index, chunk in enumerate(chunks)
-    ]
-
-
-class PoolPublisher:
-    """The pools' ResourceSlices: written only when a device or a capacity changes."""
-
-    def __init__(self, api: KubeApi, driver: str) -> None:
-        self.api = api
-        self.driver = driver
-
-    async def publish(self, devices: list[dict[str, Any]]) -> int:
-        owner_uid = await self.api.crd_uid(IPPOOL_CRD)
-        # only its own: another writer's slice in this pool never decides what it writes (nor its generation)
-        current = [
-            s
-            for s in await self.api.list_driver_slices(self.driver, POOLS_POOL)
-            if s.name.startswith(f"{SLICE_PREFIX}-") and s.owner_uids == (owner_uid,)
-        ]
-        generation = max((s.generation for s in current), default=0)
-        if generation >= MAX_GENERATION:  # start again rather than ever write one past int64
-            for own in current:
-                await self.api.delete_slice(own.name)
-                metrics.SLICE_WRITES.labels("delete").inc()
-            log.warning("IP pools' slices started again at generation 1", extra={"was": generation})
-            current, generation = [], 0
-        desired = slice_bodies(self.driver, devices, generation, owner_uid)
-        stored = {s.name: s for s in current}
-        same = set(stored) == {b["metadata"]["name"] for b in desired} and all(
-            [normalized_device(d) for d in stored[b["metadata"]["name"]].devices]
-            == [normalized_device(d) for d in b["spec"]["devices"]]
-            and stored[b["metadata"]["name"]].slice_count == len(desired)
-            and stored[b["metadata"]["name"]].owner_uids == (owner_uid,)
-            for b in desired
-        )
-        if same:
-            return 0
-        writes = 0
-        for body in slice_bodies(self.driver, devices, generation + 1, owner_uid):
-            await self.api.apply_slice(body)
-            metrics.SLICE_WRITES.labels("apply").inc()
-            writes += 1
-        for stale in set(stored) - {b["metadata"]["name"] for b in desired}:
-            await self.api.delete_slice(stale)
-            metrics.SLICE_WRITES.labels("delete").inc()
-            writes += 1
-        log.info("IP pools published", extra={"pools": len(devices), "writes": writes})
-        return writes
+def pool_slices(api: KubeApi, driver: str) -> SliceWriter:
+    """The pools' slices, through the one slice writer: owned by the IPPool CRD, so that uninstalling
+    netclaim (deleting the CRD) lets the garbage collector remove them, as kubelet removes the nodes' slices
+    of a driver that is gone. Only its own are read: a slice another writer put in this pool (a node's
+    token, say) never decides what the controller writes, nor its generation."""
+    owner = SliceOwner(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        IPPOOL_CRD,
+        partial(api.crd_uid, IPPOOL_CRD),
+        asked_every_pass=True,
+    )
+    return SliceWriter(api, driver, POOLS_POOL, SLICE_PREFIX, owner)
 
 
 _QUOTED = re.compile(r"""["']([a-z0-9]([-a-z0-9]*[a-z0-9])?)["']""")
