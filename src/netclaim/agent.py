@@ -2,7 +2,8 @@
 starts is kept running by netclaim.supervisor.
 
 publish:   inventory ─▶ policy ─▶ devices ─▶ publisher ─▶ ResourceSlices       (netclaim.publish.loop)
-configure: kubelet gRPC ─▶ prepare ─▶ store ◀─ NRI hooks ─▶ attach ─▶ status    (netclaim.configure)
+configure: kubelet gRPC ─▶ prepare (gather ─▶ plan) ─▶ store ◀─ NRI hooks ─▶ attach ─▶ status
+           kubelet gRPC ─▶ unprepare ◀─ reclaim                                (netclaim.configure)
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from netclaim.adapters.kubeletplugin import KubeletPlugin
 from netclaim.api.settings import AgentSettings
 from netclaim.configure.attach import Attacher, PodLocks
 from netclaim.configure.gate import CdiGate
+from netclaim.configure.gather import Gatherer
 from netclaim.configure.hooks import PodHooks
-from netclaim.configure.prepare import Preparer, reclaim_loop
+from netclaim.configure.plan import NodeContext
+from netclaim.configure.prepare import Preparer
+from netclaim.configure.reclaim import Reclaimer
 from netclaim.configure.status import StatusWriter
 from netclaim.configure.store import Store
+from netclaim.configure.unprepare import Unpreparer
 from netclaim.ipam.addresses import AddressBook
 from netclaim.publish.devices import Device, DeviceCatalog
 from netclaim.publish.inventory import FileInventory, InventorySource, NodeInventory
@@ -65,24 +70,15 @@ async def _start_configure_path(
     supervisor.keep("status-writer", status.run)
     plugin = hooks = None
     if settings.kubelet_plugin:
-        preparer = Preparer(
-            driver=driver,
-            node=node,
-            api=api,
-            store=store,
-            catalog=catalog,
-            cni=cni,
-            attacher=attacher,
-            status=status,
-            addresses=AddressBook(api, node),
-            gate=CdiGate(settings.cdi_spec_dir) if settings.cdi_spec_dir is not None else None,
-            ipam_data_dir=settings.host_local_dir,
-            reserved=settings.reserved_networks,
-        )
-        supervisor.keep("reclaim", partial(reclaim_loop, preparer))
+        addresses = AddressBook(api, node)
+        gate = CdiGate(settings.cdi_spec_dir) if settings.cdi_spec_dir is not None else None
+        planning = NodeContext(driver, node, catalog.get, settings.host_local_dir, settings.reserved_networks)
+        preparer = Preparer(store, Gatherer(api, addresses, cni, driver), planning, status, gate)
+        unpreparer = Unpreparer(store, attacher, addresses, status, gate)
+        supervisor.keep("reclaim", Reclaimer(store, api, unpreparer).next_round)
         health.expect("kubelet")
         plugin = await kubeletplugin.serve(
-            preparer, settings.kubelet_root_dir, driver, lambda ok: health.set("kubelet", ok)
+            preparer, unpreparer, settings.kubelet_root_dir, driver, lambda ok: health.set("kubelet", ok)
         )
     if settings.nri_socket is not None:
         hooks = PodHooks(store, attacher, status, locks)

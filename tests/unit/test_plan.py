@@ -13,8 +13,12 @@ from netclaim.adapters.kube import Claim, DeviceConfig, PodRef
 from netclaim.api.publishpolicy import PublishPolicy, Rule
 from netclaim.configure.plan import (
     AttachPlan,
+    ClaimInputs,
     NicRecord,
+    NodeContext,
     PlannedDevice,
+    PluginVersions,
+    claim_needs,
     negotiate,
     plan_claim,
     with_node_defaults,
@@ -26,6 +30,7 @@ from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     SAMPLE_DRIVER,
     SAMPLE_NODE,
+    every_version,
     sample_allocation,
     sample_claim,
     sample_config,
@@ -37,10 +42,11 @@ OTHER_NIC = sample_device("enp2s0")
 
 
 def _plan(
-    claim: Claim, devices: tuple[Device, ...] = (NIC, OTHER_NIC), **options: Any
+    claim: Claim, devices: tuple[Device, ...] = (NIC, OTHER_NIC), host_local_dir: Path | None = None
 ) -> list[PlannedDevice]:
     published = {d.name: d for d in devices}
-    return plan_claim(claim, driver=SAMPLE_DRIVER, node=SAMPLE_NODE, device=published.get, **options)
+    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, published.get, host_local_dir)
+    return plan_claim(ClaimInputs(claim, every_version(claim)), node)
 
 
 def _config(**changes: Any) -> dict[str, Any]:
@@ -62,8 +68,8 @@ def _cni(plugin_changes: dict[str, Any] | None = None, **ipam_changes: Any) -> d
     return cni
 
 
-def _only_plan(claim: Claim, **options: Any) -> AttachPlan:
-    [planned] = _plan(claim, **options)
+def _only_plan(claim: Claim, host_local_dir: Path | None = None) -> AttachPlan:
+    [planned] = _plan(claim, host_local_dir=host_local_dir)
     return planned.plan
 
 
@@ -316,6 +322,39 @@ def _conflist(**versions: Any) -> dict[str, Any]:
 
 
 ALL = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+
+
+def test_planning_settles_each_chains_cni_version_with_what_the_plugins_speak() -> None:
+    claim = sample_claim((sample_allocation(NIC),), (sample_config(VALID_CONFIG),))
+    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, {NIC.name: NIC}.get)
+    versions = PluginVersions({"macvlan": ["0.4.0", "1.0.0"], "host-local": ["0.4.0"]})
+    [planned] = plan_claim(ClaimInputs(claim, versions), node)
+    assert (planned.plan.conflist["cniVersion"], planned.lowered_from) == ("0.4.0", "1.0.0")
+    unusable = PluginVersions({"host-local": ALL}, {"macvlan": "plugin type 'macvlan': not allowed here"})
+    with pytest.raises(ConfigError, match="plugin type 'macvlan': not allowed here"):
+        plan_claim(ClaimInputs(claim, unusable), node)
+
+
+def test_what_a_claim_needs_is_read_from_the_claim_alone() -> None:
+    """Every plugin its configs name, the DeviceClass's too, with their delegated IPAM; the IP pools when
+    its own config names IPAM (test_plan_addresses: what it asks of the pools it was allocated)."""
+    chain = {
+        **VALID_CONFIG,
+        "config": {**VALID_CONFIG["config"], "plugins": [{"type": "bridge"}, {"type": "x/y"}]},
+    }
+    claim = sample_claim(
+        (sample_allocation(NIC),),
+        (
+            sample_config(chain, source="FromClass"),
+            sample_config(VALID_CONFIG),
+            DeviceConfig("FromClaim", (), "gpu.example.com", VALID_CONFIG),
+        ),
+    )
+    needs = claim_needs(claim, SAMPLE_DRIVER)
+    assert needs.plugin_types == {"bridge", "macvlan", "host-local"}  # x/y is not a name: decoding says so
+    assert needs.pools and needs.addresses == []
+    from_class_only = replace(claim, configs=claim.configs[:1])
+    assert not claim_needs(from_class_only, SAMPLE_DRIVER).pools  # an admin's IPAM is not checked
 
 
 def test_negotiate_keeps_the_asked_version_when_every_plugin_speaks_it() -> None:

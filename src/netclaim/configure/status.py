@@ -270,6 +270,17 @@ class StatusWriter:
             queued.backoff.reset()
         self._wake.set()
 
+    async def prepare_failed(self, claim: ClaimRef, message: str) -> None:
+        """A claim whose config cannot work: Ready=False PrepareFailed on its devices of this driver (all on
+        this node, or the IP pools'), and a Warning Event on its pod."""
+        current = await self.api.get_claim(claim.namespace, claim.name)
+        if current.uid != claim.uid:
+            return
+        devices = tuple((r.pool, r.device, r.share_id) for r in current.results if r.driver == self.driver)
+        self.fail(claim, Failure(devices, "PrepareFailed", message))
+        for pod in current.reserved_for:
+            await self.warn(claim.namespace, pod.name, pod.uid, "NetclaimPrepareFailed", message)
+
     def fail(self, claim: ClaimRef, failure: Failure) -> None:
         self._failures[claim.uid] = failure
         self.enqueue(claim)

@@ -179,6 +179,16 @@ class AddressBook:
         )
         return await self.api.create_ip_allocation(record)
 
+    async def release_when_over(self, namespace: str, name: str, uid: str) -> list[str]:
+        """Free the claim's addresses (as `release`) when they end now: the claim ends with its pod (made
+        from a template), or it is gone (deleted, or another under its name). A standalone claim keeps
+        them for its next pod. Returns those freed."""
+        try:
+            claim = await self.api.get_claim(namespace, name)
+        except GoneError:
+            return await self.release(uid)
+        return await self.release(uid) if claim.uid != uid or claim.owned_by_pod else []
+
     async def release(self, claim_uid: str) -> list[str]:
         """Free every address the claim holds in this node's name; returns them. An agent releases only its
         own node's (deploy/admission.yaml): those taken on another node (a standalone claim that moved) are
