@@ -10,7 +10,8 @@
     │   │   └── AlreadyExistsError    a create found the name taken (an address another claim holds)
     │   ├── PoolExhaustedError    an IP pool had no free address at prepare (one is being released)
     │   ├── PodBusyError          an earlier operation on the same pod still holds its lock
-    │   ├── StateStoreError       the state database is locked or cannot be written
+    │   ├── StateStoreError       the state database is locked, cannot be written, or its disk did not
+    │   │                         take a write within the bound (the write is still made, in its turn)
     │   └── CniTryAgainError      a CNI plugin answered code 11 ("try again later"), or did not answer in
     │                             time (also a CniError)
     ├── ApiRejectedError     the Kubernetes API refused a request (a 4xx but 409 and the 404 of a named
@@ -26,7 +27,9 @@
 
 How each boundary reacts (kubelet: NodePrepareResources, per claim; NRI: RunPodSandbox; loops: the
 status writer, each claim and pod on its own; reclaim and the publish/watch loops; the controller's
-reconcile):
+reconcile). Every loop is kept running by netclaim.supervisor, which counts each failure of a loop in
+netclaim_task_restarts_total{task,error} and each failed one-shot job (an Event, an undo, an NRI call)
+in netclaim_task_failures_total{task}; neither stops the process nor makes it unready:
 
 ConfigError, CniError (the claim's config, or the node cannot run its plugins)
     kubelet  the claim's error; Ready=False PrepareFailed on its devices; a Warning Event on its pod
@@ -52,7 +55,7 @@ ProtocolError
 anything else (a bug)
     kubelet  "internal error", traceback logged;  NRI  the sandbox fails, traceback logged;
     loops    traceback logged, retried with backoff (the status writer: for that claim or pod only, given
-             up after a few tries until it is enqueued again)
+             up after a few tries until it is enqueued again);  one-shot jobs  traceback logged, counted
 
 The controller's reconcile: a write about one object that fails (freeing an orphan's address, a pool's
 status, an Event), whatever the error, is that object's: logged, tried again the next pass; the pass goes
