@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 
 from netclaim.api.publishpolicy import DEFAULT_POLICY, Bandwidth, Match, PublishPolicy, Rule
+from netclaim.configure.plan import NicRecord
 from netclaim.names import device_name, is_dns_label
 from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, Capacity, DeviceCatalog, decide
 from netclaim.publish.inventory import NetworkInterface
@@ -161,6 +163,23 @@ def test_two_interfaces_with_one_device_name_publish_only_the_first(caplog: pyte
     assert [r.getMessage() for r in caplog.records] == [
         "two interfaces map to device pci-0000-5e-00-0 (enp94s0, eth7); keeping the first"
     ]
+
+
+@pytest.mark.parametrize("mode", ["shared", "exclusive"])
+def test_a_nic_in_a_pod_is_published_from_its_plan_record_as_it_was(mode: str) -> None:
+    """A whole NIC inside a pod is gone from the node: the agent publishes it from the stored plan's
+    record, after a restart too, exactly as before (its tenant ranges, which only bound planning, are not
+    kept)."""
+    ranges = ["10.1.0.0/16"]
+    attributes = {"example.com/rack": "r1", "example.com/tier": 2}
+    rule = Rule(mode=mode, attributes=attributes, tenantRanges=ranges)  # type: ignore[arg-type]
+    [decision] = decide([nic("enp1s0", pci_address="0000:5e:00.0")], policy(rule), DRIVER)
+    assert decision.device is not None
+    record = NicRecord.of(decision.device).model_dump_json()  # the store keeps JSON
+    stored = NicRecord.model_validate_json(record)
+    assert stored.published().to_api() == decision.device.to_api()
+    assert stored.published() == replace(decision.device, tenant_ranges=())
+    assert stored.pci_address == "0000:5e:00.0"
 
 
 def test_the_catalog_holds_exactly_the_last_published_devices() -> None:

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from netclaim.adapters.kube import Claim, DeviceConfig, PodRef
-from netclaim.api.publishpolicy import PublishPolicy, Rule
 from netclaim.configure.plan import (
     AttachPlan,
     ClaimInputs,
@@ -24,8 +23,7 @@ from netclaim.configure.plan import (
     with_node_defaults,
 )
 from netclaim.errors import ConfigError
-from netclaim.publish.devices import Device, decide
-from netclaim.publish.inventory import NetworkInterface
+from netclaim.publish.devices import Device
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     SAMPLE_DRIVER,
@@ -411,35 +409,3 @@ def test_the_nic_record_says_the_published_name_mtu_mac_and_pci_address() -> Non
     )
     odd_nic = NicRecord.of(odd)
     assert (odd_nic.mtu, odd_nic.mac, odd_nic.pci_address) == (None, None, None)  # of the wrong type: ignored
-
-
-@pytest.mark.parametrize("mode", ["shared", "exclusive"])
-def test_a_nic_in_a_pod_is_published_from_its_record_as_it_was(mode: str) -> None:
-    """A whole NIC inside a pod is gone from the node: the agent publishes it from the stored plan, after a
-    restart too, exactly as before (its tenant ranges, which only bound planning, are not kept)."""
-    rule = Rule(
-        mode=mode,  # type: ignore[arg-type]
-        attributes={"example.com/rack": "r1", "example.com/tier": 2},
-        tenantRanges=["10.1.0.0/16"],
-    )
-    interface = NetworkInterface(
-        name="enp1s0",
-        index=2,
-        kind="physical",
-        mac="02:00:00:00:00:01",
-        mtu=1500,
-        up=True,
-        virtual=False,
-        speed_bps=10 * 2**30,
-        pci_address="0000:5e:00.0",
-    )
-    [decision] = decide(
-        [interface],
-        PublishPolicy(apiVersion="netclaim.dev/v1alpha1", kind="PublishPolicy", rules=[rule]),
-        SAMPLE_DRIVER,
-    )
-    assert decision.device is not None
-    stored = NicRecord.model_validate_json(NicRecord.of(decision.device).model_dump_json())
-    assert stored.published().to_api() == decision.device.to_api()
-    assert stored.published() == replace(decision.device, tenant_ranges=())
-    assert stored.pci_address == "0000:5e:00.0"
