@@ -1,15 +1,17 @@
-"""`netclaim agent`: the node agent. Only wiring and supervision: the work is in publish/ and configure/.
+"""`netclaim agent`: the node agent. Only wiring: the work is in publish/ and configure/, and every task it
+starts is kept running by netclaim.supervisor.
 
 publish:   inventory ─▶ policy ─▶ devices ─▶ publisher ─▶ ResourceSlices       (netclaim.publish.loop)
-configure: kubelet gRPC ─▶ prepare ─▶ store ◀─ NRI hooks ─▶ attach ─▶ status    (netclaim.configure)
+configure: kubelet gRPC ─▶ prepare (gather ─▶ plan) ─▶ store ◀─ NRI hooks ─▶ attach ─▶ status
+           kubelet gRPC ─▶ unprepare ◀─ reclaim                                (netclaim.configure)
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any
+from functools import partial
 
+from netclaim import metrics
 from netclaim.adapters import kubeletplugin, nri
 from netclaim.adapters.cni import CniRunner
 from netclaim.adapters.http import Health
@@ -22,17 +24,21 @@ from netclaim.adapters.kubeletplugin import KubeletPlugin
 from netclaim.api.settings import AgentSettings
 from netclaim.configure.attach import Attacher, PodLocks
 from netclaim.configure.gate import CdiGate
+from netclaim.configure.gather import Gatherer
 from netclaim.configure.hooks import PodHooks
-from netclaim.configure.prepare import Preparer, reclaim_loop
+from netclaim.configure.plan import NodeContext
+from netclaim.configure.prepare import Preparer
+from netclaim.configure.reclaim import Reclaimer
 from netclaim.configure.status import StatusWriter
 from netclaim.configure.store import Store
+from netclaim.configure.unprepare import Unpreparer
 from netclaim.ipam.addresses import AddressBook
 from netclaim.publish.devices import Device, DeviceCatalog
 from netclaim.publish.inventory import FileInventory, InventorySource, NodeInventory
-from netclaim.publish.loop import Trigger, periodic, publish_loop, watch_inventory, watch_policy, watch_slices
+from netclaim.publish.loop import Trigger, periodic, publish_pass, watch_inventory, watch_policy, watch_slices
 from netclaim.publish.policy import PolicyFile
 from netclaim.publish.publisher import SlicePublisher
-from netclaim.stopping import until_stopped
+from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 # How long a stopping agent lets pod hooks in flight finish (inside the pod's 30 s grace period).
@@ -51,43 +57,41 @@ def _allowed_plugins(settings: AgentSettings) -> frozenset[str] | None:
 
 
 async def _start_configure_path(
-    settings: AgentSettings, kube: KubeConnection, store: Store, catalog: DeviceCatalog, health: Health
-) -> tuple[list[asyncio.Task[None]], KubeletPlugin | None, PodHooks | None]:
+    settings: AgentSettings,
+    kube: KubeConnection,
+    store: Store,
+    catalog: DeviceCatalog,
+    health: Health,
+    supervisor: Supervisor,
+) -> tuple[KubeletPlugin | None, PodHooks | None]:
     """kubelet plugin (prepare) and NRI hooks (attach), sharing the store, the locks and the status writer."""
     node, driver = settings.node_name, settings.driver_name
     cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
     claims = KubeClaims(kube)
-    status = StatusWriter(claims, driver, store, annotate_pods=settings.network_status_annotation)
+    status = StatusWriter(claims, driver, store, supervisor, annotate_pods=settings.network_status_annotation)
     locks = PodLocks()
-    attacher = Attacher(store, cni, locks)
-    tasks = [asyncio.create_task(status.run(), name="status-writer")]
+    attacher = Attacher(store, cni, locks, supervisor)
+    supervisor.keep("status-writer", status.run)
     plugin = hooks = None
     if settings.kubelet_plugin:
-        preparer = Preparer(
-            driver=driver,
-            node=node,
-            api=claims,
-            store=store,
-            catalog=catalog,
-            cni=cni,
-            attacher=attacher,
-            status=status,
-            addresses=AddressBook(KubeAddresses(kube), node),
-            gate=CdiGate(settings.cdi_spec_dir) if settings.cdi_spec_dir is not None else None,
-            ipam_data_dir=settings.host_local_dir,
-            reserved=settings.reserved_networks,
-        )
-        tasks.append(asyncio.create_task(reclaim_loop(preparer), name="reclaim"))
+        addresses = AddressBook(KubeAddresses(kube), node)
+        gate = CdiGate(settings.cdi_spec_dir) if settings.cdi_spec_dir is not None else None
+        planning = NodeContext(driver, node, catalog.get, settings.host_local_dir, settings.reserved_networks)
+        preparer = Preparer(store, Gatherer(claims, addresses, cni, driver), planning, status, gate)
+        unpreparer = Unpreparer(store, attacher, addresses, claims, status, gate)
+        supervisor.keep("reclaim", Reclaimer(store, claims, unpreparer).next_round)
         health.expect("kubelet")
         plugin = await kubeletplugin.serve(
-            preparer, settings.kubelet_root_dir, driver, lambda ok: health.set("kubelet", ok)
+            preparer, unpreparer, settings.kubelet_root_dir, driver, lambda ok: health.set("kubelet", ok)
         )
     if settings.nri_socket is not None:
         hooks = PodHooks(store, attacher, status, locks)
         health.expect("nri")
-        nri_task = nri.run_plugin(settings.nri_socket, hooks, on_state=lambda ok: health.set("nri", ok))
-        tasks.append(asyncio.create_task(nri_task, name="nri"))
-    return tasks, plugin, hooks
+        nri_plugin = partial(
+            nri.run_plugin, settings.nri_socket, hooks, supervisor, on_state=lambda ok: health.set("nri", ok)
+        )
+        supervisor.keep("nri", nri_plugin)
+    return plugin, hooks
 
 
 async def run(settings: AgentSettings) -> None:
@@ -110,30 +114,22 @@ async def run(settings: AgentSettings) -> None:
         return store.held_devices(present) if store is not None else []
 
     log.info("agent starting", extra={"node": node, "driver": driver})
-    tasks: list[asyncio.Task[Any]] = [
-        asyncio.create_task(
-            publish_loop(
-                source,
-                policy,
-                publisher,
-                trigger,
-                catalog,
-                held_devices,
-                lambda: health.set("published", True),
-            ),
-            name="publish",
-        ),
-        asyncio.create_task(watch_inventory(source, trigger), name="inventory-watch"),
-        asyncio.create_task(watch_slices(slices, node, driver, trigger), name="slice-watch"),
-        asyncio.create_task(periodic(trigger), name="resync"),
-        asyncio.create_task(watch_policy(policy, trigger), name="policy-watch"),
-    ]
+    supervisor = Supervisor()
+    published = partial(health.set, "published", True)
+    supervisor.keep(
+        "publish",
+        partial(publish_pass, source, policy, publisher, trigger, catalog, held_devices, published),
+        on_error=metrics.PUBLISH_ERRORS.inc,
+    )
+    supervisor.keep("inventory-watch", partial(watch_inventory, source, trigger))
+    supervisor.keep("slice-watch", partial(watch_slices, slices, node, driver, trigger))
+    supervisor.keep("resync", partial(periodic, trigger))
+    supervisor.keep("policy-watch", partial(watch_policy, policy, trigger))
     plugin = hooks = None
     if store is not None:
-        configure_tasks, plugin, hooks = await _start_configure_path(settings, kube, store, catalog, health)
-        tasks += configure_tasks
+        plugin, hooks = await _start_configure_path(settings, kube, store, catalog, health, supervisor)
     try:
-        await until_stopped(tasks)
+        await supervisor.run_until_stopped()
     finally:
         if plugin is not None:
             await plugin.stop()
@@ -141,9 +137,7 @@ async def run(settings: AgentSettings) -> None:
             log.warning("stopping with a pod hook still at work", extra={"waited_s": SETTLE_SECONDS})
         if http is not None:
             http.close()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await supervisor.stop()
     if settings.remove_slices_on_exit:
         await publisher.remove_all()
         log.info("removed this node's ResourceSlices")

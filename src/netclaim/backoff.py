@@ -1,14 +1,9 @@
-"""Capped exponential backoff, and the supervised loop: the one retry policy of the agent."""
+"""Capped exponential backoff: the one retry policy of the agent and the controller (netclaim.supervisor
+restarts their tasks with it)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Callable
-
-from netclaim.errors import NetclaimError
-
-log = logging.getLogger(__name__)
 
 
 class Backoff:
@@ -28,23 +23,3 @@ class Backoff:
 
     async def wait(self) -> None:
         await asyncio.sleep(self.next())
-
-
-async def supervise(what: str, attempt: Callable[[], Awaitable[None]], on_error: Callable[[], None]) -> None:
-    """Run `attempt` forever; after a failure wait with backoff, then go on. A netclaim error is logged as
-    a warning; anything else is a bug and is logged with its traceback (errors.py, the table)."""
-    backoff = Backoff()
-    while True:
-        try:
-            await attempt()
-            backoff.reset()
-        except asyncio.CancelledError:
-            raise
-        except NetclaimError as err:
-            on_error()
-            log.warning("%s failed; retrying in %.1f s", what, backoff.delay, extra={"error": str(err)})
-            await backoff.wait()
-        except Exception:
-            on_error()
-            log.exception("%s failed (a bug); retrying in %.1f s", what, backoff.delay)
-            await backoff.wait()

@@ -1,4 +1,5 @@
-"""`netclaim controller`: the cluster's one controller. Only wiring and supervision: the work is in ipam/.
+"""`netclaim controller`: the cluster's one controller. Only wiring: the work is in ipam/, and every task it
+starts is kept running by netclaim.supervisor.
 
 IPPools, IPAllocations, ResourceClaims ──changes──▶ Trigger ──▶ reconcile:
     free the addresses of claims that are gone ─▶ publish each pool as a device with its capacity
@@ -12,9 +13,9 @@ netclaim_last_reconcile_timestamp_seconds: what shows that reconcile keeps succe
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from netclaim import metrics
@@ -26,22 +27,21 @@ from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.api.ippool import ADDRESSES, IPPool
 from netclaim.api.settings import ControllerSettings
-from netclaim.backoff import supervise
 from netclaim.errors import ApiUnavailableError, NetclaimError
 from netclaim.ipam.pools import (
-    PoolPublisher,
     PoolUse,
     beyond_allocation,
     exhausted_message,
     orphans,
     pool_device,
+    pool_slices,
     pool_use,
     read_pools,
 )
 from netclaim.kubeapi import AddressesApi, ClaimsApi, SlicesApi
 from netclaim.objects import Claim, IPAllocation, condition
 from netclaim.publish.loop import Trigger, periodic
-from netclaim.stopping import until_stopped
+from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 ADDRESS_CLASS = "netclaim-address"  # deploy/deviceclasses.yaml
@@ -52,7 +52,8 @@ class Reconciler:
         self.claims = claims
         self.addresses = addresses
         self.slices = slices
-        self.publisher = PoolPublisher(slices, driver)
+        self.driver = driver
+        self.pool_slices = pool_slices(slices, driver)
         self.warned: set[tuple[str, str]] = set()  # (pod UID, message) reported, of pods still waiting
         self.published: set[str] = set()  # pools with a free-claims gauge
 
@@ -74,7 +75,7 @@ class Reconciler:
                 f"freeing address {orphan.address} of IPPool {orphan.pool}",
                 self._free(orphan, "address of a deleted claim freed"),
             )
-        beyond = beyond_allocation(allocations, claims)
+        beyond = beyond_allocation(allocations, claims, self.driver)
         for extra in beyond:
             await _each(
                 f"freeing address {extra.address} of IPPool {extra.pool}",
@@ -85,8 +86,8 @@ class Reconciler:
         pools, problems = read_pools(objects)
         for name, problem in problems.items():
             log.warning("IPPool not published: invalid", extra={"pool": name, "problem": problem})
-        uses = {pool.name: pool_use(pool, live, claims) for pool in pools}
-        await self.publisher.publish([pool_device(pool, uses[pool.name]) for pool in pools])
+        uses = {pool.name: pool_use(pool, live, claims, self.driver) for pool in pools}
+        await self.pool_slices.write([pool_device(pool, uses[pool.name]) for pool in pools])
         current = {str(o["metadata"]["name"]): o.get("status") for o in objects}
         for gone in self.published - set(uses):
             metrics.POOL_FREE.remove(gone)
@@ -196,13 +197,11 @@ def _status(pool: IPPool, use: PoolUse, class_missing: bool = False) -> dict[str
     }
 
 
-async def _watch(kind: str, changes: Callable[[], AsyncIterator[str]], trigger: Trigger) -> None:
-    async def once() -> None:
-        trigger.fire()  # (re)connected: whatever happened meanwhile, reconcile once
-        async for _ in changes():
-            trigger.fire()
-
-    await supervise(f"{kind} watch", once, lambda: None)
+async def _watch(changes: Callable[[], AsyncIterator[str]], trigger: Trigger) -> None:
+    """Fire once connected (whatever happened meanwhile, reconcile once), then at each change."""
+    trigger.fire()
+    async for _ in changes():
+        trigger.fire()
 
 
 async def run(settings: ControllerSettings) -> None:
@@ -228,19 +227,16 @@ async def run(settings: ControllerSettings) -> None:
             trigger.fire()
             raise
 
-    tasks = [asyncio.create_task(supervise("reconcile", reconcile, lambda: None), name="reconcile")]
-    tasks += [
-        asyncio.create_task(_watch(kind, changes, trigger), name=f"{kind}-watch")
-        for kind, changes in watched.items()
-    ]
-    tasks.append(asyncio.create_task(periodic(trigger, settings.resync_seconds), name="resync"))
+    supervisor = Supervisor()
+    supervisor.keep("reconcile", reconcile)
+    for kind, changes in watched.items():
+        supervisor.keep(f"{kind}-watch", partial(_watch, changes, trigger))
+    supervisor.keep("resync", partial(periodic, trigger, settings.resync_seconds))
     log.info("controller starting", extra={"driver": settings.driver_name})
     try:
-        await until_stopped(tasks)
+        await supervisor.run_until_stopped()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await supervisor.stop()
         if http is not None:
             http.close()
         await kube.close()

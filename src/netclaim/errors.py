@@ -10,11 +10,14 @@
     │   │   └── AlreadyExistsError    a create found the name taken (an address another claim holds)
     │   ├── PoolExhaustedError    an IP pool had no free address at prepare (one is being released)
     │   ├── PodBusyError          an earlier operation on the same pod still holds its lock
-    │   └── StateStoreError       the state database is locked or cannot be written
+    │   ├── StateStoreError       the state database is locked, cannot be written, or its disk did not
+    │   │                         take a write within the bound (the write is still made, in its turn)
+    │   └── CniTryAgainError      a CNI plugin answered code 11 ("try again later"), or did not answer in
+    │                             time (also a CniError)
     ├── ApiRejectedError     the Kubernetes API refused a request (a 4xx but 409 and the 404 of a named
     │                        object): a bug, RBAC, or a kind the server does not serve
-    ├── CniError             a CNI plugin failed (its code and message), could not be run, or did not
-    │                        answer in time
+    ├── CniError             a CNI plugin failed (its code and message) or could not be run: what it
+    │                        answered decides the class (CniError.of: code 11 is CniTryAgainError)
     ├── KernelError          the kernel refused a netlink request (a link, an address, a qdisc)
     ├── AttachError          attaching into a pod failed and was rolled back (the cause is chained)
     ├── PrerequisiteError    the machine lacks a program, a permission or a kernel feature
@@ -23,18 +26,21 @@
 
 How each boundary reacts (kubelet: NodePrepareResources, per claim; NRI: RunPodSandbox; loops: the
 status writer, each claim and pod on its own; reclaim and the publish/watch loops; the controller's
-reconcile):
+reconcile). Every loop is kept running by netclaim.supervisor, which counts each failure of a loop in
+netclaim_task_restarts_total{task,error} and each failed one-shot job (an Event, an undo, an NRI call)
+in netclaim_task_failures_total{task}; neither stops the process nor makes it unready:
 
 ConfigError, CniError (the claim's config, or the node cannot run its plugins)
     kubelet  the claim's error; Ready=False PrepareFailed on its devices; a Warning Event on its pod
 GoneError
     kubelet  the claim's error, nothing written;          loops  the claim is dropped
-TransientError (ApiUnavailable, Conflict, PoolExhausted, PodBusy, StateStore)
+TransientError (ApiUnavailable, Conflict, PoolExhausted, PodBusy, StateStore, CniTryAgain)
     kubelet  the claim's error only: kubelet retries, the user is not blamed (no condition, no Event)
     NRI      the sandbox fails, nothing recorded (kubelet retries);    loops  retried with backoff
 AttachError (any cause, after the rollback)
     NRI      the sandbox fails; Ready=False AttachFailed; a Warning Event (queued: no API call inside
-             the runtime's budget)
+             the runtime's budget), unless the cause is a TransientError (a plugin's code 11, a plugin
+             out of time): then no Event, the user is not blamed (kubelet retries)
 HostNetworkPodError
     NRI      the sandbox fails; a Warning Event
 ApiRejectedError
@@ -48,7 +54,7 @@ ProtocolError
 anything else (a bug)
     kubelet  "internal error", traceback logged;  NRI  the sandbox fails, traceback logged;
     loops    traceback logged, retried with backoff (the status writer: for that claim or pod only, given
-             up after a few tries until it is enqueued again)
+             up after a few tries until it is enqueued again);  one-shot jobs  traceback logged, counted
 
 The controller's reconcile: a write about one object that fails (freeing an orphan's address, a pool's
 status, an Event), whatever the error, is that object's: logged, tried again the next pass; the pass goes
@@ -60,9 +66,10 @@ it): it never fails the list. A single object that cannot be read is a ConfigErr
 
 Stop/RemovePodSandbox never raise: what they could not detach, RemovePodSandbox and
 NodeUnprepareResources try again. NodeUnprepareResources raises only a TransientError (kubelet calls
-again); any other failure of a row (a DEL that can never succeed: CniError, KernelError, ConfigError; or a
-bug, its traceback logged) is final for that row: what the ADD left is cleaned up by hand, the row is
-forgotten, the next row goes on, the claim's status says TeardownIncomplete, and the claim and its pod go.
+again, as for a DEL out of time); any other failure of a row (a DEL that can never succeed: CniError,
+KernelError, ConfigError; or a bug, its traceback logged) is final for that row: what the ADD left is
+cleaned up by hand, the row is forgotten, the next row goes on, the claim's status says
+TeardownIncomplete, and the claim and its pod go.
 Pool addresses whose end cannot be decided (the claim cannot be read) are kept: the controller frees them
 once the claim is gone. Reclaim: one claim's failure, whatever it is, is logged and counted
 (netclaim_reclaim_errors_total) and tried again the next round; the round goes on with the others.
@@ -121,8 +128,12 @@ class ApiRejectedError(NetclaimError):
     """The Kubernetes API refused a request netclaim made (not 404/409): a bug or a missing permission."""
 
 
+CNI_TRY_AGAIN = 11  # the CNI spec's "try again later"; netclaim answers it for a plugin out of time
+
+
 class CniError(NetclaimError):
-    """A plugin failed (its CNI error code and message), could not be run at all, or not in time."""
+    """A plugin failed (its CNI error code and message) or could not be run at all: the config, or the
+    node's plugins, must change. `CniError.of` gives a plugin's answer its class."""
 
     def __init__(self, plugin: str, command: str, code: int, message: str, details: str = "") -> None:
         self.plugin, self.command, self.code, self.message, self.details = (
@@ -134,6 +145,16 @@ class CniError(NetclaimError):
         )
         detail = f" ({details})" if details else ""
         super().__init__(f"CNI {command} {plugin}: code {code}: {message}{detail}")
+
+    @staticmethod
+    def of(plugin: str, command: str, code: int, message: str, details: str = "") -> CniError:
+        """The error for a plugin's answer: code 11 says "try again later" (CniTryAgainError)."""
+        kind = CniTryAgainError if code == CNI_TRY_AGAIN else CniError
+        return kind(plugin, command, code, message, details)
+
+
+class CniTryAgainError(CniError, TransientError):
+    """A plugin answered code 11 ("try again later") or did not answer in time: the same call may work."""
 
 
 class KernelError(NetclaimError):

@@ -90,3 +90,17 @@ LAST_RECONCILE = Gauge(
     "When a reconcile pass of the controller last succeeded",
     registry=REGISTRY,
 )
+TASK_RESTARTS = Counter(
+    "netclaim_task_restarts_total",
+    "Failures of a long-running task (a loop, a watch, a writer), each followed by a restart after a "
+    "backoff, by task and error class (a class not of netclaim's errors is a bug: its traceback is logged)",
+    ["task", "error"],
+    registry=REGISTRY,
+)
+TASK_FAILURES = Counter(
+    "netclaim_task_failures_total",
+    "One-shot background jobs (a pod's Event, the undo of an ADD out of time, an NRI call) that raised, by "
+    "task; each is logged with its traceback",
+    ["task"],
+    registry=REGISTRY,
+)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from netclaim.errors import AlreadyExistsError, ConflictError, GoneError, NetclaimError
+from netclaim.errors import AlreadyExistsError, ConfigError, ConflictError, GoneError, NetclaimError
 from netclaim.kubeapi import AddressesApi, ClaimsApi, SlicesApi
 from netclaim.objects import Claim, IPAllocation, Pod, Slice
 
@@ -285,16 +285,28 @@ import pytest  # noqa: E402
 from netclaim.adapters.cni import CniRunner, Invocation  # noqa: E402
 from netclaim.adapters.netlink import InterfaceState  # noqa: E402
 from netclaim.adapters.nri import PodSandbox  # noqa: E402
+from netclaim.api.cniconfig import CNI_VERSIONS  # noqa: E402
 from netclaim.configure import attach as attach_module  # noqa: E402
 from netclaim.configure.attach import Attacher, PodLocks  # noqa: E402
+from netclaim.configure.gather import Gatherer  # noqa: E402
 from netclaim.configure.hooks import PodHooks  # noqa: E402
-from netclaim.configure.plan import AttachPlan  # noqa: E402
+from netclaim.configure.plan import (  # noqa: E402
+    POOL_IPAM,
+    AttachPlan,
+    NicRecord,
+    NodeContext,
+    PluginVersions,
+    named_plugin_types,
+)
 from netclaim.configure.prepare import Preparer  # noqa: E402
+from netclaim.configure.reclaim import Reclaimer  # noqa: E402
 from netclaim.configure.status import ClaimRef, StatusWriter  # noqa: E402
 from netclaim.configure.store import Attachment, State, Store  # noqa: E402
+from netclaim.configure.unprepare import Unpreparer  # noqa: E402
 from netclaim.ipam.addresses import AddressBook  # noqa: E402
 from netclaim.objects import AllocatedDevice, DeviceConfig, PodRef  # noqa: E402
 from netclaim.publish.devices import BANDWIDTH, Capacity, Device, DeviceCatalog  # noqa: E402
+from netclaim.supervisor import Supervisor  # noqa: E402
 
 SAMPLE_NODE = "node-1"
 SAMPLE_DRIVER = "netclaim.dev"
@@ -382,6 +394,7 @@ class FakeCni(CniRunner):
         self.fail_add: list[Exception | None] = []
         self.fail_delete: list[Exception | None] = []
         self.fail_versions: list[Exception] = []
+        self.missing: set[str] = set()  # plugin types not installed on the node
         self.create_interface = True
         self.gate: asyncio.Event | None = None
         self.adding = asyncio.Event()
@@ -395,6 +408,8 @@ class FakeCni(CniRunner):
 
     async def versions(self, kind: str) -> list[str]:
         self.version_queries.append(kind)
+        if kind in self.missing:
+            raise ConfigError(f"plugin type {kind!r}: no such plugin in {self.bin_dir}")
         if self.fail_versions:
             raise self.fail_versions.pop(0)
         return list(self.supported.get(kind, CNI_VERSIONS_SPOKEN))
@@ -510,7 +525,7 @@ def sample_row(
         interface_name=interface_name,
         conflist=sample_conflist(master=device.if_name),
         bandwidth_bps=bandwidth_bps,
-        device=device,
+        nic=NicRecord.of(device),
     )
     return Attachment(
         claim_uid=claim_uid,
@@ -583,6 +598,9 @@ class ConfigureRig:
     hooks: PodHooks
     catalog: DeviceCatalog
     preparer: Preparer
+    unpreparer: Unpreparer
+    reclaimer: Reclaimer
+    background: Supervisor
 
     def sandbox(
         self, sandbox_id: str = "sandbox-1", uid: str = "pod-uid-1", name: str = "pod-1"
@@ -595,8 +613,7 @@ class ConfigureRig:
 
     async def settle(self) -> None:
         """Let the work hooks leave for later finish: queued Events, rollbacks, then the claims' status."""
-        while self.status._events or self.attacher._undoing:
-            await asyncio.gather(*self.status._events, *self.attacher._undoing)
+        await self.background.settle()
         for target in list(self.status._queued):
             del self.status._queued[target]
             with contextlib.suppress(GoneError):  # as StatusWriter.run: a deleted claim or pod is dropped
@@ -615,22 +632,38 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
     store = Store(tmp_path / "state")
     cni = FakeCni(netlink)
     locks = PodLocks()
-    attacher = Attacher(store, cni, locks)
-    status = StatusWriter(api, SAMPLE_DRIVER, store)
+    background = Supervisor()
+    attacher = Attacher(store, cni, locks, background)
+    status = StatusWriter(api, SAMPLE_DRIVER, store, background)
     catalog = DeviceCatalog()
-    preparer = Preparer(
-        driver=SAMPLE_DRIVER,
-        node=SAMPLE_NODE,
-        api=api,
-        store=store,
-        catalog=catalog,
-        cni=cni,
-        attacher=attacher,
-        status=status,
-        addresses=AddressBook(api, SAMPLE_NODE),
-    )
+    addresses = AddressBook(api, SAMPLE_NODE)
+    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, catalog.get)
+    preparer = Preparer(store, Gatherer(api, addresses, cni, SAMPLE_DRIVER), node, status, None)
+    unpreparer = Unpreparer(store, attacher, addresses, api, status, None)
     hooks = PodHooks(store, attacher, status, locks)
-    return ConfigureRig(tmp_path, api, store, netlink, cni, locks, attacher, status, hooks, catalog, preparer)
+    return ConfigureRig(
+        tmp_path,
+        api,
+        store,
+        netlink,
+        cni,
+        locks,
+        attacher,
+        status,
+        hooks,
+        catalog,
+        preparer,
+        unpreparer,
+        Reclaimer(store, api, unpreparer),
+        background,
+    )
+
+
+def every_version(claim: Claim) -> PluginVersions:
+    """Every plugin the claim's configs name (and the pools' IPAM) speaks every CNI version: for tests of
+    planning alone, where no plugin is asked."""
+    kinds = named_plugin_types(claim, SAMPLE_DRIVER) | {POOL_IPAM}
+    return PluginVersions({kind: CNI_VERSIONS for kind in kinds})
 
 
 # --- the API server's HTTP answers, for the real adapter (lightkube and httpx on a MockTransport) ---------

@@ -32,13 +32,13 @@ def _later(seconds: float = 5.0) -> float:
 
 
 async def _attached(rig: ConfigureRig, row: Attachment, sandbox: PodSandbox) -> Attachment:
-    rig.store.put(row)
+    await rig.store.put(row)
     return await rig.attacher.attach(row, sandbox, _later())
 
 
 async def test_attach_records_attaching_during_add_then_attached_with_what_add_did(rig: ConfigureRig) -> None:
     row = sample_row()
-    rig.store.put(row)
+    await rig.store.put(row)
     sandbox = rig.sandbox()
     rig.cni.gate = asyncio.Event()
     attaching = asyncio.create_task(rig.attacher.attach(row, sandbox, _later()))
@@ -121,7 +121,7 @@ async def test_a_failed_add_is_rolled_back_and_the_row_is_prepared_again_with_th
     rig: ConfigureRig, failure: Exception, cause: str
 ) -> None:
     row = sample_row(bandwidth_bps=100_000_000)
-    rig.store.put(row)
+    await rig.store.put(row)
     sandbox = rig.sandbox()
     if isinstance(failure, KernelError):
         rig.netlink.fail_shape.append(failure)  # after a successful ADD: shaping is part of attaching
@@ -142,7 +142,7 @@ async def test_a_failed_add_is_rolled_back_and_the_row_is_prepared_again_with_th
 
 async def test_an_add_that_leaves_no_interface_is_a_failure(rig: ConfigureRig) -> None:
     row = sample_row()
-    rig.store.put(row)
+    await rig.store.put(row)
     rig.cni.create_interface = False
     with pytest.raises(AttachError, match="CNI ADD succeeded but net1 is not in the pod's namespace"):
         await rig.attacher.attach(row, rig.sandbox(), _later())
@@ -155,10 +155,10 @@ async def test_a_rollback_out_of_time_leaves_attaching_and_is_finished_under_the
     rig: ConfigureRig,
 ) -> None:
     row = sample_row()
-    rig.store.put(row)
+    await rig.store.put(row)
     sandbox = rig.sandbox()
-    rig.cni.fail_add.append(CniError("macvlan", "ADD", 11, "timed out"))
-    rig.cni.fail_delete.append(CniError("macvlan", "DEL", 11, "no time left"))
+    rig.cni.fail_add.append(CniError.of("macvlan", "ADD", 11, "timed out"))
+    rig.cni.fail_delete.append(CniError.of("macvlan", "DEL", 11, "no time left"))
     async with rig.locks(row.pod_uid):  # as RunPodSandbox holds it
         with pytest.raises(AttachError):
             await rig.attacher.attach(row, sandbox, _later())
@@ -242,7 +242,7 @@ async def test_an_exclusive_nic_is_restored_to_its_published_mtu_and_mac(
 
 async def test_a_rolled_back_exclusive_nic_is_restored_too(rig: ConfigureRig) -> None:
     row = sample_row(EXCLUSIVE_NIC)
-    rig.store.put(row)
+    await rig.store.put(row)
     rig.netlink.add_host_nic(EXCLUSIVE_NIC, mtu=1500, mac="02:11:22:33:44:55")
     rig.cni.fail_add.append(CniError("host-device", "ADD", 4, "failed"))
     with pytest.raises(AttachError):
@@ -262,7 +262,7 @@ async def test_release_detaches_and_forgets_every_row_of_the_claim(rig: Configur
     sandbox = rig.sandbox()
     attached = await _attached(rig, sample_row(sample_device("enp1s0")), sandbox)
     prepared = sample_row(sample_device("enp2s0"), request="net2", interface_name="net2")
-    rig.store.put(prepared)
+    await rig.store.put(prepared)
     await rig.attacher.release([attached, prepared], _later())
     assert [c.command for c in rig.cni.calls] == ["ADD", "DEL"]  # the prepared one had nothing to undo
     assert rig.store.all() == []

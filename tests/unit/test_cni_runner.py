@@ -10,7 +10,7 @@ import pytest
 
 from netclaim.adapters.cni import CniRunner, Invocation
 from netclaim.configure.plan import with_node_defaults
-from netclaim.errors import CniError, ConfigError
+from netclaim.errors import CniError, CniTryAgainError, ConfigError, TransientError
 
 CONFLIST = {"cniVersion": "1.0.0", "name": "t", "plugins": [{"type": "sleepy"}]}
 INVOCATION = Invocation("c1", "/proc/self/ns/net", "net1", "IgnoreUnknown=1")
@@ -27,9 +27,9 @@ def test_a_hanging_plugin_is_killed_at_the_deadline(tmp_path: Path) -> None:
     _plugin(tmp_path, "sleepy", "sleep 30")
     runner = CniRunner(tmp_path, timeout=5)
     started = time.monotonic()
-    with pytest.raises(CniError, match="timed out") as err:
+    with pytest.raises(CniTryAgainError, match="timed out") as err:
         asyncio.run(runner.add(CONFLIST, INVOCATION, time.monotonic() + 0.5))
-    assert err.value.code == 11
+    assert err.value.code == 11 and isinstance(err.value, TransientError)  # kubelet retries
     assert time.monotonic() - started < 3  # killed at its deadline, with whatever it started
 
 
@@ -129,3 +129,13 @@ def test_a_failing_plugins_answer_of_any_shape_is_its_cni_error(tmp_path: Path) 
         with pytest.raises(CniError) as err:
             asyncio.run(CniRunner(tmp_path).add(CONFLIST, INVOCATION, time.monotonic() + 5))
         assert (err.value.code, err.value.message, err.value.details) == expected
+
+
+def test_a_plugins_code_decides_whether_its_failure_is_transient(tmp_path: Path) -> None:
+    """Code 11 is the spec's "try again later" (netclaim says it of a plugin out of time): retried, the
+    user not blamed. Any other code is the config's or the node's, until they change."""
+    for code, transient in ((11, True), (7, False), (999, False)):
+        _plugin(tmp_path, "sleepy", f'cat >/dev/null; echo \'{{"code": {code}, "msg": "m"}}\'; exit 1')
+        with pytest.raises(CniError) as err:
+            asyncio.run(CniRunner(tmp_path).add(CONFLIST, INVOCATION, time.monotonic() + 5))
+        assert (err.value.code, isinstance(err.value, TransientError)) == (code, transient)

@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 from netclaim.adapters.cni import CniRunner
 from netclaim.api.cniconfig import decode, plugin_types
 from netclaim.api.validate import ALLOWED_PLUGINS
-from netclaim.configure.plan import plan_claim
+from netclaim.configure.plan import ClaimInputs, NodeContext, plan_claim
 from netclaim.errors import ConfigError
 from netclaim.objects import Claim
 from netclaim.publish.devices import Device
 from netclaim.publish.policy import load_policy
 from tests.corpus import VALID_CONFIG, VALID_POLICY, ConfigCase, PolicyCase, config_cases, policy_cases
-from tests.unit.fakes import sample_allocation, sample_claim, sample_config
+from tests.unit.fakes import every_version, sample_allocation, sample_claim, sample_config
 
 LOCATION = "claim team-a/claim-1 (allocation config[0]).opaque.parameters"
 CONFIGS = config_cases()
@@ -56,9 +56,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> CniRunner:
 def prepare_refusal(parameters: object, cni: CniRunner) -> str | None:
     """None when the agent's planning accepts `parameters` as a claim's config, else its error message."""
     try:
-        [planned] = plan_claim(
-            _claim(parameters), driver="netclaim.dev", node="node-1", device={DEVICE.name: DEVICE}.get
-        )
+        claim = _claim(parameters)
+        node = NodeContext("netclaim.dev", "node-1", {DEVICE.name: DEVICE}.get)
+        [planned] = plan_claim(ClaimInputs(claim, every_version(claim)), node)
         for kind in plugin_types(planned.plan.conflist):
             cni.plugin_path(kind)
     except ConfigError as err:

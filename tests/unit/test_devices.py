@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
+from dataclasses import replace
 
 import pytest
 
 from netclaim.api.publishpolicy import DEFAULT_POLICY, Bandwidth, Match, PublishPolicy, Rule
+from netclaim.configure.plan import NicRecord
 from netclaim.names import device_name, is_dns_label
-from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, Capacity, Device, DeviceCatalog, decide
+from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, Capacity, DeviceCatalog, decide
 from netclaim.publish.inventory import NetworkInterface
 from netclaim.publish.policy import load_policy, rule_problems
 
@@ -165,50 +166,20 @@ def test_two_interfaces_with_one_device_name_publish_only_the_first(caplog: pyte
 
 
 @pytest.mark.parametrize("mode", ["shared", "exclusive"])
-def test_a_device_survives_its_store_record(mode: str) -> None:
-    rule = Rule(mode=mode, attributes={"example.com/rack": "r1", "example.com/tier": 2})  # type: ignore[arg-type]
+def test_a_nic_in_a_pod_is_published_from_its_plan_record_as_it_was(mode: str) -> None:
+    """A whole NIC inside a pod is gone from the node: the agent publishes it from the stored plan's
+    record, after a restart too, exactly as before (its tenant ranges, which only bound planning, are not
+    kept)."""
+    ranges = ["10.1.0.0/16"]
+    attributes = {"example.com/rack": "r1", "example.com/tier": 2}
+    rule = Rule(mode=mode, attributes=attributes, tenantRanges=ranges)  # type: ignore[arg-type]
     [decision] = decide([nic("enp1s0", pci_address="0000:5e:00.0")], policy(rule), DRIVER)
     assert decision.device is not None
-    record = json.loads(json.dumps(decision.device.to_record()))  # the store keeps JSON
-    restored = Device.from_record(record)
-    assert restored == decision.device
-    assert restored.to_api() == decision.device.to_api()
-
-
-def test_a_schema_1_record_reads_back_as_a_device() -> None:
-    record = {  # as a schema-1 store row keeps `deviceRecord` (JSON: lists, no tuples)
-        "name": "pci-0000-5e-00-0",
-        "ifName": "enp94s0",
-        "shared": True,
-        "attributes": {
-            "netclaim.dev/ifName": "enp94s0",
-            "netclaim.dev/shared": True,
-            "netclaim.dev/mtu": 9000,
-        },
-        "capacity": {
-            BANDWIDTH: [10 * 2**30, 2**30, 2**20, 2**20],
-            ATTACHMENTS: [32, 1, 1, 1],
-        },
-    }
-    device = Device.from_record(record)
-    assert device == Device(
-        name="pci-0000-5e-00-0",
-        if_name="enp94s0",
-        shared=True,
-        attributes={"netclaim.dev/ifName": "enp94s0", "netclaim.dev/shared": True, "netclaim.dev/mtu": 9000},
-        capacity={
-            BANDWIDTH: Capacity(10 * 2**30, default=2**30, minimum=2**20, step=2**20),
-            ATTACHMENTS: Capacity(32, default=1, minimum=1, step=1),
-        },
-    )
-    assert device.to_api()["attributes"]["netclaim.dev/mtu"] == {"int": 9000}
-    exclusive = Device.from_record(
-        {**record, "shared": False, "capacity": {BANDWIDTH: [10**9, None, None, None]}}
-    )
-    assert exclusive.to_api()["capacity"] == {BANDWIDTH: {"value": "1G"}}
-    assert "allowMultipleAllocations" not in exclusive.to_api()
-    record["attributes"]["netclaim.dev/mtu"] = 1500  # type: ignore[index]
-    assert device.attributes["netclaim.dev/mtu"] == 9000, "the device does not share the record's dict"
+    record = NicRecord.of(decision.device).model_dump_json()  # the store keeps JSON
+    stored = NicRecord.model_validate_json(record)
+    assert stored.published().to_api() == decision.device.to_api()
+    assert stored.published() == replace(decision.device, tenant_ranges=())
+    assert stored.pci_address == "0000:5e:00.0"
 
 
 def test_the_catalog_holds_exactly_the_last_published_devices() -> None:

@@ -109,7 +109,7 @@ def _rig_with_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[fak
     rig = configure_rig(tmp_path, monkeypatch)
     rig.catalog.update([nic])
     rig.api.add_claim(claim)
-    rig.preparer.gate = CdiGate(tmp_path / "cdi")
+    rig.preparer.gate = rig.unpreparer.gate = CdiGate(tmp_path / "cdi")
     return rig, claim
 
 
@@ -123,7 +123,7 @@ async def test_prepare_returns_the_claims_cdi_device_and_unprepare_removes_its_s
     assert '[ "$name" = net1 ]' in written["devices"][0]["containerEdits"]["hooks"][0]["args"][2]
     again = await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)  # kubelet asking again
     assert again == prepared
-    await rig.preparer.unprepare(claim.namespace, claim.name, claim.uid)
+    await rig.unpreparer.unprepare(claim.namespace, claim.name, claim.uid)
     assert list((tmp_path / "cdi").iterdir()) == []
     rig.store.close()
 
@@ -136,7 +136,7 @@ async def test_a_reclaimed_claim_loses_its_spec_even_when_the_api_fails_after_th
     await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)
     rig.api.fail_next.append(ApiUnavailableError("the API server did not answer"))
     with pytest.raises(ApiUnavailableError):
-        await rig.preparer.unprepare(claim.namespace, claim.name, claim.uid)
+        await rig.unpreparer.unprepare(claim.namespace, claim.name, claim.uid)
     assert rig.store.all() == []
     assert list((tmp_path / "cdi").iterdir()) == []
     rig.store.close()

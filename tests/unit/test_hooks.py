@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.adapters.cni import cni_args
+from netclaim.adapters.cni import CniRunner, cni_args
 from netclaim.adapters.nri import PodSandbox
 from netclaim.configure.status import NETWORK_STATUS, ClaimRef
 from netclaim.configure.store import Attachment, Outcome, State
@@ -45,7 +45,7 @@ def _conditions(rig: ConfigureRig) -> list[tuple[str, str, str]]:
 
 
 async def test_a_pod_without_claims_is_left_alone(rig: ConfigureRig) -> None:
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     await rig.hooks.run_pod_sandbox(rig.sandbox(uid="another-pod"), BUDGET)
     await rig.hooks.stop_pod_sandbox(rig.sandbox(uid="another-pod"), BUDGET)
     assert rig.cni.calls == []
@@ -53,7 +53,7 @@ async def test_a_pod_without_claims_is_left_alone(rig: ConfigureRig) -> None:
 
 
 async def test_run_pod_sandbox_attaches_every_device_of_the_pod_and_reports_them(rig: ConfigureRig) -> None:
-    rig.store.put(FIRST, SECOND)
+    await rig.store.put(FIRST, SECOND)
     sandbox = rig.sandbox()
     meta = {"namespace": "team-a", "name": "pod-1", "uid": "pod-uid-1", "resourceVersion": "1"}
     rig.api.pod_objects[("team-a", "pod-1")] = {"metadata": meta}
@@ -77,7 +77,7 @@ async def test_run_pod_sandbox_attaches_every_device_of_the_pod_and_reports_them
 
 
 async def test_a_pod_on_the_host_network_fails_with_a_warning_event_written_later(rig: ConfigureRig) -> None:
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     host_network = PodSandbox(id="sandbox-1", uid="pod-uid-1", name="pod-1", namespace="team-a", netns="")
     with pytest.raises(HostNetworkPodError, match="pod team-a/pod-1 uses the host network"):
         await rig.hooks.run_pod_sandbox(host_network, BUDGET)
@@ -90,7 +90,7 @@ async def test_a_pod_on_the_host_network_fails_with_a_warning_event_written_late
 async def test_when_one_device_fails_none_stays_attached_and_the_retry_starts_clean(
     rig: ConfigureRig,
 ) -> None:
-    rig.store.put(FIRST, SECOND)
+    await rig.store.put(FIRST, SECOND)
     failure = CniError("macvlan", "ADD", 7, "master enp2s0 is down")
     rig.cni.fail_add += [None, failure]
     first_sandbox = rig.sandbox("sandbox-1")
@@ -119,8 +119,20 @@ async def test_when_one_device_fails_none_stays_attached_and_the_retry_starts_cl
     assert [_state(rig, r) for r in (FIRST, SECOND)] == [(State.ATTACHED, "sandbox-2")] * 2
 
 
+async def test_an_add_out_of_time_fails_the_sandbox_without_blaming_the_user(rig: ConfigureRig) -> None:
+    """A plugin that answers "try again later" (code 11), or that netclaim stopped at its deadline: the
+    sandbox fails and kubelet retries; the claim's condition says why, no Warning Event on the pod."""
+    await rig.store.put(FIRST)
+    rig.cni.fail_add.append(CniError.of("macvlan", "ADD", 11, "timed out after 1.50 s"))
+    with pytest.raises(AttachError, match="timed out"):
+        await rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET)
+    await rig.settle()
+    assert rig.api.events == []
+    assert _conditions(rig) == [(FIRST.device, "False", "AttachFailed")]
+
+
 async def test_a_busy_pod_is_pod_busy_and_nothing_changes(rig: ConfigureRig) -> None:
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     async with rig.locks(FIRST.pod_uid):  # an earlier operation on the pod still runs
         with pytest.raises(PodBusyError):
             await rig.hooks.run_pod_sandbox(rig.sandbox(), 0.0)
@@ -131,7 +143,7 @@ async def test_a_busy_pod_is_pod_busy_and_nothing_changes(rig: ConfigureRig) -> 
 
 
 async def test_stop_detaches_and_remove_after_it_has_nothing_left_to_do(rig: ConfigureRig) -> None:
-    rig.store.put(FIRST, SECOND)
+    await rig.store.put(FIRST, SECOND)
     sandbox = rig.sandbox()
     await rig.hooks.run_pod_sandbox(sandbox, BUDGET)
     await rig.hooks.stop_pod_sandbox(sandbox, BUDGET)
@@ -149,7 +161,7 @@ async def test_stop_detaches_and_remove_after_it_has_nothing_left_to_do(rig: Con
     ids=["cni", "bug"],
 )
 async def test_stop_never_fails_and_remove_tries_again(rig: ConfigureRig, failure: Exception) -> None:
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     sandbox = rig.sandbox()
     await rig.hooks.run_pod_sandbox(sandbox, BUDGET)
     rig.cni.fail_delete.append(failure)
@@ -161,7 +173,7 @@ async def test_stop_never_fails_and_remove_tries_again(rig: ConfigureRig, failur
 
 
 async def test_stop_of_a_busy_pod_does_not_fail(rig: ConfigureRig, caplog: pytest.LogCaptureFixture) -> None:
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     sandbox = rig.sandbox()
     await rig.hooks.run_pod_sandbox(sandbox, BUDGET)
     async with rig.locks(FIRST.pod_uid):
@@ -176,7 +188,7 @@ async def test_stop_of_a_busy_pod_does_not_fail(rig: ConfigureRig, caplog: pytes
 async def test_a_retried_sandbox_releases_the_address_of_the_run_before_it(rig: ConfigureRig) -> None:
     # RunPodSandbox of sandbox-1 outlives the runtime's patience: the runtime gives up on it and kubelet
     # makes sandbox-2, whose RunPodSandbox waits for the pod's lock while the first still runs
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     first, second = rig.sandbox("sandbox-1"), rig.sandbox("sandbox-2")
     rig.cni.gate = asyncio.Event()
     slow = asyncio.create_task(rig.hooks.run_pod_sandbox(first, BUDGET))
@@ -213,7 +225,7 @@ async def test_synchronize_undoes_a_half_done_add_then_attaches_into_the_running
     rig: ConfigureRig,
 ) -> None:
     sandbox = rig.sandbox()
-    rig.store.put(_attaching(FIRST, sandbox))
+    await rig.store.put(_attaching(FIRST, sandbox))
     rig.cni.leases[("sandbox-1", "net1")] = "10.90.0.99/24"  # what the interrupted ADD had reserved
     await rig.hooks.synchronize([sandbox])
     assert rig.cni.commands() == [("DEL", "sandbox-1", sandbox.netns), ("ADD", "sandbox-1", sandbox.netns)]
@@ -229,7 +241,7 @@ async def test_synchronize_releases_what_a_sandbox_gone_while_away_held(
     rig: ConfigureRig, still_listed: bool
 ) -> None:
     sandbox = rig.sandbox()
-    rig.store.put(FIRST, SECOND)
+    await rig.store.put(FIRST, SECOND)
     await rig.hooks.run_pod_sandbox(sandbox, BUDGET)
     rig.netlink.remove_namespace(sandbox.netns)
     await rig.hooks.synchronize([sandbox] if still_listed else [])
@@ -240,7 +252,7 @@ async def test_synchronize_releases_what_a_sandbox_gone_while_away_held(
 
 async def test_synchronize_moves_an_attachment_to_the_pods_new_sandbox(rig: ConfigureRig) -> None:
     old, new = rig.sandbox("sandbox-1"), rig.sandbox("sandbox-2")
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     await rig.hooks.run_pod_sandbox(old, BUDGET)
     await rig.hooks.synchronize([new])
     assert rig.cni.commands()[1:] == [("DEL", "sandbox-1", old.netns), ("ADD", "sandbox-2", new.netns)]
@@ -248,7 +260,7 @@ async def test_synchronize_moves_an_attachment_to_the_pods_new_sandbox(rig: Conf
 
 
 async def test_synchronize_attaches_into_a_sandbox_whose_run_was_missed(rig: ConfigureRig) -> None:
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     await rig.hooks.synchronize([rig.sandbox()])
     assert _state(rig, FIRST) == (State.ATTACHED, "sandbox-1")
 
@@ -256,7 +268,7 @@ async def test_synchronize_attaches_into_a_sandbox_whose_run_was_missed(rig: Con
 async def test_synchronize_leaves_what_is_in_order_alone(rig: ConfigureRig) -> None:
     sandbox = rig.sandbox()
     unused = sample_row(sample_device("enp3s0"), claim_uid="claim-uid-2", pod_uid="gone-pod")
-    rig.store.put(FIRST, unused)
+    await rig.store.put(FIRST, unused)
     await rig.hooks.run_pod_sandbox(sandbox, BUDGET)
     await rig.hooks.synchronize([sandbox])
     assert [c.command for c in rig.cni.calls] == ["ADD"]
@@ -264,7 +276,7 @@ async def test_synchronize_leaves_what_is_in_order_alone(rig: ConfigureRig) -> N
 
 
 async def test_a_repair_that_fails_is_logged_and_the_others_go_on(rig: ConfigureRig) -> None:
-    rig.store.put(FIRST, SECOND)
+    await rig.store.put(FIRST, SECOND)
     rig.cni.fail_add.append(CniError("macvlan", "ADD", 7, "master enp1s0 is down"))
     await rig.hooks.synchronize([rig.sandbox()])
     assert _state(rig, FIRST)[0] == State.PREPARED
@@ -277,7 +289,7 @@ async def test_a_repair_that_fails_is_logged_and_the_others_go_on(rig: Configure
 
 
 async def test_synchronize_skips_rows_deleted_meanwhile(rig: ConfigureRig) -> None:
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     started = asyncio.Event()
 
     async def synchronize() -> None:
@@ -287,7 +299,7 @@ async def test_synchronize_skips_rows_deleted_meanwhile(rig: ConfigureRig) -> No
     async with rig.locks(FIRST.pod_uid):  # NodeUnprepareResources of the claim runs
         syncing = asyncio.create_task(synchronize())
         await started.wait()
-        rig.store.delete(FIRST)
+        await rig.store.delete(FIRST)
     await syncing
     assert rig.cni.calls == []
 
@@ -298,7 +310,7 @@ async def test_synchronize_leaves_alone_what_a_hook_attached_after_the_pod_list_
     """Seen under a 30-pod burst: containerd dropped the connection (a hook past its 2 s), the agent
     reconnected with the pod list of that moment, and its repair then DELeted an interface that the hook
     of a newer sandbox had just added, because that sandbox was not in the list. The pod never started."""
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     newer = rig.sandbox()
     started = asyncio.Event()
 
@@ -318,7 +330,7 @@ async def test_synchronize_leaves_alone_what_a_hook_attached_after_the_pod_list_
 async def test_removing_a_pods_old_sandbox_leaves_its_new_sandboxs_interface(rig: ConfigureRig) -> None:
     """kubelet removes a pod's old sandbox after its new one runs: that must not take the new one's net1."""
     old, new = rig.sandbox("sandbox-1"), rig.sandbox("sandbox-2")
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     await rig.hooks.run_pod_sandbox(old, BUDGET)
     await rig.hooks.run_pod_sandbox(new, BUDGET)  # the old one's interface is DELeted, the new one's added
     calls = len(rig.cni.calls)
@@ -334,7 +346,7 @@ async def test_synchronize_still_attaches_a_listed_sandbox_after_a_hook_detached
     """The pod list has the pod's new sandbox (its RunPodSandbox was missed); while the repair waits for
     the pod's lock, the old sandbox's StopPodSandbox detaches the row: the repair attaches the new one."""
     old, new = rig.sandbox("sandbox-1"), rig.sandbox("sandbox-2")
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     await rig.hooks.run_pod_sandbox(old, BUDGET)
     started = asyncio.Event()
 
@@ -357,7 +369,7 @@ async def test_a_stopping_agent_waits_for_an_attach_in_flight_instead_of_cutting
 ) -> None:
     """settle() is what the agent awaits on SIGTERM: busy while an ADD runs, idle once it finished, and
     the attachment is then complete (not ATTACHING, which the next agent would undo under the pod)."""
-    rig.store.put(FIRST)
+    await rig.store.put(FIRST)
     assert await rig.hooks.settle(0.0)
     rig.cni.gate = asyncio.Event()  # a slow plugin
     attaching = asyncio.create_task(rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET))
@@ -368,3 +380,51 @@ async def test_a_stopping_agent_waits_for_an_attach_in_flight_instead_of_cutting
     assert await rig.hooks.settle(5.0)
     await attaching
     assert _state(rig, FIRST) == (State.ATTACHED, "sandbox-1")
+
+
+# A real plugin: its ADD sleeps in a child of its own (the process group a plugin may start); its DEL
+# writes down whether any process of that ADD is still there.
+SLOW_PLUGIN = """#!/bin/sh
+cat >/dev/null
+alive() {{ state=$(sed -n 's/^State:[[:space:]]*\\(.\\).*/\\1/p' "/proc/$1/status" 2>/dev/null); \
+[ -n "$state" ] && [ "$state" != Z ]; }}
+case "$CNI_COMMAND" in
+ADD) echo "ADD $$" >> {log}; sleep 60 & echo "$$ $!" > {pids}; wait ;;
+DEL) for pid in $(cat {pids}); do alive "$pid" && echo "DEL while ADD process $pid runs" >> {log}; done
+     echo "DEL" >> {log}; echo '{{}}' ;;
+esac
+"""
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its exit status left for its parent to collect."""
+    status = Path(f"/proc/{pid}/status")
+    return not status.exists() or "\nState:\tZ" in status.read_text()
+
+
+async def test_a_hook_cancelled_mid_add_kills_its_plugin_before_the_repair_deletes(
+    rig: ConfigureRig, tmp_path: Path
+) -> None:
+    """containerd drops the NRI connection while a RunPodSandbox is inside ADD: the hook is cancelled and
+    the next connection's Synchronize repairs the pod. Before, the plugin went on running; its ADD could
+    finish after the repair's DEL and leave an interface and an address nobody would ever release."""
+    bin_dir, log, pids = tmp_path / "bin", tmp_path / "plugin.log", tmp_path / "add.pids"
+    bin_dir.mkdir()
+    plugin = bin_dir / "macvlan"  # FIRST's chain
+    plugin.write_text(SLOW_PLUGIN.format(log=log, pids=pids))
+    plugin.chmod(0o755)
+    rig.attacher.cni = CniRunner(bin_dir)
+    await rig.store.put(FIRST)
+    hook = asyncio.create_task(rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET))
+    async with asyncio.timeout(10):  # not a measurement: a bound on a plugin that never started
+        while not pids.exists() or len(pids.read_text().split()) != 2:  # noqa: ASYNC110 - a file appears
+            await asyncio.sleep(0.01)
+    hook.cancel()  # the connection went; the runtime dials again and repairs at once
+    repair = asyncio.create_task(rig.hooks.synchronize([]))  # the sandbox failed: not listed
+    with pytest.raises(asyncio.CancelledError):
+        await hook
+    await repair
+    plugin_pid, sleeper_pid = (int(pid) for pid in pids.read_text().split())
+    assert log.read_text().splitlines() == [f"ADD {plugin_pid}", "DEL"]  # nothing of the ADD left then
+    assert _gone(plugin_pid) and _gone(sleeper_pid)
+    assert _state(rig, FIRST)[0] == State.DETACHED

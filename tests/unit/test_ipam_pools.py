@@ -12,19 +12,18 @@ import pytest
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, allocation_name
 from netclaim.controller import ADDRESS_CLASS, Reconciler
 from netclaim.ipam.pools import (
-    MAX_GENERATION,
     SLICE_PREFIX,
-    PoolPublisher,
     PoolUse,
     beyond_allocation,
     exhausted_message,
     orphans,
     pool_device,
+    pool_slices,
     pool_use,
     read_pools,
-    slice_bodies,
 )
 from netclaim.objects import AllocatedDevice, Claim, IPAllocation, RequestSpec
+from netclaim.publish.slices import MAX_GENERATION
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim
 
 SIX: dict[str, Any] = {"ranges": [{"subnet": "10.10.3.0/29"}]}  # 10.10.3.1 .. .6
@@ -97,7 +96,7 @@ def test_pool_use_counts_the_claims_the_scheduler_allocated_from_the_pool() -> N
         _held(outside, "p", "10.10.3.9/29"),
         _held(others[0], "q", "10.10.3.3/29"),  # another pool's (same address, other pool)
     ]
-    use = pool_use(pool, allocations, claims)
+    use = pool_use(pool, allocations, claims, SAMPLE_DRIVER)
     assert use.allocated_claims == 3  # holding, waiting, outside
     assert use.holders == 3  # holding, standalone, outside
     assert use.addresses == {4: 3}
@@ -107,8 +106,19 @@ def test_pool_use_counts_the_claims_the_scheduler_allocated_from_the_pool() -> N
 
 
 def test_a_pool_with_no_claims_publishes_its_size() -> None:
-    use = pool_use(_pool("p", SIX), [], {})
+    use = pool_use(_pool("p", SIX), [], {}, SAMPLE_DRIVER)
     assert (use.capacity, use.allocated_claims, use.holders, use.addresses, use.free) == (6, 0, 0, {}, 6)
+
+
+def test_the_pools_claims_are_counted_by_the_configured_driver_name() -> None:
+    """A controller run under another driver name (--driver-name) counts its own driver's results."""
+    theirs = _claim("theirs", _result("p", driver="net.example.com"))
+    ours = _claim("ours", _result("p"))
+    claims = {c.uid: c for c in (theirs, ours)}
+    assert pool_use(_pool("p", SIX), [], claims, "net.example.com").allocated_claims == 1
+    held = [_held(theirs, "p", "10.10.3.1/29")]
+    assert beyond_allocation(held, claims, "net.example.com") == []
+    assert beyond_allocation(held, claims, SAMPLE_DRIVER) == held  # not allocated from the pool of ours
 
 
 def test_free_never_goes_below_zero() -> None:
@@ -158,7 +168,7 @@ def test_capacity_counts_allocation_results_not_claims() -> None:
     the same (prepare refuses such a claim, but its allocation stands until its pod goes)."""
     greedy = _claim("greedy", _result("six", "a"), _result("six", "b"))
     one = _claim("one", _result("six"))
-    use = pool_use(_pool("six", SIX), [], {greedy.uid: greedy, one.uid: one})
+    use = pool_use(_pool("six", SIX), [], {greedy.uid: greedy, one.uid: one}, SAMPLE_DRIVER)
     assert (use.allocated_claims, use.free) == (3, 3)
 
 
@@ -174,8 +184,11 @@ def test_addresses_beyond_a_claims_allocation_are_found() -> None:
     v6 = _held(claim, "six", "fd00::7/64")
     kept_idle = [_held(idle, "six", "10.10.3.4/29"), _held(idle, "six", "10.10.3.5/29")]
     claims = {claim.uid: claim, idle.uid: idle}
-    assert beyond_allocation([forged, own, elsewhere, v6, *kept_idle], claims) == [forged, elsewhere]
-    assert beyond_allocation([own, v6], claims) == []
+    assert beyond_allocation([forged, own, elsewhere, v6, *kept_idle], claims, SAMPLE_DRIVER) == [
+        forged,
+        elsewhere,
+    ]
+    assert beyond_allocation([own, v6], claims, SAMPLE_DRIVER) == []
 
 
 def test_orphans_are_the_allocations_of_claims_that_are_gone() -> None:
@@ -192,7 +205,7 @@ def test_orphans_are_the_allocations_of_claims_that_are_gone() -> None:
 
 def test_slice_bodies_cut_the_devices_into_slices_of_all_nodes() -> None:
     devices = [pool_device(_pool(f"p{i:03d}", SIX), PoolUse(6, 0, 0, {})) for i in reversed(range(130))]
-    bodies = slice_bodies(SAMPLE_DRIVER, devices, 4, "crd-uid")
+    bodies = pool_slices(FakeKubeApi(), SAMPLE_DRIVER).bodies(devices, 4, "crd-uid")
     assert [b["metadata"]["name"] for b in bodies] == [f"{SLICE_PREFIX}-0", f"{SLICE_PREFIX}-1"]
     assert [len(b["spec"]["devices"]) for b in bodies] == [128, 2]
     assert bodies[0]["spec"]["devices"][0]["name"] == "p000"
@@ -200,11 +213,11 @@ def test_slice_bodies_cut_the_devices_into_slices_of_all_nodes() -> None:
         assert body["spec"]["allNodes"] is True
         assert "nodeName" not in body["spec"]
         assert body["spec"]["pool"] == {"name": POOLS_POOL, "generation": 4, "resourceSliceCount": 2}
-    [empty] = slice_bodies(SAMPLE_DRIVER, [], 1, "crd-uid")
+    [empty] = pool_slices(FakeKubeApi(), SAMPLE_DRIVER).bodies([], 1, "crd-uid")
     assert empty["spec"]["devices"] == []  # no pool: still published, "there is none"
 
 
-# --- PoolPublisher -------------------------------------------------------------------------------------
+# --- pool_slices: the one slice writer, for the IP pools -----------------------------------------------
 
 
 def _device(name: str, capacity: int) -> dict[str, Any]:
@@ -213,31 +226,31 @@ def _device(name: str, capacity: int) -> dict[str, Any]:
 
 async def test_the_publisher_writes_once_then_not_while_nothing_changes() -> None:
     api = FakeKubeApi()
-    publisher = PoolPublisher(api, SAMPLE_DRIVER)
-    assert await publisher.publish([_device("lan3", 6)]) == 1
+    publisher = pool_slices(api, SAMPLE_DRIVER)
+    assert await publisher.write([_device("lan3", 6)]) == 1
     stored = api.slices[SLICE]
     assert stored["spec"]["driver"] == SAMPLE_DRIVER
     assert stored["spec"]["pool"] == {"name": POOLS_POOL, "generation": 1, "resourceSliceCount": 1}
     assert [d["name"] for d in stored["spec"]["devices"]] == ["lan3"]
     api.calls.clear()
-    assert await publisher.publish([_device("lan3", 6)]) == 0
-    assert api.calls == ["crd_uid", "list_driver_slices"]
+    assert await publisher.write([_device("lan3", 6)]) == 0
+    assert api.calls == ["list_driver_slices", "crd_uid"]  # at once
 
 
 async def test_the_publisher_reads_only_its_own_slices_and_bounds_their_generation() -> None:
     """Another writer's slice in the IP pools' pool (a compromised node's, with a huge generation) never
     decides what the controller writes; its own generation starts again before it could overflow."""
     api = FakeKubeApi()
-    publisher = PoolPublisher(api, SAMPLE_DRIVER)
-    await publisher.publish([_device("lan3", 6)])
+    publisher = pool_slices(api, SAMPLE_DRIVER)
+    await publisher.write([_device("lan3", 6)])
     foreign = copy.deepcopy(api.slices[SLICE])
     foreign["metadata"] = {"name": "intruder", "ownerReferences": []}
     foreign["spec"]["pool"]["generation"] = 2**63 - 1
     api.slices["intruder"] = foreign
-    assert await publisher.publish([_device("lan3", 5)]) == 1
+    assert await publisher.write([_device("lan3", 5)]) == 1
     assert api.slices[SLICE]["spec"]["pool"]["generation"] == 2
     api.slices[SLICE]["spec"]["pool"]["generation"] = MAX_GENERATION
-    assert await publisher.publish([_device("lan3", 4)]) == 1
+    assert await publisher.write([_device("lan3", 4)]) == 2  # deleted, then written again
     assert api.slices[SLICE]["spec"]["pool"]["generation"] == 1
 
 
@@ -245,8 +258,8 @@ async def test_the_pools_slices_are_owned_by_the_ippool_crd_and_a_new_crd_rewrit
     """Deleting the CRD (uninstall) lets the garbage collector remove the slices; a CRD created again has
     a new UID, and the slices follow it."""
     api = FakeKubeApi()
-    publisher = PoolPublisher(api, SAMPLE_DRIVER)
-    await publisher.publish([_device("lan3", 6)])
+    publisher = pool_slices(api, SAMPLE_DRIVER)
+    await publisher.write([_device("lan3", 6)])
     assert api.slices[SLICE]["metadata"]["ownerReferences"] == [
         {
             "apiVersion": "apiextensions.k8s.io/v1",
@@ -256,30 +269,28 @@ async def test_the_pools_slices_are_owned_by_the_ippool_crd_and_a_new_crd_rewrit
         }
     ]
     api.crd_uids["ippools.netclaim.dev"] = "a-new-uid"
-    assert await publisher.publish([_device("lan3", 6)]) == 1
+    assert await publisher.write([_device("lan3", 6)]) == 1
     assert api.slices[SLICE]["metadata"]["ownerReferences"][0]["uid"] == "a-new-uid"
 
 
 async def test_a_capacity_change_is_written_with_the_next_generation() -> None:
     api = FakeKubeApi()
-    publisher = PoolPublisher(api, SAMPLE_DRIVER)
-    await publisher.publish([_device("lan3", 6)])
-    assert await publisher.publish([_device("lan3", 5)]) == 1
+    publisher = pool_slices(api, SAMPLE_DRIVER)
+    await publisher.write([_device("lan3", 6)])
+    assert await publisher.write([_device("lan3", 5)]) == 1
     stored = api.slices[SLICE]
     assert stored["spec"]["pool"]["generation"] == 2
     assert stored["spec"]["devices"][0]["capacity"][ADDRESSES]["value"] == "5"
-    assert (
-        await PoolPublisher(api, SAMPLE_DRIVER).publish([_device("lan3", 5)]) == 0
-    )  # a restarted controller
+    assert await pool_slices(api, SAMPLE_DRIVER).write([_device("lan3", 5)]) == 0  # a restarted controller
 
 
 async def test_a_new_pool_is_written_and_a_slice_no_longer_needed_deleted() -> None:
     api = FakeKubeApi()
-    publisher = PoolPublisher(api, SAMPLE_DRIVER)
+    publisher = pool_slices(api, SAMPLE_DRIVER)
     many = [_device(f"p{i:03d}", 6) for i in range(129)]
-    assert await publisher.publish(many) == 2
+    assert await publisher.write(many) == 2
     assert sorted(api.slices) == [f"{SLICE_PREFIX}-0", f"{SLICE_PREFIX}-1"]
-    assert await publisher.publish(many[:3]) == 2  # one written, one deleted
+    assert await publisher.write(many[:3]) == 2  # one written, one deleted
     assert sorted(api.slices) == [SLICE]
     assert api.slices[SLICE]["spec"]["pool"] == {"name": POOLS_POOL, "generation": 2, "resourceSliceCount": 1}
 
@@ -297,7 +308,7 @@ async def test_a_slice_of_the_nodes_pool_is_not_the_pools_publishers() -> None:
             },
         }
     )
-    assert await PoolPublisher(api, SAMPLE_DRIVER).publish([_device("lan3", 6)]) == 1
+    assert await pool_slices(api, SAMPLE_DRIVER).write([_device("lan3", 6)]) == 1
     assert api.slices[SLICE]["spec"]["pool"]["generation"] == 1
     assert "node-1-netclaim.dev-0" in api.slices
 

@@ -16,6 +16,7 @@ from netclaim.errors import (
     ApiRejectedError,
     ApiUnavailableError,
     CniError,
+    CniTryAgainError,
     ConfigError,
     ConflictError,
     GoneError,
@@ -71,12 +72,12 @@ def _claims(pb: Any, *names: str) -> list[Any]:
 
 async def _prepare(preparer: Any, *names: str, pb: Any = dra_v1_pb2) -> Any:
     request = pb.NodePrepareResourcesRequest(claims=_claims(pb, *names))
-    return await _DraService(preparer, pb).NodePrepareResources(request, None)
+    return await _DraService(preparer, preparer, pb).NodePrepareResources(request, None)
 
 
 async def _unprepare(preparer: Any, *names: str) -> Any:
     request = dra_v1_pb2.NodeUnprepareResourcesRequest(claims=_claims(dra_v1_pb2, *names))
-    return await _DraService(preparer, dra_v1_pb2).NodeUnprepareResources(request, None)
+    return await _DraService(preparer, preparer, dra_v1_pb2).NodeUnprepareResources(request, None)
 
 
 async def test_prepared_devices_are_answered_per_claim_with_their_share_id() -> None:
@@ -122,6 +123,7 @@ async def test_a_claim_that_cannot_work_is_its_error_and_is_reported(error: Exce
         ConflictError("409"),
         PodBusyError("busy"),
         StateStoreError("database is locked"),
+        CniTryAgainError("macvlan", "VERSION", 11, "timed out after 10.00 s"),
         ApiRejectedError("403 (check the agent's RBAC)"),
     ],
     ids=lambda e: type(e).__name__,

@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 from netclaim._proto import nri_pb2, ttrpc_pb2
 from netclaim.adapters import nri
 from netclaim.errors import AttachError, ProtocolError
+from netclaim.supervisor import Supervisor
 
 REGISTER_FRAME = bytes.fromhex(
     "00000002"
@@ -137,7 +138,7 @@ def test_a_whole_session_with_a_scripted_runtime() -> None:
         hooks = Hooks()
         states: list[bool] = []
         reader, writer = await asyncio.open_unix_connection(sock=ours)
-        plugin = nri.Connection(reader, writer, hooks, "netclaim", "50", states.append)
+        plugin = nri.Connection(reader, writer, hooks, Supervisor(), "netclaim", "50", states.append)
         running = asyncio.create_task(plugin.run())
         runtime = Runtime(theirs)
         conn, stream, kind, data = await runtime.frame()  # RegisterPlugin from the plugin
@@ -227,7 +228,7 @@ def test_a_malformed_frame_drops_the_connection_and_the_plugin_dials_again(tmp_p
             writer.close()
 
         server = await asyncio.start_unix_server(runtime, path=str(socket_path))
-        plugin = asyncio.create_task(nri.run_plugin(socket_path, Hooks()))
+        plugin = asyncio.create_task(nri.run_plugin(socket_path, Hooks(), Supervisor()))
         try:
             await asyncio.wait_for(registered.wait(), 30)
             assert not plugin.done()
@@ -239,3 +240,51 @@ def test_a_malformed_frame_drops_the_connection_and_the_plugin_dials_again(tmp_p
         return len(connections)
 
     assert asyncio.run(scenario()) == 2
+
+
+def test_a_dropped_connection_ends_only_once_its_hooks_in_flight_have_ended() -> None:
+    """The runtime hangs up while a RunPodSandbox is at work: the hook is cancelled, and the connection
+    (after which the plugin dials again and repairs) ends only once that cancellation is complete."""
+
+    @dataclass
+    class StuckHooks(Hooks):
+        started: asyncio.Event = field(default_factory=asyncio.Event)
+
+        async def run_pod_sandbox(self, pod: nri.PodSandbox, budget: float) -> None:
+            self.started.set()
+            try:
+                await asyncio.Event().wait()  # inside ADD, say
+            finally:
+                await asyncio.sleep(0.1)  # what a cancelled hook does on its way out (kill its plugin)
+                self.calls.append("run cancelled")
+
+    async def session() -> list[str]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        theirs.setblocking(False)
+        hooks = StuckHooks()
+        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        running = asyncio.create_task(
+            nri.Connection(reader, writer, hooks, Supervisor(), "netclaim", "50").run()
+        )
+        runtime = Runtime(theirs)
+        await runtime.frame()  # RegisterPlugin
+        ok = ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=0))
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(
+            theirs, nri.mux_frame(2, nri.ttrpc_frame(1, nri.RESPONSE, ok.SerializeToString()))
+        )
+        run = ttrpc_pb2.Request(
+            service=nri.PLUGIN_SERVICE,
+            method="RunPodSandbox",
+            payload=nri_pb2.RunPodSandboxRequest(pod=nri_pb2.PodSandbox(name="web")).SerializeToString(),
+        )
+        await loop.sock_sendall(
+            theirs, nri.mux_frame(1, nri.ttrpc_frame(1, nri.REQUEST, run.SerializeToString()))
+        )
+        await asyncio.wait_for(hooks.started.wait(), 10)
+        theirs.close()
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            await running
+        return [*hooks.calls, "connection ended"]
+
+    assert asyncio.run(session()) == ["run cancelled", "connection ended"]

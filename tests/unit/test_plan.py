@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,12 @@ import pytest
 
 from netclaim.configure.plan import (
     AttachPlan,
+    ClaimInputs,
+    NicRecord,
+    NodeContext,
     PlannedDevice,
-    host_nic,
+    PluginVersions,
+    claim_needs,
     negotiate,
     plan_claim,
     with_node_defaults,
@@ -23,6 +28,7 @@ from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     SAMPLE_DRIVER,
     SAMPLE_NODE,
+    every_version,
     sample_allocation,
     sample_claim,
     sample_config,
@@ -34,10 +40,11 @@ OTHER_NIC = sample_device("enp2s0")
 
 
 def _plan(
-    claim: Claim, devices: tuple[Device, ...] = (NIC, OTHER_NIC), **options: Any
+    claim: Claim, devices: tuple[Device, ...] = (NIC, OTHER_NIC), host_local_dir: Path | None = None
 ) -> list[PlannedDevice]:
     published = {d.name: d for d in devices}
-    return plan_claim(claim, driver=SAMPLE_DRIVER, node=SAMPLE_NODE, device=published.get, **options)
+    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, published.get, host_local_dir)
+    return plan_claim(ClaimInputs(claim, every_version(claim)), node)
 
 
 def _config(**changes: Any) -> dict[str, Any]:
@@ -59,8 +66,8 @@ def _cni(plugin_changes: dict[str, Any] | None = None, **ipam_changes: Any) -> d
     return cni
 
 
-def _only_plan(claim: Claim, **options: Any) -> AttachPlan:
-    [planned] = _plan(claim, **options)
+def _only_plan(claim: Claim, host_local_dir: Path | None = None) -> AttachPlan:
+    [planned] = _plan(claim, host_local_dir=host_local_dir)
     return planned.plan
 
 
@@ -70,7 +77,7 @@ def test_a_claim_is_planned_from_its_config_and_the_published_device() -> None:
     assert planned.allocated == claim.results[0]
     plan = planned.plan
     assert plan.interface_name == "net1"
-    assert plan.device == NIC
+    assert plan.nic == NicRecord.of(NIC)
     assert plan.shared
     assert plan.bandwidth_bps == 250_000_000
     assert plan.conflist["plugins"][0]["master"] == "enp1s0"  # {{ device.ifName }}
@@ -315,6 +322,39 @@ def _conflist(**versions: Any) -> dict[str, Any]:
 ALL = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 
 
+def test_planning_settles_each_chains_cni_version_with_what_the_plugins_speak() -> None:
+    claim = sample_claim((sample_allocation(NIC),), (sample_config(VALID_CONFIG),))
+    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, {NIC.name: NIC}.get)
+    versions = PluginVersions({"macvlan": ["0.4.0", "1.0.0"], "host-local": ["0.4.0"]})
+    [planned] = plan_claim(ClaimInputs(claim, versions), node)
+    assert (planned.plan.conflist["cniVersion"], planned.lowered_from) == ("0.4.0", "1.0.0")
+    unusable = PluginVersions({"host-local": ALL}, {"macvlan": "plugin type 'macvlan': not allowed here"})
+    with pytest.raises(ConfigError, match="plugin type 'macvlan': not allowed here"):
+        plan_claim(ClaimInputs(claim, unusable), node)
+
+
+def test_what_a_claim_needs_is_read_from_the_claim_alone() -> None:
+    """Every plugin its configs name, the DeviceClass's too, with their delegated IPAM; the IP pools when
+    its own config names IPAM (test_plan_addresses: what it asks of the pools it was allocated)."""
+    chain = {
+        **VALID_CONFIG,
+        "config": {**VALID_CONFIG["config"], "plugins": [{"type": "bridge"}, {"type": "x/y"}]},
+    }
+    claim = sample_claim(
+        (sample_allocation(NIC),),
+        (
+            sample_config(chain, source="FromClass"),
+            sample_config(VALID_CONFIG),
+            DeviceConfig("FromClaim", (), "gpu.example.com", VALID_CONFIG),
+        ),
+    )
+    needs = claim_needs(claim, SAMPLE_DRIVER)
+    assert needs.plugin_types == {"bridge", "macvlan", "host-local"}  # x/y is not a name: decoding says so
+    assert needs.pools and needs.addresses == []
+    from_class_only = replace(claim, configs=claim.configs[:1])
+    assert not claim_needs(from_class_only, SAMPLE_DRIVER).pools  # an admin's IPAM is not checked
+
+
 def test_negotiate_keeps_the_asked_version_when_every_plugin_speaks_it() -> None:
     supported = {"macvlan": ALL, "host-local": ALL, "tuning": ALL}
     assert negotiate(_conflist(cniVersion="1.0.0"), supported) == (_conflist(cniVersion="1.0.0"), False)
@@ -358,15 +398,14 @@ def test_negotiate_without_a_common_version_is_a_config_error() -> None:
         negotiate(_conflist(cniVersion="1.1.0"), supported)
 
 
-def test_host_nic_is_the_published_name_mtu_and_mac() -> None:
-    assert host_nic(_only_plan_of(NIC)) == ("enp1s0", 9000, "52:54:00:aa:bb:cc")
+def test_the_nic_record_says_the_published_name_mtu_mac_and_pci_address() -> None:
+    nic = NicRecord.of(NIC)
+    assert (nic.if_name, nic.mtu, nic.mac, nic.pci_address) == ("enp1s0", 9000, "52:54:00:aa:bb:cc", None)
     odd = Device(
-        name="odd", if_name="eth9", shared=False, attributes={"netclaim.dev/mtu": True, "netclaim.dev/mac": 7}
+        name="odd",
+        if_name="eth9",
+        shared=False,
+        attributes={"netclaim.dev/mtu": True, "netclaim.dev/mac": 7, "netclaim.dev/pciAddress": 1},
     )
-    assert host_nic(_only_plan_of(odd)) == ("eth9", None, None)  # attributes of the wrong type are ignored
-
-
-def _only_plan_of(device: Device) -> AttachPlan:
-    return AttachPlan(
-        interface_name="net1", conflist=_conflist(cniVersion="1.0.0"), bandwidth_bps=None, device=device
-    )
+    odd_nic = NicRecord.of(odd)
+    assert (odd_nic.mtu, odd_nic.mac, odd_nic.pci_address) == (None, None, None)  # of the wrong type: ignored

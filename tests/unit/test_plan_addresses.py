@@ -15,9 +15,18 @@ import pytest
 
 from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool
-from netclaim.configure.plan import PlannedDevice, PoolAddresses, address_requests, plan_claim
+from netclaim.configure.plan import (
+    POOL_IPAM,
+    ClaimInputs,
+    NodeContext,
+    PlannedDevice,
+    PoolAddresses,
+    address_requests,
+    claim_needs,
+    plan_claim,
+)
 from netclaim.configure.status import ClaimRef
-from netclaim.errors import ApiUnavailableError, CniError, ConfigError, PoolExhaustedError
+from netclaim.errors import ApiUnavailableError, CniError, ConfigError, PoolExhaustedError, StateStoreError
 from netclaim.ipam.addresses import Grant
 from netclaim.objects import AllocatedDevice, Claim
 from netclaim.publish.devices import Device
@@ -26,6 +35,7 @@ from tests.unit.fakes import (
     SAMPLE_NODE,
     ConfigureRig,
     configure_rig,
+    every_version,
     sample_allocation,
     sample_claim,
     sample_config,
@@ -165,6 +175,12 @@ def test_a_cni_config_for_every_request_is_not_the_pools() -> None:
     assert request.interface_request == "net"
 
 
+def test_a_claim_taking_pool_addresses_needs_the_pools_static_ipam() -> None:
+    needs = claim_needs(_claim(*DEFAULT_CONFIGS), SAMPLE_DRIVER)
+    assert [r.allocated.device for r in needs.addresses] == ["lan3"]
+    assert POOL_IPAM in needs.plugin_types  # planning configures the granted addresses with it
+
+
 # --- plan_claim with grants ----------------------------------------------------------------------------
 
 
@@ -180,7 +196,8 @@ def _plan(
     claim: Claim, grants: list[Grant], devices: tuple[Device, ...] = (NIC, SECOND_NIC)
 ) -> list[PlannedDevice]:
     published = {d.name: d for d in devices}
-    return plan_claim(claim, driver=SAMPLE_DRIVER, node=SAMPLE_NODE, device=published.get, grants=grants)
+    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, published.get)
+    return plan_claim(ClaimInputs(claim, every_version(claim), grants), node)
 
 
 def test_the_granted_addresses_are_static_ipam_of_the_first_plugin() -> None:
@@ -339,23 +356,29 @@ async def test_the_claims_status_shows_its_addresses_from_prepare_on(rig: Config
     assert sorted(entry["networkData"]["ips"]) == _held(rig)
 
 
-@pytest.mark.parametrize("break_it", ["own-ipam", "plugin-versions", "other-network"])
+@pytest.mark.parametrize("break_it", ["own-ipam", "other-network"])
 async def test_a_claim_that_fails_after_taking_addresses_leaves_none_behind(
     rig: ConfigureRig, break_it: str
 ) -> None:
     if break_it == "own-ipam":
         rig.api.add_claim(_claim((_cni(ipam={"type": "static"}), ("net",)), (_addresses(), ("addr",))))
-        error: type[Exception] = ConfigError
-    elif break_it == "plugin-versions":
-        rig.cni.fail_versions.append(CniError("macvlan", "VERSION", 999, "cannot run"))
-        error = CniError
     else:
         rig.catalog.update([_on_network(NIC, "lan4"), SECOND_NIC])
-        error = ConfigError
-    with pytest.raises(error):
+    with pytest.raises(ConfigError):
         await _prepare(rig)
     assert "create_ip_allocation" in rig.api.calls  # the addresses had been taken
     assert rig.api.allocations == {}
+    assert rig.store.all() == []
+
+
+async def test_a_plugin_that_cannot_run_fails_the_claim_before_any_address_is_taken(
+    rig: ConfigureRig,
+) -> None:
+    """Addresses are the last thing gathered: the one step that takes something."""
+    rig.cni.fail_versions.append(CniError("macvlan", "VERSION", 999, "cannot run"))
+    with pytest.raises(CniError):
+        await _prepare(rig)
+    assert "create_ip_allocation" not in rig.api.calls
     assert rig.store.all() == []
 
 
@@ -368,16 +391,35 @@ async def test_a_release_that_fails_after_a_failed_prepare_keeps_the_first_error
     async def unreachable(claim_uid: str) -> list[str]:
         raise ApiUnavailableError("connection refused")
 
-    monkeypatch.setattr(rig.preparer.addresses, "release", unreachable)
-    rig.cni.fail_versions.append(CniError("macvlan", "VERSION", 999, "cannot run"))
-    with pytest.raises(CniError):
+    monkeypatch.setattr(rig.preparer.gather.addresses, "release", unreachable)
+    rig.catalog.update([_on_network(NIC, "lan4"), SECOND_NIC])  # planning refuses the claim
+    with pytest.raises(ConfigError, match="IPPool lan3 serves network 'lan3'"):
         await _prepare(rig)
     held = _held(rig)
     assert len(held) == 2
+    rig.catalog.update([NIC, SECOND_NIC])
     rig.api.calls.clear()
     await _prepare(rig)
     assert "create_ip_allocation" not in rig.api.calls
     assert _held(rig) == held
+
+
+async def test_plans_the_disk_was_slow_to_take_keep_their_addresses_for_the_retry(rig: ConfigureRig) -> None:
+    """The rows of a prepare that stopped waiting for the disk still land: had their addresses been given
+    back, kubelet's retry would answer from those rows with addresses another claim may take."""
+    rig.store.write_seconds = 0.0
+    with pytest.raises(StateStoreError):
+        await _prepare(rig)
+    held = _held(rig)
+    assert len(held) == 2
+    rig.store.write_seconds = 5.0
+    await rig.store.delete()  # after the late write, in order
+    [row] = rig.store.for_claim(CLAIM.uid)
+    assert sorted(ip for p in row.plan.pool_addresses for ip in p.ips) == held
+    assert await _prepare(rig) == [
+        PreparedDevice("net", SAMPLE_NODE, NIC.name, None),
+        PreparedDevice("addr", POOLS_POOL, "lan3", "share-a"),
+    ]
 
 
 async def test_a_full_pool_fails_prepare_for_a_retry(rig: ConfigureRig) -> None:
@@ -395,7 +437,7 @@ async def test_unprepare_of_a_claim_ending_with_its_pod_releases_its_addresses(r
     rig.api.add_claim(replace(CLAIM, owned_by_pod=True))
     await _prepare(rig)
     assert len(_held(rig)) == 2
-    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert rig.api.allocations == {}
     assert rig.store.all() == []
 
@@ -405,7 +447,7 @@ async def test_unprepare_of_a_standalone_claim_keeps_its_addresses_for_its_next_
 ) -> None:
     await _prepare(rig)
     held = _held(rig)
-    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert rig.store.all() == []
     assert _held(rig) == held
     rig.api.calls.clear()
@@ -420,5 +462,5 @@ async def test_unprepare_of_a_claim_that_is_gone_releases_its_addresses(rig: Con
     del rig.api.claims[(CLAIM.namespace, CLAIM.name)]
     if how == "recreated":
         rig.api.add_claim(replace(CLAIM, uid="claim-uid-new"))
-    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert rig.api.allocations == {}

@@ -1,15 +1,19 @@
-"""NodePrepareResources/NodeUnprepareResources behind the kubelet plugin: claim → stored plans, and back."""
+"""NodePrepareResources/NodeUnprepareResources behind the kubelet plugin: claim → stored plans (gather →
+plan → persist), and back; reclaim."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from netclaim.adapters.kubeletplugin import PreparedDevice
+from netclaim.configure import prepare as prepare_module
+from netclaim.configure.plan import ClaimInputs, NodeContext, PlannedDevice, plan_claim
 from netclaim.configure.status import ClaimRef
 from netclaim.configure.store import State
 from netclaim.errors import CniError, ConfigError, GoneError, StateStoreError
@@ -69,6 +73,52 @@ async def test_prepare_stores_one_plan_per_device_of_this_driver(rig: ConfigureR
     assert rig.cni.version_queries == ["host-local", "macvlan"]  # once per plugin of all the chains
     await rig.settle()
     assert [e["conditions"][0]["reason"] for e in rig.entries(REF)] == ["WaitingForPodSandbox"] * 2
+
+
+async def test_prepare_gathers_everything_then_plans_once_then_persists(
+    rig: ConfigureRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One claim, one way through: every API call and plugin exec first, then the one pure planning call
+    (the CNI version settled inside it), then the store. Before, planning was entered three times with
+    I/O between (plan, IP pools, plan, VERSION per plugin, negotiate per plan)."""
+    seen: list[tuple[str, ...]] = []
+
+    def planning(inputs: ClaimInputs, node: NodeContext) -> list[PlannedDevice]:
+        seen.append((*rig.api.calls, *(f"VERSION {kind}" for kind in rig.cni.version_queries)))
+        assert rig.store.all() == []  # nothing persisted before planning ends
+        return plan_claim(inputs, node)
+
+    monkeypatch.setattr(prepare_module, "plan_claim", planning)
+    await _prepare(rig)
+    # its own IPAM (host-local) is checked against the IP pools: they are read too
+    assert seen == [("get_claim", "list_ippools", "VERSION host-local", "VERSION macvlan")]
+    assert [r.plan.conflist["cniVersion"] for r in rig.store.for_claim(CLAIM.uid)] == ["1.0.0", "1.0.0"]
+
+
+async def test_a_plugin_not_installed_here_is_refused_by_planning_naming_it(rig: ConfigureRig) -> None:
+    rig.cni.missing = {"macvlan"}
+    with pytest.raises(ConfigError, match="plugin type 'macvlan': no such plugin in"):
+        await _prepare(rig)
+    assert rig.store.all() == []
+
+
+async def test_a_plugin_only_the_deviceclass_named_and_the_claim_replaced_need_not_be_installed(
+    rig: ConfigureRig,
+) -> None:
+    """Versions are asked of every plugin the configs name, before they are merged: one that no chain
+    ends up running is no reason to refuse the claim."""
+    bridge = {**VALID_CONFIG, "config": {**VALID_CONFIG["config"], "plugins": [{"type": "bridge"}]}}
+    claim = sample_claim(
+        (sample_allocation(NIC, "net"),),
+        (sample_config(bridge, source="FromClass"), sample_config(VALID_CONFIG)),
+        name="claim-2",
+        uid="u-2",
+    )
+    rig.api.add_claim(claim)
+    rig.cni.missing = {"bridge"}
+    await _prepare(rig, claim)
+    [row] = rig.store.for_claim("u-2")
+    assert [p["type"] for p in row.plan.conflist["plugins"]] == ["macvlan"]
 
 
 async def test_a_second_prepare_answers_from_the_store_without_an_api_call(rig: ConfigureRig) -> None:
@@ -139,13 +189,13 @@ async def test_unprepare_releases_the_addresses_and_forgets_the_claim(rig: Confi
     await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
     assert len(rig.cni.leases) == 2
     await rig.settle()
-    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert [c.command for c in rig.cni.calls] == ["ADD", "ADD", "DEL", "DEL"]
     assert rig.cni.leases == {}
     assert rig.store.all() == []
     await rig.settle()
     assert rig.entries(REF) == []
-    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)  # kubelet asks again: fine
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)  # kubelet asks again: fine
     assert [c.command for c in rig.cni.calls] == ["ADD", "ADD", "DEL", "DEL"]
 
 
@@ -154,9 +204,9 @@ async def test_unprepare_that_fails_for_a_moment_keeps_the_rows_for_kubelets_ret
     await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
     rig.cni.fail_delete.append(StateStoreError("database is locked"))
     with pytest.raises(StateStoreError):
-        await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+        await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert len(rig.store.for_claim(CLAIM.uid)) == 2
-    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert rig.store.all() == []
     assert rig.cni.leases == {}
 
@@ -170,7 +220,7 @@ async def test_unprepare_whose_del_can_never_succeed_still_lets_the_claim_go(rig
     await rig.hooks.run_pod_sandbox(sandbox, 30.0)
     refused = CniError("macvlan", "DEL", 7, "invalid network config")
     rig.cni.fail_delete += [refused, refused]
-    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert rig.store.all() == []
     assert rig.cni.leases == {}
     assert not [key for key in rig.netlink.interfaces if key[0] == sandbox.netns]
@@ -203,7 +253,7 @@ async def test_reclaim_never_reads_the_claims_of_running_pods(rig: ConfigureRig)
     await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
     rig.api.calls.clear()
     for _ in range(3):
-        assert await rig.preparer.reclaim() == []
+        assert await rig.reclaimer.reclaim() == []
     assert rig.api.calls == []
     assert len(rig.store.for_claim(CLAIM.uid)) == 2
 
@@ -217,23 +267,23 @@ async def test_reclaim_unprepares_a_gone_claim_whose_unprepare_never_came(rig: C
     await rig.hooks.run_pod_sandbox(sandbox, 30.0)
     os.unlink(sandbox.netns)  # noqa: PTH108 - the sandbox's netns goes
     rig.api.calls.clear()
-    assert await rig.preparer.reclaim() == []  # idle for the first time: kubelet's turn, nothing read
+    assert await rig.reclaimer.reclaim() == []  # idle for the first time: kubelet's turn, nothing read
     assert rig.api.calls == []
     del rig.api.claims[(CLAIM.namespace, CLAIM.name)]
-    assert await rig.preparer.reclaim() == [REF]
+    assert await rig.reclaimer.reclaim() == [REF]
     assert [c.command for c in rig.cni.calls] == ["ADD", "ADD", "DEL", "DEL"]
     assert rig.cni.leases == {}
     assert rig.store.all() == []
-    assert await rig.preparer.reclaim() == []
+    assert await rig.reclaimer.reclaim() == []
 
 
 async def test_reclaim_keeps_an_idle_claim_that_exists_and_takes_one_recreated(rig: ConfigureRig) -> None:
     await _prepare(rig)  # prepared, its sandbox not started yet: idle, but the claim is there
     for _ in range(3):
-        assert await rig.preparer.reclaim() == []
+        assert await rig.reclaimer.reclaim() == []
     assert len(rig.store.for_claim(CLAIM.uid)) == 2
     rig.api.add_claim(sample_claim(CLAIM.results, CLAIM.configs, uid="claim-uid-new"))
-    assert await rig.preparer.reclaim() == [REF]
+    assert await rig.reclaimer.reclaim() == [REF]
     assert rig.store.all() == []
 
 
@@ -242,12 +292,12 @@ async def test_reclaim_takes_the_rows_of_a_standalone_claim_whose_pod_is_gone(ri
     handed to the next pod by prepare's idempotent answer; they go."""
     await _prepare(rig)
     os.unlink(rig.sandbox().netns)  # noqa: PTH108 - a sandbox that never ran, or went
-    assert await rig.preparer.reclaim() == []
-    assert await rig.preparer.reclaim() == []  # still reserved for its pod: kept
+    assert await rig.reclaimer.reclaim() == []
+    assert await rig.reclaimer.reclaim() == []  # still reserved for its pod: kept
     rig.api.add_claim(
         sample_claim(CLAIM.results, CLAIM.configs, reserved_for=(PodRef("pod-2", "pod-uid-2"),))
     )
-    assert await rig.preparer.reclaim() == [REF]
+    assert await rig.reclaimer.reclaim() == [REF]
     assert rig.store.all() == []
 
 
@@ -265,7 +315,7 @@ async def test_a_claims_own_ipam_is_checked_against_every_pool_and_the_clusters_
     with pytest.raises(ConfigError, match=r"10\.90\.0\.0/24 overlaps 10\.90\.0\.0/16 \(IPPool theirs\)"):
         await _prepare(rig)
     assert "list_ippools" in rig.api.calls and rig.store.for_claim(CLAIM.uid) == []
-    rig.preparer.reserved = (ipaddress.ip_network("10.90.0.0/20"),)
+    rig.preparer.node = replace(rig.preparer.node, reserved=(ipaddress.ip_network("10.90.0.0/20"),))
     rig.api.ippools.clear()
     with pytest.raises(
         ConfigError, match=r"overlaps 10\.90\.0\.0/20 \(the cluster's pod or Service network\)"

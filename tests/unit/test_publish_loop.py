@@ -1,7 +1,8 @@
-"""The supervised publish loop: what wakes a comparison, what one pass publishes, the retry after a failure.
+"""The publish step, kept running as the agent keeps it: what wakes a comparison, what one pass publishes,
+the retry after a failure.
 
 No test waits on the clock: the settle time and the backoff are 0, every wait is for an event the code
-under test causes, and every loop is cancelled at the end (they run forever).
+under test causes, and every task is cancelled at the end (they run forever).
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,9 +22,10 @@ from netclaim.errors import ApiUnavailableError, ConfigError
 from netclaim.publish import loop
 from netclaim.publish.devices import Device, DeviceCatalog
 from netclaim.publish.inventory import NetworkInterface, NodeInventory, Sysfs
-from netclaim.publish.loop import Trigger, periodic, publish_loop, watch_inventory, watch_slices
+from netclaim.publish.loop import Trigger, periodic, publish_pass, watch_inventory, watch_slices
 from netclaim.publish.policy import PolicyFile
 from netclaim.publish.publisher import SlicePublisher
+from netclaim.supervisor import Supervisor
 from tests.unit.fakes import FakeInventory, FakeKubeApi, FakeNetlink
 
 NODE, DRIVER = "node-a", "netclaim.dev"
@@ -53,6 +56,32 @@ async def tasks() -> AsyncIterator[list[asyncio.Task[Any]]]:
     for task in started:
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+@pytest.fixture
+async def supervisor() -> AsyncIterator[Supervisor]:
+    """The agent's supervisor for the tasks a test keeps running, stopped when it ends."""
+    keeper = Supervisor()
+    yield keeper
+    await keeper.stop()
+
+
+def keep_publishing(
+    supervisor: Supervisor,
+    source: FakeInventory,
+    api: FakeKubeApi,
+    trigger: Trigger,
+    published: Published,
+    catalog: DeviceCatalog | None = None,
+    held_devices: Callable[[set[str]], list[Device]] = lambda _: [],
+) -> None:
+    """The publish pass kept running, as the agent keeps it."""
+    publisher = SlicePublisher(api, NODE, DRIVER)
+    catalog = catalog or DeviceCatalog()
+    work = partial(
+        publish_pass, source, PolicyFile(None), publisher, trigger, catalog, held_devices, published
+    )
+    supervisor.keep("publish", work, on_error=metrics.PUBLISH_ERRORS.inc)
 
 
 def start(tasks: list[asyncio.Task[Any]], coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
@@ -164,7 +193,7 @@ async def test_a_fire_during_a_pass_makes_another_pass(tasks: list[asyncio.Task[
     assert await within(seen.get()) == "new"
 
 
-# --- publish_loop --------------------------------------------------------------------------------------
+# --- publish_pass --------------------------------------------------------------------------------------
 
 
 class Published:
@@ -179,7 +208,7 @@ class Published:
         self.events.put_nowait(self.count)
 
 
-async def test_a_pass_publishes_the_scanned_and_held_devices(tasks: list[asyncio.Task[Any]]) -> None:
+async def test_a_pass_publishes_the_scanned_and_held_devices(supervisor: Supervisor) -> None:
     source = FakeInventory([nic("enp1s0", 2), nic("enp2s0", 3), nic("veth9", 9, virtual=True)])
     api = FakeKubeApi()
     catalog = DeviceCatalog()
@@ -191,8 +220,7 @@ async def test_a_pass_publishes_the_scanned_and_held_devices(tasks: list[asyncio
         asked.append(set(present))
         return [held("enp7s0")]
 
-    publisher = SlicePublisher(api, NODE, DRIVER)
-    start(tasks, publish_loop(source, PolicyFile(None), publisher, trigger, catalog, held_devices, published))
+    keep_publishing(supervisor, source, api, trigger, published, catalog, held_devices)
     trigger.fire()
     assert await within(published.events.get()) == 1
     assert asked == [{"enp1s0", "enp2s0"}], "held devices are asked with the names present (no virtual NIC)"
@@ -217,28 +245,23 @@ async def test_a_pass_publishes_the_scanned_and_held_devices(tasks: list[asyncio
 
 
 async def test_a_failed_publish_is_retried_until_it_succeeds(
-    tasks: list[asyncio.Task[Any]], caplog: pytest.LogCaptureFixture
+    supervisor: Supervisor, caplog: pytest.LogCaptureFixture
 ) -> None:
     source = FakeInventory([nic("enp1s0", 2)])
     api = FakeKubeApi(fail_next=[ApiUnavailableError("ResourceSlices of node node-a: 503 busy")])
     trigger = Trigger()
     published = Published()
     errors_before = metrics.REGISTRY.get_sample_value("netclaim_publish_errors_total") or 0.0
-    publisher = SlicePublisher(api, NODE, DRIVER)
-    with caplog.at_level(logging.WARNING, logger="netclaim.backoff"):
-        start(
-            tasks,
-            publish_loop(
-                source, PolicyFile(None), publisher, trigger, DeviceCatalog(), lambda _: [], published
-            ),
-        )
+    with caplog.at_level(logging.WARNING, logger="netclaim.supervisor"):
+        keep_publishing(supervisor, source, api, trigger, published)
         trigger.fire()  # the only fire: the retry must not need another one
         assert await within(published.events.get()) == 1
-    assert api.calls == ["list_slices", "list_slices", "node_uid", "apply_slice"]
+    # the slices and the Node's UID are read at once: the Node's is read again when the list failed
+    assert api.calls == ["list_slices", "node_uid", "list_slices", "node_uid", "apply_slice"]
     assert source.scans == 2
     assert list(api.slices) == [f"{NODE}-{DRIVER}-0"]
     assert metrics.REGISTRY.get_sample_value("netclaim_publish_errors_total") == errors_before + 1
-    [warning] = [r for r in caplog.records if r.name == "netclaim.backoff"]
+    [warning] = [r for r in caplog.records if r.name == "netclaim.supervisor"]
     assert warning.levelno == logging.WARNING and warning.getMessage().startswith("publish failed")
     await yield_to_loop()
     assert published.count == 1 and source.scans == 2, "after the success the loop waits for a fire"
@@ -250,34 +273,28 @@ async def test_a_failed_publish_is_retried_until_it_succeeds(
     ids=["netclaim error", "bug"],
 )
 async def test_a_failed_scan_is_retried(
-    tasks: list[asyncio.Task[Any]], caplog: pytest.LogCaptureFixture, error: Exception
+    supervisor: Supervisor, caplog: pytest.LogCaptureFixture, error: Exception
 ) -> None:
     source = FakeInventory([nic("enp1s0", 2)], fail_next=[error])
     api = FakeKubeApi()
     trigger = Trigger()
     published = Published()
-    publisher = SlicePublisher(api, NODE, DRIVER)
-    with caplog.at_level(logging.WARNING, logger="netclaim.backoff"):
-        start(
-            tasks,
-            publish_loop(
-                source, PolicyFile(None), publisher, trigger, DeviceCatalog(), lambda _: [], published
-            ),
-        )
+    with caplog.at_level(logging.WARNING, logger="netclaim.supervisor"):
+        keep_publishing(supervisor, source, api, trigger, published)
         trigger.fire()
         await within(published.events.get())
     assert source.scans == 2 and len(api.slices) == 1
-    [record] = [r for r in caplog.records if r.name == "netclaim.backoff"]
+    [record] = [r for r in caplog.records if r.name == "netclaim.supervisor"]
     assert (record.exc_info is not None) is isinstance(error, RuntimeError), "a traceback only for a bug"
 
 
 # --- what fires the trigger ----------------------------------------------------------------------------
 
 
-async def test_the_slice_watch_fires_on_connect_and_on_each_event(tasks: list[asyncio.Task[Any]]) -> None:
+async def test_the_slice_watch_fires_on_connect_and_on_each_event(supervisor: Supervisor) -> None:
     api = FakeKubeApi()
     trigger = CountingTrigger()
-    start(tasks, watch_slices(api, NODE, DRIVER, trigger))
+    supervisor.keep("slice-watch", partial(watch_slices, api, NODE, DRIVER, trigger))
     assert await within(trigger.fires.get()) == 1  # connected
     await yield_to_loop()
     assert api.calls == ["slice_changes"] and trigger.fires.empty()
@@ -286,26 +303,22 @@ async def test_the_slice_watch_fires_on_connect_and_on_each_event(tasks: list[as
     assert [await within(trigger.fires.get()) for _ in range(3)] == [2, 3, 4]
 
 
-async def test_the_slice_watch_fires_again_when_it_reconnects(tasks: list[asyncio.Task[Any]]) -> None:
+async def test_the_slice_watch_fires_again_when_it_reconnects(supervisor: Supervisor) -> None:
     api = FakeKubeApi(fail_next=[ApiUnavailableError("watch of node node-a's ResourceSlices: 503")])
     trigger = CountingTrigger()
-    start(tasks, watch_slices(api, NODE, DRIVER, trigger))
+    supervisor.keep("slice-watch", partial(watch_slices, api, NODE, DRIVER, trigger))
     assert [await within(trigger.fires.get()) for _ in range(2)] == [1, 2]
     await yield_to_loop()
     assert api.calls == ["slice_changes", "slice_changes"] and trigger.fired == 2
 
 
-async def test_slices_deleted_by_kubelet_are_published_again(tasks: list[asyncio.Task[Any]]) -> None:
+async def test_slices_deleted_by_kubelet_are_published_again(supervisor: Supervisor) -> None:
     source = FakeInventory([nic("enp1s0", 2)])
     api = FakeKubeApi()
     trigger = Trigger()
     published = Published()
-    publisher = SlicePublisher(api, NODE, DRIVER)
-    start(
-        tasks,
-        publish_loop(source, PolicyFile(None), publisher, trigger, DeviceCatalog(), lambda _: [], published),
-    )
-    start(tasks, watch_slices(api, NODE, DRIVER, trigger))
+    keep_publishing(supervisor, source, api, trigger, published)
+    supervisor.keep("slice-watch", partial(watch_slices, api, NODE, DRIVER, trigger))
     assert await within(published.events.get()) == 1  # the watch's connect fired the first pass
     api.slices.clear()  # kubelet restarted and removed the node's slices
     api.slice_events.put_nowait("DELETED")
@@ -313,10 +326,10 @@ async def test_slices_deleted_by_kubelet_are_published_again(tasks: list[asyncio
     assert list(api.slices) == [f"{NODE}-{DRIVER}-0"]
 
 
-async def test_the_inventory_watch_fires_once_per_change(tasks: list[asyncio.Task[Any]]) -> None:
+async def test_the_inventory_watch_fires_once_per_change(supervisor: Supervisor) -> None:
     source = FakeInventory()
     trigger = CountingTrigger()
-    start(tasks, watch_inventory(source, trigger))
+    supervisor.keep("inventory-watch", partial(watch_inventory, source, trigger))
     for _ in range(3):
         source.change_events.put_nowait(None)
     assert [await within(trigger.fires.get()) for _ in range(3)] == [1, 2, 3]
@@ -325,12 +338,14 @@ async def test_the_inventory_watch_fires_once_per_change(tasks: list[asyncio.Tas
 
 
 async def test_netlink_events_of_the_node_inventory_fire_the_trigger(
-    tasks: list[asyncio.Task[Any]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     netlink = FakeNetlink()
     monkeypatch.setattr("netclaim.publish.inventory.netlink", netlink)
     trigger = CountingTrigger()
-    start(tasks, watch_inventory(NodeInventory(sysfs=Sysfs(tmp_path)), trigger))
+    supervisor.keep(
+        "inventory-watch", partial(watch_inventory, NodeInventory(sysfs=Sysfs(tmp_path)), trigger)
+    )
     netlink.batches.put_nowait(["RTM_NEWLINK", "RTM_NEWADDR"])
     assert await within(trigger.fires.get()) == 1
     assert netlink.subscriptions == ["open"]

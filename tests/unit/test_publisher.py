@@ -1,4 +1,5 @@
-"""What the publisher writes, and how it recognises that nothing needs writing."""
+"""What the node's publisher writes through the one slice writer, and how it recognises that nothing needs
+writing (the IP pools' side of the same writer: test_ipam_pools)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from netclaim import metrics
 from netclaim.errors import ApiUnavailableError
 from netclaim.objects import Slice
 from netclaim.publish.devices import Capacity, Device
-from netclaim.publish.publisher import SlicePublisher, chunk, normalized_device
+from netclaim.publish.publisher import SlicePublisher
+from netclaim.publish.slices import ApiDevice, chunk, normalized_device
 from tests.unit.fakes import FakeKubeApi
 
 
@@ -27,10 +29,10 @@ def _device(name: str) -> Device:
 
 
 def test_devices_are_sorted_and_cut_into_slices_of_128() -> None:
-    devices = [_device(f"nic{i:04d}") for i in reversed(range(300))]
+    devices = [_device(f"nic{i:04d}").to_api() for i in reversed(range(300))]
     slices = chunk(devices)
     assert [len(s) for s in slices] == [128, 128, 44]
-    assert slices[0][0].name == "nic0000" and slices[-1][-1].name == "nic0299"
+    assert slices[0][0]["name"] == "nic0000" and slices[-1][-1]["name"] == "nic0299"
     assert chunk([]) == [[]]  # an empty pool is still published: "this node has none"
 
 
@@ -94,7 +96,7 @@ async def test_first_publish_writes_every_slice_owned_by_the_node() -> None:
         spec = body["spec"]
         assert spec["driver"] == DRIVER and spec["nodeName"] == NODE
         assert spec["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 2}
-        assert [d["name"] for d in spec["devices"]] == [d.name for d in chunk(devices)[index]]
+        assert [d["name"] for d in spec["devices"]] == [d["name"] for d in _api(devices)[index * 128 :][:128]]
     assert metrics.REGISTRY.get_sample_value("netclaim_published_devices") == 130
 
 
@@ -177,12 +179,16 @@ async def test_a_slice_deleted_by_someone_else_is_written_again() -> None:
     assert len(_pool(api)) == 2 and _generations(api) == {2}
 
 
-def _slice(index: int, generation: int, count: int, pool: str, devices: list[Device]) -> Slice:
+def _api(devices: list[Device]) -> list[ApiDevice]:
+    return sorted((d.to_api() for d in devices), key=lambda d: str(d["name"]))
+
+
+def _slice(index: int, generation: int, count: int, pool: str, devices: list[ApiDevice]) -> Slice:
     name = f"{NODE}-{DRIVER}-{index}" if index >= 0 else f"{NODE}-other-0"
-    return Slice(name, pool, generation, count, tuple(d.to_api() for d in devices))
+    return Slice(name, pool, generation, count, tuple(devices))
 
 
-A, B = [_device("a")], [_device("b")]
+A, B = _api([_device("a")]), _api([_device("b")])
 
 
 @pytest.mark.parametrize(
@@ -199,16 +205,16 @@ A, B = [_device("a")], [_device("b")]
 )
 def test_up_to_date(current: list[Slice], expected: bool) -> None:
     publisher = SlicePublisher(FakeKubeApi(), NODE, DRIVER)
-    assert publisher.up_to_date(current, [A]) is expected
+    assert publisher.slices.up_to_date(current, [A]) is expected
 
 
 def test_mixed_generations_are_never_current_even_with_the_right_devices() -> None:
     publisher = SlicePublisher(FakeKubeApi(), NODE, DRIVER)
-    desired = chunk([_device(f"nic{i:03d}") for i in range(130)])
+    desired = chunk(_api([_device(f"nic{i:03d}") for i in range(130)]))
     current = [_slice(i, 1 + i, 2, NODE, part) for i, part in enumerate(desired)]
-    assert not publisher.up_to_date(current, desired)
+    assert not publisher.slices.up_to_date(current, desired)
     current[1] = replace(current[1], generation=1)
-    assert publisher.up_to_date(current, desired)
+    assert publisher.slices.up_to_date(current, desired)
 
 
 async def test_remove_all_deletes_only_this_pool() -> None:
@@ -268,3 +274,24 @@ async def test_slices_written_after_the_node_registered_again_are_owned_by_the_n
     assert await publisher.publish([_device("nic0")]) == 1
     [stored] = api.slices.values()
     assert [owner["uid"] for owner in stored["metadata"]["ownerReferences"]] == ["new-node-uid"]
+
+
+async def test_another_writers_slice_in_the_nodes_pool_decides_nothing_and_stays() -> None:
+    """The node's pool has the IP pools' rules now (one writer): only its own slices, named after it and
+    owned by the Node, count for what is current and for the generation; another's is never deleted."""
+    api, publisher = await _published([_device("nic0")])
+    foreign = {
+        "metadata": {"name": f"{NODE}-someone-0", "ownerReferences": [{"uid": "another-owner"}]},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": NODE,
+            "pool": {"name": NODE, "generation": 2**40, "resourceSliceCount": 1},
+            "devices": [],
+        },
+    }
+    await api.apply_slice(foreign)
+    api.calls.clear()
+    assert await publisher.publish([_device("nic0")]) == 0
+    assert await publisher.publish([_device("nic1")]) == 1
+    assert api.slices[f"{NODE}-{DRIVER}-0"]["spec"]["pool"]["generation"] == 2
+    assert f"{NODE}-someone-0" in api.slices

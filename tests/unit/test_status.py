@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from netclaim.backoff import Backoff
+from netclaim.configure.plan import NicRecord
 from netclaim.configure.status import (
     MAX_CONFLICT_RETRIES,
     NETWORK_STATUS,
@@ -26,6 +27,7 @@ from netclaim.configure.status import (
 from netclaim.configure.store import Interface, Outcome, State, Store
 from netclaim.errors import ApiRejectedError, ApiUnavailableError, GoneError
 from netclaim.objects import Claim, Pod
+from netclaim.supervisor import Supervisor
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
 
 CLAIM = ClaimRef("team-a", "claim-1", "claim-uid-1")
@@ -72,7 +74,7 @@ def api() -> FakeKubeApi:
 
 @pytest.fixture
 def writer(api: FakeKubeApi, store: Store) -> StatusWriter:
-    return StatusWriter(api, SAMPLE_DRIVER, store)
+    return StatusWriter(api, SAMPLE_DRIVER, store, Supervisor())
 
 
 def _ready(entry: dict[str, Any]) -> tuple[str, str, str]:
@@ -135,7 +137,7 @@ async def test_the_patch_replaces_our_entries_and_keeps_other_drivers_verbatim(
     stale_ours = {"driver": SAMPLE_DRIVER, "pool": "node-1", "device": "gone-device", "conditions": []}
     claim = api.claims[("team-a", "claim-1")]
     api.add_claim(replace(claim, devices_status=(OTHER_DRIVERS_ENTRY, stale_ours)))
-    store.put(ATTACHED)
+    await store.put(ATTACHED)
     await writer.write(CLAIM)
     written = api.claims[("team-a", "claim-1")].devices_status
     assert written[0] == OTHER_DRIVERS_ENTRY
@@ -147,12 +149,12 @@ async def test_the_patch_replaces_our_entries_and_keeps_other_drivers_verbatim(
 async def test_nothing_is_written_when_the_entries_did_not_change(
     api: FakeKubeApi, store: Store, writer: StatusWriter
 ) -> None:
-    store.put(ATTACHED)
+    await store.put(ATTACHED)
     await writer.write(CLAIM)
     api.calls.clear()
     await writer.write(CLAIM)  # the timestamps differ, the entries do not
     assert api.calls == ["get_claim"]
-    store.put(ATTACHED.with_state(State.DETACHED, outcome=Outcome()))
+    await store.put(ATTACHED.with_state(State.DETACHED, outcome=Outcome()))
     await writer.write(CLAIM)
     assert "write_claim_devices" in api.calls
 
@@ -160,7 +162,7 @@ async def test_nothing_is_written_when_the_entries_did_not_change(
 async def test_a_claim_replaced_by_another_of_the_same_name_is_not_written(
     api: FakeKubeApi, store: Store, writer: StatusWriter
 ) -> None:
-    store.put(ATTACHED)
+    await store.put(ATTACHED)
     api.add_claim(sample_claim((), (), uid="another-uid"))
     await writer.write(CLAIM)
     assert api.calls == ["get_claim"]
@@ -179,9 +181,9 @@ async def test_a_claim_that_failed_to_prepare_reports_each_of_its_devices_until_
         ("dev-a", None, ("False", "PrepareFailed", "bad config")),
         ("dev-b", "share-9", ("False", "PrepareFailed", "bad config")),
     ]
-    store.put(ROW)  # prepared after all (kubelet retried): the rows speak, not the old failure
+    await store.put(ROW)  # prepared after all (kubelet retried): the rows speak, not the old failure
     assert [_ready(e)[1] for e in writer.desired(CLAIM)] == ["WaitingForPodSandbox"]
-    store.delete(ROW)
+    await store.delete(ROW)
     writer.forget(CLAIM)  # unprepared
     await writer.write(CLAIM)
     assert api.claims[("team-a", "claim-1")].devices_status == (OTHER_DRIVERS_ENTRY,)
@@ -260,8 +262,8 @@ async def test_a_conflicting_write_is_retried_on_the_claim_as_it_is_now(
     api = _RacingApi()
     api.races = races
     api.add_claim(sample_claim((), (), devices_status=(OTHER_DRIVERS_ENTRY,)))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
-    store.put(ATTACHED)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
+    await store.put(ATTACHED)
     writer.enqueue(CLAIM)
     await _run_until_written(writer, api)
     written = api.claims[("team-a", "claim-1")].devices_status
@@ -276,8 +278,8 @@ async def test_a_gone_claim_is_dropped_and_an_unavailable_api_retried(
     api = _RacingApi()
     api.races = 0
     api.add_claim(sample_claim((), ()))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
-    store.put(ATTACHED)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
+    await store.put(ATTACHED)
     writer.enqueue(ClaimRef("team-a", "deleted-claim", "uid-x"))
     writer.enqueue(CLAIM)
     api.fail_next = [GoneError("deleted"), ApiUnavailableError("503"), ApiUnavailableError("503")]
@@ -290,8 +292,8 @@ async def test_a_write_failing_on_a_bug_is_retried(store: Store, backoff: type[_
     api = _RacingApi()
     api.races = 0
     api.add_claim(sample_claim((), ()))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
-    store.put(ATTACHED)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
+    await store.put(ATTACHED)
     writer.enqueue(CLAIM)
     api.fail_next = [KeyError("bug")]  # type: ignore[list-item]
     await _run_until_written(writer, api)
@@ -304,7 +306,7 @@ async def test_a_claim_queued_again_while_retrying_is_written_from_the_new_reque
     api = _RacingApi()
     api.races = 0
     api.add_claim(sample_claim((), ()))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
     writer.enqueue(CLAIM)
 
     def a_hook_asks_again() -> None:  # while the first write is failing
@@ -313,7 +315,7 @@ async def test_a_claim_queued_again_while_retrying_is_written_from_the_new_reque
 
     api.on_read = a_hook_asks_again
     api.fail_next = [ApiUnavailableError("503")]
-    store.put(ATTACHED)
+    await store.put(ATTACHED)
     await _run_until_written(writer, api)
     assert backoff.waits == 0  # no wait: the newer request goes straight on
 
@@ -375,7 +377,7 @@ def test_network_status_names_each_attached_interface_by_the_pods_claim_and_keep
 def test_network_status_gives_a_whole_pci_nic_its_device_info() -> None:
     device = sample_device("enp1s0", shared=False)
     device = replace(device, attributes={**device.attributes, "netclaim.dev/pciAddress": "0000:03:00.0"})
-    row = replace(ATTACHED, plan=ATTACHED.plan.model_copy(update={"device": device}))
+    row = replace(ATTACHED, plan=ATTACHED.plan.model_copy(update={"nic": NicRecord.of(device)}))
     [entry] = network_status(_read(), [row])
     assert entry["device-info"] == {"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:03:00.0"}}
     [shared] = network_status(_read(), [ATTACHED])  # a NIC shared through macvlan: the pod has no PCI device
@@ -390,7 +392,7 @@ def test_an_unreadable_network_status_is_replaced_by_ours() -> None:
 async def test_the_annotation_is_written_once_on_the_pod_as_read(
     writer: StatusWriter, api: FakeKubeApi, store: Store
 ) -> None:
-    store.put(ATTACHED)
+    await store.put(ATTACHED)
     api.pod_objects[("team-a", "pod-1")] = _pod(json.dumps([MULTUS_ENTRY]))
     pod = PodRef("team-a", "pod-1", "pod-uid-1")
     await writer.write(pod)
@@ -403,12 +405,12 @@ async def test_the_annotation_is_written_once_on_the_pod_as_read(
 async def test_the_annotation_is_not_written_for_a_new_pod_of_the_same_name_nor_when_opted_out(
     api: FakeKubeApi, store: Store
 ) -> None:
-    store.put(ATTACHED)
+    await store.put(ATTACHED)
     api.pod_objects[("team-a", "pod-1")] = _pod(uid="another-pod")
     pod = PodRef("team-a", "pod-1", "pod-uid-1")
-    await StatusWriter(api, SAMPLE_DRIVER, store).write(pod)
+    await StatusWriter(api, SAMPLE_DRIVER, store, Supervisor()).write(pod)
     assert api.calls == ["get_pod"]
-    opted_out = StatusWriter(api, SAMPLE_DRIVER, store, annotate_pods=False)
+    opted_out = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), annotate_pods=False)
     opted_out.enqueue(pod)
     assert opted_out._queued == {}
 
@@ -416,7 +418,7 @@ async def test_the_annotation_is_not_written_for_a_new_pod_of_the_same_name_nor_
 async def test_a_pod_whose_interfaces_are_not_attached_is_not_annotated(
     writer: StatusWriter, api: FakeKubeApi, store: Store
 ) -> None:
-    store.put(ROW)
+    await store.put(ROW)
     api.pod_objects[("team-a", "pod-1")] = _pod()
     await writer.write(PodRef("team-a", "pod-1", "pod-uid-1"))
     assert api.calls == []
@@ -443,8 +445,8 @@ async def test_a_conflicting_annotation_write_is_retried_keeping_what_the_other_
 ) -> None:
     api = _RacingPodApi()
     api.pod_objects[("team-a", "pod-1")] = _pod()
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
-    store.put(ATTACHED)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
+    await store.put(ATTACHED)
     writer.enqueue(PodRef("team-a", "pod-1", "pod-uid-1"))
     api.written = asyncio.Event()
     running = asyncio.create_task(writer.run())
@@ -475,8 +477,8 @@ async def test_a_pod_write_refused_for_good_is_dropped_and_never_holds_up_the_cl
     api = _RefusingPodApi()
     api.add_claim(sample_claim((), ()))
     api.pod_objects[("team-a", "pod-1")] = _pod()
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=backoff)
-    store.put(ATTACHED)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
+    await store.put(ATTACHED)
     writer.enqueue(PodRef("team-a", "pod-1", "pod-uid-1"))
     writer.enqueue(CLAIM)
     await _run_until_written(writer, api)

@@ -28,6 +28,7 @@ from netclaim.configure.store import Interface, Outcome, State, Store
 from netclaim.errors import ApiRejectedError, ApiUnavailableError
 from netclaim.metrics import REGISTRY
 from netclaim.objects import Claim, Pod
+from netclaim.supervisor import Supervisor
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
 
 SAFETY_NET = 10.0  # seconds: not a measurement, a bound on a writer that gave up
@@ -63,10 +64,10 @@ class _PerClaimApi(FakeKubeApi):
         return any(e["driver"] == SAMPLE_DRIVER for e in self.claims[("team-a", name)].devices_status)
 
 
-def _claim(api: _PerClaimApi, store: Store, name: str) -> ClaimRef:
+async def _claim(api: _PerClaimApi, store: Store, name: str) -> ClaimRef:
     """A claim with one prepared device: its entry is to be written."""
     api.add_claim(sample_claim((), (), name=name, uid=f"uid-{name}"))
-    store.put(sample_row(claim_uid=f"uid-{name}", claim_name=name))
+    await store.put(sample_row(claim_uid=f"uid-{name}", claim_name=name))
     return ClaimRef("team-a", name, f"uid-{name}")
 
 
@@ -117,8 +118,8 @@ async def test_a_write_the_api_refuses_holds_up_no_other_claim_and_is_not_retrie
 ) -> None:
     """17 addresses once made the API refuse a claim's status for good; the node's one status worker
     retried it for ever and no other claim on the node got Ready or PrepareFailed."""
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=_quick)
-    refused, good = _claim(api, store, "refused"), _claim(api, store, "good")
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=_quick)
+    refused, good = await _claim(api, store, "refused"), await _claim(api, store, "good")
     api.failing["refused"] = ApiRejectedError("status.devices[0].networkData.ips: Too many: 17")
     before = _writes("rejected")
     writer.enqueue(refused)
@@ -133,8 +134,8 @@ async def test_a_write_the_api_refuses_holds_up_no_other_claim_and_is_not_retrie
 
 
 async def test_a_claim_waiting_for_the_api_holds_up_no_other(api: _PerClaimApi, store: Store) -> None:
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=lambda: Backoff(first=600, cap=600))
-    waiting, good = _claim(api, store, "waiting"), _claim(api, store, "good")
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=lambda: Backoff(first=600, cap=600))
+    waiting, good = await _claim(api, store, "waiting"), await _claim(api, store, "good")
     api.failing["waiting"] = ApiUnavailableError("503")
     writer.enqueue(waiting)
     async with _writing(writer):
@@ -148,8 +149,8 @@ async def test_a_claim_waiting_for_the_api_holds_up_no_other(api: _PerClaimApi, 
 async def test_a_claim_failing_on_a_bug_is_retried_then_given_up_while_others_are_written(
     api: _PerClaimApi, store: Store
 ) -> None:
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=_quick)
-    buggy, good = _claim(api, store, "buggy"), _claim(api, store, "good")
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=_quick)
+    buggy, good = await _claim(api, store, "buggy"), await _claim(api, store, "good")
     api.failing["buggy"] = KeyError("a bug")
     before = _writes("given_up")
     writer.enqueue(buggy)
@@ -163,15 +164,15 @@ async def test_a_claim_failing_on_a_bug_is_retried_then_given_up_while_others_ar
 async def test_a_claims_writes_never_overlap_and_one_queued_meanwhile_writes_the_latest_state(
     api: _PerClaimApi, store: Store
 ) -> None:
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=_quick)
-    claim = _claim(api, store, "c")
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=_quick)
+    claim = await _claim(api, store, "c")
     api.gates["c"] = asyncio.Event()
     writer.enqueue(claim)
     async with _writing(writer):
         await _until(lambda: api.tries["c"] == 1)
         [row] = store.for_claim("uid-c")
         interface = Interface(name="net1", mac="02:00:0a:5a:00:0a", mtu=1500, addresses=("10.90.0.10/24",))
-        store.put(row.with_state(State.ATTACHED, outcome=Outcome(interface=interface)))
+        await store.put(row.with_state(State.ATTACHED, outcome=Outcome(interface=interface)))
         writer.enqueue(claim)  # attached while its first write is under way
         await asyncio.sleep(0.01)
         assert api.under_way["c"] == 1
@@ -183,12 +184,12 @@ async def test_a_claims_writes_never_overlap_and_one_queued_meanwhile_writes_the
 
 
 async def test_a_few_claims_are_written_at_once(api: _PerClaimApi, store: Store) -> None:
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, retry=_quick)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=_quick)
     names = [f"c{n}" for n in range(MAX_PARALLEL_WRITES + 2)]
     gate = asyncio.Event()
     for name in names:
         api.gates[name] = gate
-        writer.enqueue(_claim(api, store, name))
+        writer.enqueue(await _claim(api, store, name))
     async with _writing(writer):
         await _until(lambda: sum(api.under_way.values()) == MAX_PARALLEL_WRITES)
         await asyncio.sleep(0.01)
@@ -250,7 +251,7 @@ async def test_a_network_status_of_any_shape_is_read_without_raising_and_ours_wr
     ]
     api = FakeKubeApi()
     api.pod_objects[("team-a", "pod-1")] = _pod(annotation)
-    store.put(ATTACHED)
-    await StatusWriter(api, SAMPLE_DRIVER, store).write(PodRef("team-a", "pod-1", "pod-uid-1"))
+    await store.put(ATTACHED)
+    await StatusWriter(api, SAMPLE_DRIVER, store, Supervisor()).write(PodRef("team-a", "pod-1", "pod-uid-1"))
     written = json.loads(api.pod_objects[("team-a", "pod-1")]["metadata"]["annotations"][NETWORK_STATUS])
     assert written[:-1] == kept and written[-1]["name"] == "team-a/fast-net"

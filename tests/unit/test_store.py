@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import stat
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 
 from netclaim.configure.store import SCHEMA_VERSION, Interface, Outcome, State, Store
 from netclaim.errors import PrerequisiteError, StateStoreError
-from netclaim.publish.devices import BANDWIDTH, Capacity
+from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, Capacity
 from tests.unit.fakes import sample_device, sample_row
 
 ATTACHED_OUTCOME = Outcome(
@@ -30,12 +32,12 @@ def store(tmp_path: Path) -> Iterator[Store]:
     opened.close()
 
 
-def test_a_row_reads_back_as_written_also_after_a_restart(tmp_path: Path) -> None:
+async def test_a_row_reads_back_as_written_also_after_a_restart(tmp_path: Path) -> None:
     row = sample_row(bandwidth_bps=250_000_000, share_id="share-1").with_state(
         State.ATTACHED, sandbox_id="sandbox-1", netns="/run/netns/a", outcome=ATTACHED_OUTCOME, error="x"
     )
     first = Store(tmp_path / "state")
-    first.put(row)
+    await first.put(row)
     assert first.get(row.key) == row
     first.close()
     again = Store(tmp_path / "state")
@@ -50,12 +52,12 @@ def test_the_state_directory_and_database_are_private(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "state" / "netclaim.db").stat().st_mode) == 0o600
 
 
-def test_a_row_moves_prepared_attaching_attached_detached(store: Store) -> None:
+async def test_a_row_moves_prepared_attaching_attached_detached(store: Store) -> None:
     row = sample_row()
-    store.put(row)
+    await store.put(row)
     seen = [store.get(row.key)]
     for state in (State.ATTACHING, State.ATTACHED, State.DETACHED):
-        store.put(row.with_state(state, sandbox_id="sandbox-1"))
+        await store.put(row.with_state(state, sandbox_id="sandbox-1"))
         seen.append(store.get(row.key))
     assert [r.state for r in seen if r is not None] == [
         State.PREPARED,
@@ -66,46 +68,48 @@ def test_a_row_moves_prepared_attaching_attached_detached(store: Store) -> None:
     assert len(store.all()) == 1  # the key stays; the row is replaced
 
 
-def test_rows_are_found_by_claim_and_by_pod_and_deleted_one_by_one(store: Store) -> None:
+async def test_rows_are_found_by_claim_and_by_pod_and_deleted_one_by_one(store: Store) -> None:
     a1 = sample_row(sample_device("enp1s0"), claim_uid="claim-a", pod_uid="pod-1")
     a2 = sample_row(sample_device("enp2s0"), claim_uid="claim-a", pod_uid="pod-1", request="net2")
     b = sample_row(sample_device("enp1s0"), claim_uid="claim-b", pod_uid="pod-2", share_id="s2")
-    store.put(b, a2, a1)
+    await store.put(b, a2, a1)
     assert store.for_claim("claim-a") == [a1, a2]
     assert store.for_pod("pod-2") == [b]
     assert store.all() == [a1, a2, b]
     assert store.for_claim("nobody") == []
-    store.delete(a1, b)
+    await store.delete(a1, b)
     assert store.all() == [a2]
-    store.delete(a1)  # already gone: nothing to do
+    await store.delete(a1)  # already gone: nothing to do
     assert store.all() == [a2]
 
 
-def test_held_devices_are_exclusive_nics_inside_pods_and_missing_from_the_node(store: Store) -> None:
+async def test_held_devices_are_exclusive_nics_inside_pods_and_missing_from_the_node(store: Store) -> None:
     inside = sample_device("enp1s0", shared=False)
     half_moved = sample_device("enp2s0", shared=False)
     returned = sample_device("enp3s0", shared=False)
     not_yet = sample_device("enp4s0", shared=False)
     shared = sample_device("enp5s0")
-    store.put(
+    await store.put(
         sample_row(inside, claim_uid="c1", state=State.ATTACHED),
         sample_row(half_moved, claim_uid="c2", state=State.ATTACHING),
         sample_row(returned, claim_uid="c3", state=State.DETACHED),
         sample_row(not_yet, claim_uid="c4", state=State.PREPARED),
         sample_row(shared, claim_uid="c5", state=State.ATTACHED),
     )
-    assert store.held_devices(present={shared.name, returned.name, not_yet.name}) == [inside, half_moved]
+    held = store.held_devices(present={shared.name, returned.name, not_yet.name})
+    assert held == [replace(inside, tenant_ranges=()), replace(half_moved, tenant_ranges=())]
     # a NIC seen on the node again is not held, whatever its row says
     assert store.held_devices(present={inside.name, half_moved.name}) == []
 
 
-def _schema_1_database(directory: Path, rows: list[tuple[str, str, str, str]]) -> None:
-    """A database as the agent of schema 1 wrote it: (claim UID, state, plan JSON, result JSON or "")."""
+def _old_database(directory: Path, schema: int, rows: list[tuple[str, str, str, str]]) -> None:
+    """A database as an agent of `schema` wrote it (schemas 1 and 2 have the same table): (claim UID,
+    state, plan JSON, result JSON or "")."""
     directory.mkdir()
     db = sqlite3.connect(directory / "netclaim.db")
-    db.executescript("""
+    db.executescript(f"""
         CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-        INSERT INTO meta VALUES ('schema', '1');
+        INSERT INTO meta VALUES ('schema', '{schema}');
         CREATE TABLE attachments (
             claim_uid TEXT NOT NULL, pool TEXT NOT NULL, device TEXT NOT NULL, share_id TEXT NOT NULL,
             claim_namespace TEXT NOT NULL, claim_name TEXT NOT NULL, request TEXT NOT NULL,
@@ -148,8 +152,9 @@ SCHEMA_1_RESULT: dict[str, Any] = {
 
 def test_a_schema_1_database_is_migrated_to_typed_plans(tmp_path: Path) -> None:
     plan = json.dumps(SCHEMA_1_PLAN)
-    _schema_1_database(
+    _old_database(
         tmp_path / "state",
+        1,
         [
             ("prepared", "prepared", json.dumps({**SCHEMA_1_PLAN, "bandwidth": None}), ""),
             ("attaching", "attaching", plan, json.dumps({"args": "IgnoreUnknown=1"})),
@@ -163,9 +168,9 @@ def test_a_schema_1_database_is_migrated_to_typed_plans(tmp_path: Path) -> None:
     assert attached.plan.bandwidth_bps == 500_000_000
     assert attached.plan.conflist == SCHEMA_1_PLAN["conflist"]
     assert not attached.plan.shared
-    assert attached.plan.device.if_name == "enp1s0"
-    assert attached.plan.device.attributes["netclaim.dev/mtu"] == 9000
-    assert attached.plan.device.capacity == {BANDWIDTH: Capacity(10_000_000_000)}
+    assert (attached.plan.nic.name, attached.plan.nic.if_name) == ("pci-0000-01-00-0", "enp1s0")
+    assert (attached.plan.nic.mtu, attached.plan.nic.mac) == (9000, "52:54:00:00:00:01")
+    assert attached.plan.nic.published().capacity == {BANDWIDTH: Capacity(10_000_000_000)}
     assert attached.outcome == Outcome(
         cni_args="IgnoreUnknown=1;K8S_POD_NAME=p",
         cni_result=SCHEMA_1_RESULT["cni"],
@@ -185,6 +190,90 @@ def test_a_schema_1_database_is_migrated_to_typed_plans(tmp_path: Path) -> None:
     reopened.close()
 
 
+# Rows as the agent of schema 2 (fd40ace) wrote them, byte for byte: a plan of version 2 (pool addresses)
+# of a whole NIC, attached; a plan of version 1 (written before pool addresses) of a shared NIC, prepared.
+SCHEMA_2_ATTACHED_PLAN = (
+    '{"version":2,"interface_name":"net1","conflist":{"cniVersion":"1.0.0","name":"lan","plugins":[{"type":'
+    '"host-device","device":"enp7s0"}]},"bandwidth_bps":250000000,"device":{"name":"pci-0000-07-00-0",'
+    '"if_name":"enp7s0","shared":false,"attributes":{"netclaim.dev/ifName":"enp7s0","netclaim.dev/mtu":9000,'
+    '"netclaim.dev/mac":"52:54:00:00:07:00","netclaim.dev/shared":false,"netclaim.dev/pciAddress":'
+    '"0000:07:00.0"},"capacity":{"netclaim.dev/bandwidth":{"value":10000000000,"default":null,"minimum":'
+    'null,"step":null,"maximum":null}},"tenant_ranges":["10.0.0.0/8","fd00::/8"]},"pool_addresses":[{'
+    '"request":"addr","pool":"netclaim.dev/ip-pools","device":"lan3","share_id":"share-a","ips":'
+    '["10.10.3.17/24"]}]}'
+)
+SCHEMA_2_ATTACHED_RESULT = (
+    '{"cni_args":"IgnoreUnknown=1;K8S_POD_NAME=pod-1","cni_result":{"cniVersion":"1.0.0","ips":[{"address":'
+    '"10.10.3.17/24"}]},"interface":{"name":"net1","mac":"52:54:00:00:07:00","mtu":9000,"addresses":'
+    '["10.10.3.17/24"]}}'
+)
+SCHEMA_2_PREPARED_PLAN = (
+    '{"version":1,"interface_name":"net1","conflist":{"cniVersion":"1.0.0","name":"lan","plugins":[{"type":'
+    '"macvlan","master":"enp1s0"}]},"bandwidth_bps":null,"device":{"name":"dev-enp1s0","if_name":"enp1s0",'
+    '"shared":true,"attributes":{"netclaim.dev/ifName":"enp1s0","netclaim.dev/shared":true},"capacity":{'
+    '"netclaim.dev/bandwidth":{"value":10000000000,"default":1000000000,"minimum":1000000,"step":1000000,'
+    '"maximum":null},"netclaim.dev/attachments":{"value":32,"default":1,"minimum":1,"step":1,"maximum":4}},'
+    '"tenant_ranges":[]}}'
+)
+
+
+async def test_a_schema_2_database_as_todays_agent_wrote_it_is_migrated(tmp_path: Path) -> None:
+    """The NIC kept as publish.devices.Device was serialised becomes a NicRecord: attach, detach, the host
+    NIC's restore, network-status and the publishing of a NIC inside a pod read what they read before."""
+    _old_database(
+        tmp_path / "state",
+        2,
+        [
+            ("attached", "attached", SCHEMA_2_ATTACHED_PLAN, SCHEMA_2_ATTACHED_RESULT),
+            ("prepared", "prepared", SCHEMA_2_PREPARED_PLAN, ""),
+        ],
+    )
+    store = Store(tmp_path / "state")
+    [attached] = store.for_claim("attached")
+    plan = attached.plan
+    assert (plan.version, plan.interface_name, plan.bandwidth_bps) == (3, "net1", 250_000_000)
+    assert plan.conflist == json.loads(SCHEMA_2_ATTACHED_PLAN)["conflist"]
+    nic = plan.nic
+    assert (nic.name, nic.if_name, nic.shared) == ("pci-0000-07-00-0", "enp7s0", False)
+    assert (nic.mtu, nic.mac, nic.pci_address) == (9000, "52:54:00:00:07:00", "0000:07:00.0")
+    assert [(p.device, p.share_id, p.ips) for p in plan.pool_addresses] == [
+        ("lan3", "share-a", ("10.10.3.17/24",))
+    ]
+    assert attached.outcome == Outcome.model_validate_json(SCHEMA_2_ATTACHED_RESULT)
+    [held] = store.held_devices(present=set())
+    assert held.to_api() == {
+        "name": "pci-0000-07-00-0",
+        "attributes": {
+            "netclaim.dev/ifName": {"string": "enp7s0"},
+            "netclaim.dev/mtu": {"int": 9000},
+            "netclaim.dev/mac": {"string": "52:54:00:00:07:00"},
+            "netclaim.dev/shared": {"bool": False},
+            "netclaim.dev/pciAddress": {"string": "0000:07:00.0"},
+        },
+        "capacity": {BANDWIDTH: {"value": "9765625Ki"}},  # 10,000,000,000
+    }
+    [prepared] = store.for_claim("prepared")
+    assert prepared.plan.shared and prepared.plan.pool_addresses == ()
+    assert prepared.plan.nic.published().capacity[ATTACHMENTS] == Capacity(32, 1, 1, 1, 4)
+    assert prepared.outcome == Outcome()
+    store.close()
+    raw = sqlite3.connect(tmp_path / "state" / "netclaim.db")
+    assert raw.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+    [plan_json] = raw.execute("SELECT plan FROM attachments WHERE claim_uid = 'attached'").fetchone()
+    assert set(json.loads(plan_json)) == {
+        "version",
+        "interface_name",
+        "conflist",
+        "bandwidth_bps",
+        "nic",
+        "pool_addresses",
+    }
+    raw.close()
+    reopened = Store(tmp_path / "state")  # a migrated database opens as it is
+    assert reopened.for_claim("attached") == [attached]
+    reopened.close()
+
+
 def test_a_database_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
     Store(tmp_path / "state").close()
     raw = sqlite3.connect(tmp_path / "state" / "netclaim.db")
@@ -195,9 +284,9 @@ def test_a_database_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
         Store(tmp_path / "state")
 
 
-def test_a_row_this_agent_cannot_read_is_refused_naming_it(store: Store) -> None:
+async def test_a_row_this_agent_cannot_read_is_refused_naming_it(store: Store) -> None:
     row = sample_row(claim_uid="claim-x")
-    store.put(row)
+    await store.put(row)
     newer_plan = {**json.loads(row.plan.model_dump_json()), "version": 2, "vlan": 7}
     store._db.execute("UPDATE attachments SET plan = ?", (json.dumps(newer_plan),))
     with pytest.raises(
@@ -207,35 +296,35 @@ def test_a_row_this_agent_cannot_read_is_refused_naming_it(store: Store) -> None
         store.all()
 
 
-def test_a_row_in_a_state_this_agent_does_not_know_is_refused(store: Store) -> None:
+async def test_a_row_in_a_state_this_agent_does_not_know_is_refused(store: Store) -> None:
     row = sample_row(claim_uid="claim-x")
-    store.put(row)
+    await store.put(row)
     store._db.execute("UPDATE attachments SET state = 'quarantined'")
     with pytest.raises(PrerequisiteError, match=f"row of claim claim-x device {row.device}"):
         store.for_pod(row.pod_uid)
 
 
-def test_a_locked_database_is_a_transient_error_and_changes_nothing(store: Store) -> None:
-    store.put(sample_row(claim_uid="before"))
+async def test_a_locked_database_is_a_transient_error_and_changes_nothing(store: Store) -> None:
+    await store.put(sample_row(claim_uid="before"))
     store._db.execute("PRAGMA busy_timeout = 0")  # sqlite would wait 5 s for the lock first
     other = sqlite3.connect(store.path, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")
     with pytest.raises(StateStoreError, match="locked"):
-        store.put(sample_row(claim_uid="during"), sample_row(claim_uid="during-2"))
+        await store.put(sample_row(claim_uid="during"), sample_row(claim_uid="during-2"))
     with pytest.raises(StateStoreError, match="locked"):
-        store.delete(sample_row(claim_uid="before"))
+        await store.delete(sample_row(claim_uid="before"))
     other.execute("ROLLBACK")
     other.close()
     assert [r.claim_uid for r in store.all()] == ["before"]
-    store.put(sample_row(claim_uid="after"))  # the next write works once the lock is gone
+    await store.put(sample_row(claim_uid="after"))  # the next write works once the lock is gone
     assert [r.claim_uid for r in store.all()] == ["after", "before"]
 
 
-def test_a_failed_write_leaves_none_of_its_rows(store: Store) -> None:
-    store.put(sample_row(claim_uid="kept"))
+async def test_a_failed_write_leaves_none_of_its_rows(store: Store) -> None:
+    await store.put(sample_row(claim_uid="kept"))
     with pytest.raises(sqlite3.IntegrityError):
         # the second row breaks a NOT NULL column: the first one must not be written alone
-        store.put(sample_row(claim_uid="new"), sample_row(claim_uid=None))  # type: ignore[arg-type]
+        await store.put(sample_row(claim_uid="new"), sample_row(claim_uid=None))  # type: ignore[arg-type]
     assert [r.claim_uid for r in store.all()] == ["kept"]
 
 
@@ -243,3 +332,44 @@ def test_a_read_the_database_refuses_is_a_state_store_error(store: Store) -> Non
     store._db.execute("DROP TABLE attachments")
     with pytest.raises(StateStoreError, match="no such table"):
         store.all()
+
+
+async def test_a_database_held_by_another_process_never_holds_up_the_event_loop(tmp_path: Path) -> None:
+    """An operator's sqlite3 shell holds the database: the write waits for it on the store's own thread,
+    the event loop goes on answering the runtime, the caller stops waiting at its bound (transient: the
+    runtime retries), and the write is still made, before the next one."""
+    store = Store(tmp_path / "state", write_seconds=0.05)
+    await store.put(sample_row(claim_uid="before"))
+    other = sqlite3.connect(store.path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    beats = 0
+
+    async def heartbeat() -> None:
+        nonlocal beats
+        while True:
+            beats += 1
+            await asyncio.sleep(0)
+
+    beating = asyncio.create_task(heartbeat())
+    try:
+        with pytest.raises(StateStoreError, match=r"did not take a write within 0\.05 s"):
+            await store.put(sample_row(claim_uid="late"))
+        assert beats > 1  # the loop ran while the write waited
+        assert [r.claim_uid for r in store.all()] == ["before"]  # reads never wait for the writer
+    finally:
+        beating.cancel()
+        other.execute("ROLLBACK")
+        other.close()
+    await store.put(sample_row(claim_uid="next"))
+    assert [r.claim_uid for r in store.all()] == ["before", "late", "next"]
+    store.close()
+
+
+async def test_closing_the_store_makes_the_writes_asked_so_far(tmp_path: Path) -> None:
+    store = Store(tmp_path / "state", write_seconds=0.0)  # the caller never waits
+    with pytest.raises(StateStoreError):
+        await store.put(sample_row(claim_uid="asked"))
+    store.close()
+    reopened = Store(tmp_path / "state")
+    assert [r.claim_uid for r in reopened.all()] == ["asked"]
+    reopened.close()

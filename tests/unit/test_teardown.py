@@ -65,7 +65,7 @@ async def test_a_row_whose_del_raises_a_bug_is_cleaned_up_and_the_other_rows_are
     await rig.preparer.prepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
     rig.cni.fail_delete = [ValueError("embedded null byte")]  # the first row's DEL only
-    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert [c.command for c in rig.cni.calls] == ["ADD", "ADD", "DEL", "DEL"]
     assert rig.store.all() == []
     assert rig.cni.leases == {}  # the first row's by hand, the second's by its DEL
@@ -88,7 +88,7 @@ async def test_a_claim_whose_config_cannot_be_read_is_refused_and_still_torn_dow
         await rig.preparer.prepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert rig.store.all() == [] and rig.api.calls.count("create_ip_allocation") == 0
     rig.api.allocations["lan-10-10-3-7"] = _held_by(CLAIM.uid)  # held from before, say
-    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert rig.api.allocations == {}  # the claim ends with its pod: its address went
 
 
@@ -110,14 +110,14 @@ async def test_addresses_whose_end_cannot_be_decided_are_kept_and_unprepare_comp
 ) -> None:
     rig.api.allocations["lan-10-10-3-7"] = _held_by(CLAIM.uid)
     rig.api.fail_next = [failure]  # type: ignore[list-item]  # a bug is not a NetclaimError
-    await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert list(rig.api.allocations) == ["lan-10-10-3-7"]  # the controller frees it once the claim is gone
 
 
 async def test_an_unavailable_api_is_the_one_failure_kubelet_sees_from_unprepare(rig: ConfigureRig) -> None:
     rig.api.fail_next = [ApiUnavailableError("503")]
     with pytest.raises(ApiUnavailableError):
-        await rig.preparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+        await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
 
 
 def _reclaim_errors() -> float:
@@ -135,13 +135,13 @@ async def test_one_claim_failing_in_reclaim_does_not_stop_the_round_for_the_othe
         rig.api.add_claim(claim)
         await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)  # their sandboxes never ran
         del rig.api.claims[(claim.namespace, claim.name)]  # and the claims went
-    assert await rig.preparer.reclaim() == []  # idle for the first time: kubelet's turn
+    assert await rig.reclaimer.reclaim() == []  # idle for the first time: kubelet's turn
     failures: list[NetclaimError] = [KeyError("a bug")]  # type: ignore[list-item]
     rig.api.fail_next = failures  # the first claim looked up
     before = _reclaim_errors()
-    [reclaimed] = await rig.preparer.reclaim()
+    [reclaimed] = await rig.reclaimer.reclaim()
     assert _reclaim_errors() == before + 1
     [left] = {row.claim_uid for row in rig.store.all()}
     assert {reclaimed.uid, left} == {"uid-first", "uid-second"}
-    assert [c.uid for c in await rig.preparer.reclaim()] == [left]  # the next round retries it
+    assert [c.uid for c in await rig.reclaimer.reclaim()] == [left]  # the next round retries it
     assert rig.store.all() == []

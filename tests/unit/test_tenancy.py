@@ -13,12 +13,12 @@ from netclaim.api.cnikeys import spelling_problems
 from netclaim.api.ippool import IPPool
 from netclaim.api.tenancy import Target, tenant_problems
 from netclaim.api.validate import ALLOWED_PLUGINS, problems
-from netclaim.configure.plan import plan_claim
+from netclaim.configure.plan import ClaimInputs, NodeContext, plan_claim
 from netclaim.errors import ConfigError
 from netclaim.objects import Claim, DeviceConfig
 from netclaim.publish.devices import Device
 from tests.attacks import CORPUS_POOL, TENANT_RANGES, Attack, Nested, attacks, chain, macvlan, nested_value
-from tests.unit.fakes import sample_allocation, sample_claim, sample_config
+from tests.unit.fakes import every_version, sample_allocation, sample_claim, sample_config
 
 ATTACKS = attacks()
 SHARED = Device(
@@ -63,14 +63,9 @@ def _claim(
 def _plan(
     config: dict[str, object], source: str, device: Device, extra: dict[str, object] | None = None
 ) -> None:
-    plan_claim(
-        _claim(config, source, device, extra),
-        driver="netclaim.dev",
-        node="node-1",
-        device={device.name: device}.get,
-        pools=POOLS,
-        reserved=CLUSTER,
-    )
+    claim = _claim(config, source, device, extra)
+    node = NodeContext("netclaim.dev", "node-1", {device.name: device}.get, reserved=CLUSTER)
+    plan_claim(ClaimInputs(claim, every_version(claim), pools=POOLS), node)
 
 
 def test_the_attack_corpus_is_big_enough() -> None:
@@ -176,7 +171,8 @@ def _pinned_plan(pins: list[str], claim_parameters: dict[str, object]) -> dict[s
             ),
         ),
     )
-    [planned] = plan_claim(claim, driver="netclaim.dev", node="node-1", device={SHARED.name: SHARED}.get)
+    node = NodeContext("netclaim.dev", "node-1", {SHARED.name: SHARED}.get)
+    [planned] = plan_claim(ClaimInputs(claim, every_version(claim)), node)
     return {"interface": planned.plan.interface_name, **planned.plan.conflist}
 
 

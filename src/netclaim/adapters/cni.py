@@ -1,9 +1,10 @@
 """Run CNI plugins (spec 1.1, and the ≤ 1.0.0 plugins distributions ship): ADD, DEL, VERSION.
 
 Plugins run only from the configured directory, by name (never a path), without a shell, with a bounded
-time. A network config list is a chain: ADD runs the plugins in order passing each result on as
-`prevResult`; DEL runs them in reverse with the final ADD result. A chain that fails half-way is rolled
-back with DEL by the caller (netclaim.configure.attach).
+time, and never outlive the call that started them (a timeout or a cancellation kills the plugin's process
+group before the call ends). A network config list is a chain: ADD runs the plugins in order passing each
+result on as `prevResult`; DEL runs them in reverse with the final ADD result. A chain that fails half-way
+is rolled back with DEL by the caller (netclaim.configure.attach).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from netclaim.errors import CniError, ConfigError, NetclaimError
+from netclaim.errors import CNI_TRY_AGAIN, CniError, CniTryAgainError, ConfigError, NetclaimError
 from netclaim.names import PLUGIN_TYPE
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,9 @@ class CniRunner:
             }
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise CniError(kind, command, 11, "no time left for the plugin (the runtime's hook budget)")
+            raise CniTryAgainError(
+                kind, command, CNI_TRY_AGAIN, "no time left for the plugin (the runtime's hook budget)"
+            )
         try:
             process = await asyncio.create_subprocess_exec(
                 str(path),
@@ -123,17 +126,22 @@ class CniRunner:
                 process.communicate(json.dumps(stdin).encode()), remaining
             )
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)  # the plugin and anything it started
-            await process.wait()
-            raise CniError(kind, command, 11, f"timed out after {remaining:.2f} s") from None
+            await _kill(process)
+            raise CniTryAgainError(
+                kind, command, CNI_TRY_AGAIN, f"timed out after {remaining:.2f} s"
+            ) from None
+        except asyncio.CancelledError:
+            # the hook's caller went away (the runtime dropped the connection): an orphaned ADD must never
+            # race the DEL of whoever repairs the pod next, so the plugin is gone before we let go
+            await _kill(process)
+            raise
         output = _json(stdout)
         if process.returncode != 0:
             code, message, details = output.get("code"), output.get("msg"), output.get("details")
             if not isinstance(message, str) or not message:
                 message = stderr.decode(errors="replace").strip()[:500] or "failed"
             code = code if isinstance(code, int) else 999
-            raise CniError(kind, command, code, message, details if isinstance(details, str) else "")
+            raise CniError.of(kind, command, code, message, details if isinstance(details, str) else "")
         return output
 
     async def versions(self, kind: str) -> list[str]:
@@ -204,6 +212,13 @@ class CniRunner:
                 first = first or err
         if first is not None and not quiet:
             raise first
+
+
+async def _kill(process: asyncio.subprocess.Process) -> None:
+    """Kill the plugin and anything it started (its own process group), and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()
 
 
 def _json(data: bytes) -> dict[str, Any]:

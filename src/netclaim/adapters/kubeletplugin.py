@@ -1,8 +1,8 @@
 """The kubelet side: plugin registration and the DRAPlugin service (v1 and v1beta1) over unix sockets.
 
-Thin on purpose: each call loops over the claims, asks the ClaimPreparer, and maps results and errors by
-the table in netclaim.errors. A claim's failure goes into that claim's `error`; the call itself never
-fails, so kubelet keeps the answers for the other claims.
+Thin on purpose: each call loops over the claims, asks the ClaimPreparer (prepare) or the ClaimUnpreparer
+(unprepare), and maps results and errors by the table in netclaim.errors. A claim's failure goes into that
+claim's `error`; the call itself never fails, so kubelet keeps the answers for the other claims.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from netclaim._proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from netclaim.errors import CniError, ConfigError, NetclaimError
+from netclaim.errors import CniError, ConfigError, NetclaimError, TransientError
 
 log = logging.getLogger(__name__)
 SUPPORTED_VERSIONS = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
@@ -41,11 +41,15 @@ class PreparedDevice:
 
 
 class ClaimPreparer(Protocol):
-    """What the DRA service asks of netclaim, per claim."""
+    """What NodePrepareResources asks of netclaim, per claim: prepare it, or say on it why it cannot be."""
 
     async def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]: ...
 
     async def report_failure(self, namespace: str, name: str, uid: str, message: str) -> None: ...
+
+
+class ClaimUnpreparer(Protocol):
+    """What NodeUnprepareResources asks of netclaim, per claim."""
 
     async def unprepare(self, namespace: str, name: str, uid: str) -> None: ...
 
@@ -58,7 +62,8 @@ async def _claim_error(call: str, claim: Any, err: Exception, preparer: ClaimPre
         log.error(f"{call} failed (a bug)", exc_info=err, extra=where)
         return f"internal error in the netclaim agent ({type(err).__name__}); see its log"
     log.warning(f"{call} failed", extra={**where, "error": str(err), "kind": type(err).__name__})
-    if call == "prepare" and isinstance(err, ConfigError | CniError):
+    blamed = isinstance(err, ConfigError | CniError) and not isinstance(err, TransientError)
+    if call == "prepare" and blamed:
         try:
             await preparer.report_failure(claim.namespace, claim.name, claim.uid, str(err))
         except NetclaimError as report_err:
@@ -77,8 +82,9 @@ def socket_paths(kubelet_root: Path, driver: str) -> tuple[Path, Path]:
 class _DraService:
     """DRAPlugin for one API version; `pb` is that version's generated message module."""
 
-    def __init__(self, preparer: ClaimPreparer, pb: Any) -> None:
+    def __init__(self, preparer: ClaimPreparer, unpreparer: ClaimUnpreparer, pb: Any) -> None:
         self.preparer = preparer
+        self.unpreparer = unpreparer
         self.pb = pb
 
     def _device(self, device: PreparedDevice) -> Any:
@@ -109,7 +115,7 @@ class _DraService:
         response = self.pb.NodeUnprepareResourcesResponse()
         for claim in request.claims:
             try:
-                await self.preparer.unprepare(claim.namespace, claim.name, claim.uid)
+                await self.unpreparer.unprepare(claim.namespace, claim.name, claim.uid)
                 response.claims[claim.uid].error = ""
                 metrics.KUBELET_CALLS.labels("unprepare", "ok").inc()
             except Exception as err:  # noqa: BLE001 - mapped to this claim's error by its class
@@ -118,13 +124,13 @@ class _DraService:
 
 
 class _DraV1(_DraService, dra_v1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, preparer: ClaimPreparer) -> None:
-        super().__init__(preparer, dra_v1_pb2)
+    def __init__(self, preparer: ClaimPreparer, unpreparer: ClaimUnpreparer) -> None:
+        super().__init__(preparer, unpreparer, dra_v1_pb2)
 
 
 class _DraV1beta1(_DraService, dra_v1beta1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, preparer: ClaimPreparer) -> None:
-        super().__init__(preparer, dra_v1beta1_pb2)
+    def __init__(self, preparer: ClaimPreparer, unpreparer: ClaimUnpreparer) -> None:
+        super().__init__(preparer, unpreparer, dra_v1beta1_pb2)
 
 
 class _Registration(pluginregistration_pb2_grpc.RegistrationServicer):
@@ -171,13 +177,17 @@ class KubeletPlugin:
 
 
 async def serve(
-    preparer: ClaimPreparer, kubelet_root: Path, driver: str, on_registered: Callable[[bool], None]
+    preparer: ClaimPreparer,
+    unpreparer: ClaimUnpreparer,
+    kubelet_root: Path,
+    driver: str,
+    on_registered: Callable[[bool], None],
 ) -> KubeletPlugin:
     """Start the DRA service, then the registration socket kubelet watches."""
     registration_socket, dra_socket = socket_paths(kubelet_root, driver)
     dra = grpc.aio.server()
-    dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1(preparer), dra)
-    dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1beta1(preparer), dra)
+    dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1(preparer, unpreparer), dra)
+    dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1beta1(preparer, unpreparer), dra)
     _listen(dra, dra_socket)
     await dra.start()
     dra_socket.chmod(0o600)

@@ -14,7 +14,9 @@ everything else is answered Unimplemented (code 12). When the runtime goes away 
 with backoff and registers again.
 
 A hook's exception becomes an error status: containerd fails the sandbox and kubelet retries. A hook must
-answer within the runtime's request timeout — a timeout would let the pod start without our work.
+answer within the runtime's request timeout — a timeout would let the pod start without our work. When
+the connection goes (containerd drops a plugin that was late), the hooks in flight are cancelled, and the
+connection ends only once they are (a CNI plugin a hook started is killed: netclaim.adapters.cni).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from netclaim import metrics
 from netclaim._proto import nri_pb2, ttrpc_pb2
 from netclaim.backoff import Backoff
 from netclaim.errors import NetclaimError, ProtocolError
+from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -149,12 +152,14 @@ class Connection:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         hooks: PodHooks,
+        background: Supervisor,
         name: str,
         index: str,
         on_state: Callable[[bool], None] | None = None,
     ) -> None:
         self.reader, self.writer = reader, writer
         self.hooks = hooks
+        self.background = background  # runs each call of the runtime, and the repairs after Synchronize
         self.name, self.index = name, index
         self.on_state = on_state  # told True once synchronized (events flow), False when the link is lost
         self.request_timeout = 2.0  # seconds; replaced by the runtime's value in Configure
@@ -163,7 +168,7 @@ class Connection:
         self._next_stream = 1
         self._pending: dict[int, asyncio.Future[ttrpc_pb2.Response]] = {}
         self._sync_pods: list[PodSandbox] = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # this connection's: cancelled when it ends
 
     async def _send(self, conn: int, frame: bytes) -> None:
         async with self._write_lock:
@@ -213,8 +218,12 @@ class Connection:
         finally:
             reading.cancel()
             registering.cancel()
+            # hooks in flight end with the connection: the runtime no longer waits for their answers.
+            # Their cancellation is awaited (it kills any CNI plugin they started), so nothing of theirs
+            # still runs when the next connection's Synchronize repairs what they left.
             for task in self._tasks:
                 task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
             self.writer.close()
             with contextlib.suppress(OSError):
                 await self.writer.wait_closed()
@@ -228,9 +237,11 @@ class Connection:
                 if conn == RUNTIME_CONN and kind == RESPONSE:
                     self._resolve(stream_id, data)
                 elif conn == PLUGIN_CONN and kind == REQUEST:
-                    task = asyncio.create_task(self._serve(stream_id, data))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self._hold(self.background.spawn("nri-call", self._serve(stream_id, data)))
+
+    def _hold(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _resolve(self, stream_id: int, data: bytes) -> None:
         future = self._pending.get(stream_id)
@@ -304,9 +315,7 @@ class Connection:
             return nri_pb2.SynchronizeResponse(more=True)
         pods, self._sync_pods = self._sync_pods, []
         # Repairs may take longer than the runtime waits for this answer: they run on their own.
-        task = asyncio.create_task(self.hooks.synchronize(pods))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._hold(self.background.spawn("nri-synchronize", self.hooks.synchronize(pods)))
         # Ready only now: the runtime sends pod events to a plugin once its Synchronize is answered, so a
         # pod that went between Configure and here would be missed by whoever trusted an earlier "ready".
         if self.on_state is not None:
@@ -346,6 +355,7 @@ class Connection:
 async def run_plugin(
     socket: Path,
     hooks: PodHooks,
+    background: Supervisor,
     name: str = "netclaim",
     index: str = "50",
     on_state: Callable[[bool], None] | None = None,
@@ -359,7 +369,7 @@ async def run_plugin(
             log.info("NRI socket not reachable; retrying", extra={"socket": str(socket), "error": str(err)})
             await backoff.wait()
             continue
-        connection = Connection(reader, writer, hooks, name, index, on_state)
+        connection = Connection(reader, writer, hooks, background, name, index, on_state)
         log.info("NRI connected", extra={"socket": str(socket)})
         try:
             await connection.run()

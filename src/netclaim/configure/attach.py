@@ -19,9 +19,9 @@ from netclaim import faults
 from netclaim.adapters import netlink
 from netclaim.adapters.cni import CniRunner, Invocation, cni_args
 from netclaim.adapters.nri import PodSandbox
-from netclaim.configure.plan import host_nic
 from netclaim.configure.store import Attachment, Interface, Outcome, State, Store
 from netclaim.errors import AttachError, NetclaimError, PodBusyError, TransientError
+from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +81,11 @@ def netns_exists(path: str) -> bool:
 
 
 class Attacher:
-    def __init__(self, store: Store, cni: CniRunner, locks: PodLocks) -> None:
+    def __init__(self, store: Store, cni: CniRunner, locks: PodLocks, background: Supervisor) -> None:
         self.store = store
         self.cni = cni
         self.locks = locks
-        self._undoing: set[asyncio.Task[None]] = set()
+        self.background = background  # runs the undo of an ADD whose rollback ran out of time
 
     def _invocation(self, row: Attachment) -> Invocation:
         netns = row.netns if netns_exists(row.netns) else ""
@@ -114,7 +114,7 @@ class Attacher:
             outcome=Outcome(cni_args=args),
             error="",
         )
-        self.store.put(row)
+        await self.store.put(row)
         invocation = Invocation(sandbox.id, sandbox.netns, plan.interface_name, args)
         started = time.monotonic()
         try:
@@ -127,11 +127,11 @@ class Attacher:
         except Exception as err:
             message = f"claim {row.claim_namespace}/{row.claim_name} device {row.device}: {err}"
             if await self._rollback(row, deadline):
-                self.store.put(
+                await self.store.put(
                     row.with_state(State.PREPARED, sandbox_id="", netns="", outcome=Outcome(), error=message)
                 )
             else:  # out of the runtime's budget: the row stays `attaching` (undo first) and is undone later
-                self._undo_later(row.with_state(State.ATTACHING, error=message))
+                await self._undo_later(row.with_state(State.ATTACHING, error=message))
             if not isinstance(err, NetclaimError):
                 log.exception("attach failed (a bug)", extra={"claim": row.claim_name})
             raise AttachError(message) from err
@@ -139,7 +139,7 @@ class Attacher:
         row = row.with_state(
             State.ATTACHED, outcome=Outcome(cni_args=args, cni_result=result, interface=interface)
         )
-        self.store.put(row)
+        await self.store.put(row)
         log.info(
             "attached",
             extra={
@@ -164,8 +164,8 @@ class Attacher:
             return False
         return True
 
-    def _undo_later(self, row: Attachment) -> None:
-        self.store.put(row)
+    async def _undo_later(self, row: Attachment) -> None:
+        await self.store.put(row)
 
         async def undo() -> None:
             async with self.locks(row.pod_uid):
@@ -173,9 +173,7 @@ class Attacher:
                 if current is not None and current.state == State.ATTACHING:
                     await self.detach(current, time.monotonic() + self.cni.timeout)
 
-        task = asyncio.create_task(undo())
-        self._undoing.add(task)
-        task.add_done_callback(self._undoing.discard)
+        self.background.spawn("attach-undo", undo())
 
     async def detach(self, row: Attachment, deadline: float) -> Attachment:
         """DEL what an `attaching`/`attached` row may have added (the netns may be gone: IPAM is still
@@ -188,7 +186,7 @@ class Attacher:
         await self.cni.delete(row.plan.conflist, invocation, row.outcome.cni_result, deadline)
         await self._restore_host_nic(row)
         row = row.with_state(State.DETACHED, netns="", outcome=Outcome(), error="")
-        self.store.put(row)
+        await self.store.put(row)
         log.info("detached", extra={"claim": row.claim_name, "device": row.device})
         return row
 
@@ -212,7 +210,7 @@ class Attacher:
                     problems.append(
                         f"device {row.device}: {_described(err)}; {await self._clean_up(current)}"
                     )
-                self.store.delete(current)
+                await self.store.delete(current)
             self.locks.forget(row.pod_uid)
         return problems
 
@@ -238,7 +236,8 @@ class Attacher:
         the NIC, or the node, must not inherit it)."""
         if row.plan.shared:
             return
-        if_name, mtu, mac = host_nic(row.plan)
+        nic = row.plan.nic
+        if_name, mtu, mac = nic.if_name, nic.mtu, nic.mac
         current = await netlink.interface(if_name)
         if current is None:
             log.warning("exclusive NIC not back on the node", extra={"interface": if_name})

@@ -18,7 +18,7 @@ from netclaim.adapters.nri import PodSandbox
 from netclaim.configure.attach import Attacher, PodLocks, holding, netns_exists
 from netclaim.configure.status import ClaimRef, PodRef, StatusWriter
 from netclaim.configure.store import Attachment, State, Store
-from netclaim.errors import AttachError, HostNetworkPodError, NetclaimError
+from netclaim.errors import AttachError, HostNetworkPodError, NetclaimError, TransientError
 
 log = logging.getLogger(__name__)
 REPAIR_SECONDS = 10.0
@@ -91,7 +91,8 @@ class PodHooks:
                     current = self.attacher.current(attached)
                     if current is not None:
                         await self.attacher.detach(current, deadline)
-                self.status.warn_later(pod, "NetclaimAttachFailed", str(err))
+                if not isinstance(err.__cause__, TransientError):  # kubelet retries: the user is not blamed
+                    self.status.warn_later(pod, "NetclaimAttachFailed", str(err))
                 raise
             finally:
                 for row in rows:

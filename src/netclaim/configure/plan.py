@@ -1,12 +1,18 @@
-"""Planning: a claim, the node's published devices and the configs → one typed AttachPlan per device.
+"""Planning: a claim, what was gathered for it and this node's devices → one typed AttachPlan per device.
 
-Pure functions, no I/O: `address_requests` reads which IP pools the claim was allocated and what it asks of
-them; `plan_claim` decodes the configs (DeviceClass first, then claim), merges them, fills placeholders
-from the allocated device, checks a tenant's config against the allow-list (netclaim.api.tenancy) and every
-config against the device's sharing, configures the granted pool addresses (static IPAM) and fills the
-node's defaults;
-`negotiate` then picks the CNI version every plugin of the chain speaks, from the versions the preparer
-asked the installed plugins for. Every error is a ConfigError naming the field.
+Pure functions, no I/O, no adapter's protocol. Prepare (netclaim.configure.prepare) calls them twice:
+- `claim_needs` before anything is gathered: what the claim asks of the world outside, read from it alone
+  (the IP pools' devices it was allocated and the addresses it asks of each, whether its own config names
+  IPAM, the plugins its configs name);
+- `plan_claim`, once, with all that was gathered (netclaim.configure.gather): it decodes the configs
+  (DeviceClass first, then claim), merges them, fills placeholders from the allocated device, checks a
+  tenant's config against the allow-list (netclaim.api.tenancy) and every config against the device's
+  sharing, configures the granted pool addresses (static IPAM), fills the node's defaults and settles the
+  CNI version every plugin of each chain speaks (`negotiate`).
+Every error is a ConfigError naming the field.
+
+The plan is what the store keeps (netclaim.configure.store): AttachPlan and its parts are its schema,
+versioned, the allocated NIC a NicRecord of its own rather than publish.devices.Device.
 """
 
 from __future__ import annotations
@@ -14,24 +20,27 @@ from __future__ import annotations
 import ipaddress
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from netclaim.api.cniconfig import EffectiveConfig, SourcedConfig, decode, merge, plugin_types
+from netclaim.api.cniconfig import EffectiveConfig, SourcedConfig, as_conflist, decode, merge, plugin_types
 from netclaim.api.ippool import POOLS_POOL, AddressConfig, IPPool
 from netclaim.api.placeholders import ScalarValue, render
+from netclaim.api.publishpolicy import AttributeValue
 from netclaim.api.tenancy import AddressRules, IPNetwork, Target, sharing_problems, tenant_problems
 from netclaim.errors import ConfigError
 from netclaim.ipam.addresses import AddressRequest, Grant
-from netclaim.names import DRIVER_DOMAIN, check_pod_interface_name
+from netclaim.names import DRIVER_DOMAIN, PLUGIN_TYPE, check_pod_interface_name
 from netclaim.objects import AllocatedDevice, Claim
-from netclaim.publish.devices import BANDWIDTH, Device
+from netclaim.publish.devices import BANDWIDTH, Capacity, Device
 from netclaim.quantity import parse_quantity
 
 NETWORK = f"{DRIVER_DOMAIN}/network"
+POOL_IPAM = "static"  # the IPAM plugin that configures the addresses granted from IP pools
+MTU, MAC, PCI_ADDRESS = (f"{DRIVER_DOMAIN}/{key}" for key in ("mtu", "mac", "pciAddress"))
 
 
 class PoolAddresses(BaseModel):
@@ -46,30 +55,141 @@ class PoolAddresses(BaseModel):
     ips: tuple[str, ...]
 
 
-class AttachPlan(BaseModel):
-    """What RunPodSandbox carries out for one allocated device, stored as JSON (versioned)."""
+class NicCapacity(BaseModel):
+    """One capacity of the NIC as it was published: its value, and a shared NIC's request policy."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # a newer agent reads older versions, never the reverse; 2 added pool_addresses
-    version: Literal[1, 2] = 2
+    value: int
+    default: int | None = None
+    minimum: int | None = None
+    step: int | None = None
+    maximum: int | None = None
+
+
+class NicRecord(BaseModel):
+    """The allocated NIC as a stored plan keeps it: a schema of its own, so that publish.devices.Device
+    may change without changing what the store reads back. After prepare it is read for: whether the NIC
+    is shared (an exclusive one moves into the pod), the name, MTU and MAC an exclusive NIC is restored to
+    when it comes back, its PCI address (the network-status `device-info`), and the whole of what was
+    published (attributes, capacity): a NIC inside a pod is no longer on the node, and is published from
+    here meanwhile, after a restart too. The admin's tenant ranges are not kept: they only bound planning."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str  # the DRA device
+    if_name: str  # on the node
+    shared: bool
+    attributes: dict[str, AttributeValue]  # fully qualified names, as published
+    capacity: dict[str, NicCapacity]
+
+    @classmethod
+    def of(cls, device: Device) -> NicRecord:
+        return cls(
+            name=device.name,
+            if_name=device.if_name,
+            shared=device.shared,
+            attributes=dict(device.attributes),
+            capacity={
+                name: NicCapacity.model_validate(c, from_attributes=True)
+                for name, c in device.capacity.items()
+            },
+        )
+
+    def published(self) -> Device:
+        """The device as it was published (without tenant ranges: nothing is planned on it meanwhile)."""
+        capacity = {name: Capacity(**c.model_dump()) for name, c in self.capacity.items()}
+        return Device(self.name, self.if_name, self.shared, dict(self.attributes), capacity)
+
+    @property
+    def mtu(self) -> int | None:
+        mtu = self.attributes.get(MTU)
+        return mtu if isinstance(mtu, int) and not isinstance(mtu, bool) else None
+
+    @property
+    def mac(self) -> str | None:
+        mac = self.attributes.get(MAC)
+        return mac if isinstance(mac, str) else None
+
+    @property
+    def pci_address(self) -> str | None:
+        pci = self.attributes.get(PCI_ADDRESS)
+        return pci if isinstance(pci, str) else None
+
+
+class AttachPlan(BaseModel):
+    """What RunPodSandbox carries out for one allocated device, stored as JSON (versioned; the store
+    migrates older rows when it opens: netclaim.configure.store)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # a newer agent reads older versions (by migrating them), never the reverse; 2 added pool_addresses,
+    # 3 keeps the NIC as a NicRecord
+    version: Literal[3] = 3
     interface_name: str  # inside the pod
     conflist: dict[str, Any]  # rendered, node defaults filled, cniVersion negotiated
     bandwidth_bps: int | None  # cap both ways; None: not shaped
-    device: Device  # as published: a whole NIC inside a pod is published from it meanwhile
+    nic: NicRecord
     pool_addresses: tuple[PoolAddresses, ...] = ()
 
     @property
     def shared(self) -> bool:
-        return self.device.shared
+        return self.nic.shared
+
+
+@dataclass(frozen=True)
+class ClaimNeeds:
+    """What a claim asks of the world outside, read from the claim alone: what prepare gathers for it."""
+
+    addresses: list[AddressRequest]  # the IP pools' devices it was allocated, what it asks of each
+    pools: bool  # its own config names IPAM: checked against every IP pool of the cluster
+    plugin_types: frozenset[str]  # every plugin (and delegated IPAM) its configs name, and POOL_IPAM
+
+
+@dataclass(frozen=True)
+class PluginVersions:
+    """What the installed plugins speak: plugin type → CNI versions; or why a type cannot run here."""
+
+    spoken: Mapping[str, Sequence[str]]
+    unusable: Mapping[str, str] = field(default_factory=dict)
+
+    def of(self, conflist: dict[str, Any]) -> dict[str, Sequence[str]]:
+        """The versions of each plugin of a chain; a ConfigError for one that cannot run on this node."""
+        for kind in plugin_types(conflist):
+            if kind in self.unusable:
+                raise ConfigError(self.unusable[kind])
+        return {kind: self.spoken[kind] for kind in plugin_types(conflist)}
+
+
+@dataclass(frozen=True)
+class ClaimInputs:
+    """Everything planning a claim needs from outside, gathered before it starts."""
+
+    claim: Claim
+    versions: PluginVersions
+    grants: Sequence[Grant] = ()  # the addresses it holds from its IP pools
+    pools: Sequence[IPPool] = ()  # the cluster's IP pools, when its own config names IPAM
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What every claim of this node is planned with."""
+
+    driver: str
+    node: str
+    device: Callable[[str], Device | None]  # the devices the node publishes now, by name
+    host_local_dir: Path | None = None  # where host-local IPAM naming no dataDir keeps reservations
+    reserved: Sequence[IPNetwork] = ()  # networks no claim's own IPAM may use: the cluster's
 
 
 @dataclass(frozen=True)
 class PlannedDevice:
-    """One allocated device of the claim and its plan."""
+    """One allocated device of the claim and its plan; `lowered_from`: the CNI version the config asked
+    for, when the installed plugins speak only older ones (None: as asked)."""
 
     allocated: AllocatedDevice
     plan: AttachPlan
+    lowered_from: str | None = None
 
 
 def _where(claim: Claim) -> str:
@@ -118,20 +238,49 @@ def address_requests(claim: Claim, driver: str) -> list[AddressRequest]:
     return found
 
 
-def plan_claim(
-    claim: Claim,
-    *,
-    driver: str,
-    node: str,
-    device: Callable[[str], Device | None],
-    grants: Sequence[Grant] = (),
-    host_local_dir: Path | None = None,
-    pools: Sequence[IPPool] = (),
-    reserved: Sequence[IPNetwork] = (),
-) -> list[PlannedDevice]:
-    """Plans for every device of `driver` allocated to the claim (negotiation still to do). `pools`: the
-    cluster's IP pools, needed only when a claim's own config names IPAM (`needs_pools`); `reserved`: the
-    networks no claim's own IPAM may use (the cluster's)."""
+def claim_needs(claim: Claim, driver: str) -> ClaimNeeds:
+    """What to gather for the claim before planning it (a ConfigError when its AddressConfigs cannot work)."""
+    addresses = address_requests(claim, driver)
+    kinds = named_plugin_types(claim, driver) | ({POOL_IPAM} if addresses else set())
+    return ClaimNeeds(addresses=addresses, pools=_names_ipam(claim, driver), plugin_types=kinds)
+
+
+def named_plugin_types(claim: Claim, driver: str) -> frozenset[str]:
+    """Every plugin type (and delegated IPAM type) the driver's configs of the claim name, DeviceClass's
+    and claim's: what any of its chains may run. Read before the configs are decoded: what is not a
+    plugin name is left to decoding to refuse."""
+    found = set()
+    for entry in claim.configs:
+        config = entry.parameters.get("config") if isinstance(entry.parameters, dict) else None
+        if entry.driver != driver or not isinstance(config, dict):
+            continue
+        plugins = as_conflist(config).get("plugins")
+        for plugin in plugins if isinstance(plugins, list) else []:
+            ipam = plugin.get("ipam") if isinstance(plugin, dict) else None
+            for named in (plugin, ipam):
+                kind = named.get("type") if isinstance(named, dict) else None
+                if isinstance(kind, str) and PLUGIN_TYPE.fullmatch(kind):
+                    found.add(kind)
+    return frozenset(found)
+
+
+def _names_ipam(claim: Claim, driver: str) -> bool:
+    """Whether a claim's own config names IPAM anywhere: then planning needs the cluster's IP pools (so
+    that no claim configures a pool's address, or any address on a network a pool serves, by itself)."""
+    for entry in claim.configs:
+        if entry.driver != driver or entry.source == "FromClass" or not isinstance(entry.parameters, dict):
+            continue
+        config = entry.parameters.get("config")
+        plugins = config.get("plugins", [config]) if isinstance(config, dict) else []
+        if isinstance(plugins, list) and any(isinstance(p, dict) and "ipam" in p for p in plugins):
+            return True
+    return False
+
+
+def plan_claim(inputs: ClaimInputs, node: NodeContext) -> list[PlannedDevice]:
+    """Plans for every device of the node's driver allocated to the claim, each chain's CNI version
+    settled with what the installed plugins speak."""
+    claim, driver, grants, pools = inputs.claim, node.driver, inputs.grants, inputs.pools
     where = _where(claim)
     if not claim.allocated:
         raise ConfigError(f"{where} is not allocated")
@@ -145,8 +294,10 @@ def plan_claim(
     nics = [r for r in claim.results if r.driver == driver and r.pool != POOLS_POOL]
     per_request = Counter(r.request for r in nics)
     for allocated in nics:
-        if allocated.pool != node:
-            raise ConfigError(f"{where}: device {allocated.pool}/{allocated.device} is not on node {node}")
+        if allocated.pool != node.node:
+            raise ConfigError(
+                f"{where}: device {allocated.pool}/{allocated.device} is not on node {node.node}"
+            )
         effective = merge(configs_for(claim, allocated.request, driver), allocated.request)
         siblings = sorted(r.device for r in nics if r.request == allocated.request)
         if per_request[allocated.request] > effective.devices_per_request:
@@ -162,16 +313,18 @@ def plan_claim(
                 f"{where}: requests {other} and {allocated.request} both name interface "
                 f"{interface}; give each an interfaceName"
             )
-        published = device(allocated.device)
+        published = node.device(allocated.device)
         if published is None:
             raise ConfigError(f"device {allocated.device} is not published by this node (any more)")
         known = [*pools, *(g.pool for g in grants if g.pool.name not in {p.name for p in pools})]
-        rules = None if effective.cni_from_admin else address_rules(published, known, reserved)
-        plan = _plan(claim, allocated, effective, published, interface, rules, host_local_dir)
+        rules = None if effective.cni_from_admin else address_rules(published, known, node.reserved)
+        plan = _plan(claim, allocated, effective, published, interface, rules, node.host_local_dir)
         mine = [g for g in grants if g.interface_request == allocated.request]
         if mine:
             plan = with_pool_addresses(plan, mine, f"{where}: request {allocated.request}")
-        planned.append(PlannedDevice(allocated, plan))
+        conflist, lowered = negotiate(plan.conflist, inputs.versions.of(plan.conflist))
+        asked = str(plan.conflist.get("cniVersion")) if lowered else None
+        planned.append(PlannedDevice(allocated, plan.model_copy(update={"conflist": conflist}), asked))
     return planned
 
 
@@ -179,11 +332,11 @@ def with_pool_addresses(plan: AttachPlan, grants: list[Grant], where: str) -> At
     """The plan with the granted addresses configured by `static` IPAM on the chain's first plugin (the
     one creating the interface), which must name no IPAM of its own."""
     for grant in grants:
-        network = plan.device.attributes.get(NETWORK)
+        network = plan.nic.attributes.get(NETWORK)
         if grant.pool.spec.network is not None and network != grant.pool.spec.network:
             raise ConfigError(
                 f"{where}: IPPool {grant.pool.name} serves network {grant.pool.spec.network!r}, device "
-                f"{plan.device.name} is on {network!r} (add a matchAttribute constraint on {NETWORK})"
+                f"{plan.nic.name} is on {network!r} (add a matchAttribute constraint on {NETWORK})"
             )
     first = plan.conflist["plugins"][0]
     if any(key.lower() == "ipam" for key in first):
@@ -191,7 +344,7 @@ def with_pool_addresses(plan: AttachPlan, grants: list[Grant], where: str) -> At
             f"{where}: config.plugins[0].ipam: the claim takes its addresses from IPPool "
             f"{', '.join(g.pool.name for g in grants)}; leave ipam out"
         )
-    ipam: dict[str, Any] = {"type": "static", "addresses": [a for g in grants for a in g.static_addresses()]}
+    ipam: dict[str, Any] = {"type": POOL_IPAM, "addresses": [a for g in grants for a in g.static_addresses()]}
     routes = [r for g in grants for r in g.routes()]
     if routes:
         ipam["routes"] = routes
@@ -258,19 +411,6 @@ def _interface_name(name: str, index: int, where: str) -> str:
         raise ConfigError(f"{where}: interfaceName {name!r} with its device number: {err}") from None
 
 
-def needs_pools(claim: Claim, driver: str) -> bool:
-    """Whether a claim's own config names IPAM anywhere: then planning needs the cluster's IP pools (so
-    that no claim configures a pool's address, or any address on a network a pool serves, by itself)."""
-    for entry in claim.configs:
-        if entry.driver != driver or entry.source == "FromClass" or not isinstance(entry.parameters, dict):
-            continue
-        config = entry.parameters.get("config")
-        plugins = config.get("plugins", [config]) if isinstance(config, dict) else []
-        if isinstance(plugins, list) and any(isinstance(p, dict) and "ipam" in p for p in plugins):
-            return True
-    return False
-
-
 def address_rules(device: Device, pools: Sequence[IPPool], reserved: Sequence[IPNetwork]) -> AddressRules:
     """Where a claim's own IPAM may take addresses on `device`: the admin's tenant ranges of its publish
     rule, never a pool's network or the cluster's, and nothing at all on a network a pool serves."""
@@ -326,7 +466,7 @@ def _plan(
         bandwidth_bps=(
             int(parse_quantity(consumed)) if consumed and effective.bandwidth == "enforce" else None
         ),
-        device=device,
+        nic=NicRecord.of(device),
     )
 
 
@@ -353,7 +493,9 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
-def negotiate(conflist: dict[str, Any], supported: Mapping[str, list[str]]) -> tuple[dict[str, Any], bool]:
+def negotiate(
+    conflist: dict[str, Any], supported: Mapping[str, Sequence[str]]
+) -> tuple[dict[str, Any], bool]:
     """The config list with `cniVersion` set to the highest version every plugin of the chain speaks
     (`supported`: plugin type → the versions it reports), and whether that is below what was asked.
 
@@ -379,14 +521,3 @@ def negotiate(conflist: dict[str, Any], supported: Mapping[str, list[str]]) -> t
     negotiated = {k: v for k, v in conflist.items() if k != "cniVersions"}
     negotiated["cniVersion"] = candidates[0]
     return negotiated, lowered
-
-
-def host_nic(plan: AttachPlan) -> tuple[str, int | None, str | None]:
-    """(ifName, MTU, MAC) of the allocated NIC as it was published: what an exclusive NIC is restored to."""
-    attributes = plan.device.attributes
-    mtu, mac = attributes.get(f"{DRIVER_DOMAIN}/mtu"), attributes.get(f"{DRIVER_DOMAIN}/mac")
-    return (
-        plan.device.if_name,
-        mtu if isinstance(mtu, int) and not isinstance(mtu, bool) else None,
-        mac if isinstance(mac, str) else None,
-    )

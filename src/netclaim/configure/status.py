@@ -47,12 +47,11 @@ from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import ConfigError, ConflictError, GoneError, NetclaimError, TransientError
 from netclaim.kubeapi import ClaimsApi
-from netclaim.names import DRIVER_DOMAIN
 from netclaim.objects import Pod, condition, read_json
+from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
-PCI_ATTRIBUTE = f"{DRIVER_DOMAIN}/pciAddress"
 MAX_CONFLICT_RETRIES = 3  # immediate re-reads before backing off
 MAX_PARALLEL_WRITES = 4  # targets written at once
 MAX_BUG_ATTEMPTS = 5  # tries in a row failing on a bug before a target is given up (until enqueued again)
@@ -193,8 +192,8 @@ def network_status(pod: Pod, rows: list[Attachment]) -> list[dict[str, Any]]:
             "default": False,  # Multus's meaning: the cluster's default network, never ours
             "dns": {},
         }
-        pci = row.plan.device.attributes.get(PCI_ATTRIBUTE)
-        if not row.plan.shared and isinstance(pci, str):
+        pci = row.plan.nic.pci_address
+        if not row.plan.shared and pci is not None:
             entry["device-info"] = {"type": "pci", "version": "1.1.0", "pci": {"pci-address": pci}}
         entries.append(entry)
     return kept + entries
@@ -236,12 +235,12 @@ class StatusWriter:
     api: ClaimsApi
     driver: str
     store: Store
+    background: Supervisor  # runs each write and each Event, so that a bug in one is never lost
     annotate_pods: bool = True  # the network-status annotation
     retry: Callable[[], Backoff] = Backoff  # each target's backoff
     _queued: dict[Target, _Queued] = field(default_factory=dict)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _failures: dict[str, Failure] = field(default_factory=dict)
-    _events: set[asyncio.Task[None]] = field(default_factory=set)
 
     def enqueue(self, target: Target) -> None:
         """Write the target from the state as it is now: at once, whatever its earlier tries."""
@@ -256,6 +255,17 @@ class StatusWriter:
             queued.due, queued.bugs = time.monotonic(), 0
             queued.backoff.reset()
         self._wake.set()
+
+    async def prepare_failed(self, claim: ClaimRef, message: str) -> None:
+        """A claim whose config cannot work: Ready=False PrepareFailed on its devices of this driver (all on
+        this node, or the IP pools'), and a Warning Event on its pod."""
+        current = await self.api.get_claim(claim.namespace, claim.name)
+        if current.uid != claim.uid:
+            return
+        devices = tuple((r.pool, r.device, r.share_id) for r in current.results if r.driver == self.driver)
+        self.fail(claim, Failure(devices, "PrepareFailed", message))
+        for pod in current.reserved_for:
+            await self.warn(claim.namespace, pod.name, pod.uid, "NetclaimPrepareFailed", message)
 
     def fail(self, claim: ClaimRef, failure: Failure) -> None:
         self._failures[claim.uid] = failure
@@ -301,7 +311,7 @@ class StatusWriter:
                 due = sorted((w for w in waiting if w[0] <= now), key=lambda w: w[0])
                 for _, target in due[: MAX_PARALLEL_WRITES - len(writing)]:
                     self._queued[target].writing = True
-                    task = asyncio.create_task(self._write_queued(target))
+                    task = self.background.spawn("status-write", self._write_queued(target))
                     writing.add(task)
                     task.add_done_callback(done)
                 later = [when for when, _ in waiting if when > now]
@@ -399,9 +409,7 @@ class StatusWriter:
 
     def warn_later(self, pod: PodSandbox, reason: str, message: str) -> None:
         """A Warning Event on the pod, written off the caller's path (never inside the runtime's budget)."""
-        task = asyncio.create_task(self.warn(pod.namespace, pod.name, pod.uid, reason, message))
-        self._events.add(task)
-        task.add_done_callback(self._events.discard)
+        self.background.spawn("pod-event", self.warn(pod.namespace, pod.name, pod.uid, reason, message))
 
     async def warn(self, namespace: str, pod: str, pod_uid: str, reason: str, message: str) -> None:
         """A Warning Event on the pod (best effort: failures are logged, never raised)."""

@@ -5,16 +5,32 @@ which pod's sandbox gets it. Rows move prepared → attaching → attached → d
 NodeUnprepareResources. A row in `attaching` after a crash means an ADD may be half done: it is rolled
 back (DEL) before anything else. Plans and outcomes are typed and stored as versioned JSON.
 
-Schema 2 (typed plans) reads schema 1 (untyped dicts) by migrating its rows at start; a database of a
-newer schema than this agent knows is refused, and so is a row it cannot read.
+Writes never block the event loop, which must answer the runtime's hooks within their budget: they run,
+one at a time and in the order they were asked, on a thread of their own with a connection of its own
+(synchronous=FULL: a write is on the disk when it returns, so kill -9 or a power cut at any point leaves
+every write that returned, and never half of one). A caller waits at most WRITE_SECONDS for its write;
+past that it gets a StateStoreError (transient: the runtime or kubelet retries) while the write is still
+made, in its turn. That is safe because every write records what may happen next before it happens (an
+`attaching` row before ADD) or what already happened: a write the caller gave up on and that lands later
+says no more than a row that is rolled back or repeated anyway. Reads run on the event loop, on a second
+connection: in WAL mode they never wait for the writer, and see every write that returned.
+
+The schema is the store's own: the rows' columns and the plan's JSON (netclaim.configure.plan.AttachPlan,
+whose models are pydantic models of configure/ only, extra fields refused). Schema 3 keeps the allocated
+NIC as a NicRecord; schema 2 kept publish.devices.Device as it was serialised (changing that dataclass
+changed what the store read back), schema 1 untyped dicts. Older rows are migrated when the store opens;
+a database of a newer schema than this agent knows is refused, and so is a row it cannot read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -23,11 +39,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from netclaim.configure.plan import AttachPlan
+from netclaim.configure.plan import AttachPlan, NicCapacity, NicRecord, PoolAddresses
 from netclaim.errors import PrerequisiteError, StateStoreError
 from netclaim.publish.devices import Device
 
-SCHEMA_VERSION = 2
+log = logging.getLogger(__name__)
+SCHEMA_VERSION = 3
+WRITE_SECONDS = 0.5  # the most a caller waits for the disk: a third of the runtime's hook budget
+READ_BUSY_SECONDS = 0.25  # a reader waits for SQLite's own locks (a checkpoint) at most this long
 
 
 class State(StrEnum):
@@ -103,12 +122,40 @@ _COLUMNS = (
 
 
 def _plan_v1(plan: dict[str, Any]) -> AttachPlan:
-    """A schema-1 plan (an untyped dict) as an AttachPlan."""
+    """A schema-1 plan (an untyped dict; its NIC a record of lists) as an AttachPlan."""
+    record = plan["deviceRecord"]
+    fields = ("value", "default", "minimum", "step", "maximum")
     return AttachPlan(
         interface_name=plan["interfaceName"],
         conflist=plan["conflist"],
         bandwidth_bps=plan.get("bandwidth"),
-        device=Device.from_record(plan["deviceRecord"]),
+        nic=NicRecord(
+            name=record["name"],
+            if_name=record["ifName"],
+            shared=record["shared"],
+            attributes=record["attributes"],
+            capacity={
+                k: NicCapacity(**dict(zip(fields, v, strict=False))) for k, v in record["capacity"].items()
+            },
+        ),
+    )
+
+
+def _plan_v2(plan: dict[str, Any]) -> AttachPlan:
+    """A schema-2 plan (plan version 1 or 2: its NIC as publish.devices.Device was serialised then)."""
+    device = plan["device"]
+    return AttachPlan(
+        interface_name=plan["interface_name"],
+        conflist=plan["conflist"],
+        bandwidth_bps=plan["bandwidth_bps"],
+        nic=NicRecord(
+            name=device["name"],
+            if_name=device["if_name"],
+            shared=device["shared"],
+            attributes=device["attributes"],
+            capacity={k: NicCapacity.model_validate(c) for k, c in device["capacity"].items()},
+        ),
+        pool_addresses=tuple(PoolAddresses.model_validate(p) for p in plan.get("pool_addresses", ())),
     )
 
 
@@ -123,18 +170,30 @@ def _outcome_v1(result: dict[str, Any]) -> Outcome:
     )
 
 
+def _migrated(schema: int, plan: str, result: str) -> tuple[str, str]:
+    """A row's plan and outcome (JSON) of schema `schema` as this schema has them."""
+    if schema == 1:
+        outcome = _outcome_v1(json.loads(result)).model_dump_json() if result else ""
+        return _plan_v1(json.loads(plan)).model_dump_json(), outcome
+    return _plan_v2(json.loads(plan)).model_dump_json(), result
+
+
 class Store:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, write_seconds: float = WRITE_SECONDS) -> None:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         directory.chmod(0o700)
         path = directory / "netclaim.db"
         path.touch(mode=0o600, exist_ok=True)
         path.chmod(0o600)
         self.path = path
+        self.write_seconds = write_seconds
+        # the writer's: used by the writer thread only, once migrated here
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._migrate()
+        self._reader = sqlite3.connect(path, isolation_level=None, timeout=READ_BUSY_SECONDS)
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netclaim-store")
 
     def _migrate(self) -> None:
         with self._transaction() as db:
@@ -155,18 +214,10 @@ class Store:
                     updated REAL NOT NULL,
                     PRIMARY KEY (claim_uid, pool, device, share_id))""")
             db.execute("CREATE INDEX IF NOT EXISTS attachments_by_pod ON attachments (pod_uid)")
-            if found == 1:
-                for rowid, plan, result in db.execute(
-                    "SELECT rowid, plan, result FROM attachments"
-                ).fetchall():
-                    db.execute(
-                        "UPDATE attachments SET plan = ?, result = ? WHERE rowid = ?",
-                        (
-                            _plan_v1(json.loads(plan)).model_dump_json(),
-                            _outcome_v1(json.loads(result)).model_dump_json() if result else "",
-                            rowid,
-                        ),
-                    )
+            old = db.execute("SELECT rowid, plan, result FROM attachments").fetchall() if found < 3 else []
+            for rowid, plan, result in old:
+                update = "UPDATE attachments SET plan = ?, result = ? WHERE rowid = ?"
+                db.execute(update, (*_migrated(found, plan, result), rowid))
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
 
     @contextmanager
@@ -183,7 +234,30 @@ class Store:
             raise StateStoreError(f"{self.path}: {err}") from err
 
     def close(self) -> None:
+        """After the writes asked so far are made."""
+        self._writer.shutdown(wait=True)
+        self._reader.close()
         self._db.close()
+
+    async def _write(self, write: Callable[[], None]) -> None:
+        """Run `write` on the writer thread; wait for it at most `write_seconds`."""
+        made = asyncio.get_running_loop().run_in_executor(self._writer, write)
+        try:
+            await asyncio.wait_for(asyncio.shield(made), self.write_seconds)
+        except BaseException as err:
+            if not made.done():  # the caller stops waiting (past its bound, or cancelled): not the write
+                made.add_done_callback(self._late)
+            if isinstance(err, TimeoutError):
+                raise StateStoreError(
+                    f"{self.path}: the disk did not take a write within {self.write_seconds} s (it is "
+                    "still made, in its turn)"
+                ) from None
+            raise
+
+    def _late(self, made: asyncio.Future[None]) -> None:
+        """A write nobody waits for any more: what became of it goes to the log."""
+        if not made.cancelled() and made.exception() is not None:
+            log.warning("a late state write failed", extra={"error": str(made.exception())})
 
     def _row(self, values: tuple[Any, ...]) -> Attachment:
         data = dict(zip(_COLUMNS, values, strict=True))
@@ -204,13 +278,16 @@ class Store:
         order = "ORDER BY claim_uid, pool, device, share_id"
         query = f"SELECT {', '.join(_COLUMNS)} FROM attachments {where} {order}"  # noqa: S608 - fixed fragments
         try:
-            rows = self._db.execute(query, parameters).fetchall()
+            rows = self._reader.execute(query, parameters).fetchall()
         except sqlite3.OperationalError as err:
             raise StateStoreError(f"{self.path}: {err}") from err
         return [self._row(row) for row in rows]
 
-    def put(self, *rows: Attachment) -> None:
+    async def put(self, *rows: Attachment) -> None:
         """Insert or replace rows in one transaction (all or nothing)."""
+        await self._write(lambda: self._put(rows))
+
+    def _put(self, rows: tuple[Attachment, ...]) -> None:
         with self._transaction() as db:
             for row in rows:
                 db.execute(
@@ -235,7 +312,10 @@ class Store:
                     ),
                 )
 
-    def delete(self, *rows: Attachment) -> None:
+    async def delete(self, *rows: Attachment) -> None:
+        await self._write(lambda: self._delete(rows))
+
+    def _delete(self, rows: tuple[Attachment, ...]) -> None:
         with self._transaction() as db:
             for row in rows:
                 db.execute(
@@ -261,7 +341,7 @@ class Store:
     def held_devices(self, present: set[str]) -> list[Device]:
         """Whole NICs now inside pods: gone from the node's netns, still this node's (allocated) devices."""
         return [
-            row.plan.device
+            row.plan.nic.published()
             for row in self.all()
             if not row.plan.shared
             and row.state in (State.ATTACHING, State.ATTACHED)

@@ -17,25 +17,22 @@ addresses it holds are never taken for an orphan's.
 from __future__ import annotations
 
 import ipaddress
-import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from netclaim import metrics
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, capacity
 from netclaim.errors import ConfigError
 from netclaim.kubeapi import SlicesApi
 from netclaim.names import DRIVER_DOMAIN
 from netclaim.objects import Claim, IPAllocation
-from netclaim.publish.publisher import MAX_DEVICES_PER_SLICE, normalized_device
+from netclaim.publish.slices import SliceOwner, SliceWriter
 
-log = logging.getLogger(__name__)
 SLICE_PREFIX = "netclaim.dev-ip-pools"
 RESTRICTED = f"{DRIVER_DOMAIN}/restricted"
-MAX_GENERATION = 2**62
 IPPOOL_CRD = "ippools.netclaim.dev"
 
 
@@ -64,19 +61,17 @@ class PoolUse:
         return max(self.capacity - self.allocated_claims, 0)
 
 
-def allocated_from(claim: Claim, pool: str) -> bool:
-    return results_on(claim, pool) > 0
+def allocated_from(claim: Claim, pool: str, driver: str) -> bool:
+    return results_on(claim, pool, driver) > 0
 
 
-def results_on(claim: Claim, pool: str) -> int:
-    """The claim's allocation results on the pool's device: what the scheduler subtracts from its
-    capacity (one unit each)."""
-    return sum(
-        1 for r in claim.results if r.pool == POOLS_POOL and r.device == pool and r.driver == DRIVER_DOMAIN
-    )
+def results_on(claim: Claim, pool: str, driver: str) -> int:
+    """The claim's allocation results on the pool's device of `driver` (the configured driver name): what
+    the scheduler subtracts from its capacity (one unit each)."""
+    return sum(1 for r in claim.results if r.pool == POOLS_POOL and r.device == pool and r.driver == driver)
 
 
-def pool_use(pool: IPPool, allocations: list[IPAllocation], claims: dict[str, Claim]) -> PoolUse:
+def pool_use(pool: IPPool, allocations: list[IPAllocation], claims: dict[str, Claim], driver: str) -> PoolUse:
     families = pool.families()
     mine = [a for a in allocations if a.pool == pool.name]
     inside: dict[int, int] = defaultdict(int)
@@ -88,9 +83,11 @@ def pool_use(pool: IPPool, allocations: list[IPAllocation], claims: dict[str, Cl
         if family is not None and family.hands_out(address):
             inside[address.version] += 1
     live_holders = {
-        a.claim_uid for a in mine if a.claim_uid in claims and allocated_from(claims[a.claim_uid], pool.name)
+        a.claim_uid
+        for a in mine
+        if a.claim_uid in claims and allocated_from(claims[a.claim_uid], pool.name, driver)
     }
-    allocated = sum(results_on(c, pool.name) for c in claims.values())
+    allocated = sum(results_on(c, pool.name, driver) for c in claims.values())
     return PoolUse(
         capacity=capacity(pool, len(live_holders), dict(inside)),
         allocated_claims=allocated,
@@ -129,7 +126,9 @@ def orphans(allocations: list[IPAllocation], live_claim_uids: set[str]) -> list[
     return [a for a in allocations if a.claim_uid not in live_claim_uids]
 
 
-def beyond_allocation(allocations: list[IPAllocation], claims: dict[str, Claim]) -> list[IPAllocation]:
+def beyond_allocation(
+    allocations: list[IPAllocation], claims: dict[str, Claim], driver: str
+) -> list[IPAllocation]:
     """Addresses live, allocated claims hold beyond what their allocation gives them: of a pool they are
     not allocated, or more than one per family of a pool. An agent takes exactly one per family and reuses
     it, so these are what a node's token made for claims it was never asked to prepare. Of several, the one
@@ -145,7 +144,7 @@ def beyond_allocation(allocations: list[IPAllocation], claims: dict[str, Claim])
     beyond = []
     for (claim_uid, pool, _), found in held.items():
         claim = claims[claim_uid]
-        if not allocated_from(claim, pool):
+        if not allocated_from(claim, pool, driver):
             beyond += found
             continue
         nodes = {r.pool for r in claim.results if r.pool != POOLS_POOL}
@@ -154,80 +153,19 @@ def beyond_allocation(allocations: list[IPAllocation], claims: dict[str, Claim])
     return beyond
 
 
-def slice_bodies(
-    driver: str, devices: list[dict[str, Any]], generation: int, owner_uid: str
-) -> list[dict[str, Any]]:
-    """The pools' slices, owned by the IPPool CRD: uninstalling netclaim (deleting the CRD) lets the
-    garbage collector remove them, as kubelet removes the nodes' slices of a driver that is gone."""
-    owner = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "name": IPPOOL_CRD,
-        "uid": owner_uid,
-    }
-    ordered = sorted(devices, key=lambda d: str(d["name"]))
-    chunks = [ordered[i : i + MAX_DEVICES_PER_SLICE] for i in range(0, len(ordered), MAX_DEVICES_PER_SLICE)]
-    chunks = chunks or [[]]
-    return [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{SLICE_PREFIX}-{index}", "ownerReferences": [owner]},
-            "spec": {
-                "driver": driver,
-                "allNodes": True,
-                "pool": {"name": POOLS_POOL, "generation": generation, "resourceSliceCount": len(chunks)},
-                "devices": chunk,
-            },
-        }
-        for index, chunk in enumerate(chunks)
-    ]
-
-
-class PoolPublisher:
-    """The pools' ResourceSlices: written only when a device or a capacity changes."""
-
-    def __init__(self, api: SlicesApi, driver: str) -> None:
-        self.api = api
-        self.driver = driver
-
-    async def publish(self, devices: list[dict[str, Any]]) -> int:
-        owner_uid = await self.api.crd_uid(IPPOOL_CRD)
-        # only its own: another writer's slice in this pool never decides what it writes (nor its generation)
-        current = [
-            s
-            for s in await self.api.list_driver_slices(self.driver, POOLS_POOL)
-            if s.name.startswith(f"{SLICE_PREFIX}-") and s.owner_uids == (owner_uid,)
-        ]
-        generation = max((s.generation for s in current), default=0)
-        if generation >= MAX_GENERATION:  # start again rather than ever write one past int64
-            for own in current:
-                await self.api.delete_slice(own.name)
-                metrics.SLICE_WRITES.labels("delete").inc()
-            log.warning("IP pools' slices started again at generation 1", extra={"was": generation})
-            current, generation = [], 0
-        desired = slice_bodies(self.driver, devices, generation, owner_uid)
-        stored = {s.name: s for s in current}
-        same = set(stored) == {b["metadata"]["name"] for b in desired} and all(
-            [normalized_device(d) for d in stored[b["metadata"]["name"]].devices]
-            == [normalized_device(d) for d in b["spec"]["devices"]]
-            and stored[b["metadata"]["name"]].slice_count == len(desired)
-            and stored[b["metadata"]["name"]].owner_uids == (owner_uid,)
-            for b in desired
-        )
-        if same:
-            return 0
-        writes = 0
-        for body in slice_bodies(self.driver, devices, generation + 1, owner_uid):
-            await self.api.apply_slice(body)
-            metrics.SLICE_WRITES.labels("apply").inc()
-            writes += 1
-        for stale in set(stored) - {b["metadata"]["name"] for b in desired}:
-            await self.api.delete_slice(stale)
-            metrics.SLICE_WRITES.labels("delete").inc()
-            writes += 1
-        log.info("IP pools published", extra={"pools": len(devices), "writes": writes})
-        return writes
+def pool_slices(api: SlicesApi, driver: str) -> SliceWriter:
+    """The pools' slices, through the one slice writer: owned by the IPPool CRD, so that uninstalling
+    netclaim (deleting the CRD) lets the garbage collector remove them, as kubelet removes the nodes' slices
+    of a driver that is gone. Only its own are read: a slice another writer put in this pool (a node's
+    token, say) never decides what the controller writes, nor its generation."""
+    owner = SliceOwner(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        IPPOOL_CRD,
+        partial(api.crd_uid, IPPOOL_CRD),
+        asked_every_pass=True,
+    )
+    return SliceWriter(api, driver, POOLS_POOL, SLICE_PREFIX, owner)
 
 
 _QUOTED = re.compile(r"""["']([a-z0-9]([-a-z0-9]*[a-z0-9])?)["']""")

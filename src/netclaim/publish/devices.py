@@ -55,30 +55,6 @@ class Device:
     capacity: dict[str, Capacity] = field(default_factory=dict)
     tenant_ranges: tuple[str, ...] = ()  # not published: where a claim's own IPAM may take addresses
 
-    def to_record(self) -> dict[str, Any]:
-        """Plain data to keep in the store (a whole NIC in a pod is published from it meanwhile)."""
-        return {
-            "name": self.name,
-            "ifName": self.if_name,
-            "shared": self.shared,
-            "attributes": self.attributes,
-            "capacity": {
-                k: [c.value, c.default, c.minimum, c.step, c.maximum] for k, c in self.capacity.items()
-            },
-            "tenantRanges": list(self.tenant_ranges),
-        }
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Device:
-        return cls(
-            name=record["name"],
-            if_name=record["ifName"],
-            shared=record["shared"],
-            attributes=dict(record["attributes"]),
-            capacity={k: Capacity(*values) for k, values in record["capacity"].items()},
-            tenant_ranges=tuple(record.get("tenantRanges", ())),  # rows of agents before 0.2 have none
-        )
-
     @property
     def child_type(self) -> str:
         """How pods share the NIC (its publish rule): macvlan or ipvlan children."""

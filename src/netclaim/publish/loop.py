@@ -1,5 +1,6 @@
-"""The publish step, supervised: inventory changes, slice events and a periodic resync each wake one
+"""The publish step: inventory changes, slice events, policy edits and a periodic resync each wake one
 comparison of the node's devices with its ResourceSlices (netclaim.publish.publisher writes the difference).
+The agent keeps each of these tasks running (netclaim.supervisor: restarted with backoff when they fail).
 
 inventory ──changes──▶ Trigger ──▶ decide (policy) ──▶ publish ──▶ ResourceSlices
 slice watch ────────────▲           (+ whole NICs now inside pods, still this node's devices)
@@ -11,8 +12,6 @@ import asyncio
 import math
 from collections.abc import Callable
 
-from netclaim import metrics
-from netclaim.backoff import supervise
 from netclaim.kubeapi import SlicesApi
 from netclaim.publish.devices import Device, DeviceCatalog, decide
 from netclaim.publish.inventory import InventorySource
@@ -46,7 +45,7 @@ class Trigger:
         self._last_pass = asyncio.get_running_loop().time()
 
 
-async def publish_loop(
+async def publish_pass(
     source: InventorySource,
     policy: PolicyFile,
     publisher: SlicePublisher,
@@ -55,41 +54,34 @@ async def publish_loop(
     held_devices: Callable[[set[str]], list[Device]],
     on_published: Callable[[], None],
 ) -> None:
-    """`held_devices(present names)`: whole NICs now inside pods, published while they are away."""
-
-    async def once() -> None:
-        await trigger.wait()
-        try:
-            scanned = decide(await source.scan(), policy.policy, publisher.driver)
-            devices = [d.device for d in scanned if d.device is not None]
-            devices += held_devices({d.name for d in devices})
-            catalog.update(devices)
-            await publisher.publish(devices)
-            on_published()
-        except BaseException:
-            trigger.fire()  # the next attempt (after the backoff) must publish again
-            raise
-
-    await supervise("publish", once, metrics.PUBLISH_ERRORS.inc)
+    """Wait for the trigger, then make the slices hold the node's devices. `held_devices(present names)`:
+    whole NICs now inside pods, published while they are away. A pass that fails fires the trigger again:
+    the next one (after the supervisor's backoff) must publish, whatever fires meanwhile."""
+    await trigger.wait()
+    try:
+        scanned = decide(await source.scan(), policy.policy, publisher.driver)
+        devices = [d.device for d in scanned if d.device is not None]
+        devices += held_devices({d.name for d in devices})
+        catalog.update(devices)
+        await publisher.publish(devices)
+        on_published()
+    except BaseException:
+        trigger.fire()
+        raise
 
 
 async def watch_inventory(source: InventorySource, trigger: Trigger) -> None:
-    async def once() -> None:
-        async for _ in source.changes():
-            trigger.fire()
-
-    await supervise("inventory watch", once, lambda: None)
+    """Fire at each change of the inventory, until its stream of changes ends."""
+    async for _ in source.changes():
+        trigger.fire()
 
 
 async def watch_slices(api: SlicesApi, node: str, driver: str, trigger: Trigger) -> None:
-    """Kubelet deletes a node's slices at its start and 30 s after our plugin went away: publish again."""
-
-    async def once() -> None:
-        trigger.fire()  # (re)connected: whatever happened meanwhile, compare once
-        async for _ in api.slice_changes(node, driver):
-            trigger.fire()
-
-    await supervise("slice watch", once, lambda: None)
+    """Kubelet deletes a node's slices at its start and 30 s after our plugin went away: publish again.
+    Fires once connected (whatever happened meanwhile, compare once), then at each event of the watch."""
+    trigger.fire()
+    async for _ in api.slice_changes(node, driver):
+        trigger.fire()
 
 
 async def watch_policy(policy: PolicyFile, trigger: Trigger, seconds: float = POLICY_CHECK_SECONDS) -> None:

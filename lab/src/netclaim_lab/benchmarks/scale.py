@@ -64,7 +64,8 @@ from netclaim.names import DRIVER_DOMAIN
 from netclaim.publish.devices import Device, decide
 from netclaim.publish.inventory import FileInventory
 from netclaim.publish.policy import PolicyFile
-from netclaim.publish.publisher import SlicePublisher, normalized_device
+from netclaim.publish.publisher import SlicePublisher
+from netclaim.publish.slices import normalized_device
 from netclaim.quantity import parse_quantity
 from netclaim_lab import agents, binaries, cluster, keeper, processes
 from netclaim_lab.benchmarks import measure, report

@@ -1,0 +1,93 @@
+"""NodeUnprepareResources, per claim (and reclaim's way back, netclaim.configure.reclaim).
+
+Make sure every interface of the claim was DELeted (IPAM released, an exclusive NIC back on the node: the
+attacher does it under each pod's lock), forget the claim's rows, its CDI spec and its status entries,
+then release its pool addresses when they end: the claim ends with its pod (made from a template) or is
+gone. A standalone claim keeps them for its next pod, and so does a claim that cannot be read (the
+controller frees them once it is gone).
+
+It raises only what kubelet should retry (a TransientError): any other failure of an interface is final
+for it, cleaned up by hand and said on the claim (TeardownIncomplete); the claim and its pod go all the
+same (errors.py has the table).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from netclaim import faults
+from netclaim.configure.attach import Attacher
+from netclaim.configure.gate import CdiGate
+from netclaim.configure.status import ClaimRef, Failure, StatusWriter
+from netclaim.configure.store import Store
+from netclaim.errors import GoneError, NetclaimError, TransientError
+from netclaim.ipam.addresses import AddressBook
+from netclaim.kubeapi import ClaimsApi
+
+log = logging.getLogger(__name__)
+UNPREPARE_SECONDS = 10.0
+
+
+class Unpreparer:
+    def __init__(
+        self,
+        store: Store,
+        attacher: Attacher,
+        addresses: AddressBook,
+        claims: ClaimsApi,
+        status: StatusWriter,
+        gate: CdiGate | None,
+    ) -> None:
+        self.store = store
+        self.attacher = attacher
+        self.addresses = addresses
+        self.claims = claims
+        self.status = status
+        self.gate = gate
+
+    async def unprepare(self, namespace: str, name: str, uid: str) -> None:
+        started = time.monotonic()
+        rows = self.store.for_claim(uid)
+        faults.point("before-unprepare")
+        problems = await self.attacher.release(rows, time.monotonic() + UNPREPARE_SECONDS)
+        # what is on this node goes before the API calls below, which may fail: the rows are gone by now,
+        # and a retry (kubelet's; reclaim finds claims by their rows) would not see it again
+        if self.gate is not None:
+            try:
+                self.gate.remove(uid)
+            except OSError as err:
+                problems.append(f"its CDI spec could not be removed: {err}")
+        ref = ClaimRef(namespace, name, uid)
+        self.status.forget(ref)
+        if problems:  # the claim and its pod go all the same; the claim's status says what happened
+            devices = tuple((r.pool, r.device, r.share_id) for r in rows)
+            self.status.fail(ref, Failure(devices, "TeardownIncomplete", "; ".join(problems)))
+            log.warning(
+                "unprepared with problems", extra={"claim": f"{namespace}/{name}", "problems": problems}
+            )
+        try:
+            if await self._addresses_end(namespace, name, uid):
+                await self.addresses.release(uid)
+        except TransientError:
+            raise
+        except Exception as err:  # kept: the controller frees them once the claim is gone
+            where = {"claim": f"{namespace}/{name}", "error": str(err)}
+            log.warning("addresses kept: cannot decide whether they end", extra=where, exc_info=bug(err))
+        elapsed_ms = round((time.monotonic() - started) * 1000, 1)
+        released = [r.device for r in rows]
+        log.info("unprepared", extra={"claim": f"{namespace}/{name}", "devices": released, "ms": elapsed_ms})
+
+    async def _addresses_end(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether the claim's pool addresses go now: it ends with its pod (made from a template), or it is
+        gone (deleted, or another under its name). A standalone claim keeps them for its next pod."""
+        try:
+            claim = await self.claims.get_claim(namespace, name)
+        except GoneError:
+            return True
+        return claim.uid != uid or claim.owned_by_pod
+
+
+def bug(err: Exception) -> Exception | None:
+    """The error to log with its traceback: a bug's (errors.py), not netclaim's own errors."""
+    return None if isinstance(err, NetclaimError) else err
