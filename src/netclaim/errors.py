@@ -66,7 +66,8 @@ it): it never fails the list. A single object that cannot be read is a ConfigErr
 
 Stop/RemovePodSandbox never raise: what they could not detach, RemovePodSandbox and
 NodeUnprepareResources try again. NodeUnprepareResources raises only a TransientError (kubelet calls
-again, as for a DEL out of time); any other failure of a row (a DEL that can never succeed: CniError,
+again, as for a DEL out of time), for a row at most MAX_RELEASE_TRIES (5) times, then it is final as
+below; any other failure of a row (a DEL that can never succeed: CniError,
 KernelError, ConfigError; or a bug, its traceback logged) is final for that row: what the ADD left is
 cleaned up by hand, the row is forgotten, the next row goes on, the claim's status says
 TeardownIncomplete, and the claim and its pod go.

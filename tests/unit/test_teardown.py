@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from netclaim.configure.attach import MAX_RELEASE_TRIES
 from netclaim.configure.status import ClaimRef
-from netclaim.errors import ApiRejectedError, ApiUnavailableError, ConfigError, NetclaimError
+from netclaim.errors import (
+    ApiRejectedError,
+    ApiUnavailableError,
+    CniTryAgainError,
+    ConfigError,
+    NetclaimError,
+)
 from netclaim.metrics import REGISTRY
 from netclaim.objects import DeviceConfig, IPAllocation
 from tests.corpus import VALID_CONFIG
@@ -145,3 +152,23 @@ async def test_one_claim_failing_in_reclaim_does_not_stop_the_round_for_the_othe
     assert {reclaimed.uid, left} == {"uid-first", "uid-second"}
     assert [c.uid for c in await rig.reclaimer.reclaim()] == [left]  # the next round retries it
     assert rig.store.all() == []
+
+
+async def test_a_del_that_keeps_timing_out_is_retried_then_given_up_as_final(rig: ConfigureRig) -> None:
+    """A plugin out of time is transient: kubelet calls again. One that never answers keeps no pod
+    Terminating for ever: at the MAX_RELEASE_TRIES-th call the row is cleaned up by hand and said on the
+    claim, and the claim goes."""
+    await rig.preparer.prepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
+    timeout = CniTryAgainError("macvlan", "DEL", 11, "timed out after 10.00 s")
+    rig.cni.fail_delete = [timeout] * MAX_RELEASE_TRIES
+    for _ in range(MAX_RELEASE_TRIES - 1):
+        with pytest.raises(CniTryAgainError):
+            await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+        assert len(rig.store.all()) == 2  # kept for kubelet's next call
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert rig.store.all() == []
+    await rig.settle()
+    [(first, reason, message), _] = _conditions(rig)
+    assert (first, reason) == (NIC.name, "TeardownIncomplete")
+    assert f"timed out after 10.00 s ({MAX_RELEASE_TRIES} tries)" in message

@@ -19,11 +19,14 @@ from netclaim import faults
 from netclaim.adapters import netlink
 from netclaim.adapters.cni import CniRunner, Invocation, cni_args
 from netclaim.adapters.nri import PodSandbox
-from netclaim.configure.store import Attachment, Interface, Outcome, State, Store
+from netclaim.configure.store import Attachment, Interface, Key, Outcome, State, Store
 from netclaim.errors import AttachError, NetclaimError, PodBusyError, TransientError
 from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
+# NodeUnprepareResources calls kubelet makes (with its back-off, minutes in all) before a DEL that keeps
+# failing for the moment is given up as final: cleaned up by hand, said on the claim
+MAX_RELEASE_TRIES = 5
 
 
 def _described(err: Exception) -> str:
@@ -82,6 +85,7 @@ def netns_exists(path: str) -> bool:
 
 class Attacher:
     def __init__(self, store: Store, cni: CniRunner, locks: PodLocks, background: Supervisor) -> None:
+        self._release_tries: dict[Key, int] = {}  # transient failures of a row's release, so far
         self.store = store
         self.cni = cni
         self.locks = locks
@@ -195,7 +199,9 @@ class Attacher:
         not be released cleanly. A failure of a row is final for that row unless it is transient: a DEL
         that can never succeed (the plugin refuses its own config, is gone, cannot be run) or a bug does not
         keep the claim and its pod for ever: what the ADD left is removed by hand, the row is forgotten and
-        the next row goes on. A transient failure is raised: kubelet calls again."""
+        the next row goes on. A transient failure (a plugin out of time, or saying try again) is raised so
+        that kubelet calls again, MAX_RELEASE_TRIES times at most: a plugin that never answers keeps no
+        pod Terminating for ever either."""
         problems: list[str] = []
         for row in rows:
             async with self.locks(row.pod_uid):
@@ -204,13 +210,18 @@ class Attacher:
                     continue
                 try:
                     await self.detach(current, deadline)
-                except TransientError:
-                    raise
+                except TransientError as err:
+                    tries = self._release_tries[row.key] = self._release_tries.get(row.key, 0) + 1
+                    if tries < MAX_RELEASE_TRIES:
+                        raise
+                    cleaned = await self._clean_up(current)
+                    problems.append(f"device {row.device}: {_described(err)} ({tries} tries); {cleaned}")
                 except Exception as err:  # noqa: BLE001 - final for this row: cleaned up by hand, reported
                     problems.append(
                         f"device {row.device}: {_described(err)}; {await self._clean_up(current)}"
                     )
                 await self.store.delete(current)
+                self._release_tries.pop(row.key, None)
             self.locks.forget(row.pod_uid)
         return problems
 
