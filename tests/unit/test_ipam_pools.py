@@ -174,7 +174,8 @@ def test_capacity_counts_allocation_results_not_claims() -> None:
 
 def test_addresses_beyond_a_claims_allocation_are_found() -> None:
     """What a node's token could make for claims it was never asked to prepare: a second address of a
-    family, an address of a pool the claim is not allocated. A claim not allocated keeps what it holds."""
+    family, an address of a pool the claim is not allocated. A claim not allocated keeps one per family of
+    each pool it holds (a standalone claim between pods): so many forged for it would drain a pool."""
     nic = _result("pci-0", "nic", dra_pool="node-2")
     claim = _claim("c", nic, _result("six"))
     idle = _claim("idle")
@@ -182,11 +183,12 @@ def test_addresses_beyond_a_claims_allocation_are_found() -> None:
     forged = _held(claim, "six", "10.10.3.1/29")  # node-1's, for a claim allocated on node-2
     elsewhere = _held(claim, "other", "10.20.0.7/24")
     v6 = _held(claim, "six", "fd00::7/64")
-    kept_idle = [_held(idle, "six", "10.10.3.4/29"), _held(idle, "six", "10.10.3.5/29")]
+    idle_held = [_held(idle, "six", f"10.10.3.{i}/29") for i in (4, 5, 6)]
     claims = {claim.uid: claim, idle.uid: idle}
-    assert beyond_allocation([forged, own, elsewhere, v6, *kept_idle], claims, SAMPLE_DRIVER) == [
+    assert beyond_allocation([forged, own, elsewhere, v6, *idle_held], claims, SAMPLE_DRIVER) == [
         forged,
         elsewhere,
+        *idle_held[1:],
     ]
     assert beyond_allocation([own, v6], claims, SAMPLE_DRIVER) == []
 

@@ -87,7 +87,8 @@ class AddressBook:
                 mine = [  # held before (an earlier prepare, on this node or another): kept, if the pool's
                     a  # (one made in any node's name for an address the pool does not hand out is not)
                     for a in held
-                    if a.pool == pool.name
+                    if a.claim_uid == claim.uid  # the label it was listed by is anyone's to write
+                    and a.pool == pool.name
                     and ipaddress.ip_interface(a.address).version == version
                     and family.hands_out(ipaddress.ip_interface(a.address).ip)
                 ]

@@ -129,22 +129,21 @@ def orphans(allocations: list[IPAllocation], live_claim_uids: set[str]) -> list[
 def beyond_allocation(
     allocations: list[IPAllocation], claims: dict[str, Claim], driver: str
 ) -> list[IPAllocation]:
-    """Addresses live, allocated claims hold beyond what their allocation gives them: of a pool they are
-    not allocated, or more than one per family of a pool. An agent takes exactly one per family and reuses
-    it, so these are what a node's token made for claims it was never asked to prepare. Of several, the one
-    on the node the claim is allocated on is kept, else the first by name. A claim not allocated at the
-    moment (a standalone claim between pods) keeps what it holds."""
+    """Addresses live claims hold beyond what their allocation gives them: more than one per family of a
+    pool, or, while allocated, of a pool they are not allocated. An agent takes exactly one per family and
+    reuses it, so these are what a node's token made for claims it was never asked to prepare. Of several,
+    the one on the node the claim is allocated on is kept, else the first by name. A claim not allocated at
+    the moment (a standalone claim between pods) keeps one per family of each pool it holds: a node's token
+    can hold no more than that in its name."""
     held: dict[tuple[str, str, int], list[IPAllocation]] = defaultdict(list)
     for allocation in allocations:
-        claim = claims.get(allocation.claim_uid)
-        if claim is None or not claim.allocated:
-            continue
-        version = ipaddress.ip_interface(allocation.address).version
-        held[(allocation.claim_uid, allocation.pool, version)].append(allocation)
+        if allocation.claim_uid in claims:
+            version = ipaddress.ip_interface(allocation.address).version
+            held[(allocation.claim_uid, allocation.pool, version)].append(allocation)
     beyond = []
     for (claim_uid, pool, _), found in held.items():
         claim = claims[claim_uid]
-        if not allocated_from(claim, pool, driver):
+        if claim.allocated and not allocated_from(claim, pool, driver):
             beyond += found
             continue
         nodes = {r.pool for r in claim.results if r.pool != POOLS_POOL}
