@@ -324,6 +324,12 @@ def _addresses() -> list[Attack]:
         Attack("static: the broadcast address", chain(_static("255.255.255.255/32")), "reserved"),
         Attack("static: IPv6 loopback", chain(_static("::1/128")), "loopback"),
         Attack(
+            "static: the metadata address, IPv4-mapped",
+            chain(_static("::ffff:169.254.169.254/128")),
+            "mapped",
+        ),
+        Attack("static: a tenant address, IPv4-mapped", chain(_static("::ffff:10.70.0.5/120")), "mapped"),
+        Attack(
             "static: an address of another's pool", chain(_static("10.70.200.5/24")), "IPPool corpus-pool"
         ),
         Attack(
@@ -429,6 +435,8 @@ def _names() -> list[Attack]:
             "net1\n",
             "x" * 16,
             "né",
+            "all",
+            "default",
         )
     ]
     cases += [
@@ -457,6 +465,8 @@ def _nesting() -> list[Attack]:
         ("subnet", chain(_host_local(NESTED)), {}),  # type: ignore[arg-type]
         ("sysctl", chain(macvlan(), tuning), {}),
         ("dns", chain(macvlan(ipam={"type": "static", "dns": {"search": NESTED}})), {}),
+        ("plugins[1].x", chain(macvlan(), {"type": "static", "x": NESTED}), {}),  # an IPAM as a plugin
+        ("ipam.x", chain(macvlan(ipam={"type": "macvlan", "x": NESTED})), {}),  # a plugin as an IPAM
     ]
     return [
         Attack(f"nested {where}", config, where, admin_may=False, parameters=parameters)
@@ -699,6 +709,13 @@ def claim_attacks() -> list[ClaimAttack]:
                 "kind": "AddressConfig",
                 "addresses": ["10.70.200.9"],
             },
+        ),
+        ClaimAttack(
+            "two attachments of one shared NIC, over two requests",
+            (_nic(), {**_nic(), "name": "nic2"}),
+            "takes 2 attachments of device",
+            "prepare",
+            config={**chain(macvlan()), "name": "attack"},
         ),
         ClaimAttack(
             "all 32 attachments of a shared NIC",

@@ -27,7 +27,7 @@ MAC = re.compile(r"([0-9a-f]{2}:){5}[0-9a-f]{2}")
 INTERFACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
 # Names a pod's interface may not take: loopback, the primary network's interface, and the prefix of the
 # ingress-shaping devices netclaim creates beside it (netclaim.adapters.netlink.ifb_name).
-RESERVED_INTERFACE_NAMES = frozenset({"lo", "eth0"})
+RESERVED_INTERFACE_NAMES = frozenset({"lo", "eth0", "all", "default"})  # the last two: sysctl net.*.conf.X
 RESERVED_INTERFACE_PREFIX = "ifb"
 # A CNI network's name (the spec's rule): host-local keys its reservations by it, libcni its cache files.
 NETWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -62,8 +62,8 @@ def check_pod_interface_name(name: str) -> str:
     check_interface_name(name)
     if name in RESERVED_INTERFACE_NAMES or name.startswith(RESERVED_INTERFACE_PREFIX):
         raise ValueError(
-            f"{name!r} is taken inside the pod: lo, eth0 (the primary network) and ifb* (netclaim's "
-            "shaping devices) are not a claim's to name"
+            f"{name!r} is taken inside the pod: lo, eth0 (the primary network), all and default (the "
+            "sysctls of every interface) and ifb* (netclaim's shaping devices) are not a claim's to name"
         )
     return name
 

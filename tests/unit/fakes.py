@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import ipaddress
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -201,7 +202,6 @@ class FakeKubeApi(ClaimsApi, SlicesApi, AddressesApi):
 
 # --- publish/ fakes: an inventory source, and netlink as netclaim.publish.inventory calls it ---------------
 
-import ipaddress  # noqa: E402
 
 from netclaim.adapters import netlink as real_netlink  # noqa: E402
 from netclaim.publish.inventory import NetworkInterface  # noqa: E402
@@ -309,6 +309,10 @@ from netclaim.publish.devices import BANDWIDTH, Capacity, Device, DeviceCatalog 
 from netclaim.supervisor import Supervisor  # noqa: E402
 
 SAMPLE_NODE = "node-1"
+SAMPLE_CLUSTER = (
+    ipaddress.ip_network("10.245.0.0/16"),
+    ipaddress.ip_network("10.96.0.0/16"),
+)  # pods, Services
 SAMPLE_DRIVER = "netclaim.dev"
 CNI_VERSIONS_SPOKEN = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 
@@ -637,7 +641,7 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
     status = StatusWriter(api, SAMPLE_DRIVER, store, background)
     catalog = DeviceCatalog()
     addresses = AddressBook(api, SAMPLE_NODE)
-    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, catalog.get)
+    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, catalog.get, reserved=SAMPLE_CLUSTER)
     preparer = Preparer(store, Gatherer(api, addresses, cni, SAMPLE_DRIVER), node, status, None)
     unpreparer = Unpreparer(store, attacher, addresses, api, status, None)
     hooks = PodHooks(store, attacher, status, locks)

@@ -25,7 +25,7 @@ from netclaim.objects import Claim
 from netclaim.publish.devices import Device
 from netclaim.publish.policy import load_policy
 from tests.corpus import VALID_CONFIG, VALID_POLICY, ConfigCase, PolicyCase, config_cases, policy_cases
-from tests.unit.fakes import every_version, sample_allocation, sample_claim, sample_config
+from tests.unit.fakes import SAMPLE_CLUSTER, every_version, sample_allocation, sample_claim, sample_config
 
 LOCATION = "claim team-a/claim-1 (allocation config[0]).opaque.parameters"
 CONFIGS = config_cases()
@@ -57,7 +57,7 @@ def prepare_refusal(parameters: object, cni: CniRunner) -> str | None:
     """None when the agent's planning accepts `parameters` as a claim's config, else its error message."""
     try:
         claim = _claim(parameters)
-        node = NodeContext("netclaim.dev", "node-1", {DEVICE.name: DEVICE}.get)
+        node = NodeContext("netclaim.dev", "node-1", {DEVICE.name: DEVICE}.get, reserved=SAMPLE_CLUSTER)
         [planned] = plan_claim(ClaimInputs(claim, every_version(claim)), node)
         for kind in plugin_types(planned.plan.conflist):
             cni.plugin_path(kind)

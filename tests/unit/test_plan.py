@@ -23,9 +23,10 @@ from netclaim.configure.plan import (
 )
 from netclaim.errors import ConfigError
 from netclaim.objects import Claim, DeviceConfig, PodRef
-from netclaim.publish.devices import Device
+from netclaim.publish.devices import ATTACHMENTS, Capacity, Device
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
+    SAMPLE_CLUSTER,
     SAMPLE_DRIVER,
     SAMPLE_NODE,
     every_version,
@@ -43,7 +44,7 @@ def _plan(
     claim: Claim, devices: tuple[Device, ...] = (NIC, OTHER_NIC), host_local_dir: Path | None = None
 ) -> list[PlannedDevice]:
     published = {d.name: d for d in devices}
-    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, published.get, host_local_dir)
+    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, published.get, host_local_dir, SAMPLE_CLUSTER)
     return plan_claim(ClaimInputs(claim, every_version(claim)), node)
 
 
@@ -324,7 +325,7 @@ ALL = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 
 def test_planning_settles_each_chains_cni_version_with_what_the_plugins_speak() -> None:
     claim = sample_claim((sample_allocation(NIC),), (sample_config(VALID_CONFIG),))
-    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, {NIC.name: NIC}.get)
+    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, {NIC.name: NIC}.get, reserved=SAMPLE_CLUSTER)
     versions = PluginVersions({"macvlan": ["0.4.0", "1.0.0"], "host-local": ["0.4.0"]})
     [planned] = plan_claim(ClaimInputs(claim, versions), node)
     assert (planned.plan.conflist["cniVersion"], planned.lowered_from) == ("0.4.0", "1.0.0")
@@ -409,3 +410,45 @@ def test_the_nic_record_says_the_published_name_mtu_mac_and_pci_address() -> Non
     )
     odd_nic = NicRecord.of(odd)
     assert (odd_nic.mtu, odd_nic.mac, odd_nic.pci_address) == (None, None, None)  # of the wrong type: ignored
+
+
+def test_a_claim_takes_no_more_attachments_of_a_nic_than_one_request_may() -> None:
+    """validRange.max bounds each request: spread over two requests, two attachments of a NIC whose rule
+    says one per claim are refused (the scheduler allocated them; the claim's pod never starts)."""
+    capped = replace(
+        NIC,
+        capacity={**NIC.capacity, ATTACHMENTS: Capacity(32, default=1, minimum=1, step=1, maximum=1)},
+    )
+    one_each = {ATTACHMENTS: "1"}
+    claim = sample_claim(
+        (
+            replace(sample_allocation(capped, "a", share_id="s1"), consumed_capacity=one_each),
+            replace(sample_allocation(capped, "b", share_id="s2"), consumed_capacity=one_each),
+        ),
+        (
+            sample_config(_config(interfaceName="neta"), requests=("a",)),
+            sample_config(_config(interfaceName="netb"), requests=("b",)),
+        ),
+    )
+    with pytest.raises(ConfigError, match=r"takes 2 attachments of device dev-enp1s0 over its requests"):
+        _plan(claim, (capped,))
+    _plan(replace(claim, results=claim.results[:1]), (capped,))
+
+
+def test_the_network_name_is_checked_as_rendered() -> None:
+    """`{{ request }}` of a subrequest renders to `nic/fast`: host-local would make a directory of it."""
+    claim = sample_claim(
+        (sample_allocation(NIC, "nic/fast"),),
+        (sample_config(_config(config={**VALID_CONFIG["config"], "name": "{{ request }}"})),),
+    )
+    with pytest.raises(ConfigError, match=r"config\.name: 'nic/fast' is not a CNI network name"):
+        _plan(claim)
+
+
+def test_a_claims_own_ipam_waits_for_the_clusters_cidrs() -> None:
+    """Fail closed: a node whose admin has not said the cluster's pod and Service CIDRs takes no claim's
+    own addresses, whatever the tenant ranges say."""
+    claim = sample_claim((sample_allocation(NIC),), (sample_config(VALID_CONFIG),))
+    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, {NIC.name: NIC}.get)
+    with pytest.raises(ConfigError, match=r"has not given netclaim the cluster's pod and Service CIDRs"):
+        plan_claim(ClaimInputs(claim, every_version(claim)), node)

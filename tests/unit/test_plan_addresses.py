@@ -31,6 +31,7 @@ from netclaim.ipam.addresses import Grant
 from netclaim.objects import AllocatedDevice, Claim
 from netclaim.publish.devices import Device
 from tests.unit.fakes import (
+    SAMPLE_CLUSTER,
     SAMPLE_DRIVER,
     SAMPLE_NODE,
     ConfigureRig,
@@ -196,7 +197,7 @@ def _plan(
     claim: Claim, grants: list[Grant], devices: tuple[Device, ...] = (NIC, SECOND_NIC)
 ) -> list[PlannedDevice]:
     published = {d.name: d for d in devices}
-    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, published.get)
+    node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, published.get, reserved=SAMPLE_CLUSTER)
     return plan_claim(ClaimInputs(claim, every_version(claim), grants), node)
 
 

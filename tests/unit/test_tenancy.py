@@ -171,7 +171,7 @@ def _pinned_plan(pins: list[str], claim_parameters: dict[str, object]) -> dict[s
             ),
         ),
     )
-    node = NodeContext("netclaim.dev", "node-1", {SHARED.name: SHARED}.get)
+    node = NodeContext("netclaim.dev", "node-1", {SHARED.name: SHARED}.get, reserved=CLUSTER)
     [planned] = plan_claim(ClaimInputs(claim, every_version(claim)), node)
     return {"interface": planned.plan.interface_name, **planned.plan.conflist}
 

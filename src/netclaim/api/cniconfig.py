@@ -27,9 +27,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from netclaim.api.cnikeys import spelling_problems
+from netclaim.api.cnikeys import CONFLIST_KEYS, spelling_problems
 from netclaim.api.ippool import AddressConfig
-from netclaim.api.placeholders import check_placeholders
+from netclaim.api.placeholders import check_placeholders, holds_placeholder
 from netclaim.errors import ConfigError, field_path
 from netclaim.names import API_VERSION, NETWORK_NAME, PLUGIN_TYPE, check_pod_interface_name
 
@@ -84,7 +84,7 @@ class CNIConfig(BaseModel):
         return value
 
 
-LIST_ONLY_KEYS = ("cniVersion", "cniVersions", "name", "disableCheck", "disableGC")
+LIST_ONLY_KEYS = tuple(key for key in CONFLIST_KEYS if key != "plugins")  # beside one plugin's keys
 
 
 def as_conflist(config: dict[str, Any]) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def cni_problems(config: dict[str, Any]) -> Iterator[str]:
     name = conflist.get("name")
     if not isinstance(name, str) or not name:
         yield "name: required (the network name; host-local keys its reservations by it)"
-    elif not NETWORK_NAME.fullmatch(name) and "{{" not in name:
+    elif not NETWORK_NAME.fullmatch(name) and not holds_placeholder(name):
         yield (
             f"name: {name!r} is not a CNI network name: 1-63 of A-Z a-z 0-9 _ . -, starting with a letter "
             "or digit"
@@ -175,7 +175,7 @@ def _plugin_problems(plugin: dict[str, Any], where: str) -> Iterator[str]:
 
 def _address_problems(ipam: dict[str, Any], where: str) -> Iterator[str]:
     def cidr(value: Any, path: str) -> Iterator[str]:
-        if _is_placeholder(value):
+        if holds_placeholder(value):
             return
         try:
             valid = "/" in str(value) and bool(ipaddress.ip_interface(str(value)))
@@ -185,7 +185,7 @@ def _address_problems(ipam: dict[str, Any], where: str) -> Iterator[str]:
             yield f"{path}: {value!r} is not a CIDR (like 10.10.1.0/24)"
 
     def address(value: Any, path: str) -> Iterator[str]:
-        if _is_placeholder(value):
+        if holds_placeholder(value):
             return
         try:
             ipaddress.ip_address(str(value))
@@ -234,10 +234,6 @@ def _address_problems(ipam: dict[str, Any], where: str) -> Iterator[str]:
 def _list(ipam: dict[str, Any], key: str) -> list[Any]:
     value = ipam.get(key)
     return value if isinstance(value, list) else []
-
-
-def _is_placeholder(value: Any) -> bool:
-    return isinstance(value, str) and "{{" in value
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,11 @@ def _walk(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _walk(item, f"{path}[{index}]")
 
 
+def holds_placeholder(value: Any) -> bool:
+    """Whether a value is text with a placeholder in it: checked once rendered, not before."""
+    return isinstance(value, str) and "{{" in value
+
+
 def placeholder_names(value: Any) -> Iterator[tuple[str, str]]:
     """(path, name) of every placeholder in a JSON value."""
     for path, text in _walk(value, ""):

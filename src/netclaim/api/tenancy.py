@@ -27,12 +27,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from netclaim.api.cnikeys import CONFLIST_KEYS
+from netclaim.api.placeholders import holds_placeholder
 from netclaim.names import MAC, check_pod_interface_name
 
 Check = Callable[[Any, str, "Target"], Iterator[str]]
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-LIST_KEYS = ("cniVersion", "cniVersions", "name", "plugins", "disableCheck", "disableGC")
 # Per-interface sysctls a pod may set on its own interface (net.ipv4.conf.<it>.X, net.ipv6.conf.<it>.X).
 # Not forwarding, proxy_arp/proxy_ndp or route_localnet: those make the pod a router or a proxy between
 # its networks, which the network's policy does not expect.
@@ -68,6 +69,7 @@ class AddressRules:
     allowed: tuple[IPNetwork, ...] = ()  # the publish rule's tenantRanges
     forbidden: tuple[tuple[IPNetwork, str], ...] = ()  # (network, whose): IP pools, the cluster's CIDRs
     pool: str | None = None  # the IPPool serving the device's network
+    cluster_known: bool = True  # the node's admin gave the cluster's CIDRs (--reserved-cidrs)
 
 
 @dataclass(frozen=True)
@@ -291,12 +293,15 @@ def _object(value: Any, path: str, fields: Mapping[str, Check], target: Target) 
             yield f"{path}.{key}: not a field a claim may set here (allowed: {sorted(fields)})"
         elif name != key:
             yield f"{path}.{key}: write it {name!r}: a claim's keys must be in their canonical case"
-        elif not (target.offline and isinstance(item, str) and "{{" in item):
+        elif not (target.offline and holds_placeholder(item)):
             yield from fields[name](item, f"{path}.{key}", target)
 
 
 def _special(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     """Why an address is never a tenant's, whatever the admin's ranges say; None when it may be."""
+    mapped = getattr(address, "ipv4_mapped", None)
+    if mapped is not None:  # ::ffff:a.b.c.d is an IPv4 address to the kernel: never a claim's IPv6 one
+        return "an IPv4-mapped IPv6 address"
     for test, what in (
         (address.is_loopback, "loopback"),
         (address.is_link_local, "link-local (the cloud's metadata service lives there)"),
@@ -348,6 +353,12 @@ def _address_problems(ipam: dict[str, Any], path: str, target: Target) -> Iterat
             "config"
         )
         return
+    if rules is not None and rules.allowed and not rules.cluster_known:
+        yield (
+            f"{path}: the node's admin has not given netclaim the cluster's pod and Service CIDRs "
+            "(--reserved-cidrs, chart value agent.reservedCIDRs): a claim's own IPAM is refused until then"
+        )
+        return
     if rules is not None and not rules.allowed:
         yield (
             f"{path}: the admin gave tenants no address ranges on this device (the publish rule's "
@@ -361,7 +372,7 @@ def _address_problems(ipam: dict[str, Any], path: str, target: Target) -> Iterat
         ranges += [(f"{path}.ranges[{i}][{j}]", entry) for j, entry in enumerate(range_set)]
     for where, entry in ranges:
         text = entry.get("subnet")
-        if target.offline and isinstance(text, str) and "{{" in text:
+        if target.offline and holds_placeholder(text):
             continue
         try:
             subnet = ipaddress.ip_network(str(text), strict=False)
@@ -371,7 +382,7 @@ def _address_problems(ipam: dict[str, Any], path: str, target: Target) -> Iterat
         yield from _network_problems(subnet, f"{where}.subnet", rules)
         for key in ("gateway", "rangeStart", "rangeEnd"):
             address = entry.get(key)
-            if address is None or (target.offline and "{{" in str(address)):
+            if address is None or (target.offline and holds_placeholder(address)):
                 continue
             try:
                 inside = ipaddress.ip_address(str(address)) in subnet
@@ -382,7 +393,7 @@ def _address_problems(ipam: dict[str, Any], path: str, target: Target) -> Iterat
                 yield f"{where}.{key}: {address} is outside the subnet {subnet}"
     for i, entry in enumerate(ipam.get("addresses") or []):
         text = entry.get("address")
-        if text is None or (target.offline and "{{" in str(text)):
+        if text is None or (target.offline and holds_placeholder(text)):
             continue
         try:
             interface = ipaddress.ip_interface(str(text))
@@ -405,11 +416,11 @@ def tenant_problems(
     """Everything in a tenant's rendered config list that the allow-list does not allow. `from_admin`:
     (plugin index, lower-cased key) the DeviceClass's pinned config fills in afterwards (a claim may
     restate them: the class's value replaces them all the same)."""
-    canonical = {key.lower(): key for key in LIST_KEYS}
+    canonical = {key.lower(): key for key in CONFLIST_KEYS}
     for key in conflist:
         name = canonical.get(key.lower())
         if name is None:
-            yield f"{path}.{key}: not a field a claim may set (allowed: {sorted(LIST_KEYS)})"
+            yield f"{path}.{key}: not a field a claim may set (allowed: {sorted(CONFLIST_KEYS)})"
         elif name != key:
             yield f"{path}.{key}: write it {name!r}: a claim's keys must be in their canonical case"
     for index, plugin in enumerate(conflist.get("plugins") or []):

@@ -33,9 +33,9 @@ from netclaim.api.publishpolicy import AttributeValue
 from netclaim.api.tenancy import AddressRules, IPNetwork, Target, sharing_problems, tenant_problems
 from netclaim.errors import ConfigError
 from netclaim.ipam.addresses import AddressRequest, Grant
-from netclaim.names import DRIVER_DOMAIN, PLUGIN_TYPE, check_pod_interface_name
+from netclaim.names import DRIVER_DOMAIN, NETWORK_NAME, PLUGIN_TYPE, check_pod_interface_name
 from netclaim.objects import AllocatedDevice, Claim
-from netclaim.publish.devices import BANDWIDTH, Capacity, Device
+from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, Capacity, Device
 from netclaim.quantity import parse_quantity
 
 NETWORK = f"{DRIVER_DOMAIN}/network"
@@ -293,20 +293,22 @@ def plan_claim(inputs: ClaimInputs, node: NodeContext) -> list[PlannedDevice]:
     interface_names: dict[str, str] = {}
     nics = [r for r in claim.results if r.driver == driver and r.pool != POOLS_POOL]
     per_request = Counter(r.request for r in nics)
+    _check_attachments(nics, node, where)
     for allocated in nics:
         if allocated.pool != node.node:
             raise ConfigError(
                 f"{where}: device {allocated.pool}/{allocated.device} is not on node {node.node}"
             )
         effective = merge(configs_for(claim, allocated.request, driver), allocated.request)
-        siblings = sorted(r.device for r in nics if r.request == allocated.request)
+        siblings = [r for r in nics if r.request == allocated.request]  # in allocation order: one device
+        # may be a request's twice (a shared one), so each result, not each device, is numbered
         if per_request[allocated.request] > effective.devices_per_request:
             raise ConfigError(
                 f"{where}: request {allocated.request} was allocated {per_request[allocated.request]} "
                 f"devices (allocationMode All, or a count); its DeviceClass allows "
                 f"{effective.devices_per_request} per request (devicesPerRequest)"
             )
-        interface = _interface_name(effective.interface_name, siblings.index(allocated.device), where)
+        interface = _interface_name(effective.interface_name, siblings.index(allocated), where)
         other = interface_names.setdefault(interface, allocated.request)
         if other != allocated.request:
             raise ConfigError(
@@ -326,6 +328,22 @@ def plan_claim(inputs: ClaimInputs, node: NodeContext) -> list[PlannedDevice]:
         asked = str(plan.conflist.get("cniVersion")) if lowered else None
         planned.append(PlannedDevice(allocated, plan.model_copy(update={"conflist": conflist}), asked))
     return planned
+
+
+def _check_attachments(nics: list[AllocatedDevice], node: NodeContext, where: str) -> None:
+    """A claim takes at most what one request may take of a shared NIC (its publish rule's
+    attachmentsPerClaim, the capacity's validRange.max), however many requests it spreads it over."""
+    taken: Counter[str] = Counter()
+    for allocated in nics:
+        taken[allocated.device] += int(parse_quantity(allocated.consumed_capacity.get(ATTACHMENTS, "0")))
+    for device_name, count in sorted(taken.items()):
+        device = node.device(device_name)
+        limit = device.capacity.get(ATTACHMENTS) if device is not None else None
+        if limit is not None and limit.maximum is not None and count > limit.maximum:
+            raise ConfigError(
+                f"{where}: takes {count} attachments of device {device_name} over its requests; a claim may "
+                f"take {limit.maximum} (the NIC's attachmentsPerClaim)"
+            )
 
 
 def with_pool_addresses(plan: AttachPlan, grants: list[Grant], where: str) -> AttachPlan:
@@ -422,6 +440,7 @@ def address_rules(device: Device, pools: Sequence[IPPool], reserved: Sequence[IP
         allowed=tuple(ipaddress.ip_network(r) for r in device.tenant_ranges),
         forbidden=tuple(forbidden),
         pool=serving,
+        cluster_known=bool(reserved),
     )
 
 
@@ -451,6 +470,9 @@ def _plan(
     for index, key, value in effective.admin_parts:  # the class's pinned parts, after the tenant's checks
         conflist["plugins"][index][key] = render(value, values, f"config.plugins[{index}].{key}")
     problems += sharing_problems(conflist, target, device.name)
+    name = conflist.get("name")
+    if not isinstance(name, str) or not NETWORK_NAME.fullmatch(name):  # as rendered: `{{ request }}` is a/b
+        problems.append(f"config.name: {name!r} is not a CNI network name (1-63 of A-Z a-z 0-9 _ . -)")
     if problems:
         raise ConfigError("\n".join(problems))
     if device.shared and device.ipvlan_mode is not None:  # an ipvlan naming no mode gets the NIC's
