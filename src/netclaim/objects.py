@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any
 
 import ijson.backends.python  # type: ignore[import-untyped]  # no type information shipped
@@ -24,27 +25,37 @@ CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message
 IPPOOL_API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"  # IPPools' and IPAllocations'
 POOL_LABEL = f"{DRIVER_DOMAIN}/pool"
 CLAIM_UID_LABEL = f"{DRIVER_DOMAIN}/claim-uid"
+# What yajl's C parser raises: JSONError for what is not JSON; UnicodeDecodeError (a ValueError) for a
+# surrogate escaped out of its pair, which JSON allows; SystemError (ijson 3.6) for an integer of more
+# digits than Python makes an int of (sys.get_int_max_str_digits()).
+_C_PARSER_FAILURES = (ijson.JSONError, ValueError, SystemError)
 
 
 def read_json(data: bytes | str) -> Any:
     """A JSON document built without recursion (ijson's events into its ObjectBuilder): no depth the API
     server stores can break reading it. Check how deep a part is (too_deep, iterative) before
-    anything recursive touches it. ValueError when `data` is not JSON."""
+    anything recursive touches it. ValueError when `data` is not JSON.
+
+    Read by yajl's C parser, numbers as it hands them over as text (int, Decimal): an integer past int64,
+    which JSON allows and anyone may write, is read as fast as any other (the parser's own integers stop
+    at int64). What the C parser cannot read at all (a surrogate escaped out of its pair, say) is read
+    again by ijson's pure-Python parser: the same values, several times slower."""
     raw = data.encode() if isinstance(data, str) else data
     try:
-        return _built(ijson.basic_parse(raw, use_float=True))
-    except ijson.JSONError:
-        pass  # yajl's C parser stops at an integer past int64, which JSON allows (anyone may write one)
+        return _built(ijson.basic_parse(raw, use_float=False))
+    except _C_PARSER_FAILURES:
+        pass
     try:
-        return _built(ijson.backends.python.basic_parse(raw, use_float=True))  # slower, any integer
-    except ijson.JSONError as err:
+        return _built(ijson.backends.python.basic_parse(raw, use_float=True))
+    except (ijson.JSONError, ValueError) as err:
         raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
 
 
 def _built(events: Iterator[tuple[str, Any]]) -> Any:
     builder = ijson.ObjectBuilder()
+    build = builder.event
     for event, value in events:
-        builder.event(event, value)
+        build(event, float(value) if type(value) is Decimal else value)  # a number with a fraction: a float
     return builder.value
 
 
