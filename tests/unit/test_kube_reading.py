@@ -12,6 +12,8 @@ from typing import Any, cast
 import httpx2 as httpx
 import ijson.backends.python  # type: ignore[import-untyped]  # no type information shipped
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
@@ -19,7 +21,7 @@ from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.errors import ApiUnavailableError, ConfigError, GoneError
 from netclaim.metrics import REGISTRY
-from netclaim.objects import IPAllocation, read_json
+from netclaim.objects import IPAllocation, ListItems, item_spans, read_json, read_list
 from tests.unit.fakes import KUBECONFIG, FakeApiServer, api_status
 
 API_DEPTH = 5000  # 10 KiB of `[[[[…]]]]`: as deep as the API server stores an opaque config
@@ -141,6 +143,79 @@ def test_what_only_the_slow_parser_reads_is_read() -> None:
     """A surrogate escaped out of its pair is JSON the C parser cannot decode (it raised UnicodeDecodeError,
     which failed any list holding one)."""
     assert read_json(b'{"a": "\\udc00\\ud800x", "b": [1]}') == {"a": "\udc00\ud800x", "b": [1]}
+
+
+# A JSON value as an API object may hold one: strings rich in what shapes JSON text (quotes, backslashes,
+# brackets) and in what only the slow parser reads (surrogates out of their pairs).
+_TEXT = st.text(alphabet=st.sampled_from('ab"\\[]{},: \n\u00e9\U0001f600\ud800\udc00'), max_size=12)
+_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+_ITEMS = st.lists(
+    st.dictionaries(_TEXT, _VALUE, max_size=4) | st.lists(_VALUE, max_size=3) | _TEXT, max_size=5
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ITEMS, st.sampled_from([None, 0, 2]), st.booleans())
+def test_the_items_of_a_list_are_found_whatever_they_hold(
+    items: list[Any], indent: int | None, first: bool
+) -> None:
+    document = (
+        {"items": items, "kind": "List"}
+        if first
+        else {"kind": "items", "metadata": {"items": []}, "items": items}
+    )
+    data = json.dumps(document, indent=indent).encode()
+    expected = json.loads(data)["items"]  # as json reads them: a surrogate pair escaped is one character
+    assert [json.loads(data[start:end]) for start, end in item_spans(data)] == expected
+    for cut in {1, len(data) // 2, len(data) - 1}:  # a list cut short is not a shorter list
+        with pytest.raises(ValueError):
+            item_spans(data[:cut])
+
+
+def test_a_list_the_fast_parser_cannot_read_whole_is_read_item_by_item(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the item that needs it goes to the slow parser (before: the whole list, for the whole cluster,
+    at every pass); an item no parser reads fails no other, and is said."""
+    slow = ijson.backends.python.basic_parse
+    asked: list[bytes] = []
+
+    def spied(data: bytes, **options: Any) -> Any:
+        asked.append(data)
+        return slow(data, **options)
+
+    monkeypatch.setattr(ijson.backends.python, "basic_parse", spied)
+    odd = b'{"name": "odd", "note": "\\udc00\\ud800"}'
+    digits = b'{"name": "digits", "n": ' + b"7" * 5000 + b"}"  # past Python's int limit: no parser reads it
+    data = b'{"kind": "List", "items": [{"name": "a"}, ' + odd + b", " + digits + b', {"name": "b"}]}'
+    found = read_list(data)
+    assert [i["name"] for i in found.items] == ["a", "odd", "b"]
+    assert found.items[1]["note"] == "\udc00\ud800"
+    [unread] = found.unread
+    assert unread.startswith("not JSON")
+    assert asked == [odd, digits]
+    assert read_list(b'{"items": [{"a": 18446744073709551616}]}') == ListItems([{"a": 2**64}], [])
+    assert asked == [odd, digits]  # an integer past int64: the fast parser
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"items": [{"a": 1}',
+        b'{"items": [{"a": "\\udc00\\ud800"}, {"b": "cut',
+        b"<html>",
+        b"[]",
+        b'{"items": 3}',
+    ],
+    ids=["cut", "cut-in-a-string", "html", "array", "no-list"],
+)
+def test_what_is_not_a_list_of_items_is_refused_whole(data: bytes) -> None:
+    with pytest.raises(ValueError, match=r"not JSON|not a list|no list"):
+        read_list(data)
 
 
 async def test_a_claim_nested_as_deep_as_the_api_allows_does_not_fail_the_controllers_list(
