@@ -4,8 +4,10 @@ object that cannot be read never fails a list."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, cast
 
@@ -15,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from netclaim.adapters.kube import connection
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
@@ -287,6 +290,43 @@ async def test_a_claim_of_another_shape_is_read_as_far_as_its_identity(
     [claim] = await claims.list_claims()
     assert (claim.uid, claim.results, claim.devices_status) == ("u", (), ())
     assert claim.unreadable.startswith("cannot be read (TypeError")
+
+
+async def test_a_list_is_read_off_the_event_loop(
+    claims: KubeClaims, server: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster's claim list is megabytes: read on the event loop, it held up every watch, /healthz and
+    status write of the program while it was read (a second or more for 10 MB)."""
+    server.answers[CLAIMS] = (200, _listing(*(_claim(f"c{i}") for i in range(10))))  # 100 KiB
+    reading, loop_ran = threading.Event(), threading.Event()
+
+    def read_slowly(data: bytes) -> ListItems:
+        reading.set()
+        assert loop_ran.wait(5.0), "the event loop did not run while the list was read"
+        return read_list(data)
+
+    async def meanwhile() -> None:
+        await asyncio.to_thread(reading.wait, 5.0)
+        loop_ran.set()  # only if the event loop is free to run this
+
+    monkeypatch.setattr(connection, "read_list", read_slowly)
+    listed, _ = await asyncio.gather(claims.list_claims(), meanwhile())
+    assert len(listed) == 10
+
+
+async def test_an_item_no_parser_reads_fails_a_claim_list_and_is_left_out_of_others(
+    claims: KubeClaims, addresses: KubeAddresses, server: FakeApiServer
+) -> None:
+    """A claim whose UID cannot be read: listed without it, the addresses it holds would be freed as a
+    deleted claim's. An allocation: neither counted nor freed, as one of another shape."""
+    unread = '{"metadata": {"name": "x"}, "n": ' + "7" * 5000 + "}"
+    server.answers[CLAIMS] = (200, _listing(_claim("a"), unread))
+    with pytest.raises(ConfigError, match="ResourceClaims: 1 cannot be read: not JSON"):
+        await claims.list_claims()
+    server.answers[ALLOCATIONS] = (200, _listing(json.dumps(_allocation("good", "10.10.3.7/24")), unread))
+    before = _unreadable("IPAllocation")
+    assert [a.name for a in await addresses.list_ip_allocations()] == ["good"]
+    assert _unreadable("IPAllocation") == before + 1
 
 
 async def test_ip_allocations_with_malformed_addresses_are_skipped_and_reported(

@@ -40,7 +40,10 @@ class KubeAddresses(AddressesApi):
 
     async def list_ippools(self) -> list[dict[str, Any]]:
         pools = []
-        for item in await self.kube.read_items("IPPools", IPPOOLS.path()):
+        listed = await self.kube.read_items("IPPools", IPPOOLS.path())
+        for problem in listed.unread:
+            await self.kube.report_unreadable(IPPOOLS, None, problem, "It is not published.")
+        for item in listed.items:
             problem = ippool_problem(item)
             if problem:
                 await self.kube.report_unreadable(IPPOOLS, item, problem, "It is not published.")
@@ -68,11 +71,14 @@ class KubeAddresses(AddressesApi):
         labels = {k: v for k, v in ((POOL_LABEL, pool), (CLAIM_UID_LABEL, claim_uid)) if v is not None}
         params = {"labelSelector": selector(labels)} if labels else None
         allocations = []
-        for item in await self.kube.read_items("IPAllocations", IP_ALLOCATIONS.path(), params):
+        effect = "It is neither counted as held nor freed."
+        listed = await self.kube.read_items("IPAllocations", IP_ALLOCATIONS.path(), params)
+        for problem in listed.unread:
+            await self.kube.report_unreadable(IP_ALLOCATIONS, None, problem, effect)
+        for item in listed.items:
             try:
                 allocations.append(IPAllocation.from_api(item))
             except (TypeError, ValueError) as err:
-                effect = "It is neither counted as held nor freed."
                 await self.kube.report_unreadable(IP_ALLOCATIONS, item, str(err), effect)
         return allocations
 

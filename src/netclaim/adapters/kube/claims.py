@@ -32,9 +32,15 @@ class KubeClaims(ClaimsApi):
             raise ConfigError(f"{what}: cannot be read: {err}") from None
 
     async def list_claims(self) -> list[Claim]:
-        """A claim read only in part is reported; one without a readable identity is skipped, and reported."""
+        """A claim read only in part is reported; one without a readable identity is skipped, and reported.
+        A claim no parser reads fails the list (ConfigError): its UID unread, the addresses it holds would
+        look like a deleted claim's. (The API server stores none: it reads each opaque config as Go reads
+        JSON, and refuses a number past float64, long before Python's limit on an int's digits.)"""
         claims = []
-        for item in await self.kube.read_items("ResourceClaims", CLAIMS.path()):
+        listed = await self.kube.read_items("ResourceClaims", CLAIMS.path())
+        if listed.unread:
+            raise ConfigError(f"ResourceClaims: {len(listed.unread)} cannot be read: {listed.unread[0]}")
+        for item in listed.items:
             try:
                 claim = Claim.from_api(item)
             except ValueError as err:

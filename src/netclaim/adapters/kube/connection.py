@@ -7,11 +7,12 @@ ApiRejectedError.
 The kinds that carry free JSON anyone may write (ResourceClaims: opaque configs and device status of
 every driver; IPPools; IPAllocations) are read without lightkube's decoder, which recurses once per level
 of nesting: the API server stores values nested thousands deep (10 KiB of `[[[[…]]]]`). They are fetched
-with an HTTP client lightkube makes from the same kubeconfig and built by netclaim.objects (read_json:
-no recursion). Each listed object is read on its own: one that cannot be read is skipped (a claim: read as
-far as it can be), with a log line, the `netclaim_unreadable_objects_total` metric and a Warning Event on
-it, once per version of the object; it never fails the list. Watches read only each event's type and
-resourceVersion, so an object no one can read does not stop them either.
+with an HTTP client lightkube makes from the same kubeconfig and built by netclaim.objects (read_json,
+read_list: no recursion), in a thread when large (a cluster's lists). Each listed object is read on its
+own: one that cannot be read is skipped (a claim: read as far as it can be), with a log line, the
+`netclaim_unreadable_objects_total` metric and a Warning Event on it, once per version of the object; it
+never fails the list (but a claim no parser reads at all: see KubeClaims.list_claims). Watches read only
+each event's type and resourceVersion, so an object no one can read does not stop them either.
 
 Of lightkube, only its documented API is used (Client, KubeConfig, ApiError, resources and models,
 generic resources, PatchType), but for `lightkube.config.client_adapter`: the function lightkube's own
@@ -22,13 +23,14 @@ handling. The API paths (Kind) and selectors are netclaim's own.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2 as httpx
 from lightkube import ApiError, AsyncClient, KubeConfig
@@ -48,9 +50,11 @@ from netclaim.errors import (
     GoneError,
     NetclaimError,
 )
-from netclaim.objects import IPPOOL_API_VERSION, as_object, as_text, cut, read_json
+from netclaim.objects import IPPOOL_API_VERSION, ListItems, as_object, as_text, cut, read_json, read_list
 
 log = logging.getLogger(__name__)
+T = TypeVar("T", bytes, str)
+R = TypeVar("R")
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 TIMEOUT = httpx.Timeout(10.0, read=60.0)
 WATCH_TIMEOUT = httpx.Timeout(10.0, read=None)  # a watch may be quiet for as long as nothing changes
@@ -58,6 +62,10 @@ EVENT_MESSAGE_BYTES = 1024
 UNREADABLE_REASON = "NetclaimUnreadable"
 # object versions remembered as reported unreadable; past it they are forgotten (reported once more)
 MAX_REPORTED = 4096
+# JSON read on the event loop up to this size (a few milliseconds, the slow parser's included); larger (a
+# cluster's list: megabytes, a second or more), in a thread, so that the program's watches, health checks
+# and writes go on meanwhile
+INLINE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -136,6 +144,13 @@ def as_data(obj: Any) -> dict[str, Any]:
     return dict(obj.to_dict())
 
 
+async def _off_the_loop_if_large(read: Callable[[T], R], data: T) -> R:
+    """`read(data)`, in a thread when `data` is large enough to hold up the event loop."""
+    if len(data) < INLINE_BYTES:
+        return read(data)
+    return await asyncio.to_thread(read, data)
+
+
 class KubeConnection:
     """The clients of one program (lightkube's, and the HTTP client for the JSON read without its decoder)
     and the objects it already reported unreadable; every role of the program is made over it."""
@@ -190,20 +205,24 @@ class KubeConnection:
 
     async def read(self, what: str, path: str, params: dict[str, str] | None = None) -> Any:
         """GET `path`: its JSON, read without recursion (read_json)."""
+        return await self._get(what, path, params, read_json)
+
+    async def read_items(self, what: str, path: str, params: dict[str, str] | None = None) -> ListItems:
+        """The items of a list, each as the API has it (not read further: each is read on its own), and
+        what no parser reads of it (read_list)."""
+        return await self._get(what, path, params, read_list)
+
+    async def _get(
+        self, what: str, path: str, params: dict[str, str] | None, read: Callable[[bytes], R]
+    ) -> R:
+        """GET `path`, read by `read`: off the event loop when large (a cluster's list is megabytes)."""
         with translated(what):
             response = await self.http.get(path, params=params)
             raise_for_status(response)
         try:
-            return read_json(response.content)
+            return await _off_the_loop_if_large(read, response.content)
         except ValueError as err:
             raise ApiUnavailableError(f"{what}: the API server's answer is {err}") from None
-
-    async def read_items(self, what: str, path: str, params: dict[str, str] | None = None) -> list[Any]:
-        """The items of a list, each as the API has it (not read yet: each is read on its own)."""
-        items = as_object(await self.read(what, path, params)).get("items") or []
-        if not isinstance(items, list):
-            raise ApiUnavailableError(f"{what}: the API server's answer has no list of items")
-        return items
 
     async def report_unreadable(self, kind: Kind, item: Any, problem: str, effect: str) -> None:
         """A listed object netclaim cannot read, in whole or in part: a log line, the metric and a Warning
@@ -279,7 +298,7 @@ class KubeConnection:
                             if not line.strip():
                                 continue
                             try:
-                                event = as_object(read_json(line))
+                                event = as_object(await _off_the_loop_if_large(read_json, line))
                                 kind, found = as_text(event.get("type")), as_object(event.get("object"))
                                 stamp = as_object(found.get("metadata")).get("resourceVersion")
                             except (ValueError, TypeError) as err:

@@ -51,7 +51,7 @@ class KubeClusterReader:
     ) -> list[dict[str, Any]]:
         if kind is ResourceClaim:
             path = CLAIMS.path(None if where == "*" else where)
-            return [item for item in await self.kube.read_items(what, path) if isinstance(item, dict)]
+            return [item for item in (await self.kube.read_items(what, path)).items if isinstance(item, dict)]
         with translated(what):
             listing = (
                 self.kube.client.list(kind, namespace=where, labels=labels)
