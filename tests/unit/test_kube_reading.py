@@ -111,6 +111,17 @@ def _unreadable(kind: str) -> float:
     return REGISTRY.get_sample_value("netclaim_unreadable_objects_total", {"kind": kind}) or 0.0
 
 
+async def _events(server: FakeApiServer, count: int) -> list[dict[str, Any]]:
+    """The Events the API server got, once `count` have come (they are sent off the list's path), and a
+    moment more for any that should not come."""
+    for _ in range(500):
+        if len(server.events) >= count:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    return server.events
+
+
 def test_json_nested_far_deeper_than_pythons_recursion_limit_is_read() -> None:
     assert read_json(_nested(50_000))  # built without recursion; stdlib json stops near 1,000
     with pytest.raises(ValueError, match="not JSON"):
@@ -241,7 +252,7 @@ async def test_a_claim_nested_as_deep_as_the_api_allows_does_not_fail_the_contro
         "status.allocation.devices.config[0].opaque.parameters: nested deeper than 32 levels"
     ]
     assert _unreadable("ResourceClaim") == before + 2  # the deep one and the one without an identity
-    [event] = server.events  # the one without a readable name has nothing to hang an Event on
+    [event] = await _events(server, 1)  # the one without a readable name has nothing to hang an Event on
     assert event["involvedObject"] == {
         "kind": "ResourceClaim",
         "apiVersion": "resource.k8s.io/v1",
@@ -252,7 +263,7 @@ async def test_a_claim_nested_as_deep_as_the_api_allows_does_not_fail_the_contro
     assert (event["type"], event["reason"]) == ("Warning", "NetclaimUnreadable")
     assert "nested deeper than 32 levels" in event["message"]
     await claims.list_claims()  # the next pass: each version of an object is reported once
-    assert len(server.events) == 1 and _unreadable("ResourceClaim") == before + 2
+    assert len(await _events(server, 1)) == 1 and _unreadable("ResourceClaim") == before + 2
 
 
 async def test_a_claim_whose_config_cannot_be_read_keeps_what_its_teardown_needs(
@@ -344,7 +355,7 @@ async def test_ip_allocations_with_malformed_addresses_are_skipped_and_reported(
     before = _unreadable("IPAllocation")
     assert [a.name for a in await addresses.list_ip_allocations(pool="lan")] == ["good"]
     assert _unreadable("IPAllocation") == before + 3
-    assert [(e["involvedObject"]["name"], e["metadata"]["namespace"]) for e in server.events] == [
+    assert [(e["involvedObject"]["name"], e["metadata"]["namespace"]) for e in await _events(server, 3)] == [
         ("not-an-ip", "default"),  # a cluster-scoped object's Events go where kubectl looks for them
         ("no-prefix", "default"),
         ("an-object", "default"),
@@ -354,6 +365,56 @@ async def test_ip_allocations_with_malformed_addresses_are_skipped_and_reported(
     server.answers[f"{ALLOCATIONS}/not-an-ip"] = (200, json.dumps(items[1]))
     with pytest.raises(ConfigError, match="IPAllocation not-an-ip: cannot be read"):
         await addresses.get_ip_allocation("not-an-ip")
+
+
+async def test_reporting_an_unreadable_object_holds_up_no_pass(
+    kube: KubeConnection, server: FakeApiServer
+) -> None:
+    """Before, each Warning Event was written inside the list's loop: a slow API server (or thousands of
+    unreadable objects) held up the controller's pass behind them."""
+    answer, sent = asyncio.Event(), asyncio.Event()
+
+    async def slow_events(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events"):
+            await answer.wait()
+            sent.set()
+        return server.handle(request)
+
+    slow = KubeConnection(KUBECONFIG, "netclaim.dev-controller", transport=httpx.MockTransport(slow_events))
+    items = [_allocation("good", "10.10.3.7/24"), _allocation("bad", "not-an-ip")]
+    server.answers[ALLOCATIONS] = (200, json.dumps({"items": items}))
+    try:
+        listed = await asyncio.wait_for(KubeAddresses(slow).list_ip_allocations(), 5.0)
+        assert [a.name for a in listed] == ["good"]
+        assert server.events == []  # not sent yet: the list did not wait for it
+        answer.set()
+        await asyncio.wait_for(sent.wait(), 5.0)
+        assert [e["involvedObject"]["name"] for e in await _events(server, 1)] == ["bad"]
+    finally:
+        await slow.close()
+
+
+async def test_any_number_of_unreadable_objects_is_reported_once(
+    addresses: KubeAddresses, server: FakeApiServer
+) -> None:
+    """Before, what was reported was forgotten all at once at 4,096 objects: past that many, every pass
+    reported every one again (a log line, the metric, an Event each). Now a list remembers what it held
+    unreadable at its last read, however many; an object fixed and broken again is reported again, and
+    Events wait MAX_QUEUED_EVENTS at the most (the rest is logged)."""
+    many = [_allocation(f"bad-{i}", "not-an-ip") for i in range(5000)]
+    server.answers[ALLOCATIONS] = (200, json.dumps({"items": many}))
+    before = _unreadable("IPAllocation")
+    await addresses.list_ip_allocations()
+    assert _unreadable("IPAllocation") == before + 5000
+    assert len(await _events(server, connection.MAX_QUEUED_EVENTS)) == connection.MAX_QUEUED_EVENTS
+    await addresses.list_ip_allocations()  # the next pass
+    assert _unreadable("IPAllocation") == before + 5000
+    fixed = [_allocation("bad-0", "10.10.3.7/24"), *many[1:]]
+    server.answers[ALLOCATIONS] = (200, json.dumps({"items": fixed}))
+    await addresses.list_ip_allocations()
+    server.answers[ALLOCATIONS] = (200, json.dumps({"items": many}))
+    await addresses.list_ip_allocations()  # broken again
+    assert _unreadable("IPAllocation") == before + 5001
 
 
 async def test_an_ip_pool_nested_too_deep_is_skipped_and_reported(

@@ -13,6 +13,7 @@ from netclaim.adapters.kube.connection import (
     IP_ALLOCATIONS,
     IPPOOLS,
     KubeConnection,
+    Unreadable,
     as_data,
     raise_for_status,
     selector,
@@ -39,16 +40,16 @@ class KubeAddresses(AddressesApi):
         return as_object(found)
 
     async def list_ippools(self) -> list[dict[str, Any]]:
-        pools = []
+        effect = "It is not published."
         listed = await self.kube.read_items("IPPools", IPPOOLS.path())
-        for problem in listed.unread:
-            await self.kube.report_unreadable(IPPOOLS, None, problem, "It is not published.")
+        pools, unreadable = [], [Unreadable(None, problem, effect) for problem in listed.unread]
         for item in listed.items:
             problem = ippool_problem(item)
             if problem:
-                await self.kube.report_unreadable(IPPOOLS, item, problem, "It is not published.")
+                unreadable.append(Unreadable(item, problem, effect))
             else:
                 pools.append(item)
+        self.kube.report_unreadable(IPPOOLS, "", unreadable)
         return pools
 
     async def write_ippool_status(self, name: str, status: dict[str, Any]) -> None:
@@ -70,16 +71,15 @@ class KubeAddresses(AddressesApi):
     ) -> list[IPAllocation]:
         labels = {k: v for k, v in ((POOL_LABEL, pool), (CLAIM_UID_LABEL, claim_uid)) if v is not None}
         params = {"labelSelector": selector(labels)} if labels else None
-        allocations = []
         effect = "It is neither counted as held nor freed."
         listed = await self.kube.read_items("IPAllocations", IP_ALLOCATIONS.path(), params)
-        for problem in listed.unread:
-            await self.kube.report_unreadable(IP_ALLOCATIONS, None, problem, effect)
+        allocations, unreadable = [], [Unreadable(None, problem, effect) for problem in listed.unread]
         for item in listed.items:
             try:
                 allocations.append(IPAllocation.from_api(item))
             except (TypeError, ValueError) as err:
-                await self.kube.report_unreadable(IP_ALLOCATIONS, item, str(err), effect)
+                unreadable.append(Unreadable(item, str(err), effect))
+        self.kube.report_unreadable(IP_ALLOCATIONS, selector(labels), unreadable)
         return allocations
 
     async def get_ip_allocation(self, name: str) -> IPAllocation:

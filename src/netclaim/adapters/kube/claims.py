@@ -10,7 +10,14 @@ from lightkube.models.core_v1 import ObjectReference
 from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.types import PatchType
 
-from netclaim.adapters.kube.connection import CLAIMS, KubeConnection, as_data, raise_for_status, translated
+from netclaim.adapters.kube.connection import (
+    CLAIMS,
+    KubeConnection,
+    Unreadable,
+    as_data,
+    raise_for_status,
+    translated,
+)
 from netclaim.errors import ConfigError
 from netclaim.kubeapi import ClaimsApi
 from netclaim.objects import Claim, Pod
@@ -36,7 +43,7 @@ class KubeClaims(ClaimsApi):
         A claim no parser reads fails the list (ConfigError): its UID unread, the addresses it holds would
         look like a deleted claim's. (The API server stores none: it reads each opaque config as Go reads
         JSON, and refuses a number past float64, long before Python's limit on an int's digits.)"""
-        claims = []
+        claims, unreadable = [], []
         listed = await self.kube.read_items("ResourceClaims", CLAIMS.path())
         if listed.unread:
             raise ConfigError(f"ResourceClaims: {len(listed.unread)} cannot be read: {listed.unread[0]}")
@@ -44,15 +51,16 @@ class KubeClaims(ClaimsApi):
             try:
                 claim = Claim.from_api(item)
             except ValueError as err:
-                await self.kube.report_unreadable(CLAIMS, item, str(err), "It is skipped.")
+                unreadable.append(Unreadable(item, str(err), "It is skipped."))
                 continue
             problems = claim.problems()
             if problems:
                 effect = (
                     "netclaim reads the rest, and prepares none of its devices with a config it cannot read."
                 )
-                await self.kube.report_unreadable(CLAIMS, item, "; ".join(problems), effect)
+                unreadable.append(Unreadable(item, "; ".join(problems), effect))
             claims.append(claim)
+        self.kube.report_unreadable(CLAIMS, "", unreadable)
         return claims
 
     async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
