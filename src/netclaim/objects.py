@@ -15,7 +15,6 @@ import ipaddress
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from typing import Any
 
 import ijson.backends.python  # type: ignore[import-untyped]  # no type information shipped
@@ -27,10 +26,9 @@ CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message
 IPPOOL_API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"  # IPPools' and IPAllocations'
 POOL_LABEL = f"{DRIVER_DOMAIN}/pool"
 CLAIM_UID_LABEL = f"{DRIVER_DOMAIN}/claim-uid"
-# What yajl's C parser raises: JSONError for what is not JSON; UnicodeDecodeError (a ValueError) for a
-# surrogate escaped out of its pair, which JSON allows; SystemError (ijson 3.6) for an integer of more
-# digits than Python makes an int of (sys.get_int_max_str_digits()).
-_C_PARSER_FAILURES = (ijson.JSONError, ValueError, SystemError)
+# What yajl's C parser raises: JSONError for what is not JSON (an integer past int64 included, which JSON
+# allows), UnicodeDecodeError (a ValueError) for a surrogate escaped out of its pair, which JSON allows too.
+_C_PARSER_FAILURES = (ijson.JSONError, ValueError)
 
 
 def read_json(data: bytes | str) -> Any:
@@ -38,13 +36,14 @@ def read_json(data: bytes | str) -> Any:
     server stores can break reading it. Check how deep a part is (too_deep, iterative) before
     anything recursive touches it. ValueError when `data` is not JSON.
 
-    Read by yajl's C parser, numbers as it hands them over as text (int, Decimal): an integer past int64,
-    which JSON allows and anyone may write, is read as fast as any other (the parser's own integers stop
-    at int64). What the C parser cannot read at all (a surrogate escaped out of its pair, say) is read
-    again by ijson's pure-Python parser: the same values, several times slower."""
+    Read by yajl's C parser, making its numbers itself (use_float): what it cannot read (an integer past
+    int64, a surrogate escaped out of its pair) is read again by ijson's pure-Python parser, several times
+    slower. Not by the C parser with numbers handed over as text, which reads any integer: given one of
+    more digits than Python makes an int of (sys.get_int_max_str_digits()), ijson 3.6 raises SystemError
+    and corrupts memory, and the process crashes soon after (a segmentation fault)."""
     raw = data.encode() if isinstance(data, str) else data
     try:
-        return _built(ijson.basic_parse(raw, use_float=False))
+        return _built(ijson.basic_parse(raw, use_float=True))
     except _C_PARSER_FAILURES:
         pass
     try:
@@ -55,9 +54,8 @@ def read_json(data: bytes | str) -> Any:
 
 def _built(events: Iterator[tuple[str, Any]]) -> Any:
     builder = ijson.ObjectBuilder()
-    build = builder.event
     for event, value in events:
-        build(event, float(value) if type(value) is Decimal else value)  # a number with a fraction: a float
+        builder.event(event, value)
     return builder.value
 
 
@@ -72,10 +70,11 @@ class ListItems:
 def read_list(data: bytes) -> ListItems:
     """The items of an API list (`{"items": [...]}`), read as read_json reads a document. The C parser
     reads the list whole; when it cannot (read_json), the items are found (item_spans) and each is read on
-    its own, so that the pure-Python parser reads only the item that needs it, and an item neither reads
-    fails no other. ValueError when `data` is not JSON, or not a list of items."""
+    its own, so that the pure-Python parser reads only the item that needs it (one tenant's integer past
+    int64 costs that claim, not the cluster's list), and an item neither reads fails no other. ValueError
+    when `data` is not JSON, or not a list of items."""
     try:
-        document = _built(ijson.basic_parse(data, use_float=False))
+        document = _built(ijson.basic_parse(data, use_float=True))
     except _C_PARSER_FAILURES as err:
         try:
             spans = item_spans(data)
