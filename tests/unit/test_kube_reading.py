@@ -26,7 +26,7 @@ from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.errors import ApiUnavailableError, ConfigError, GoneError
 from netclaim.metrics import REGISTRY
-from netclaim.objects import IPAllocation, ListItems, item_spans, read_json, read_list
+from netclaim.objects import Claim, IPAllocation, ListItems, item_spans, read_json, read_list
 from tests.unit.fakes import KUBECONFIG, FakeApiServer, api_status
 
 API_DEPTH = 5000  # 10 KiB of `[[[[…]]]]`: as deep as the API server stores an opaque config
@@ -310,24 +310,31 @@ async def test_a_claim_of_another_shape_is_read_as_far_as_its_identity(
     assert claim.unreadable.startswith("cannot be read (TypeError")
 
 
-async def test_a_list_is_read_off_the_event_loop(
-    claims: KubeClaims, server: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("step", ["read", "made"])
+async def test_a_list_is_read_and_made_into_claims_off_the_event_loop(
+    claims: KubeClaims, server: FakeApiServer, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
     """A cluster's claim list is megabytes: read on the event loop, it held up every watch, /healthz and
-    status write of the program while it was read (a second or more for 10 MB)."""
+    status write of the program (a second or more for 10 MB), and making its claims as long again."""
     server.answers[CLAIMS] = (200, _listing(*(_claim(f"c{i}") for i in range(10))))  # 100 KiB
-    reading, loop_ran = threading.Event(), threading.Event()
+    working, loop_ran = threading.Event(), threading.Event()
 
-    def read_slowly(data: bytes) -> ListItems:
-        reading.set()
-        assert loop_ran.wait(5.0), "the event loop did not run while the list was read"
-        return read_list(data)
+    def slowly(work: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def slow(data: Any) -> Any:
+            working.set()
+            assert loop_ran.wait(5.0), f"the event loop did not run while the list was {step}"
+            return work(data)
+
+        return slow
 
     async def meanwhile() -> None:
-        await asyncio.to_thread(reading.wait, 5.0)
+        await asyncio.to_thread(working.wait, 5.0)
         loop_ran.set()  # only if the event loop is free to run this
 
-    monkeypatch.setattr(connection, "read_list", read_slowly)
+    if step == "read":
+        monkeypatch.setattr(connection, "read_list", slowly(read_list))
+    else:
+        monkeypatch.setattr(Claim, "from_api", slowly(Claim.from_api))
     listed, _ = await asyncio.gather(claims.list_claims(), meanwhile())
     assert len(listed) == 10
 

@@ -22,7 +22,14 @@ from netclaim.adapters.kube.connection import (
 from netclaim.errors import ConfigError, GoneError
 from netclaim.kubeapi import AddressesApi
 from netclaim.names import DRIVER_DOMAIN
-from netclaim.objects import CLAIM_UID_LABEL, POOL_LABEL, IPAllocation, as_object, ippool_problem
+from netclaim.objects import (
+    CLAIM_UID_LABEL,
+    POOL_LABEL,
+    IPAllocation,
+    ListItems,
+    as_object,
+    ippool_problem,
+)
 
 IPPoolResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPPool", "ippools")
 IPAllocationResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPAllocation", "ipallocations")
@@ -40,15 +47,7 @@ class KubeAddresses(AddressesApi):
         return as_object(found)
 
     async def list_ippools(self) -> list[dict[str, Any]]:
-        effect = "It is not published."
-        listed = await self.kube.read_items("IPPools", IPPOOLS.path())
-        pools, unreadable = [], [Unreadable(None, problem, effect) for problem in listed.unread]
-        for item in listed.items:
-            problem = ippool_problem(item)
-            if problem:
-                unreadable.append(Unreadable(item, problem, effect))
-            else:
-                pools.append(item)
+        pools, unreadable = await self.kube.read_items("IPPools", IPPOOLS.path(), _pools_of)
         self.kube.report_unreadable(IPPOOLS, "", unreadable)
         return pools
 
@@ -71,14 +70,8 @@ class KubeAddresses(AddressesApi):
     ) -> list[IPAllocation]:
         labels = {k: v for k, v in ((POOL_LABEL, pool), (CLAIM_UID_LABEL, claim_uid)) if v is not None}
         params = {"labelSelector": selector(labels)} if labels else None
-        effect = "It is neither counted as held nor freed."
-        listed = await self.kube.read_items("IPAllocations", IP_ALLOCATIONS.path(), params)
-        allocations, unreadable = [], [Unreadable(None, problem, effect) for problem in listed.unread]
-        for item in listed.items:
-            try:
-                allocations.append(IPAllocation.from_api(item))
-            except (TypeError, ValueError) as err:
-                unreadable.append(Unreadable(item, str(err), effect))
+        path = IP_ALLOCATIONS.path()
+        allocations, unreadable = await self.kube.read_items("IPAllocations", path, _allocations_of, params)
         self.kube.report_unreadable(IP_ALLOCATIONS, selector(labels), unreadable)
         return allocations
 
@@ -107,3 +100,28 @@ class KubeAddresses(AddressesApi):
         """The event types of every IPAllocation, as they happen; not read further."""
         async for event in self.kube.watch("watch of ipallocations", IP_ALLOCATIONS.path()):
             yield event
+
+
+def _pools_of(listed: ListItems) -> tuple[list[dict[str, Any]], list[Unreadable]]:
+    """The IPPools of a list that can be read; the others are not published."""
+    effect = "It is not published."
+    pools, unreadable = [], [Unreadable(None, problem, effect) for problem in listed.unread]
+    for item in listed.items:
+        problem = ippool_problem(item)
+        if problem:
+            unreadable.append(Unreadable(item, problem, effect))
+        else:
+            pools.append(item)
+    return pools, unreadable
+
+
+def _allocations_of(listed: ListItems) -> tuple[list[IPAllocation], list[Unreadable]]:
+    """The IPAllocations of a list that can be read; the others are neither counted as held nor freed."""
+    effect = "It is neither counted as held nor freed."
+    allocations, unreadable = [], [Unreadable(None, problem, effect) for problem in listed.unread]
+    for item in listed.items:
+        try:
+            allocations.append(IPAllocation.from_api(item))
+        except (TypeError, ValueError) as err:
+            unreadable.append(Unreadable(item, str(err), effect))
+    return allocations, unreadable

@@ -20,7 +20,7 @@ from netclaim.adapters.kube.connection import (
 )
 from netclaim.errors import ConfigError
 from netclaim.kubeapi import ClaimsApi
-from netclaim.objects import Claim, Pod
+from netclaim.objects import Claim, ListItems, Pod
 
 
 class KubeClaims(ClaimsApi):
@@ -39,27 +39,8 @@ class KubeClaims(ClaimsApi):
             raise ConfigError(f"{what}: cannot be read: {err}") from None
 
     async def list_claims(self) -> list[Claim]:
-        """A claim read only in part is reported; one without a readable identity is skipped, and reported.
-        A claim no parser reads fails the list (ConfigError): its UID unread, the addresses it holds would
-        look like a deleted claim's. (The API server stores none: it reads each opaque config as Go reads
-        JSON, and refuses a number past float64, long before Python's limit on an int's digits.)"""
-        claims, unreadable = [], []
-        listed = await self.kube.read_items("ResourceClaims", CLAIMS.path())
-        if listed.unread:
-            raise ConfigError(f"ResourceClaims: {len(listed.unread)} cannot be read: {listed.unread[0]}")
-        for item in listed.items:
-            try:
-                claim = Claim.from_api(item)
-            except ValueError as err:
-                unreadable.append(Unreadable(item, str(err), "It is skipped."))
-                continue
-            problems = claim.problems()
-            if problems:
-                effect = (
-                    "netclaim reads the rest, and prepares none of its devices with a config it cannot read."
-                )
-                unreadable.append(Unreadable(item, "; ".join(problems), effect))
-            claims.append(claim)
+        """Read (and the claims made) off the event loop; what cannot be read reported (_claims_of)."""
+        claims, unreadable = await self.kube.read_items("ResourceClaims", CLAIMS.path(), _claims_of)
         self.kube.report_unreadable(CLAIMS, "", unreadable)
         return claims
 
@@ -123,3 +104,26 @@ class KubeClaims(ClaimsApi):
                 )
             ]
         return [p for p in pods if p.unschedulable]
+
+
+def _claims_of(listed: ListItems) -> tuple[list[Claim], list[Unreadable]]:
+    """The claims of a list, and what of them cannot be read: a claim read only in part is listed, one
+    without a readable identity is skipped. A claim no parser reads fails the list (ConfigError): its UID
+    unread, the addresses it holds would look like a deleted claim's. (The API server stores none: it reads
+    each opaque config as Go reads JSON, and refuses a number past float64, long before Python's limit on
+    an int's digits.)"""
+    if listed.unread:
+        raise ConfigError(f"ResourceClaims: {len(listed.unread)} cannot be read: {listed.unread[0]}")
+    claims, unreadable = [], []
+    for item in listed.items:
+        try:
+            claim = Claim.from_api(item)
+        except ValueError as err:
+            unreadable.append(Unreadable(item, str(err), "It is skipped."))
+            continue
+        problems = claim.problems()
+        if problems:
+            effect = "netclaim reads the rest, and prepares none of its devices with a config it cannot read."
+            unreadable.append(Unreadable(item, "; ".join(problems), effect))
+        claims.append(claim)
+    return claims, unreadable

@@ -55,6 +55,7 @@ from netclaim.objects import IPPOOL_API_VERSION, ListItems, as_object, as_text, 
 
 log = logging.getLogger(__name__)
 T = TypeVar("T", bytes, str)
+A = TypeVar("A")
 R = TypeVar("R")
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 TIMEOUT = httpx.Timeout(10.0, read=60.0)
@@ -164,6 +165,10 @@ async def _off_the_loop_if_large(read: Callable[[T], R], data: T) -> R:
     return await asyncio.to_thread(read, data)
 
 
+def _as_read(value: A) -> A:
+    return value
+
+
 class KubeConnection:
     """The clients of one program (lightkube's, and the HTTP client for the JSON read without its decoder)
     and the objects it already reported unreadable; every role of the program is made over it."""
@@ -224,24 +229,36 @@ class KubeConnection:
 
     async def read(self, what: str, path: str, params: dict[str, str] | None = None) -> Any:
         """GET `path`: its JSON, read without recursion (read_json)."""
-        return await self._get(what, path, params, read_json)
+        return await self._get(what, path, params, read_json, _as_read)
 
-    async def read_items(self, what: str, path: str, params: dict[str, str] | None = None) -> ListItems:
-        """The items of a list, each as the API has it (not read further: each is read on its own), and
-        what no parser reads of it (read_list)."""
-        return await self._get(what, path, params, read_list)
+    async def read_items(
+        self, what: str, path: str, made: Callable[[ListItems], R], params: dict[str, str] | None = None
+    ) -> R:
+        """GET the list at `path`: its items (read_list: each as the API has it, and what no parser reads
+        of it), made into what the caller needs by `made`, in a thread when large: a cluster's list is
+        megabytes, and making its objects takes as long again."""
+        return await self._get(what, path, params, read_list, made)
 
     async def _get(
-        self, what: str, path: str, params: dict[str, str] | None, read: Callable[[bytes], R]
+        self,
+        what: str,
+        path: str,
+        params: dict[str, str] | None,
+        read: Callable[[bytes], A],
+        made: Callable[[A], R],
     ) -> R:
-        """GET `path`, read by `read`: off the event loop when large (a cluster's list is megabytes)."""
         with translated(what):
             response = await self.http.get(path, params=params)
             raise_for_status(response)
-        try:
-            return await _off_the_loop_if_large(read, response.content)
-        except ValueError as err:
-            raise ApiUnavailableError(f"{what}: the API server's answer is {err}") from None
+
+        def answer(data: bytes) -> R:
+            try:
+                found = read(data)
+            except ValueError as err:
+                raise ApiUnavailableError(f"{what}: the API server's answer is {err}") from None
+            return made(found)
+
+        return await _off_the_loop_if_large(answer, response.content)
 
     def report_unreadable(self, kind: Kind, labels: str, unreadable: list[Unreadable]) -> None:
         """What one read of the list of `kind` (selected by `labels`) could not read: for each object, a log
