@@ -33,6 +33,7 @@ from netclaim.configure.status import StatusWriter
 from netclaim.configure.store import Store
 from netclaim.configure.unprepare import Unpreparer
 from netclaim.ipam.addresses import AddressBook
+from netclaim.kubeapi import ClaimsApi, NodeSlicesApi
 from netclaim.publish.devices import Device, DeviceCatalog
 from netclaim.publish.inventory import FileInventory, InventorySource, NodeInventory
 from netclaim.publish.loop import Trigger, periodic, publish_pass, watch_inventory, watch_policy, watch_slices
@@ -67,7 +68,7 @@ async def _start_configure_path(
     """kubelet plugin (prepare) and NRI hooks (attach), sharing the store, the locks and the status writer."""
     node, driver = settings.node_name, settings.driver_name
     cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
-    claims = KubeClaims(kube)
+    claims: ClaimsApi = KubeClaims(kube)
     status = StatusWriter(claims, driver, store, supervisor, annotate_pods=settings.network_status_annotation)
     locks = PodLocks()
     attacher = Attacher(store, cni, locks, supervisor)
@@ -103,7 +104,7 @@ async def run(settings: AgentSettings) -> None:
     http = await serve_health(settings.metrics_address, health)
     kube = KubeConnection.connect(settings.kubeconfig, settings.driver_name)
     node, driver = settings.node_name, settings.driver_name
-    slices = KubeSlices(kube)
+    slices: NodeSlicesApi = KubeSlices(kube)
     publisher = SlicePublisher(slices, node, driver)
     catalog = DeviceCatalog()
     trigger = Trigger()

@@ -234,7 +234,7 @@ async def test_the_publisher_writes_once_then_not_while_nothing_changes() -> Non
     assert [d["name"] for d in stored["spec"]["devices"]] == ["lan3"]
     api.calls.clear()
     assert await publisher.write([_device("lan3", 6)]) == 0
-    assert api.calls == ["list_driver_slices", "crd_uid"]  # at once
+    assert api.calls == ["list_slices", "crd_uid"]  # at once
 
 
 async def test_the_publisher_reads_only_its_own_slices_and_bounds_their_generation() -> None:

@@ -1,4 +1,5 @@
-"""IPPools and IPAllocations (netclaim.kubeapi.AddressesApi): read as JSON without lightkube's decoder."""
+"""IPPools and IPAllocations, read as JSON without lightkube's decoder: the agent's AddressesApi and the
+controller's IPPoolsApi."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from netclaim.adapters.kube.connection import (
     translated,
 )
 from netclaim.errors import ConfigError, GoneError
-from netclaim.kubeapi import AddressesApi
+from netclaim.kubeapi import AddressesApi, IPPoolsApi
 from netclaim.names import DRIVER_DOMAIN
 from netclaim.objects import (
     CLAIM_UID_LABEL,
@@ -35,7 +36,7 @@ IPPoolResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPPool", "ip
 IPAllocationResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPAllocation", "ipallocations")
 
 
-class KubeAddresses(AddressesApi):
+class KubeAddresses(AddressesApi, IPPoolsApi):
     def __init__(self, kube: KubeConnection) -> None:
         self.kube = kube
 
@@ -61,7 +62,6 @@ class KubeAddresses(AddressesApi):
             )
 
     async def ippool_changes(self) -> AsyncIterator[str]:
-        """The event types (ADDED, MODIFIED, DELETED) of every IPPool, as they happen; not read further."""
         async for event in self.kube.watch("watch of ippools", IPPOOLS.path()):
             yield event
 
@@ -97,7 +97,6 @@ class KubeAddresses(AddressesApi):
             raise_for_status(await self.kube.http.request("DELETE", path, json=options))
 
     async def ip_allocation_changes(self) -> AsyncIterator[str]:
-        """The event types of every IPAllocation, as they happen; not read further."""
         async for event in self.kube.watch("watch of ipallocations", IP_ALLOCATIONS.path()):
             yield event
 

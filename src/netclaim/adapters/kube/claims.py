@@ -1,4 +1,4 @@
-"""ResourceClaims and the pods that use them (netclaim.kubeapi.ClaimsApi)."""
+"""ResourceClaims and the pods that use them: the agent's ClaimsApi and the controller's ClusterClaimsApi."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from netclaim.adapters.kube.connection import (
     translated,
 )
 from netclaim.errors import ConfigError
-from netclaim.kubeapi import ClaimsApi
+from netclaim.kubeapi import ClaimsApi, ClusterClaimsApi
 from netclaim.objects import Claim, ListItems, Pod
 
 
-class KubeClaims(ClaimsApi):
+class KubeClaims(ClaimsApi, ClusterClaimsApi):
     """Claims are read as JSON without lightkube's decoder (netclaim.adapters.kube.connection); pods, which
     carry nothing a tenant nests, through lightkube."""
 
@@ -68,7 +68,7 @@ class KubeClaims(ClaimsApi):
             raise_for_status(response)
 
     async def claim_changes(self) -> AsyncIterator[str]:
-        """The event types (ADDED, MODIFIED, DELETED) of every claim, as they happen; not read further."""
+        """Not read further than each event's type."""
         async for event in self.kube.watch("watch of resourceclaims", CLAIMS.path()):
             yield event
 
