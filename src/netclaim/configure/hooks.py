@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from netclaim import faults
 from netclaim.adapters.nri import PodSandbox
-from netclaim.configure.attach import Attacher, PodLocks, holding, netns_exists
+from netclaim.configure.attach import Attacher, PodLocks, netns_exists
 from netclaim.configure.status import ClaimRef, PodRef, StatusWriter
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import AttachError, HostNetworkPodError, NetclaimError, TransientError
@@ -83,7 +83,7 @@ class PodHooks:
             self.status.warn_later(pod_of(pod), "NetclaimAttachFailed", message)
             raise HostNetworkPodError(message)
         deadline = time.monotonic() + budget
-        async with holding(self.locks(pod.uid), deadline):
+        async with self.locks(pod.uid, deadline):
             done: list[Attachment] = []
             try:
                 for row in rows:
@@ -126,7 +126,7 @@ class PodHooks:
                 return
             faults.point("before-detach")
             deadline = time.monotonic() + budget
-            async with holding(self.locks(pod_uid), deadline):
+            async with self.locks(pod_uid, deadline):
                 for row in rows:
                     try:
                         current = self.attacher.current(row)
