@@ -9,6 +9,7 @@ configure: kubelet gRPC ─▶ prepare (gather ─▶ plan) ─▶ store ◀─ 
 from __future__ import annotations
 
 import logging
+import time
 from functools import partial
 
 from netclaim import metrics
@@ -42,7 +43,8 @@ from netclaim.publish.publisher import SlicePublisher
 from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
-# How long a stopping agent lets pod hooks in flight finish (inside the pod's 30 s grace period).
+# How long a stopping agent lets pod hooks in flight finish, and then the work they left for later (the undo
+# of an ADD out of time, an Event): inside the pod's 30 s grace period.
 SETTLE_SECONDS = 10.0
 
 
@@ -132,13 +134,14 @@ async def run(settings: AgentSettings) -> None:
     try:
         await supervisor.run_until_stopped()
     finally:
+        settled_by = time.monotonic() + SETTLE_SECONDS
         if plugin is not None:
             await plugin.stop()
-        if hooks is not None and not await hooks.settle(SETTLE_SECONDS):
+        if hooks is not None and not await hooks.settle(max(0.0, settled_by - time.monotonic())):
             log.warning("stopping with a pod hook still at work", extra={"waited_s": SETTLE_SECONDS})
         if http is not None:
             http.close()
-        await supervisor.stop()
+        await supervisor.stop(grace=max(0.0, settled_by - time.monotonic()))
     if settings.remove_slices_on_exit:
         await publisher.remove_all()
         log.info("removed this node's ResourceSlices")

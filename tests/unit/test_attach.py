@@ -174,6 +174,28 @@ async def test_a_rollback_out_of_time_leaves_attaching_and_is_finished_under_the
     assert stored is not None and stored.state == State.DETACHED
 
 
+async def test_an_undo_in_flight_when_the_agent_stops_is_finished_not_cut_short(rig: ConfigureRig) -> None:
+    """Supervisor.stop cancelled every one-shot job at once: a DEL undoing an ADD out of time was cut
+    short, and the row left `attaching` for the next agent to undo under a sandbox that may run by then.
+    The agent now gives such jobs what is left of its settling time."""
+    row = sample_row()
+    await rig.store.put(row)
+    rig.cni.fail_add.append(CniError.of("macvlan", "ADD", 11, "timed out"))
+    rig.cni.fail_delete.append(CniError.of("macvlan", "DEL", 11, "no time left"))
+    async with rig.locks(row.pod_uid):
+        with pytest.raises(AttachError):
+            await rig.attacher.attach(row, rig.sandbox(), _later())
+        rig.cni.delete_gate, rig.cni.deleting = asyncio.Event(), asyncio.Event()  # a slow DEL, from now
+    await rig.cni.deleting.wait()  # the undo is at work
+    stopping = asyncio.create_task(rig.background.stop(grace=5.0))
+    await asyncio.sleep(0.01)
+    rig.cni.delete_gate.set()
+    await stopping
+    stored = rig.store.get(row.key)
+    assert stored is not None and stored.state == State.DETACHED
+    assert rig.cni.leases == {}
+
+
 async def test_detach_deletes_with_the_add_result_removes_the_ifb_and_is_safe_to_repeat(
     rig: ConfigureRig,
 ) -> None:
