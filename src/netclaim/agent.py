@@ -9,6 +9,7 @@ configure: kubelet gRPC ─▶ prepare (gather ─▶ plan) ─▶ store ◀─ 
 from __future__ import annotations
 
 import logging
+import time
 from functools import partial
 
 from netclaim import metrics
@@ -33,6 +34,7 @@ from netclaim.configure.status import StatusWriter
 from netclaim.configure.store import Store
 from netclaim.configure.unprepare import Unpreparer
 from netclaim.ipam.addresses import AddressBook
+from netclaim.kubeapi import ClaimsApi, NodeSlicesApi
 from netclaim.publish.devices import Device, DeviceCatalog
 from netclaim.publish.inventory import FileInventory, InventorySource, NodeInventory
 from netclaim.publish.loop import Trigger, periodic, publish_pass, watch_inventory, watch_policy, watch_slices
@@ -41,7 +43,8 @@ from netclaim.publish.publisher import SlicePublisher
 from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
-# How long a stopping agent lets pod hooks in flight finish (inside the pod's 30 s grace period).
+# How long a stopping agent lets pod hooks in flight finish, and then the work they left for later (the undo
+# of an ADD out of time, an Event): inside the pod's 30 s grace period.
 SETTLE_SECONDS = 10.0
 
 
@@ -67,7 +70,7 @@ async def _start_configure_path(
     """kubelet plugin (prepare) and NRI hooks (attach), sharing the store, the locks and the status writer."""
     node, driver = settings.node_name, settings.driver_name
     cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
-    claims = KubeClaims(kube)
+    claims: ClaimsApi = KubeClaims(kube)
     status = StatusWriter(claims, driver, store, supervisor, annotate_pods=settings.network_status_annotation)
     locks = PodLocks()
     attacher = Attacher(store, cni, locks, supervisor)
@@ -103,7 +106,7 @@ async def run(settings: AgentSettings) -> None:
     http = await serve_health(settings.metrics_address, health)
     kube = KubeConnection.connect(settings.kubeconfig, settings.driver_name)
     node, driver = settings.node_name, settings.driver_name
-    slices = KubeSlices(kube)
+    slices: NodeSlicesApi = KubeSlices(kube)
     publisher = SlicePublisher(slices, node, driver)
     catalog = DeviceCatalog()
     trigger = Trigger()
@@ -131,13 +134,14 @@ async def run(settings: AgentSettings) -> None:
     try:
         await supervisor.run_until_stopped()
     finally:
+        settled_by = time.monotonic() + SETTLE_SECONDS
         if plugin is not None:
             await plugin.stop()
-        if hooks is not None and not await hooks.settle(SETTLE_SECONDS):
+        if hooks is not None and not await hooks.settle(max(0.0, settled_by - time.monotonic())):
             log.warning("stopping with a pod hook still at work", extra={"waited_s": SETTLE_SECONDS})
         if http is not None:
             http.close()
-        await supervisor.stop()
+        await supervisor.stop(grace=max(0.0, settled_by - time.monotonic()))
     if settings.remove_slices_on_exit:
         await publisher.remove_all()
         log.info("removed this node's ResourceSlices")

@@ -38,7 +38,7 @@ from netclaim.ipam.pools import (
     pool_use,
     read_pools,
 )
-from netclaim.kubeapi import AddressesApi, ClaimsApi, SlicesApi
+from netclaim.kubeapi import ClusterClaimsApi, IPPoolsApi, PoolSlicesApi
 from netclaim.objects import Claim, IPAllocation, condition
 from netclaim.publish.loop import Trigger, periodic
 from netclaim.supervisor import Supervisor
@@ -48,7 +48,9 @@ ADDRESS_CLASS = "netclaim-address"  # deploy/deviceclasses.yaml
 
 
 class Reconciler:
-    def __init__(self, claims: ClaimsApi, addresses: AddressesApi, slices: SlicesApi, driver: str) -> None:
+    def __init__(
+        self, claims: ClusterClaimsApi, addresses: IPPoolsApi, slices: PoolSlicesApi, driver: str
+    ) -> None:
         self.claims = claims
         self.addresses = addresses
         self.slices = slices
@@ -209,7 +211,8 @@ async def run(settings: ControllerSettings) -> None:
     health.expect("reconciled")
     http = await serve_health(settings.metrics_address, health)
     kube = KubeConnection.connect(settings.kubeconfig, f"{settings.driver_name}-controller")
-    claims, addresses = KubeClaims(kube), KubeAddresses(kube)
+    claims: ClusterClaimsApi = KubeClaims(kube)
+    addresses: IPPoolsApi = KubeAddresses(kube)
     reconciler = Reconciler(claims, addresses, KubeSlices(kube), settings.driver_name)
     watched = {
         "ippools": addresses.ippool_changes,

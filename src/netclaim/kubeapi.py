@@ -1,16 +1,27 @@
-"""What the core asks of the Kubernetes API, one role at a time: the interfaces it depends on.
+"""What the core asks of the Kubernetes API, one role at a time, each program its own: the interfaces the
+agent and the controller depend on.
 
 configure/, ipam/ and publish/ (and the controller's reconciler) see the API server only through these
-Protocols, never through the HTTP client: the Kubernetes adapter (netclaim.adapters.kube) implements each
-role over one shared connection, and the unit tests hand in one fake that plays every role
-(tests/unit/fakes.py). Who uses which:
+Protocols, never through the HTTP client: the Kubernetes adapter (netclaim.adapters.kube) implements them
+over one shared connection, a class per kind of object playing both programs' roles of it, and the unit
+tests hand in one fake that plays every role (tests/unit/fakes.py). Each program's roles hold only what it
+calls, which is what its RBAC grants it (deploy/rbac.yaml; tests/unit/test_kube_roles.py checks it):
 
-- ClaimsApi: the agent reads a claim at prepare, writes its status.devices, the pod's network-status
-  annotation and Events on pods; the controller lists every claim and warns the pods that wait.
-- SlicesApi: the agent publishes its node's ResourceSlices; the controller the IP pools' slices, and looks
-  for the DeviceClasses of restricted pools.
-- AddressesApi: the agent takes and releases its claims' addresses; the controller frees the addresses of
-  claims that are gone and writes each IPPool's status.
+the agent (one per node)
+- ClaimsApi: reads a claim kubelet names, writes its status.devices, the pod's network-status annotation
+  and Warning Events on pods;
+- NodeSlicesApi: publishes its node's ResourceSlices, watches them, and asks its Node's UID (their owner);
+- AddressesApi: takes and releases its claims' addresses (IPPools read, IPAllocations made and deleted).
+
+the controller (one per cluster)
+- ClusterClaimsApi: lists and watches every claim, and warns the Pending pods that wait for a full pool;
+- PoolSlicesApi: publishes the IP pools' slice, owned by the IPPool CRD, and looks for the DeviceClasses
+  of restricted pools;
+- IPPoolsApi: frees the addresses of claims that are gone, writes each IPPool's status, watches both.
+
+What both programs ask alike is a role of its own that both extend: PodEventsApi, SliceStoreApi (what the
+one slice writer needs, netclaim.publish.slices), AddressRecordsApi. The operator tools read with the
+adapter's reader (netclaim.tools.read), no role of the core.
 
 Every call raises netclaim's errors (netclaim.errors): GoneError (the object is gone), ConflictError (it
 changed since it was read), AlreadyExistsError, ApiUnavailableError (retry later), ApiRejectedError
@@ -27,14 +38,20 @@ from typing import Any, Protocol
 from netclaim.objects import Claim, IPAllocation, Pod, Slice
 
 
-class ClaimsApi(Protocol):
-    """ResourceClaims, and the pods that use them."""
+class PodEventsApi(Protocol):
+    """Warning Events on pods: both programs'."""
+
+    async def create_pod_event(
+        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str
+    ) -> None:
+        """A Warning Event on the pod, its message cut to what the API takes."""
+
+
+class ClaimsApi(PodEventsApi, Protocol):
+    """The agent's: the claims kubelet names to it, their status, and their pods."""
 
     async def get_claim(self, namespace: str, name: str) -> Claim:
         """ConfigError when not even its identity can be read; what was read only in part: Claim.problems."""
-
-    async def list_claims(self) -> list[Claim]:
-        """Every ResourceClaim of the cluster; one read only in part is listed with what was read."""
 
     async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
         """Replace `driver`'s entries of the claim's `status.devices` as read by `entries` (ConflictError
@@ -45,23 +62,27 @@ class ClaimsApi(Protocol):
     async def write_pod_annotation(self, pod: Pod, key: str, value: str) -> None:
         """Set one annotation on the pod as read (ConflictError when the pod changed since)."""
 
-    async def create_pod_event(
-        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str
-    ) -> None:
-        """A Warning Event on the pod, its message cut to what the API takes."""
+
+class ClusterClaimsApi(PodEventsApi, Protocol):
+    """The controller's: every claim of the cluster, and the pods that wait for theirs."""
+
+    async def list_claims(self) -> list[Claim]:
+        """Every ResourceClaim of the cluster; one read only in part is listed with what was read."""
+
+    def claim_changes(self) -> AsyncIterator[str]:
+        """The event types (ADDED, MODIFIED, DELETED) of every claim, as they happen; an end of the watch
+        the caller must start afresh from is ApiUnavailableError."""
 
     async def unschedulable_pods(self) -> list[Pod]:
         """Pending pods the scheduler could not place."""
 
 
-class SlicesApi(Protocol):
-    """The ResourceSlices netclaim publishes, what owns them, and the classes that select their devices."""
+class SliceStoreApi(Protocol):
+    """The ResourceSlices of one pool of one driver, as the one slice writer reads and writes them."""
 
-    async def list_slices(self, node: str, driver: str) -> list[Slice]:
-        """The slices of `driver` on `node`."""
-
-    async def list_driver_slices(self, driver: str, pool: str) -> list[Slice]:
-        """The slices of `driver`'s pool `pool` (a pool of no node: the IP pools' devices)."""
+    async def list_slices(self, driver: str, pool: str, node: str | None = None) -> list[Slice]:
+        """The slices of `driver`'s pool `pool`; with `node`, only those on it (a node's share: what an
+        agent's token may list)."""
 
     async def apply_slice(self, body: dict[str, Any]) -> None:
         """Write the slice as `body` says (server-side apply, taking every field: netclaim owns it)."""
@@ -69,11 +90,19 @@ class SlicesApi(Protocol):
     async def delete_slice(self, name: str) -> None:
         """Delete a slice; one already gone is fine."""
 
+
+class NodeSlicesApi(SliceStoreApi, Protocol):
+    """The agent's: its node's ResourceSlices, and their owner."""
+
     def slice_changes(self, node: str, driver: str) -> AsyncIterator[str]:
         """The event types (ADDED, MODIFIED, DELETED) of this node's slices, as they happen; an end of the
         watch the caller must start afresh from is ApiUnavailableError."""
 
     async def node_uid(self, node: str) -> str: ...
+
+
+class PoolSlicesApi(SliceStoreApi, Protocol):
+    """The controller's: the IP pools' slices, their owner, and the classes that select their devices."""
 
     async def crd_uid(self, name: str) -> str:
         """The UID of CustomResourceDefinition `name` (the owner of what exists only with it)."""
@@ -81,17 +110,16 @@ class SlicesApi(Protocol):
     async def device_class_exists(self, name: str) -> bool: ...
 
 
-class AddressesApi(Protocol):
-    """IPPools, and the IPAllocations that hold their addresses."""
+# ipam/pools.py's name for the controller's slices role (ipam/ was being changed on another branch when
+# the roles were split): to go once it says PoolSlicesApi.
+SlicesApi = PoolSlicesApi
 
-    async def get_ippool(self, name: str) -> dict[str, Any]:
-        """The IPPool as the API has it (ConfigError when it cannot be read)."""
+
+class AddressRecordsApi(Protocol):
+    """IPPools and the IPAllocations that hold their addresses, as both programs read and free them."""
 
     async def list_ippools(self) -> list[dict[str, Any]]:
         """Every IPPool as the API has it; one that cannot be read is left out."""
-
-    async def write_ippool_status(self, name: str, status: dict[str, Any]) -> None:
-        """Replace the pool's whole status: nothing stale is kept."""
 
     async def list_ip_allocations(
         self, *, pool: str | None = None, claim_uid: str | None = None
@@ -99,11 +127,31 @@ class AddressesApi(Protocol):
         """The IPAllocations (of `pool`, of claim `claim_uid`); one that cannot be read is left out: it is
         neither counted as held nor freed."""
 
+    async def delete_ip_allocation(self, allocation: IPAllocation) -> None:
+        """Release the address, only if the object is still the one read (same UID); gone already is fine."""
+
+
+class AddressesApi(AddressRecordsApi, Protocol):
+    """The agent's: its claims' addresses, taken at prepare and released at unprepare."""
+
+    async def get_ippool(self, name: str) -> dict[str, Any]:
+        """The IPPool as the API has it (ConfigError when it cannot be read)."""
+
     async def get_ip_allocation(self, name: str) -> IPAllocation:
         """ConfigError when it cannot be read."""
 
     async def create_ip_allocation(self, allocation: IPAllocation) -> IPAllocation:
         """Take the address: AlreadyExistsError when another claim (or this one, earlier) holds it."""
 
-    async def delete_ip_allocation(self, allocation: IPAllocation) -> None:
-        """Release the address, only if the object is still the one read (same UID); gone already is fine."""
+
+class IPPoolsApi(AddressRecordsApi, Protocol):
+    """The controller's: every pool's addresses, the pools' status, and their changes."""
+
+    async def write_ippool_status(self, name: str, status: dict[str, Any]) -> None:
+        """Replace the pool's whole status: nothing stale is kept."""
+
+    def ippool_changes(self) -> AsyncIterator[str]:
+        """The event types of every IPPool, as they happen; not read further."""
+
+    def ip_allocation_changes(self) -> AsyncIterator[str]:
+        """The event types of every IPAllocation, as they happen; not read further."""

@@ -16,7 +16,6 @@ STANDARD_DOMAIN = "resource.kubernetes.io"
 API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 PCIE_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
 PCI_ID = re.compile(r"0x[0-9a-f]{4}")

@@ -4,13 +4,15 @@ The adapter (netclaim.adapters.kube) fetches the JSON and hands out these types;
 status writer, the controller and the tools read them without knowing how they were fetched, and none of
 them walks a pod's JSON by hand: Pod is the one reading of it. The kinds that carry free JSON anyone may
 write (ResourceClaims: opaque configs and device status of every driver; IPPools; IPAllocations) are read
-without recursion (read_json), whatever their depth; a free value nested deeper than netclaim reads
-(MAX_DEPTH) is left out before anything recursive touches it, and the object says so (Claim.problems).
+without recursion (read_json), whatever their depth, and a list's items each on its own when one of them
+needs the slow parser (read_list); a free value nested deeper than netclaim reads (MAX_DEPTH) is left
+out before anything recursive touches it, and the object says so (Claim.problems).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -24,20 +26,29 @@ CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message
 IPPOOL_API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"  # IPPools' and IPAllocations'
 POOL_LABEL = f"{DRIVER_DOMAIN}/pool"
 CLAIM_UID_LABEL = f"{DRIVER_DOMAIN}/claim-uid"
+# What yajl's C parser raises: JSONError for what is not JSON (an integer past int64 included, which JSON
+# allows), UnicodeDecodeError (a ValueError) for a surrogate escaped out of its pair, which JSON allows too.
+_C_PARSER_FAILURES = (ijson.JSONError, ValueError)
 
 
 def read_json(data: bytes | str) -> Any:
     """A JSON document built without recursion (ijson's events into its ObjectBuilder): no depth the API
     server stores can break reading it. Check how deep a part is (too_deep, iterative) before
-    anything recursive touches it. ValueError when `data` is not JSON."""
+    anything recursive touches it. ValueError when `data` is not JSON.
+
+    Read by yajl's C parser, making its numbers itself (use_float): what it cannot read (an integer past
+    int64, a surrogate escaped out of its pair) is read again by ijson's pure-Python parser, several times
+    slower. Not by the C parser with numbers handed over as text, which reads any integer: given one of
+    more digits than Python makes an int of (sys.get_int_max_str_digits()), ijson 3.6 raises SystemError
+    and corrupts memory, and the process crashes soon after (a segmentation fault)."""
     raw = data.encode() if isinstance(data, str) else data
     try:
         return _built(ijson.basic_parse(raw, use_float=True))
-    except ijson.JSONError:
-        pass  # yajl's C parser stops at an integer past int64, which JSON allows (anyone may write one)
+    except _C_PARSER_FAILURES:
+        pass
     try:
-        return _built(ijson.backends.python.basic_parse(raw, use_float=True))  # slower, any integer
-    except ijson.JSONError as err:
+        return _built(ijson.backends.python.basic_parse(raw, use_float=True))
+    except (ijson.JSONError, ValueError) as err:
         raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
 
 
@@ -46,6 +57,88 @@ def _built(events: Iterator[tuple[str, Any]]) -> Any:
     for event, value in events:
         builder.event(event, value)
     return builder.value
+
+
+@dataclass(frozen=True)
+class ListItems:
+    """The items of an API list, each as the API has it."""
+
+    items: list[Any]
+    unread: list[str]  # why each item no parser here reads was not read (it is not in `items`)
+
+
+def read_list(data: bytes) -> ListItems:
+    """The items of an API list (`{"items": [...]}`), read as read_json reads a document. The C parser
+    reads the list whole; when it cannot (read_json), the items are found (item_spans) and each is read on
+    its own, so that the pure-Python parser reads only the item that needs it (one tenant's integer past
+    int64 costs that claim, not the cluster's list), and an item neither reads fails no other. ValueError
+    when `data` is not JSON, or not a list of items."""
+    try:
+        document = _built(ijson.basic_parse(data, use_float=True))
+    except _C_PARSER_FAILURES as err:
+        try:
+            spans = item_spans(data)
+        except ValueError:
+            raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
+        found = ListItems([], [])
+        for start, end in spans:
+            try:
+                found.items.append(read_json(data[start:end]))
+            except ValueError as problem:
+                found.unread.append(str(problem))
+        return found
+    items = document.get("items") if isinstance(document, dict) else ()
+    if isinstance(items, list | None):
+        return ListItems(items or [], [])
+    raise ValueError("not a list of items")  # the API server's answer: a ValueError as any it cannot read
+
+
+# A JSON string (escapes included: a quote after an odd number of backslashes is text), else one of the
+# characters that shape a value; a quote that begins no string is a string cut off.
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|["\[\]{}]', re.DOTALL)
+_QUOTE, _OPEN_ARRAY, _OPENING = ord('"'), ord("["), b"[{"
+
+
+def item_spans(data: bytes) -> list[tuple[int, int]]:
+    """Where each item of an API list lies in `data` (start, end): the values of the top-level object's
+    "items" array (its last, as a parser reads duplicate keys) that are objects, arrays or strings, found
+    from strings and brackets alone; nothing in between is read. ValueError when `data` is not an object
+    that ends where it should (cut off, or more after it) or holds no "items" array: a list cut short
+    must not read as a shorter list."""
+    if not data.lstrip().startswith(b"{"):
+        raise ValueError("not a JSON object")
+    spans: list[tuple[int, int]] = []
+    depth, key, start, within, found, end = 0, b"", 0, False, False, -1
+    for match in _TOKEN.finditer(data):
+        first = data[match.start()]
+        if first == _QUOTE:
+            if match.end() - match.start() == 1:
+                raise ValueError("a string that does not end")
+            if depth == 1:  # a key or a value of the top-level object: the last before an array is its key
+                key = match.group()
+            elif within and depth == 2:
+                spans.append(match.span())
+            continue
+        if first in _OPENING:
+            if within and depth == 2:
+                start = match.start()
+            elif depth == 1 and first == _OPEN_ARRAY and key == b'"items"':
+                spans, within, found = [], True, True
+            depth += 1
+            continue
+        depth -= 1
+        if within and depth == 2:
+            spans.append((start, match.end()))
+        elif within and depth == 1:
+            within = False
+        elif depth == 0:
+            end = match.end()
+            break
+    if end < 0 or data[end:].strip():
+        raise ValueError("not one JSON object")
+    if not found:
+        raise ValueError("no list of items")
+    return spans
 
 
 def as_object(value: Any) -> dict[str, Any]:

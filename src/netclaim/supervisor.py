@@ -8,7 +8,9 @@ keep(name, attempt)   a long-running task: `attempt` is called again each time i
 spawn(name, work)     a one-shot job off the caller's path (a pod's Event, the undo of an ADD out of time,
                       an NRI call): a failure is logged with its traceback and counted in
                       netclaim_task_failures_total{task}; nothing restarts it. Cancelling it is no failure.
-run_until_stopped()   until SIGTERM or SIGINT; stop() then cancels everything and waits for it to end.
+run_until_stopped()   until SIGTERM or SIGINT; stop() then cancels the kept tasks, lets one-shot jobs finish
+                      for a grace period (the agent's: an undo of an ADD must not be cut short), cancels
+                      what is left and waits for it to end.
 
 A failed task never stops the process and never changes its readiness (/readyz says what serves; the log
 and the metrics say what failed): a restarted watch or writer is the agent working as designed.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -77,10 +80,16 @@ class Supervisor:
         metrics.TASK_FAILURES.labels(task.get_name()).inc()
         log.error("%s failed", task.get_name(), exc_info=task.exception())
 
-    async def settle(self) -> None:
-        """Wait until no one-shot job is at work (those they spawn included)."""
+    async def settle(self, seconds: float | None = None) -> bool:
+        """Wait until no one-shot job is at work (those they spawn included), `seconds` at most; False if
+        one still is."""
+        deadline = None if seconds is None else time.monotonic() + seconds
         while self._spawned:
-            await asyncio.gather(*self._spawned, return_exceptions=True)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            _, pending = await asyncio.wait(set(self._spawned), timeout=timeout)
+            if pending:
+                return False
+        return True
 
     async def run_until_stopped(self) -> None:
         """Until SIGTERM or SIGINT. A kept task ends only on what nothing can supervise (a BaseException
@@ -92,10 +101,19 @@ class Supervisor:
             for task in done - {stopper}:
                 raise task.exception() or RuntimeError(f"{task.get_name()} ended")
 
-    async def stop(self) -> None:
-        """Cancel every task, kept and one-shot, and wait for them to end."""
-        tasks = [*self._kept.values(), *self._spawned]
-        for task in tasks:
+    async def stop(self, grace: float = 0.0) -> None:
+        """Cancel the kept tasks and wait for them to end; give the one-shot jobs `grace` seconds to finish
+        (an undo of an ADD cut short is left for the next agent to finish under a pod that may run
+        already), then cancel those still at work."""
+        kept = list(self._kept.values())
+        for task in kept:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*kept, return_exceptions=True)
         self._kept.clear()
+        if grace > 0 and not await self.settle(grace):
+            busy = sorted(task.get_name() for task in self._spawned)
+            log.warning("stopping with one-shot jobs still at work", extra={"jobs": busy, "waited_s": grace})
+        spawned = list(self._spawned)
+        for task in spawned:
+            task.cancel()
+        await asyncio.gather(*spawned, return_exceptions=True)

@@ -10,7 +10,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from netclaim.errors import AlreadyExistsError, ConfigError, ConflictError, GoneError, NetclaimError
-from netclaim.kubeapi import AddressesApi, ClaimsApi, SlicesApi
+from netclaim.kubeapi import (
+    AddressesApi,
+    ClaimsApi,
+    ClusterClaimsApi,
+    IPPoolsApi,
+    NodeSlicesApi,
+    PoolSlicesApi,
+)
 from netclaim.objects import Claim, IPAllocation, Pod, Slice
 
 
@@ -24,9 +31,10 @@ class Event:
 
 
 @dataclass
-class FakeKubeApi(ClaimsApi, SlicesApi, AddressesApi):
-    """An in-memory API server playing every role the core asks of it (netclaim.kubeapi): pass it as
-    each of them. `fail_next` raises errors before calls."""
+class FakeKubeApi(ClaimsApi, ClusterClaimsApi, NodeSlicesApi, PoolSlicesApi, AddressesApi, IPPoolsApi):
+    """An in-memory API server playing every role the core asks of it, both programs' (netclaim.kubeapi):
+    pass it as each of them. `fail_next` raises errors before calls; each item put on `slice_events` is an
+    event of every watch."""
 
     claims: dict[tuple[str, str], Claim] = field(default_factory=dict)
     slices: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -96,12 +104,14 @@ class FakeKubeApi(ClaimsApi, SlicesApi, AddressesApi):
         self._call("node_uid")
         return self.node_uids.setdefault(node, f"uid-{node}")
 
-    async def list_slices(self, node: str, driver: str) -> list[Slice]:
+    async def list_slices(self, driver: str, pool: str, node: str | None = None) -> list[Slice]:
         self._call("list_slices")
         return [
             Slice.from_api(copy.deepcopy(body))
             for _, body in sorted(self.slices.items())
-            if body["spec"].get("nodeName") == node and body["spec"]["driver"] == driver
+            if body["spec"]["driver"] == driver
+            and body["spec"]["pool"]["name"] == pool
+            and (node is None or body["spec"].get("nodeName") == node)
         ]
 
     async def apply_slice(self, body: dict[str, Any]) -> None:
@@ -113,7 +123,23 @@ class FakeKubeApi(ClaimsApi, SlicesApi, AddressesApi):
         self.slices.pop(name, None)
 
     async def slice_changes(self, node: str, driver: str) -> AsyncIterator[str]:
-        self._call("slice_changes")
+        async for event in self._changes("slice_changes"):
+            yield event
+
+    async def claim_changes(self) -> AsyncIterator[str]:
+        async for event in self._changes("claim_changes"):
+            yield event
+
+    async def ippool_changes(self) -> AsyncIterator[str]:
+        async for event in self._changes("ippool_changes"):
+            yield event
+
+    async def ip_allocation_changes(self) -> AsyncIterator[str]:
+        async for event in self._changes("ip_allocation_changes"):
+            yield event
+
+    async def _changes(self, name: str) -> AsyncIterator[str]:
+        self._call(name)
         while True:
             yield await self.slice_events.get()
 
@@ -124,14 +150,6 @@ class FakeKubeApi(ClaimsApi, SlicesApi, AddressesApi):
     async def crd_uid(self, name: str) -> str:
         self._call("crd_uid")
         return self.crd_uids.setdefault(name, f"uid-of-{name}")
-
-    async def list_driver_slices(self, driver: str, pool: str) -> list[Slice]:
-        self._call("list_driver_slices")
-        return [
-            Slice.from_api(copy.deepcopy(body))
-            for _, body in sorted(self.slices.items())
-            if body["spec"]["pool"]["name"] == pool and body["spec"]["driver"] == driver
-        ]
 
     def add_pool(self, name: str, spec: dict[str, Any]) -> None:
         self.ippools[name] = {

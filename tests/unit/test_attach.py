@@ -12,7 +12,7 @@ import pytest
 from netclaim.adapters.cni import Invocation, cni_args
 from netclaim.adapters.netlink import InterfaceState
 from netclaim.adapters.nri import PodSandbox
-from netclaim.configure.attach import PodLocks, holding
+from netclaim.configure.attach import PodLocks
 from netclaim.configure.store import Attachment, Interface, Outcome, State
 from netclaim.errors import AttachError, CniError, KernelError, PodBusyError
 from tests.unit.fakes import ConfigureRig, configure_rig, sample_device, sample_row
@@ -174,6 +174,28 @@ async def test_a_rollback_out_of_time_leaves_attaching_and_is_finished_under_the
     assert stored is not None and stored.state == State.DETACHED
 
 
+async def test_an_undo_in_flight_when_the_agent_stops_is_finished_not_cut_short(rig: ConfigureRig) -> None:
+    """Supervisor.stop cancelled every one-shot job at once: a DEL undoing an ADD out of time was cut
+    short, and the row left `attaching` for the next agent to undo under a sandbox that may run by then.
+    The agent now gives such jobs what is left of its settling time."""
+    row = sample_row()
+    await rig.store.put(row)
+    rig.cni.fail_add.append(CniError.of("macvlan", "ADD", 11, "timed out"))
+    rig.cni.fail_delete.append(CniError.of("macvlan", "DEL", 11, "no time left"))
+    async with rig.locks(row.pod_uid):
+        with pytest.raises(AttachError):
+            await rig.attacher.attach(row, rig.sandbox(), _later())
+        rig.cni.delete_gate, rig.cni.deleting = asyncio.Event(), asyncio.Event()  # a slow DEL, from now
+    await rig.cni.deleting.wait()  # the undo is at work
+    stopping = asyncio.create_task(rig.background.stop(grace=5.0))
+    await asyncio.sleep(0.01)
+    rig.cni.delete_gate.set()
+    await stopping
+    stored = rig.store.get(row.key)
+    assert stored is not None and stored.state == State.DETACHED
+    assert rig.cni.leases == {}
+
+
 async def test_detach_deletes_with_the_add_result_removes_the_ifb_and_is_safe_to_repeat(
     rig: ConfigureRig,
 ) -> None:
@@ -272,30 +294,45 @@ async def test_release_detaches_and_forgets_every_row_of_the_claim(rig: Configur
 
 
 async def test_a_pods_lock_not_free_before_the_deadline_is_pod_busy() -> None:
-    lock = asyncio.Lock()
-    await lock.acquire()
-    with pytest.raises(PodBusyError, match="nothing was changed"):
-        async with holding(lock, time.monotonic()):
-            pytest.fail("entered without the lock")
-    assert lock.locked()  # still the first holder's
-    lock.release()
-    with pytest.raises(KernelError):
-        async with holding(lock, _later()):
-            assert lock.locked()
-            raise KernelError("inside")
-    assert not lock.locked()  # released on the way out, also after an error
-
-
-async def test_each_pod_has_one_lock_kept_while_held() -> None:
     locks = PodLocks()
-    assert locks("pod-a") is locks("pod-a")
-    assert locks("pod-a") is not locks("pod-b")
-    held = locks("pod-a")
-    async with held:
-        locks.forget("pod-a")
-        assert locks("pod-a") is held
-    locks.forget("pod-a")
-    assert locks("pod-a") is not held
+    async with locks("pod-a"):
+        with pytest.raises(PodBusyError, match="nothing was changed"):
+            async with locks("pod-a", time.monotonic()):
+                pytest.fail("entered without the lock")
+        assert locks.locked("pod-a")  # still the first holder's
+    with pytest.raises(KernelError):
+        async with locks("pod-a", _later()):
+            assert locks.locked("pod-a")
+            raise KernelError("inside")
+    assert not locks.locked("pod-a")  # released on the way out, also after an error
+    assert len(locks) == 0
+
+
+async def test_a_pods_lock_is_dropped_only_when_no_one_holds_or_waits_for_it() -> None:
+    """Before, whether anyone waited was read from asyncio's private Lock._waiters: a Python where it is
+    named otherwise would drop a lock a woken waiter holds, and let the next caller in alongside it."""
+    locks, inside, most = PodLocks(), 0, 0
+
+    async def use(pod: str) -> None:
+        nonlocal inside, most
+        async with locks(pod):
+            inside += 1
+            most = max(most, inside)
+            await asyncio.sleep(0)
+            inside -= 1
+
+    first = locks("pod-a")
+    await first.__aenter__()
+    waiting = asyncio.create_task(use("pod-a"))
+    await asyncio.sleep(0)
+    await use("pod-b")  # another pod's lock: held, then gone
+    assert len(locks) == 1
+    await first.__aexit__(None, None, None)  # the waiter is woken, and has not run yet
+    assert len(locks) == 1
+    late = asyncio.create_task(use("pod-a"))  # must wait for it, on the same lock
+    await asyncio.gather(waiting, late)
+    assert most == 1
+    assert len(locks) == 0  # nothing kept for pods no one is working on
 
 
 async def test_a_pods_lock_is_kept_while_a_caller_waits_for_it(rig: ConfigureRig) -> None:
@@ -318,7 +355,7 @@ async def test_a_pods_lock_is_kept_while_a_caller_waits_for_it(rig: ConfigureRig
     await inside.wait()
     try:
         # a third caller must wait for the one inside; a fresh lock would let both act on the pod at once
-        assert rig.locks(attached.pod_uid).locked()
+        assert rig.locks.locked(attached.pod_uid)
     finally:
         leave.set()
         await waiting

@@ -98,7 +98,6 @@ def test_pool_use_counts_the_claims_the_scheduler_allocated_from_the_pool() -> N
     ]
     use = pool_use(pool, allocations, claims, SAMPLE_DRIVER)
     assert use.allocated_claims == 3  # holding, waiting, outside
-    assert use.holders == 3  # holding, standalone, outside
     assert use.addresses == {4: 3}
     # live holders (holding, outside) + what still fits inside: 6 - 2 (.1 and .2)
     assert use.capacity == 2 + 4
@@ -107,7 +106,7 @@ def test_pool_use_counts_the_claims_the_scheduler_allocated_from_the_pool() -> N
 
 def test_a_pool_with_no_claims_publishes_its_size() -> None:
     use = pool_use(_pool("p", SIX), [], {}, SAMPLE_DRIVER)
-    assert (use.capacity, use.allocated_claims, use.holders, use.addresses, use.free) == (6, 0, 0, {}, 6)
+    assert (use.capacity, use.allocated_claims, use.addresses, use.free) == (6, 0, {}, 6)
 
 
 def test_the_pools_claims_are_counted_by_the_configured_driver_name() -> None:
@@ -122,11 +121,11 @@ def test_the_pools_claims_are_counted_by_the_configured_driver_name() -> None:
 
 
 def test_free_never_goes_below_zero() -> None:
-    assert PoolUse(capacity=2, allocated_claims=3, holders=2, addresses={4: 2}).free == 0
+    assert PoolUse(capacity=2, allocated_claims=3, addresses={4: 2}).free == 0
 
 
 def test_a_pool_device_is_shared_and_consumes_one_address_per_claim() -> None:
-    device = pool_device(_pool("lan3", TWO), PoolUse(2, 0, 0, {}))
+    device = pool_device(_pool("lan3", TWO), PoolUse(2, 0, {}))
     assert device == {
         "name": "lan3",
         "attributes": {
@@ -147,7 +146,7 @@ def test_a_pool_device_is_shared_and_consumes_one_address_per_claim() -> None:
 
 
 def test_a_dual_stack_pool_without_network_says_both_families_and_no_network() -> None:
-    device = pool_device(_pool("wide", WIDE), PoolUse(7, 1, 1, {4: 1, 6: 1}))
+    device = pool_device(_pool("wide", WIDE), PoolUse(7, 1, {4: 1, 6: 1}))
     assert device["attributes"] == {
         "netclaim.dev/pool": {"string": "wide"},
         "netclaim.dev/ipv4": {"bool": True},
@@ -159,7 +158,7 @@ def test_a_dual_stack_pool_without_network_says_both_families_and_no_network() -
 
 def test_a_pool_of_some_namespaces_says_it_is_restricted() -> None:
     """The general class netclaim-address selects no restricted pool (deploy/deviceclasses.yaml)."""
-    device = pool_device(_pool("only-a", {**SIX, "namespaces": ["team-a"]}), PoolUse(6, 0, 0, {}))
+    device = pool_device(_pool("only-a", {**SIX, "namespaces": ["team-a"]}), PoolUse(6, 0, {}))
     assert device["attributes"]["netclaim.dev/restricted"] == {"bool": True}
 
 
@@ -206,7 +205,7 @@ def test_orphans_are_the_allocations_of_claims_that_are_gone() -> None:
 
 
 def test_slice_bodies_cut_the_devices_into_slices_of_all_nodes() -> None:
-    devices = [pool_device(_pool(f"p{i:03d}", SIX), PoolUse(6, 0, 0, {})) for i in reversed(range(130))]
+    devices = [pool_device(_pool(f"p{i:03d}", SIX), PoolUse(6, 0, {})) for i in reversed(range(130))]
     bodies = pool_slices(FakeKubeApi(), SAMPLE_DRIVER).bodies(devices, 4, "crd-uid")
     assert [b["metadata"]["name"] for b in bodies] == [f"{SLICE_PREFIX}-0", f"{SLICE_PREFIX}-1"]
     assert [len(b["spec"]["devices"]) for b in bodies] == [128, 2]
@@ -223,7 +222,7 @@ def test_slice_bodies_cut_the_devices_into_slices_of_all_nodes() -> None:
 
 
 def _device(name: str, capacity: int) -> dict[str, Any]:
-    return pool_device(_pool(name, SIX), PoolUse(capacity, 0, 0, {}))
+    return pool_device(_pool(name, SIX), PoolUse(capacity, 0, {}))
 
 
 async def test_the_publisher_writes_once_then_not_while_nothing_changes() -> None:
@@ -236,7 +235,7 @@ async def test_the_publisher_writes_once_then_not_while_nothing_changes() -> Non
     assert [d["name"] for d in stored["spec"]["devices"]] == ["lan3"]
     api.calls.clear()
     assert await publisher.write([_device("lan3", 6)]) == 0
-    assert api.calls == ["list_driver_slices", "crd_uid"]  # at once
+    assert api.calls == ["list_slices", "crd_uid"]  # at once
 
 
 async def test_the_publisher_reads_only_its_own_slices_and_bounds_their_generation() -> None:
@@ -317,8 +316,8 @@ async def test_a_slice_of_the_nodes_pool_is_not_the_pools_publishers() -> None:
 
 # --- exhausted_message ---------------------------------------------------------------------------------
 
-FULL = PoolUse(capacity=2, allocated_claims=2, holders=2, addresses={4: 2})
-ROOM = PoolUse(capacity=6, allocated_claims=1, holders=1, addresses={4: 1})
+FULL = PoolUse(capacity=2, allocated_claims=2, addresses={4: 2})
+ROOM = PoolUse(capacity=6, allocated_claims=1, addresses={4: 1})
 
 
 def test_the_message_names_the_full_pool_the_selector_quotes() -> None:
@@ -405,7 +404,10 @@ async def test_a_reconcile_publishes_the_valid_pools_with_their_capacity(cluster
     uses = await Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER).once()
     assert set(uses) == {"lan3", "wide"}
     assert (uses["lan3"].capacity, uses["lan3"].allocated_claims, uses["lan3"].free) == (2, 2, 0)
-    assert (uses["wide"].capacity, uses["wide"].holders) == (254, 0)  # the gone claim's address is free again
+    assert (uses["wide"].capacity, uses["wide"].addresses) == (
+        254,
+        {},
+    )  # the gone claim's address is free again
     devices = {d["name"]: d for d in cluster.slices[SLICE]["spec"]["devices"]}
     assert sorted(devices) == ["lan3", "wide"]  # broken publishes no device
     assert devices["lan3"]["capacity"][ADDRESSES]["value"] == "2"
@@ -520,7 +522,7 @@ async def test_a_reconcile_frees_what_a_claim_holds_beyond_its_allocation(cluste
     uses = await Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER).once()
     assert "lan3.forged" not in cluster.allocations
     assert sorted(a.claim_name for a in cluster.allocations.values()) == ["first", "second"]
-    assert uses["lan3"].holders == 2
+    assert uses["lan3"].addresses == {4: 2}
 
 
 async def test_a_restricted_pool_without_its_device_class_says_so(cluster: FakeKubeApi) -> None:

@@ -14,8 +14,8 @@ from netclaim.ipam.pools import PoolUse, exhausted_message
 from netclaim.objects import AllocatedDevice
 from tests.unit.fakes import SAMPLE_DRIVER, SAMPLE_NODE, FakeKubeApi, sample_claim
 
-FULL = PoolUse(capacity=2, allocated_claims=2, holders=2, addresses={4: 2})
-ROOM = PoolUse(capacity=6, allocated_claims=1, holders=1, addresses={4: 1})
+FULL = PoolUse(capacity=2, allocated_claims=2, addresses={4: 2})
+ROOM = PoolUse(capacity=6, allocated_claims=1, addresses={4: 1})
 
 
 def test_a_pod_whose_selector_names_a_pool_with_room_is_not_told_another_pool_is_full() -> None:

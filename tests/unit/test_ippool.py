@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any
 
 import pytest
@@ -23,7 +24,6 @@ from netclaim.api.ippool import (
     claim_seed,
 )
 from netclaim.errors import ConfigError
-from netclaim.names import DNS_SUBDOMAIN
 
 
 def _pool(*ranges: dict[str, Any], name: str = "lan3", **spec: Any) -> IPPool:
@@ -519,6 +519,10 @@ def test_allocation_name_of_an_ipv4_address() -> None:
 def test_allocation_name_of_an_ipv6_address_is_exploded() -> None:
     name = allocation_name("lan3", ipaddress.ip_address("fd00:10:3::7"))
     assert name == "lan3.fd00-0010-0003-0000-0000-0000-0000-0007"
+
+
+# An object's name as the API server takes it (Kubernetes' IsDNS1123Subdomain; at most 253 characters)
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 @pytest.mark.parametrize(

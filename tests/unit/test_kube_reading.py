@@ -4,21 +4,29 @@ object that cannot be read never fails a list."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import subprocess
+import sys
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, cast
 
 import httpx2 as httpx
+import ijson.backends.python  # type: ignore[import-untyped]  # no type information shipped
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from netclaim.adapters.kube import connection
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.errors import ApiUnavailableError, ConfigError, GoneError
 from netclaim.metrics import REGISTRY
-from netclaim.objects import IPAllocation, read_json
+from netclaim.objects import Claim, IPAllocation, ListItems, item_spans, read_json, read_list
 from tests.unit.fakes import KUBECONFIG, FakeApiServer, api_status
 
 API_DEPTH = 5000  # 10 KiB of `[[[[…]]]]`: as deep as the API server stores an opaque config
@@ -105,6 +113,17 @@ def _unreadable(kind: str) -> float:
     return REGISTRY.get_sample_value("netclaim_unreadable_objects_total", {"kind": kind}) or 0.0
 
 
+async def _events(server: FakeApiServer, count: int) -> list[dict[str, Any]]:
+    """The Events the API server got, once `count` have come (they are sent off the list's path), and a
+    moment more for any that should not come."""
+    for _ in range(500):
+        if len(server.events) >= count:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    return server.events
+
+
 def test_json_nested_far_deeper_than_pythons_recursion_limit_is_read() -> None:
     assert read_json(_nested(50_000))  # built without recursion; stdlib json stops near 1,000
     with pytest.raises(ValueError, match="not JSON"):
@@ -112,12 +131,112 @@ def test_json_nested_far_deeper_than_pythons_recursion_limit_is_read() -> None:
 
 
 def test_an_integer_past_int64_is_read() -> None:
-    """JSON has no integer limit and anyone may write one into a claim's opaque config or a status: the
-    fast parser stops at int64, so the document is read again by one that does not (seen: an IPv6 pool's
-    size, 2**64 - 1, in the IPPool's status)."""
-    assert read_json('{"items": [{"size": 18446744073709551615, "rate": 1.5}, [2]]}') == {
-        "items": [{"size": 2**64 - 1, "rate": 1.5}, [2]]
+    """JSON has no integer limit and anyone may write one into a claim's opaque config or a status (seen:
+    an IPv6 pool's size, 2**64 - 1, in the IPPool's status): the C parser stops at int64, the slow one
+    reads it (in a list, that item alone: see below)."""
+    assert read_json('{"items": [{"size": 18446744073709551615, "rate": 1.5}, [2, -0.25e1]]}') == {
+        "items": [{"size": 2**64 - 1, "rate": 1.5}, [2, -2.5]]
     }
+
+
+def test_no_integer_crashes_the_reader() -> None:
+    """Handed numbers as text (which reads any integer at C speed), ijson's C parser corrupts memory on
+    an integer of more digits than Python makes an int of: the process crashed within 50 such reads (a
+    segmentation fault). read_json never hands it one; a crash would end this child, not the test run."""
+    probe = (
+        "import gc\n"
+        "from netclaim.objects import read_json, read_list\n"
+        "n = b'7' * 5000\n"
+        "for i in range(300):\n"
+        '    read_list(b\'{"items": [{"a": 1}, {"n": \' + n + b\'}, {"b": [2.5]}]}\')\n'
+        "    try:\n"
+        "        read_json(b'{\"n\": ' + n + b'}')\n"
+        "    except ValueError:\n"
+        "        pass\n"
+        "    gc.collect()\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+
+
+def test_what_only_the_slow_parser_reads_is_read() -> None:
+    """A surrogate escaped out of its pair is JSON the C parser cannot decode (it raised UnicodeDecodeError,
+    which failed any list holding one)."""
+    assert read_json(b'{"a": "\\udc00\\ud800x", "b": [1]}') == {"a": "\udc00\ud800x", "b": [1]}
+
+
+# A JSON value as an API object may hold one: strings rich in what shapes JSON text (quotes, backslashes,
+# brackets) and in what only the slow parser reads (surrogates out of their pairs).
+_TEXT = st.text(alphabet=st.sampled_from('ab"\\[]{},: \n\u00e9\U0001f600\ud800\udc00'), max_size=12)
+_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+_ITEMS = st.lists(
+    st.dictionaries(_TEXT, _VALUE, max_size=4) | st.lists(_VALUE, max_size=3) | _TEXT, max_size=5
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ITEMS, st.sampled_from([None, 0, 2]), st.booleans())
+def test_the_items_of_a_list_are_found_whatever_they_hold(
+    items: list[Any], indent: int | None, first: bool
+) -> None:
+    document = (
+        {"items": items, "kind": "List"}
+        if first
+        else {"kind": "items", "metadata": {"items": []}, "items": items}
+    )
+    data = json.dumps(document, indent=indent).encode()
+    expected = json.loads(data)["items"]  # as json reads them: a surrogate pair escaped is one character
+    assert [json.loads(data[start:end]) for start, end in item_spans(data)] == expected
+    for cut in {1, len(data) // 2, len(data) - 1}:  # a list cut short is not a shorter list
+        with pytest.raises(ValueError):
+            item_spans(data[:cut])
+
+
+def test_a_list_the_fast_parser_cannot_read_whole_is_read_item_by_item(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the item that needs it goes to the slow parser (before: the whole list, for the whole cluster,
+    at every pass); an item no parser reads fails no other, and is said."""
+    slow = ijson.backends.python.basic_parse
+    asked: list[bytes] = []
+
+    def spied(data: bytes, **options: Any) -> Any:
+        asked.append(data)
+        return slow(data, **options)
+
+    monkeypatch.setattr(ijson.backends.python, "basic_parse", spied)
+    odd = b'{"name": "odd", "note": "\\udc00\\ud800"}'
+    digits = b'{"name": "digits", "n": ' + b"7" * 5000 + b"}"  # past Python's int limit: no parser reads it
+    data = b'{"kind": "List", "items": [{"name": "a"}, ' + odd + b", " + digits + b', {"name": "b"}]}'
+    found = read_list(data)
+    assert [i["name"] for i in found.items] == ["a", "odd", "b"]
+    assert found.items[1]["note"] == "\udc00\ud800"
+    [unread] = found.unread
+    assert unread.startswith("not JSON")
+    assert asked == [odd, digits]
+    big = b'{"a": 18446744073709551616}'  # past int64: the C parser cannot, the slow one reads that item
+    assert read_list(b'{"items": [{"a": 1}, ' + big + b"]}") == ListItems([{"a": 1}, {"a": 2**64}], [])
+    assert asked == [odd, digits, big]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"items": [{"a": 1}',
+        b'{"items": [{"a": "\\udc00\\ud800"}, {"b": "cut',
+        b"<html>",
+        b"[]",
+        b'{"items": 3}',
+    ],
+    ids=["cut", "cut-in-a-string", "html", "array", "no-list"],
+)
+def test_what_is_not_a_list_of_items_is_refused_whole(data: bytes) -> None:
+    with pytest.raises(ValueError, match=r"not JSON|not a list|no list"):
+        read_list(data)
 
 
 async def test_a_claim_nested_as_deep_as_the_api_allows_does_not_fail_the_controllers_list(
@@ -140,7 +259,7 @@ async def test_a_claim_nested_as_deep_as_the_api_allows_does_not_fail_the_contro
         "status.allocation.devices.config[0].opaque.parameters: nested deeper than 32 levels"
     ]
     assert _unreadable("ResourceClaim") == before + 2  # the deep one and the one without an identity
-    [event] = server.events  # the one without a readable name has nothing to hang an Event on
+    [event] = await _events(server, 1)  # the one without a readable name has nothing to hang an Event on
     assert event["involvedObject"] == {
         "kind": "ResourceClaim",
         "apiVersion": "resource.k8s.io/v1",
@@ -151,7 +270,7 @@ async def test_a_claim_nested_as_deep_as_the_api_allows_does_not_fail_the_contro
     assert (event["type"], event["reason"]) == ("Warning", "NetclaimUnreadable")
     assert "nested deeper than 32 levels" in event["message"]
     await claims.list_claims()  # the next pass: each version of an object is reported once
-    assert len(server.events) == 1 and _unreadable("ResourceClaim") == before + 2
+    assert len(await _events(server, 1)) == 1 and _unreadable("ResourceClaim") == before + 2
 
 
 async def test_a_claim_whose_config_cannot_be_read_keeps_what_its_teardown_needs(
@@ -191,6 +310,50 @@ async def test_a_claim_of_another_shape_is_read_as_far_as_its_identity(
     assert claim.unreadable.startswith("cannot be read (TypeError")
 
 
+@pytest.mark.parametrize("step", ["read", "made"])
+async def test_a_list_is_read_and_made_into_claims_off_the_event_loop(
+    claims: KubeClaims, server: FakeApiServer, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """A cluster's claim list is megabytes: read on the event loop, it held up every watch, /healthz and
+    status write of the program (a second or more for 10 MB), and making its claims as long again."""
+    server.answers[CLAIMS] = (200, _listing(*(_claim(f"c{i}") for i in range(10))))  # 100 KiB
+    working, loop_ran = threading.Event(), threading.Event()
+
+    def slowly(work: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def slow(data: Any) -> Any:
+            working.set()
+            assert loop_ran.wait(5.0), f"the event loop did not run while the list was {step}"
+            return work(data)
+
+        return slow
+
+    async def meanwhile() -> None:
+        await asyncio.to_thread(working.wait, 5.0)
+        loop_ran.set()  # only if the event loop is free to run this
+
+    if step == "read":
+        monkeypatch.setattr(connection, "read_list", slowly(read_list))
+    else:
+        monkeypatch.setattr(Claim, "from_api", slowly(Claim.from_api))
+    listed, _ = await asyncio.gather(claims.list_claims(), meanwhile())
+    assert len(listed) == 10
+
+
+async def test_an_item_no_parser_reads_fails_a_claim_list_and_is_left_out_of_others(
+    claims: KubeClaims, addresses: KubeAddresses, server: FakeApiServer
+) -> None:
+    """A claim whose UID cannot be read: listed without it, the addresses it holds would be freed as a
+    deleted claim's. An allocation: neither counted nor freed, as one of another shape."""
+    unread = '{"metadata": {"name": "x"}, "n": ' + "7" * 5000 + "}"
+    server.answers[CLAIMS] = (200, _listing(_claim("a"), unread))
+    with pytest.raises(ConfigError, match="ResourceClaims: 1 cannot be read: not JSON"):
+        await claims.list_claims()
+    server.answers[ALLOCATIONS] = (200, _listing(json.dumps(_allocation("good", "10.10.3.7/24")), unread))
+    before = _unreadable("IPAllocation")
+    assert [a.name for a in await addresses.list_ip_allocations()] == ["good"]
+    assert _unreadable("IPAllocation") == before + 1
+
+
 async def test_ip_allocations_with_malformed_addresses_are_skipped_and_reported(
     addresses: KubeAddresses, server: FakeApiServer
 ) -> None:
@@ -206,7 +369,7 @@ async def test_ip_allocations_with_malformed_addresses_are_skipped_and_reported(
     before = _unreadable("IPAllocation")
     assert [a.name for a in await addresses.list_ip_allocations(pool="lan")] == ["good"]
     assert _unreadable("IPAllocation") == before + 3
-    assert [(e["involvedObject"]["name"], e["metadata"]["namespace"]) for e in server.events] == [
+    assert [(e["involvedObject"]["name"], e["metadata"]["namespace"]) for e in await _events(server, 3)] == [
         ("not-an-ip", "default"),  # a cluster-scoped object's Events go where kubectl looks for them
         ("no-prefix", "default"),
         ("an-object", "default"),
@@ -216,6 +379,56 @@ async def test_ip_allocations_with_malformed_addresses_are_skipped_and_reported(
     server.answers[f"{ALLOCATIONS}/not-an-ip"] = (200, json.dumps(items[1]))
     with pytest.raises(ConfigError, match="IPAllocation not-an-ip: cannot be read"):
         await addresses.get_ip_allocation("not-an-ip")
+
+
+async def test_reporting_an_unreadable_object_holds_up_no_pass(
+    kube: KubeConnection, server: FakeApiServer
+) -> None:
+    """Before, each Warning Event was written inside the list's loop: a slow API server (or thousands of
+    unreadable objects) held up the controller's pass behind them."""
+    answer, sent = asyncio.Event(), asyncio.Event()
+
+    async def slow_events(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events"):
+            await answer.wait()
+            sent.set()
+        return server.handle(request)
+
+    slow = KubeConnection(KUBECONFIG, "netclaim.dev-controller", transport=httpx.MockTransport(slow_events))
+    items = [_allocation("good", "10.10.3.7/24"), _allocation("bad", "not-an-ip")]
+    server.answers[ALLOCATIONS] = (200, json.dumps({"items": items}))
+    try:
+        listed = await asyncio.wait_for(KubeAddresses(slow).list_ip_allocations(), 5.0)
+        assert [a.name for a in listed] == ["good"]
+        assert server.events == []  # not sent yet: the list did not wait for it
+        answer.set()
+        await asyncio.wait_for(sent.wait(), 5.0)
+        assert [e["involvedObject"]["name"] for e in await _events(server, 1)] == ["bad"]
+    finally:
+        await slow.close()
+
+
+async def test_any_number_of_unreadable_objects_is_reported_once(
+    addresses: KubeAddresses, server: FakeApiServer
+) -> None:
+    """Before, what was reported was forgotten all at once at 4,096 objects: past that many, every pass
+    reported every one again (a log line, the metric, an Event each). Now a list remembers what it held
+    unreadable at its last read, however many; an object fixed and broken again is reported again, and
+    Events wait MAX_QUEUED_EVENTS at the most (the rest is logged)."""
+    many = [_allocation(f"bad-{i}", "not-an-ip") for i in range(5000)]
+    server.answers[ALLOCATIONS] = (200, json.dumps({"items": many}))
+    before = _unreadable("IPAllocation")
+    await addresses.list_ip_allocations()
+    assert _unreadable("IPAllocation") == before + 5000
+    assert len(await _events(server, connection.MAX_QUEUED_EVENTS)) == connection.MAX_QUEUED_EVENTS
+    await addresses.list_ip_allocations()  # the next pass
+    assert _unreadable("IPAllocation") == before + 5000
+    fixed = [_allocation("bad-0", "10.10.3.7/24"), *many[1:]]
+    server.answers[ALLOCATIONS] = (200, json.dumps({"items": fixed}))
+    await addresses.list_ip_allocations()
+    server.answers[ALLOCATIONS] = (200, json.dumps({"items": many}))
+    await addresses.list_ip_allocations()  # broken again
+    assert _unreadable("IPAllocation") == before + 5001
 
 
 async def test_an_ip_pool_nested_too_deep_is_skipped_and_reported(

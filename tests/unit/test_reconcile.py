@@ -161,7 +161,7 @@ async def test_the_controller_reconciles_a_cluster_holding_what_no_one_can_read(
     await reconciler.reconcile()
     assert _passes("ok") == ok + 1
     use = (await reconciler.once())["lan"]
-    assert (use.allocated_claims, use.holders) == (2, 2)  # web and the hostile claim, read in part
+    assert (use.allocated_claims, use.addresses) == (2, {4: 2})  # web and the hostile claim, read in part
     deleted = [r.url.path.rsplit("/", 1)[1] for r in server.requests if r.method == "DELETE"]
     assert set(deleted) == {"lan-10-10-3-9"}  # the orphan only: never the hostile claim's address
     applied = [r for r in server.requests if r.method == "PATCH" and "resourceslices" in r.url.path]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import copy
 import json
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from netclaim.backoff import Backoff
+from netclaim.configure import status as status_module
 from netclaim.configure.plan import NicRecord
 from netclaim.configure.status import (
     MAX_CONFLICT_RETRIES,
@@ -484,3 +486,14 @@ async def test_a_pod_write_refused_for_good_is_dropped_and_never_holds_up_the_cl
     await _run_until_written(writer, api)
     assert api.calls.count("write_pod_annotation") == 1  # not retried
     assert [e["device"] for e in api.claims[("team-a", "claim-1")].devices_status] == [ATTACHED.device]
+
+
+def test_the_status_writer_imports_no_adapter() -> None:
+    """It imported the NRI adapter's PodSandbox only for a pod's namespace, name and UID, which a PodRef
+    says: the core's status writer depends on no protocol's adapter (an import contract says it too)."""
+    tree = ast.parse(Path(status_module.__file__).read_text())
+    imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
+    assert not {name for name in imported if name.startswith("netclaim.adapters")}

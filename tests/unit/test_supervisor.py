@@ -163,3 +163,29 @@ async def test_a_name_is_kept_once() -> None:
     with pytest.raises(ValueError, match="kept already"):
         supervisor.keep("publish", attempt)
     await supervisor.stop()
+
+
+async def test_stopping_lets_one_shot_jobs_finish_for_the_grace_then_cancels_the_rest(
+    supervisor: Supervisor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What the agent's stop waits for, after its pod hooks: the work they left for later. A kept task
+    is cancelled at once; a job that outlives the grace is cancelled and said."""
+    kept_running, finished = asyncio.Event(), asyncio.Event()
+
+    async def kept() -> None:
+        kept_running.set()
+        await asyncio.Event().wait()
+
+    async def short_job() -> None:
+        await asyncio.sleep(0.05)
+        finished.set()
+
+    supervisor.keep("watch", kept)
+    await kept_running.wait()
+    job = supervisor.spawn("attach-undo", short_job())
+    endless = supervisor.spawn("pod-event", asyncio.Event().wait())
+    await asyncio.wait_for(supervisor.stop(grace=0.5), SAFETY_NET)
+    assert finished.is_set() and not job.cancelled()
+    assert endless.cancelled()
+    [record] = [r for r in caplog.records if r.getMessage() == "stopping with one-shot jobs still at work"]
+    assert record.jobs == ["pod-event"]  # type: ignore[attr-defined]

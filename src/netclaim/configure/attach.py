@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 from netclaim import faults
 from netclaim.adapters import netlink
@@ -37,39 +38,56 @@ def _described(err: Exception) -> str:
     return f"internal error in the netclaim agent ({type(err).__name__}: {err}); see its log"
 
 
+@dataclass
+class _PodLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0  # holding it or waiting for it
+
+
 class PodLocks:
-    """One lock per pod UID: kubelet calls, NRI hooks and repairs of the same pod never interleave."""
+    """One lock per pod UID: kubelet calls, NRI hooks and repairs of the same pod never interleave. A pod's
+    lock is there while someone holds it or waits for it, counted here: it is dropped only when no one
+    does (a waiter woken by the last release holds the old lock, and a new one would let the next caller
+    run alongside it), and never kept past that, whether or not the pod comes back."""
 
     def __init__(self) -> None:
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, _PodLock] = {}
 
-    def __call__(self, pod_uid: str) -> asyncio.Lock:
-        return self._locks.setdefault(pod_uid, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def __call__(self, pod_uid: str, deadline: float | None = None) -> AsyncIterator[None]:
+        """Hold the pod's lock; with a deadline (time.monotonic), PodBusyError when it is not free by
+        then."""
+        held = self._locks.setdefault(pod_uid, _PodLock())
+        held.users += 1
+        try:
+            await _acquire(held.lock, deadline)
+            try:
+                yield
+            finally:
+                held.lock.release()
+        finally:
+            held.users -= 1
+            if not held.users:
+                del self._locks[pod_uid]
 
-    def forget(self, pod_uid: str) -> None:
-        """Drop the pod's lock when nobody holds it and nobody waits for it: a waiter woken by the last
-        release holds the old lock, and a new one would let the next caller run alongside it."""
-        lock = self._locks.get(pod_uid)
-        if lock is not None and not lock.locked() and not getattr(lock, "_waiters", None):  # no public count
-            del self._locks[pod_uid]
+    def locked(self, pod_uid: str) -> bool:
+        held = self._locks.get(pod_uid)
+        return held is not None and held.lock.locked()
 
     def __len__(self) -> int:
         return len(self._locks)
 
 
-@contextlib.asynccontextmanager
-async def holding(lock: asyncio.Lock, deadline: float) -> AsyncIterator[None]:
-    """The pod's lock, or a PodBusyError when it is not free before the deadline."""
+async def _acquire(lock: asyncio.Lock, deadline: float | None) -> None:
+    if deadline is None:
+        await lock.acquire()
+        return
     try:
         await asyncio.wait_for(lock.acquire(), max(0.0, deadline - time.monotonic()))
     except TimeoutError:
         raise PodBusyError(
             "an earlier operation on this pod is still running; nothing was changed, the runtime will retry"
         ) from None
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 async def _read_back(name: str, netns: str) -> netlink.InterfaceState:
@@ -222,7 +240,6 @@ class Attacher:
                     )
                 await self.store.delete(current)
                 self._release_tries.pop(row.key, None)
-            self.locks.forget(row.pod_uid)
         return problems
 
     async def _clean_up(self, row: Attachment) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from netclaim import faults
 from netclaim.adapters.nri import PodSandbox
-from netclaim.configure.attach import Attacher, PodLocks, holding, netns_exists
+from netclaim.configure.attach import Attacher, PodLocks, netns_exists
 from netclaim.configure.status import ClaimRef, PodRef, StatusWriter
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import AttachError, HostNetworkPodError, NetclaimError, TransientError
@@ -26,6 +26,10 @@ REPAIR_SECONDS = 10.0
 
 def claim_of(row: Attachment) -> ClaimRef:
     return ClaimRef(row.claim_namespace, row.claim_name, row.claim_uid)
+
+
+def pod_of(sandbox: PodSandbox) -> PodRef:
+    return PodRef(sandbox.namespace, sandbox.name, sandbox.uid)
 
 
 class PodHooks:
@@ -76,10 +80,10 @@ class PodHooks:
                 f"pod {pod.namespace}/{pod.name} uses the host network: netclaim.dev claims "
                 "attach interfaces to a pod's own network namespace"
             )
-            self.status.warn_later(pod, "NetclaimAttachFailed", message)
+            self.status.warn_later(pod_of(pod), "NetclaimAttachFailed", message)
             raise HostNetworkPodError(message)
         deadline = time.monotonic() + budget
-        async with holding(self.locks(pod.uid), deadline):
+        async with self.locks(pod.uid, deadline):
             done: list[Attachment] = []
             try:
                 for row in rows:
@@ -92,12 +96,12 @@ class PodHooks:
                     if current is not None:
                         await self.attacher.detach(current, deadline)
                 if not isinstance(err.__cause__, TransientError):  # kubelet retries: the user is not blamed
-                    self.status.warn_later(pod, "NetclaimAttachFailed", str(err))
+                    self.status.warn_later(pod_of(pod), "NetclaimAttachFailed", str(err))
                 raise
             finally:
                 for row in rows:
                     self.status.enqueue(claim_of(row))
-            self.status.enqueue(PodRef(pod.namespace, pod.name, pod.uid))
+            self.status.enqueue(pod_of(pod))
 
     async def stop_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
         await self._detach_pod(pod, budget)
@@ -122,7 +126,7 @@ class PodHooks:
                 return
             faults.point("before-detach")
             deadline = time.monotonic() + budget
-            async with holding(self.locks(pod_uid), deadline):
+            async with self.locks(pod_uid, deadline):
                 for row in rows:
                     try:
                         current = self.attacher.current(row)
@@ -163,7 +167,7 @@ class PodHooks:
                     log.warning("repair failed", extra={"claim": row.claim_name, "error": str(err)})
                 self.status.enqueue(claim_of(row))
                 if listed is not None:
-                    self.status.enqueue(PodRef(listed.namespace, listed.name, listed.uid))
+                    self.status.enqueue(pod_of(listed))
 
     async def _repair(self, row: Attachment, sandbox: PodSandbox | None) -> None:
         deadline = time.monotonic() + REPAIR_SECONDS

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netclaim import faults, metrics
-from netclaim.adapters.nri import PodSandbox
 from netclaim.api.cniconfig import MAX_DEPTH, too_deep
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
@@ -407,7 +406,7 @@ class StatusWriter:
         await self.api.write_pod_annotation(pod, NETWORK_STATUS, value)
         log.info("network-status written", extra={"pod": f"{ref.namespace}/{ref.name}"})
 
-    def warn_later(self, pod: PodSandbox, reason: str, message: str) -> None:
+    def warn_later(self, pod: PodRef, reason: str, message: str) -> None:
         """A Warning Event on the pod, written off the caller's path (never inside the runtime's budget)."""
         self.background.spawn("pod-event", self.warn(pod.namespace, pod.name, pod.uid, reason, message))
 

@@ -53,7 +53,6 @@ class PoolUse:
 
     capacity: int  # what its device publishes
     allocated_claims: int  # allocation results on it, one unit each, as the scheduler counts
-    holders: int  # claims holding addresses
     addresses: dict[int, int]  # family → addresses held
 
     @property
@@ -91,7 +90,6 @@ def pool_use(pool: IPPool, allocations: list[IPAllocation], claims: dict[str, Cl
     return PoolUse(
         capacity=capacity(pool, len(live_holders), dict(inside)),
         allocated_claims=allocated,
-        holders=len({a.claim_uid for a in mine}),
         addresses=dict(held),
     )
 

@@ -12,7 +12,7 @@ import asyncio
 import math
 from collections.abc import Callable
 
-from netclaim.kubeapi import SlicesApi
+from netclaim.kubeapi import NodeSlicesApi
 from netclaim.publish.devices import Device, DeviceCatalog, decide
 from netclaim.publish.inventory import InventorySource
 from netclaim.publish.policy import PolicyFile
@@ -76,7 +76,7 @@ async def watch_inventory(source: InventorySource, trigger: Trigger) -> None:
         trigger.fire()
 
 
-async def watch_slices(api: SlicesApi, node: str, driver: str, trigger: Trigger) -> None:
+async def watch_slices(api: NodeSlicesApi, node: str, driver: str, trigger: Trigger) -> None:
     """Kubelet deletes a node's slices at its start and 30 s after our plugin went away: publish again.
     Fires once connected (whatever happened meanwhile, compare once), then at each event of the watch."""
     trigger.fire()

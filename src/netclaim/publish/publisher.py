@@ -11,7 +11,7 @@ import time
 from functools import partial
 
 from netclaim import metrics
-from netclaim.kubeapi import SlicesApi
+from netclaim.kubeapi import NodeSlicesApi
 from netclaim.publish.devices import Device
 from netclaim.publish.slices import SliceOwner, SliceWriter
 
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class SlicePublisher:
-    def __init__(self, api: SlicesApi, node: str, driver: str) -> None:
+    def __init__(self, api: NodeSlicesApi, node: str, driver: str) -> None:
         self.node = node
         self.driver = driver
         owner = SliceOwner("v1", "Node", node, partial(api.node_uid, node), controller=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netclaim import metrics
-from netclaim.kubeapi import SlicesApi
+from netclaim.kubeapi import SliceStoreApi
 from netclaim.objects import Slice
 from netclaim.quantity import parse_quantity
 
@@ -95,7 +95,13 @@ class SliceWriter:
     """The slices of `driver`'s pool `pool`, named `<prefix>-<index>`, on node `node` (None: all nodes)."""
 
     def __init__(
-        self, api: SlicesApi, driver: str, pool: str, prefix: str, owner: SliceOwner, node: str | None = None
+        self,
+        api: SliceStoreApi,
+        driver: str,
+        pool: str,
+        prefix: str,
+        owner: SliceOwner,
+        node: str | None = None,
     ) -> None:
         self.api = api
         self.driver = driver
@@ -109,9 +115,7 @@ class SliceWriter:
         return f"{self.prefix}-{index}"
 
     async def _list(self) -> list[Slice]:
-        if self.node is not None:  # a node's share only: what the agent's token may read
-            return await self.api.list_slices(self.node, self.driver)
-        return await self.api.list_driver_slices(self.driver, self.pool)
+        return await self.api.list_slices(self.driver, self.pool, self.node)  # a node's: its share only
 
     def _own(self, listed: list[Slice], owner_uid: str) -> list[Slice]:
         return [s for s in listed if s.name.startswith(f"{self.prefix}-") and s.owner_uids == (owner_uid,)]

@@ -1,4 +1,5 @@
-"""IPPools and IPAllocations (netclaim.kubeapi.AddressesApi): read as JSON without lightkube's decoder."""
+"""IPPools and IPAllocations, read as JSON without lightkube's decoder: the agent's AddressesApi and the
+controller's IPPoolsApi."""
 
 from __future__ import annotations
 
@@ -13,21 +14,29 @@ from netclaim.adapters.kube.connection import (
     IP_ALLOCATIONS,
     IPPOOLS,
     KubeConnection,
+    Unreadable,
     as_data,
     raise_for_status,
     selector,
     translated,
 )
 from netclaim.errors import ConfigError, GoneError
-from netclaim.kubeapi import AddressesApi
+from netclaim.kubeapi import AddressesApi, IPPoolsApi
 from netclaim.names import DRIVER_DOMAIN
-from netclaim.objects import CLAIM_UID_LABEL, POOL_LABEL, IPAllocation, as_object, ippool_problem
+from netclaim.objects import (
+    CLAIM_UID_LABEL,
+    POOL_LABEL,
+    IPAllocation,
+    ListItems,
+    as_object,
+    ippool_problem,
+)
 
 IPPoolResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPPool", "ippools")
 IPAllocationResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPAllocation", "ipallocations")
 
 
-class KubeAddresses(AddressesApi):
+class KubeAddresses(AddressesApi, IPPoolsApi):
     def __init__(self, kube: KubeConnection) -> None:
         self.kube = kube
 
@@ -39,13 +48,8 @@ class KubeAddresses(AddressesApi):
         return as_object(found)
 
     async def list_ippools(self) -> list[dict[str, Any]]:
-        pools = []
-        for item in await self.kube.read_items("IPPools", IPPOOLS.path()):
-            problem = ippool_problem(item)
-            if problem:
-                await self.kube.report_unreadable(IPPOOLS, item, problem, "It is not published.")
-            else:
-                pools.append(item)
+        pools, unreadable = await self.kube.read_items("IPPools", IPPOOLS.path(), _pools_of)
+        self.kube.report_unreadable(IPPOOLS, "", unreadable)
         return pools
 
     async def write_ippool_status(self, name: str, status: dict[str, Any]) -> None:
@@ -58,7 +62,6 @@ class KubeAddresses(AddressesApi):
             )
 
     async def ippool_changes(self) -> AsyncIterator[str]:
-        """The event types (ADDED, MODIFIED, DELETED) of every IPPool, as they happen; not read further."""
         async for event in self.kube.watch("watch of ippools", IPPOOLS.path()):
             yield event
 
@@ -67,13 +70,9 @@ class KubeAddresses(AddressesApi):
     ) -> list[IPAllocation]:
         labels = {k: v for k, v in ((POOL_LABEL, pool), (CLAIM_UID_LABEL, claim_uid)) if v is not None}
         params = {"labelSelector": selector(labels)} if labels else None
-        allocations = []
-        for item in await self.kube.read_items("IPAllocations", IP_ALLOCATIONS.path(), params):
-            try:
-                allocations.append(IPAllocation.from_api(item))
-            except (TypeError, ValueError) as err:
-                effect = "It is neither counted as held nor freed."
-                await self.kube.report_unreadable(IP_ALLOCATIONS, item, str(err), effect)
+        path = IP_ALLOCATIONS.path()
+        allocations, unreadable = await self.kube.read_items("IPAllocations", path, _allocations_of, params)
+        self.kube.report_unreadable(IP_ALLOCATIONS, selector(labels), unreadable)
         return allocations
 
     async def get_ip_allocation(self, name: str) -> IPAllocation:
@@ -98,6 +97,30 @@ class KubeAddresses(AddressesApi):
             raise_for_status(await self.kube.http.request("DELETE", path, json=options))
 
     async def ip_allocation_changes(self) -> AsyncIterator[str]:
-        """The event types of every IPAllocation, as they happen; not read further."""
         async for event in self.kube.watch("watch of ipallocations", IP_ALLOCATIONS.path()):
             yield event
+
+
+def _pools_of(listed: ListItems) -> tuple[list[dict[str, Any]], list[Unreadable]]:
+    """The IPPools of a list that can be read; the others are not published."""
+    effect = "It is not published."
+    pools, unreadable = [], [Unreadable(None, problem, effect) for problem in listed.unread]
+    for item in listed.items:
+        problem = ippool_problem(item)
+        if problem:
+            unreadable.append(Unreadable(item, problem, effect))
+        else:
+            pools.append(item)
+    return pools, unreadable
+
+
+def _allocations_of(listed: ListItems) -> tuple[list[IPAllocation], list[Unreadable]]:
+    """The IPAllocations of a list that can be read; the others are neither counted as held nor freed."""
+    effect = "It is neither counted as held nor freed."
+    allocations, unreadable = [], [Unreadable(None, problem, effect) for problem in listed.unread]
+    for item in listed.items:
+        try:
+            allocations.append(IPAllocation.from_api(item))
+        except (TypeError, ValueError) as err:
+            unreadable.append(Unreadable(item, str(err), effect))
+    return allocations, unreadable

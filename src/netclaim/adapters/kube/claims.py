@@ -1,4 +1,4 @@
-"""ResourceClaims and the pods that use them (netclaim.kubeapi.ClaimsApi)."""
+"""ResourceClaims and the pods that use them: the agent's ClaimsApi and the controller's ClusterClaimsApi."""
 
 from __future__ import annotations
 
@@ -10,13 +10,20 @@ from lightkube.models.core_v1 import ObjectReference
 from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.types import PatchType
 
-from netclaim.adapters.kube.connection import CLAIMS, KubeConnection, as_data, raise_for_status, translated
+from netclaim.adapters.kube.connection import (
+    CLAIMS,
+    KubeConnection,
+    Unreadable,
+    as_data,
+    raise_for_status,
+    translated,
+)
 from netclaim.errors import ConfigError
-from netclaim.kubeapi import ClaimsApi
-from netclaim.objects import Claim, Pod
+from netclaim.kubeapi import ClaimsApi, ClusterClaimsApi
+from netclaim.objects import Claim, ListItems, Pod
 
 
-class KubeClaims(ClaimsApi):
+class KubeClaims(ClaimsApi, ClusterClaimsApi):
     """Claims are read as JSON without lightkube's decoder (netclaim.adapters.kube.connection); pods, which
     carry nothing a tenant nests, through lightkube."""
 
@@ -32,21 +39,9 @@ class KubeClaims(ClaimsApi):
             raise ConfigError(f"{what}: cannot be read: {err}") from None
 
     async def list_claims(self) -> list[Claim]:
-        """A claim read only in part is reported; one without a readable identity is skipped, and reported."""
-        claims = []
-        for item in await self.kube.read_items("ResourceClaims", CLAIMS.path()):
-            try:
-                claim = Claim.from_api(item)
-            except ValueError as err:
-                await self.kube.report_unreadable(CLAIMS, item, str(err), "It is skipped.")
-                continue
-            problems = claim.problems()
-            if problems:
-                effect = (
-                    "netclaim reads the rest, and prepares none of its devices with a config it cannot read."
-                )
-                await self.kube.report_unreadable(CLAIMS, item, "; ".join(problems), effect)
-            claims.append(claim)
+        """Read (and the claims made) off the event loop; what cannot be read reported (_claims_of)."""
+        claims, unreadable = await self.kube.read_items("ResourceClaims", CLAIMS.path(), _claims_of)
+        self.kube.report_unreadable(CLAIMS, "", unreadable)
         return claims
 
     async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
@@ -73,7 +68,7 @@ class KubeClaims(ClaimsApi):
             raise_for_status(response)
 
     async def claim_changes(self) -> AsyncIterator[str]:
-        """The event types (ADDED, MODIFIED, DELETED) of every claim, as they happen; not read further."""
+        """Not read further than each event's type."""
         async for event in self.kube.watch("watch of resourceclaims", CLAIMS.path()):
             yield event
 
@@ -109,3 +104,26 @@ class KubeClaims(ClaimsApi):
                 )
             ]
         return [p for p in pods if p.unschedulable]
+
+
+def _claims_of(listed: ListItems) -> tuple[list[Claim], list[Unreadable]]:
+    """The claims of a list, and what of them cannot be read: a claim read only in part is listed, one
+    without a readable identity is skipped. A claim no parser reads fails the list (ConfigError): its UID
+    unread, the addresses it holds would look like a deleted claim's. (The API server stores none: it reads
+    each opaque config as Go reads JSON, and refuses a number past float64, long before Python's limit on
+    an int's digits.)"""
+    if listed.unread:
+        raise ConfigError(f"ResourceClaims: {len(listed.unread)} cannot be read: {listed.unread[0]}")
+    claims, unreadable = [], []
+    for item in listed.items:
+        try:
+            claim = Claim.from_api(item)
+        except ValueError as err:
+            unreadable.append(Unreadable(item, str(err), "It is skipped."))
+            continue
+        problems = claim.problems()
+        if problems:
+            effect = "netclaim reads the rest, and prepares none of its devices with a config it cannot read."
+            unreadable.append(Unreadable(item, "; ".join(problems), effect))
+        claims.append(claim)
+    return claims, unreadable

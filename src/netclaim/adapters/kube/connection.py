@@ -7,11 +7,12 @@ ApiRejectedError.
 The kinds that carry free JSON anyone may write (ResourceClaims: opaque configs and device status of
 every driver; IPPools; IPAllocations) are read without lightkube's decoder, which recurses once per level
 of nesting: the API server stores values nested thousands deep (10 KiB of `[[[[…]]]]`). They are fetched
-with an HTTP client lightkube makes from the same kubeconfig and built by netclaim.objects (read_json:
-no recursion). Each listed object is read on its own: one that cannot be read is skipped (a claim: read as
-far as it can be), with a log line, the `netclaim_unreadable_objects_total` metric and a Warning Event on
-it, once per version of the object; it never fails the list. Watches read only each event's type and
-resourceVersion, so an object no one can read does not stop them either.
+with an HTTP client lightkube makes from the same kubeconfig and built by netclaim.objects (read_json,
+read_list: no recursion), in a thread when large (a cluster's lists). Each listed object is read on its
+own: one that cannot be read is skipped (a claim: read as far as it can be), with a log line, the
+`netclaim_unreadable_objects_total` metric and a Warning Event on it, once per version of the object; it
+never fails the list (but a claim no parser reads at all: see KubeClaims.list_claims). Watches read only
+each event's type and resourceVersion, so an object no one can read does not stop them either.
 
 Of lightkube, only its documented API is used (Client, KubeConfig, ApiError, resources and models,
 generic resources, PatchType), but for `lightkube.config.client_adapter`: the function lightkube's own
@@ -22,13 +23,15 @@ handling. The API paths (Kind) and selectors are netclaim's own.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2 as httpx
 from lightkube import ApiError, AsyncClient, KubeConfig
@@ -48,16 +51,26 @@ from netclaim.errors import (
     GoneError,
     NetclaimError,
 )
-from netclaim.objects import IPPOOL_API_VERSION, as_object, as_text, cut, read_json
+from netclaim.objects import IPPOOL_API_VERSION, ListItems, as_object, as_text, cut, read_json, read_list
 
 log = logging.getLogger(__name__)
+T = TypeVar("T", bytes, str)
+A = TypeVar("A")
+R = TypeVar("R")
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 TIMEOUT = httpx.Timeout(10.0, read=60.0)
 WATCH_TIMEOUT = httpx.Timeout(10.0, read=None)  # a watch may be quiet for as long as nothing changes
 EVENT_MESSAGE_BYTES = 1024
 UNREADABLE_REASON = "NetclaimUnreadable"
-# object versions remembered as reported unreadable; past it they are forgotten (reported once more)
-MAX_REPORTED = 4096
+# lists (kind and selector) whose unreadable objects are remembered as reported: the least recently read
+# is forgotten past it (its objects are reported once more if it is read again)
+MAX_LISTS_REMEMBERED = 64
+# Warning Events on unreadable objects waiting to be sent; past it an object is only logged and counted
+MAX_QUEUED_EVENTS = 256
+# JSON read on the event loop up to this size (a few milliseconds, the slow parser's included); larger (a
+# cluster's list: megabytes, a second or more), in a thread, so that the program's watches, health checks
+# and writes go on meanwhile
+INLINE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,15 @@ CLAIMS = Kind("resource.k8s.io/v1", "ResourceClaim", "resourceclaims")
 SLICES = Kind("resource.k8s.io/v1", "ResourceSlice", "resourceslices")
 IPPOOLS = Kind(IPPOOL_API_VERSION, "IPPool", "ippools")
 IP_ALLOCATIONS = Kind(IPPOOL_API_VERSION, "IPAllocation", "ipallocations")
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A listed object netclaim cannot read, in whole or in part, and what becomes of it."""
+
+    item: Any  # as the API has it (None: not even its JSON could be read)
+    problem: str
+    effect: str
 
 
 def selector(pairs: Mapping[str, str]) -> str:
@@ -136,6 +158,17 @@ def as_data(obj: Any) -> dict[str, Any]:
     return dict(obj.to_dict())
 
 
+async def _off_the_loop_if_large(read: Callable[[T], R], data: T) -> R:
+    """`read(data)`, in a thread when `data` is large enough to hold up the event loop."""
+    if len(data) < INLINE_BYTES:
+        return read(data)
+    return await asyncio.to_thread(read, data)
+
+
+def _as_read(value: A) -> A:
+    return value
+
+
 class KubeConnection:
     """The clients of one program (lightkube's, and the HTTP client for the JSON read without its decoder)
     and the objects it already reported unreadable; every role of the program is made over it."""
@@ -156,7 +189,10 @@ class KubeConnection:
             self._config, field_manager=field_manager, timeout=TIMEOUT, http2=True, transport=transport
         )
         self.http = self._connect(http2=True)
-        self._reported: set[tuple[str, str, str]] = set()  # (kind, uid, resourceVersion) reported unreadable
+        # per list (kind and selector), the versions of the objects it last held unreadable: reported
+        self._reported: OrderedDict[tuple[str, str], set[tuple[str, str]]] = OrderedDict()
+        self._events: deque[tuple[ObjectReference, str]] = deque()  # Events on them, to be sent
+        self._sender: asyncio.Task[None] | None = None
 
     @classmethod
     def connect(cls, kubeconfig: Path | None, field_manager: str) -> KubeConnection:
@@ -185,61 +221,106 @@ class KubeConnection:
             await http.aclose()
 
     async def close(self) -> None:
+        if self._sender is not None:
+            self._sender.cancel()
+            await asyncio.gather(self._sender, return_exceptions=True)
         await self.client.close()
         await self.http.aclose()
 
     async def read(self, what: str, path: str, params: dict[str, str] | None = None) -> Any:
         """GET `path`: its JSON, read without recursion (read_json)."""
+        return await self._get(what, path, params, read_json, _as_read)
+
+    async def read_items(
+        self, what: str, path: str, made: Callable[[ListItems], R], params: dict[str, str] | None = None
+    ) -> R:
+        """GET the list at `path`: its items (read_list: each as the API has it, and what no parser reads
+        of it), made into what the caller needs by `made`, in a thread when large: a cluster's list is
+        megabytes, and making its objects takes as long again."""
+        return await self._get(what, path, params, read_list, made)
+
+    async def _get(
+        self,
+        what: str,
+        path: str,
+        params: dict[str, str] | None,
+        read: Callable[[bytes], A],
+        made: Callable[[A], R],
+    ) -> R:
         with translated(what):
             response = await self.http.get(path, params=params)
             raise_for_status(response)
-        try:
-            return read_json(response.content)
-        except ValueError as err:
-            raise ApiUnavailableError(f"{what}: the API server's answer is {err}") from None
 
-    async def read_items(self, what: str, path: str, params: dict[str, str] | None = None) -> list[Any]:
-        """The items of a list, each as the API has it (not read yet: each is read on its own)."""
-        items = as_object(await self.read(what, path, params)).get("items") or []
-        if not isinstance(items, list):
-            raise ApiUnavailableError(f"{what}: the API server's answer has no list of items")
-        return items
+        def answer(data: bytes) -> R:
+            try:
+                found = read(data)
+            except ValueError as err:
+                raise ApiUnavailableError(f"{what}: the API server's answer is {err}") from None
+            return made(found)
 
-    async def report_unreadable(self, kind: Kind, item: Any, problem: str, effect: str) -> None:
-        """A listed object netclaim cannot read, in whole or in part: a log line, the metric and a Warning
-        Event on the object (best effort), once per version of the object."""
-        meta = item.get("metadata") if isinstance(item, dict) else None
-        known = {
-            key: value
-            for key, value in (meta.items() if isinstance(meta, dict) else ())
-            if key in ("namespace", "name", "uid", "resourceVersion") and isinstance(value, str)
-        }
-        version = (kind.name, known.get("uid", known.get("name", "")), known.get("resourceVersion", ""))
-        if version in self._reported:
-            return
-        if len(self._reported) >= MAX_REPORTED:
-            self._reported.clear()
-        self._reported.add(version)
+        return await _off_the_loop_if_large(answer, response.content)
+
+    def report_unreadable(self, kind: Kind, labels: str, unreadable: list[Unreadable]) -> None:
+        """What one read of the list of `kind` (selected by `labels`) could not read: for each object, a log
+        line, the metric and a Warning Event on it (best effort), once per version of the object for as
+        long as the list holds it unreadable. What a list held unreadable at its last read is remembered,
+        however many, so that no object is reported at every pass, and one that is fixed and breaks
+        again is reported again. The Events are sent off the caller's path, MAX_QUEUED_EVENTS waiting at
+        the most (past it an object is only logged and counted): a pass never waits for them."""
+        listed = (kind.name, labels)
+        before = self._reported.pop(listed, set())
+        now = self._reported[listed] = set()  # the most recently read: the last forgotten
+        if len(self._reported) > MAX_LISTS_REMEMBERED:
+            self._reported.popitem(last=False)
+        for entry in unreadable:
+            meta = entry.item.get("metadata") if isinstance(entry.item, dict) else None
+            known = {
+                key: value
+                for key, value in (meta.items() if isinstance(meta, dict) else ())
+                if key in ("namespace", "name", "uid", "resourceVersion") and isinstance(value, str)
+            }
+            version = (known.get("uid", known.get("name", "")), known.get("resourceVersion", ""))
+            now.add(version)
+            if version not in before:
+                self._report(kind, known, entry)
+
+    def _report(self, kind: Kind, known: dict[str, str], entry: Unreadable) -> None:
         metrics.UNREADABLE_OBJECTS.labels(kind.name).inc()
         where = "/".join(known[k] for k in ("namespace", "name") if k in known) or "(no name)"
+        event = "none: nothing to hang it on"
+        if "name" in known:
+            involved = ObjectReference(
+                kind=kind.name,
+                apiVersion=kind.api_version,
+                name=known["name"],
+                namespace=known.get("namespace"),
+                uid=known.get("uid"),
+            )
+            event = self._queue_event(
+                involved, f"netclaim cannot read this {kind.name}: {entry.problem}. {entry.effect}"
+            )
         log.warning(
-            f"{kind.name} cannot be read: {effect}",
-            extra={"kind": kind.name, "object": where, "problem": problem},
+            f"{kind.name} cannot be read: {entry.effect}",
+            extra={"kind": kind.name, "object": where, "problem": entry.problem, "event": event},
         )
-        if "name" not in known:
-            return  # nothing to hang an Event on
-        involved = ObjectReference(
-            kind=kind.name,
-            apiVersion=kind.api_version,
-            name=known["name"],
-            namespace=known.get("namespace"),
-            uid=known.get("uid"),
-        )
-        message = f"netclaim cannot read this {kind.name}: {problem}. {effect}"
-        try:
-            await self.create_event(involved, UNREADABLE_REASON, message)
-        except NetclaimError as err:
-            log.info("could not record an event", extra={"object": where, "error": str(err)})
+
+    def _queue_event(self, involved: ObjectReference, message: str) -> str:
+        if len(self._events) >= MAX_QUEUED_EVENTS:
+            return f"not sent: {MAX_QUEUED_EVENTS} are waiting"
+        self._events.append((involved, message))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_events(), name="unreadable-events")
+        return "queued"
+
+    async def _send_events(self) -> None:
+        while self._events:
+            involved, message = self._events.popleft()
+            try:
+                await self.create_event(involved, UNREADABLE_REASON, message)
+            except NetclaimError as err:
+                log.info("could not record an event", extra={"object": involved.name, "error": str(err)})
+            except Exception:  # a bug in one Event stops none of the others
+                log.exception("could not record an event (a bug)", extra={"object": involved.name})
 
     async def create_event(self, involved: ObjectReference, reason: str, message: str) -> None:
         """A Warning Event on the object; a cluster-scoped object's goes to `default`, where kubectl looks."""
@@ -279,7 +360,7 @@ class KubeConnection:
                             if not line.strip():
                                 continue
                             try:
-                                event = as_object(read_json(line))
+                                event = as_object(await _off_the_loop_if_large(read_json, line))
                                 kind, found = as_text(event.get("type")), as_object(event.get("object"))
                                 stamp = as_object(found.get("metadata")).get("resourceVersion")
                             except (ValueError, TypeError) as err:

@@ -10,6 +10,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 
 from netclaim.adapters.kube.connection import CLAIMS, KubeConnection, as_data, translated
 from netclaim.errors import ApiRejectedError
+from netclaim.objects import ListItems
 
 
 class KubeClusterReader:
@@ -51,7 +52,7 @@ class KubeClusterReader:
     ) -> list[dict[str, Any]]:
         if kind is ResourceClaim:
             path = CLAIMS.path(None if where == "*" else where)
-            return [item for item in await self.kube.read_items(what, path) if isinstance(item, dict)]
+            return await self.kube.read_items(what, path, _objects_of)
         with translated(what):
             listing = (
                 self.kube.client.list(kind, namespace=where, labels=labels)
@@ -59,3 +60,7 @@ class KubeClusterReader:
                 else self.kube.client.list(kind, labels=labels)
             )
             return [as_data(item) async for item in listing]
+
+
+def _objects_of(listed: ListItems) -> list[dict[str, Any]]:
+    return [item for item in listed.items if isinstance(item, dict)]

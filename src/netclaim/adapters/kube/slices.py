@@ -1,4 +1,5 @@
-"""The ResourceSlices netclaim publishes, their owners, and DeviceClasses (netclaim.kubeapi.SlicesApi)."""
+"""The ResourceSlices netclaim publishes, their owners, and DeviceClasses: the agent's NodeSlicesApi and the
+controller's PoolSlicesApi."""
 
 from __future__ import annotations
 
@@ -12,29 +13,23 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
 
 from netclaim.adapters.kube.connection import SLICES, KubeConnection, as_data, selector, translated
 from netclaim.errors import GoneError
-from netclaim.kubeapi import SlicesApi
+from netclaim.kubeapi import NodeSlicesApi, PoolSlicesApi
 from netclaim.objects import Slice
 
 
-class KubeSlices(SlicesApi):
+class KubeSlices(NodeSlicesApi, PoolSlicesApi):
     """Through lightkube: slices, nodes, CRDs and DeviceClasses carry nothing a tenant nests."""
 
     def __init__(self, kube: KubeConnection) -> None:
         self.kube = kube
 
-    async def list_slices(self, node: str, driver: str) -> list[Slice]:
-        with translated(f"ResourceSlices of node {node}"):
-            listing = self.kube.client.list(
-                ResourceSlice, fields={"spec.nodeName": node, "spec.driver": driver}
-            )
-            found = [as_data(s) async for s in listing]
-        return [Slice.from_api(s) for s in found]
-
-    async def list_driver_slices(self, driver: str, pool: str) -> list[Slice]:
-        with translated(f"ResourceSlices of driver {driver}"):
-            found = [
-                as_data(s) async for s in self.kube.client.list(ResourceSlice, fields={"spec.driver": driver})
-            ]
+    async def list_slices(self, driver: str, pool: str, node: str | None = None) -> list[Slice]:
+        """Selected by driver (and node) on the server, by pool here: the API selects no slice by pool."""
+        fields: dict[str, Any] = {"spec.driver": driver}
+        if node is not None:
+            fields["spec.nodeName"] = node
+        with translated(f"ResourceSlices of driver {driver}" + (f" on node {node}" if node else "")):
+            found = [as_data(s) async for s in self.kube.client.list(ResourceSlice, fields=fields)]
         return [Slice.from_api(s) for s in found if s["spec"]["pool"]["name"] == pool]
 
     async def apply_slice(self, body: dict[str, Any]) -> None:
