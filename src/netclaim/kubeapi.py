@@ -110,11 +110,6 @@ class PoolSlicesApi(SliceStoreApi, Protocol):
     async def device_class_exists(self, name: str) -> bool: ...
 
 
-# ipam/pools.py's name for the controller's slices role (ipam/ was being changed on another branch when
-# the roles were split): to go once it says PoolSlicesApi.
-SlicesApi = PoolSlicesApi
-
-
 class AddressRecordsApi(Protocol):
     """IPPools and the IPAllocations that hold their addresses, as both programs read and free them."""
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, capacity
 from netclaim.errors import ConfigError
-from netclaim.kubeapi import SlicesApi
+from netclaim.kubeapi import PoolSlicesApi
 from netclaim.names import DRIVER_DOMAIN
 from netclaim.objects import Claim, IPAllocation
 from netclaim.publish.slices import SliceOwner, SliceWriter
@@ -150,7 +150,7 @@ def beyond_allocation(
     return beyond
 
 
-def pool_slices(api: SlicesApi, driver: str) -> SliceWriter:
+def pool_slices(api: PoolSlicesApi, driver: str) -> SliceWriter:
     """The pools' slices, through the one slice writer: owned by the IPPool CRD, so that uninstalling
     netclaim (deleting the CRD) lets the garbage collector remove them, as kubelet removes the nodes' slices
     of a driver that is gone. Only its own are read: a slice another writer put in this pool (a node's
