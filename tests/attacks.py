@@ -323,12 +323,19 @@ def _addresses() -> list[Attack]:
         Attack("static: the unspecified address", chain(_static("0.0.0.0/0")), "unspecified"),
         Attack("static: the broadcast address", chain(_static("255.255.255.255/32")), "reserved"),
         Attack("static: IPv6 loopback", chain(_static("::1/128")), "loopback"),
+        # Kubernetes' CEL refuses IPv4-mapped CIDRs, as its API validation does: an admin's too
         Attack(
             "static: the metadata address, IPv4-mapped",
             chain(_static("::ffff:169.254.169.254/128")),
             "mapped",
+            admin_may=False,
         ),
-        Attack("static: a tenant address, IPv4-mapped", chain(_static("::ffff:10.70.0.5/120")), "mapped"),
+        Attack(
+            "static: a tenant address, IPv4-mapped",
+            chain(_static("::ffff:10.70.0.5/120")),
+            "mapped",
+            admin_may=False,
+        ),
         Attack(
             "static: an address of another's pool", chain(_static("10.70.200.5/24")), "IPPool corpus-pool"
         ),

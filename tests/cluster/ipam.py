@@ -15,6 +15,7 @@ from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 
+from netclaim.objects import IPAllocation
 from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import kubectl_json, pod_spec
@@ -33,6 +34,15 @@ def ip_pool(name: str, *ranges: dict[str, str], **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"network": NETWORK, "ranges": list(ranges), **spec},
     }
+
+
+def ip_allocation(
+    name: str, address: str, node: str, pool: str = "probe", claim: tuple[str, str, str] | None = None
+) -> dict[str, Any]:
+    """An IPAllocation as an agent writes it (its labels say its spec's pool and claim), for `claim`'s
+    (namespace, name, uid) or a claim that never was."""
+    namespace, claim_name, uid = claim or ("default", "c", "00000000-0000-0000-0000-000000000000")
+    return IPAllocation(name, "", pool, address, namespace, claim_name, uid, node).to_api()
 
 
 def pool_template(name: str, pool: str, static: list[str] | None = None) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from tests.cluster.helpers import (
     ready_entry,
     store_rows,
 )
+from tests.cluster.ipam import ip_allocation
 from tests.corpus import VALID_CONFIG, config_cases
 from tests.kube import delete, typed, wait_for
 
@@ -244,17 +245,7 @@ def test_an_agent_token_cannot_write_another_nodes_slices(cluster: ClusterHandle
 
 def test_an_agent_token_takes_addresses_only_for_its_own_node(cluster: ClusterHandle) -> None:
     def allocation(node: str) -> dict[str, Any]:
-        return {
-            "apiVersion": "netclaim.dev/v1alpha1",
-            "kind": "IPAllocation",
-            "metadata": {"name": f"probe.10.250.0.{node[-1]}"},
-            "spec": {
-                "pool": "probe",
-                "address": f"10.250.0.{node[-1]}/24",
-                "claim": {"namespace": "default", "name": "c", "uid": "00000000-0000-0000-0000-000000000000"},
-                "node": node,
-            },
-        }
+        return ip_allocation(f"probe.10.250.0.{node[-1]}", f"10.250.0.{node[-1]}/24", node)
 
     def create_as(agent_node: str, node: str) -> None:
         path = agents.pod_token_kubeconfig(cluster, agent_node)

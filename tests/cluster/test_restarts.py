@@ -4,6 +4,7 @@ with its interface and Ready=True, or cleaned up, and is never Ready=True withou
 from __future__ import annotations
 
 import fcntl
+import json
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -253,15 +254,27 @@ def _attach_during_outage(cluster: ClusterHandle, kube: Client, ns: str, attempt
         wait_for(lambda: rows()[0]["state"] == "attached", 25, "attached while the apiserver is away")
 
         def status_write_retried() -> bool:
-            lines = agents.agent_log(cluster, "node-2")[offset:].splitlines()
-            return any("status write postponed; retrying" in line and f'"{name}-' in line for line in lines)
+            entries = [
+                json.loads(line)
+                for line in agents.agent_log(cluster, "node-2")[offset:].splitlines()
+                if line.startswith("{")
+            ]
+            return any(
+                e["msg"] == "status write postponed; retrying" and e.get("of", "").startswith(f"{ns}/{name}")
+                for e in entries
+            )
 
         wait_for(status_write_retried, 60, "the agent retrying the status while the apiserver is away")
     finally:
         processes.start_recorded(pids, "kube-apiserver")
         control_plane = ControlPlane(cluster.spec, cluster.layout, cluster.bin_dir)
         control_plane.wait_healthy("kube-apiserver", f"{control_plane.server}/readyz")
-    wait_for(lambda: ready_entry(kube, ns, name) is not None, 120, "the status written after the outage")
+    try:
+        wait_for(lambda: ready_entry(kube, ns, name) is not None, 120, "the status written after the outage")
+    except pytest.fail.Exception:
+        log = agents.agent_log(cluster, "node-2")[offset:].splitlines()
+        said = "\n".join(line for line in log if f"{ns}/{name}" in line)
+        raise AssertionError(f"no Ready status after the outage; the agent said:\n{said}") from None
     assert has_net1(cluster, kube.get(Pod, name, namespace=ns))
     return True
 

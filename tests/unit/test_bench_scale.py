@@ -62,6 +62,8 @@ def test_named_reads_and_own_node_selectors_are_narrow_everything_else_is_wide(t
             subresource="status",
         ),
         _entry("5", "create", "/api/v1/namespaces/a/events", "events"),
+        # the admin's pools: as many as the admin made, whatever the cluster's size
+        _entry("5b", "list", "/apis/netclaim.dev/v1alpha1/ippools", "ippools"),
         # wide: another node's slices, every slice, every claim
         _entry("6", "list", f"{slices}?fieldSelector=spec.nodeName%3Dnode-2", "resourceslices"),
         _entry("7", "watch", f"{slices}?watch=true", "resourceslices"),
@@ -79,11 +81,11 @@ def test_named_reads_and_own_node_selectors_are_narrow_everything_else_is_wide(t
     ]
     requests = measure.agent_requests(_write(tmp_path / "audit.log", entries))
     assert [r.resource for r in requests][3] == "resourceclaims/status"
-    assert [r.node for r in requests] == ["node-1"] * 9  # the scheduler's entry is not an agent's
+    assert [r.node for r in requests] == ["node-1"] * 10  # the scheduler's entry is not an agent's
     wide = [r.wide() for r in requests]
-    assert wide[:5] == [None] * 5
-    assert all(wide[5:]) and "node-2" in str(wide[5]) and "resourceclaims" in str(wide[7])
-    assert "pool!=x" in str(wide[8])  # every pool's but one
+    assert wide[:6] == [None] * 6
+    assert all(wide[6:]) and "node-2" in str(wide[6]) and "resourceclaims" in str(wide[8])
+    assert "pool!=x" in str(wide[9])  # every pool's but one
 
 
 def test_a_request_logged_at_two_stages_counts_once_and_a_half_written_line_is_skipped(

@@ -116,7 +116,9 @@ class AgentRequest:
     def wide(self) -> str | None:
         """Why this read grows with the cluster rather than with the agent's own node (None: it does not).
         Named reads and writes are narrow; a list or watch must be narrowed server-side to this node's
-        slices, or to one claim's (or, after an address collision, one pool's) IPAllocations."""
+        slices, or to one claim's (or, after an address collision, one pool's) IPAllocations. IPPools are
+        the exception: a claim whose own config names IPAM lists them to keep its addresses out of every
+        pool, and there are as many as the admin made, however large the cluster grows."""
         if not self.resource:  # discovery (/api, /apis, /version): no objects read
             return None
         if self.verb not in ("list", "watch"):
@@ -125,6 +127,8 @@ class AgentRequest:
             )
         fields = ",".join(self.query.get("fieldSelector", []))
         labels = ",".join(self.query.get("labelSelector", []))
+        if self.resource == "ippools":
+            return None
         if self.resource == "resourceslices" and f"spec.nodeName={self.node}" in fields.split(","):
             return None
         keys = {term.split("=", 1)[0] for term in labels.split(",") if "=" in term and "!=" not in term}
