@@ -70,6 +70,9 @@ class Attack:
     field: str  # what the refusal must name
     admin_may: bool = True
     parameters: dict[str, Any] = dataclasses.field(default_factory=dict)  # CNIConfig fields beside `config`
+    # refused for an admin by Kubernetes' admission only (its CEL's IP rules): the agent trusts a class's
+    # addresses
+    admin_refused_at_admission: bool = False
 
     def cni_config(self) -> dict[str, Any]:
         """The claim's opaque parameters (a CNIConfig)."""
@@ -329,12 +332,14 @@ def _addresses() -> list[Attack]:
             chain(_static("::ffff:169.254.169.254/128")),
             "mapped",
             admin_may=False,
+            admin_refused_at_admission=True,
         ),
         Attack(
             "static: a tenant address, IPv4-mapped",
             chain(_static("::ffff:10.70.0.5/120")),
             "mapped",
             admin_may=False,
+            admin_refused_at_admission=True,
         ),
         Attack(
             "static: an address of another's pool", chain(_static("10.70.200.5/24")), "IPPool corpus-pool"

@@ -86,7 +86,7 @@ def test_the_same_config_from_the_admin_is_accepted_where_admins_may(attack: Att
     """The boundary is who writes the config: a DeviceClass's on an exclusive device may do all this."""
     if attack.parameters:  # the CNIConfig's own fields: decoded alike for both (names, nesting)
         return
-    if attack.admin_may:
+    if attack.admin_may or attack.admin_refused_at_admission:
         _plan(attack.config, "FromClass", EXCLUSIVE)
         return
     misspelled = any(spelling_problems(attack.config))  # a key netclaim reads: for everyone
