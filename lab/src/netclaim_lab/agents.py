@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from netclaim_lab import agent_image, processes
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.controlplane import SERVICE_CIDR, write_kubeconfig
 from netclaim_lab.layout import REPO_ROOT
+from netclaim_lab.manifests import render
 
 METRICS_PORT = 9177
 NAMESPACE = "netclaim-system"
@@ -48,9 +50,20 @@ DISABLED_LABEL = "netclaim.dev/agent"  # =disabled takes the agent off a node (d
 FAULTS_FILE = "faults"  # in the node's /var/lib/netclaim (NodeLayout.state_dir), the DaemonSet's hostPath
 
 
-def apply_manifests(handle: ClusterHandle, names: tuple[str, ...] = CLUSTER_MANIFESTS) -> None:
+def manifests(handle: ClusterHandle, values: Mapping[str, str] | None = None) -> dict[str, str]:
+    """deploy/'s files by name; with `values`, the chart rendered with them instead, as an admin's
+    `helm install --set` would (choices deploy/'s defaults do not make)."""
+    if values:
+        return render(handle.bin_dir / "helm", values)
+    return {path.name: path.read_text() for path in DEPLOY_DIR.glob("*.yaml")}
+
+
+def apply_manifests(
+    handle: ClusterHandle, names: tuple[str, ...] = CLUSTER_MANIFESTS, texts: Mapping[str, str] | None = None
+) -> None:
     for name in names:
-        handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(DEPLOY_DIR / name))
+        text = texts[name] if texts is not None else (DEPLOY_DIR / name).read_text()
+        handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input_text=text)
         if name == "crds.yaml":
             for crd in CRDS:
                 handle.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
@@ -102,12 +115,13 @@ def _server(handle: ClusterHandle) -> str:
 
 
 def lab_manifest(
-    name: str, archive: agent_image.ImageArchive, reserved: tuple[str, ...] = ()
+    name: str, archive: agent_image.ImageArchive, reserved: tuple[str, ...] = (), text: str | None = None
 ) -> dict[str, Any]:
-    """deploy/'s DaemonSet or Deployment with the lab's additions (the module's docstring). The image's
-    digest is an annotation of the pod template, so that a rebuilt image rolls the pods, as a new tag
-    would. `reserved`: the cluster's pod and Service CIDRs, as an admin sets agent.reservedCIDRs."""
-    manifest: dict[str, Any] = yaml.safe_load((DEPLOY_DIR / name).read_text())
+    """deploy/'s DaemonSet or Deployment (or `text`, the chart's rendering of it) with the lab's additions
+    (the module's docstring). The image's digest is an annotation of the pod template, so that a rebuilt
+    image rolls the pods, as a new tag would. `reserved`: the cluster's pod and Service CIDRs, as an admin
+    sets agent.reservedCIDRs."""
+    manifest: dict[str, Any] = yaml.safe_load(text if text is not None else (DEPLOY_DIR / name).read_text())
     template = manifest["spec"]["template"]
     template["metadata"].setdefault("annotations", {})["netclaim.dev/image-digest"] = archive.digest
     container = template["spec"]["containers"][0]
@@ -124,18 +138,21 @@ def import_image(handle: ClusterHandle, archive: agent_image.ImageArchive) -> No
         handle.node(node).import_images({archive.reference: archive.path})
 
 
-def deploy(handle: ClusterHandle, policy: Path | None = None) -> None:
+def deploy(
+    handle: ClusterHandle, policy: Path | None = None, values: Mapping[str, str] | None = None
+) -> None:
     """Everything in deploy/ with `make image`'s image: the manifests, the controller's Deployment, the
-    agents' DaemonSet (policy: a file for the ConfigMap, else deploy/'s); waits until the controller and
-    every agent are ready."""
+    agents' DaemonSet (policy: a file for the ConfigMap, else deploy/'s; values: chart values an admin
+    sets, else deploy/'s defaults); waits until the controller and every agent are ready."""
     archive = agent_image.ensure()
     import_image(handle, archive)
-    apply_manifests(handle)
+    texts = manifests(handle, values)
+    apply_manifests(handle, texts=texts)
     if policy is not None:
         set_policy(handle, policy)
     reserved = (handle.spec.podCIDR, SERVICE_CIDR)
     for name in (CONTROLLER, DAEMONSET):
-        text = json.dumps(lab_manifest(name, archive, reserved))
+        text = json.dumps(lab_manifest(name, archive, reserved, texts[name]))
         handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input_text=text)
     rollout = ("rollout", "status", "-n", NAMESPACE, "--timeout=300s")
     handle.kubectl(*rollout, "daemonset/netclaim-agent", timeout=310)

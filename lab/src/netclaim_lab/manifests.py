@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from netclaim_lab.binaries import built_bin_dir
@@ -26,10 +27,12 @@ HEADER = (
 )
 
 
-def render(helm: Path) -> dict[str, str]:
-    """deploy/'s file name -> its text, from `helm template` of the chart with its default values."""
+def render(helm: Path, values: Mapping[str, str] | None = None) -> dict[str, str]:
+    """deploy/'s file name -> its text, from `helm template` of the chart with its default values, or with
+    `values` set as `helm install --set` sets them."""
+    settings = [arg for key, value in (values or {}).items() for arg in ("--set", f"{key}={value}")]
     output = subprocess.run(
-        [str(helm), "template", RELEASE, str(CHART), "--namespace", NAMESPACE],
+        [str(helm), "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *settings],
         capture_output=True,
         text=True,
         check=True,
