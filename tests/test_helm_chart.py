@@ -324,9 +324,9 @@ def test_without_the_network_status_annotation_the_agent_cannot_read_or_patch_po
         role = next(o for k, o in objects.items() if k[1] == "ClusterRole" and k[3] == "netclaim-agent")
         return daemonset["spec"]["template"]["spec"]["containers"][0]["args"], role["rules"]
 
-    args, rules = agent(render(helm))
-    assert "--network-status-annotation=true" in args
-    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]} in rules
-    args, rules = agent(render(helm, "--set", "agent.networkStatusAnnotation=false"))
+    args, rules = agent(render(helm))  # the default
     assert "--network-status-annotation=false" in args
     assert not [r for r in rules if "pods" in r["resources"]]
+    args, rules = agent(render(helm, "--set", "agent.networkStatusAnnotation=true"))
+    assert "--network-status-annotation=true" in args
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]} in rules

@@ -34,7 +34,7 @@ from netclaim.configure.status import StatusWriter
 from netclaim.configure.store import Store
 from netclaim.configure.unprepare import Unpreparer
 from netclaim.ipam.addresses import AddressBook
-from netclaim.kubeapi import ClaimsApi, NodeSlicesApi
+from netclaim.kubeapi import ClaimsApi, NodeSlicesApi, PodAnnotationsApi
 from netclaim.publish.devices import Device, DeviceCatalog
 from netclaim.publish.inventory import FileInventory, InventorySource, NodeInventory
 from netclaim.publish.loop import Trigger, periodic, publish_pass, watch_inventory, watch_policy, watch_slices
@@ -70,8 +70,10 @@ async def _start_configure_path(
     """kubelet plugin (prepare) and NRI hooks (attach), sharing the store, the locks and the status writer."""
     node, driver = settings.node_name, settings.driver_name
     cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
-    claims: ClaimsApi = KubeClaims(kube)
-    status = StatusWriter(claims, driver, store, supervisor, annotate_pods=settings.network_status_annotation)
+    adapter = KubeClaims(kube)
+    claims: ClaimsApi = adapter
+    pods: PodAnnotationsApi | None = adapter if settings.network_status_annotation else None
+    status = StatusWriter(claims, driver, store, supervisor, pods=pods)
     locks = PodLocks()
     attacher = Attacher(store, cni, locks, supervisor)
     supervisor.keep("status-writer", status.run)

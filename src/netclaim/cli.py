@@ -271,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument(
         "--network-status-annotation",
         type=_flag,
-        help="write Multus's k8s.v1.cni.cncf.io/network-status annotation on pods (default true)",
+        help="write Multus's k8s.v1.cni.cncf.io/network-status annotation on pods (default false)",
     )
     agent.add_argument("--remove-slices-on-exit", type=_flag, help="delete this node's slices when stopping")
     agent.add_argument("--log-level", choices=["debug", "info", "warning", "error"])

@@ -8,8 +8,8 @@ tests hand in one fake that plays every role (tests/unit/fakes.py). Each program
 calls, which is what its RBAC grants it (deploy/rbac.yaml; tests/unit/test_kube_roles.py checks it):
 
 the agent (one per node)
-- ClaimsApi: reads a claim kubelet names, writes its status.devices, the pod's network-status annotation
-  and Warning Events on pods;
+- ClaimsApi: reads a claim kubelet names, writes its status.devices and Warning Events on pods;
+- PodAnnotationsApi: the pods' network-status annotation, only when that is turned on;
 - NodeSlicesApi: publishes its node's ResourceSlices, watches them, and asks its Node's UID (their owner);
 - AddressesApi: takes and releases its claims' addresses (IPPools read, IPAllocations made and deleted).
 
@@ -48,14 +48,22 @@ class PodEventsApi(Protocol):
 
 
 class ClaimsApi(PodEventsApi, Protocol):
-    """The agent's: the claims kubelet names to it, their status, and their pods."""
+    """The agent's: the claims kubelet names to it and their status."""
 
     async def get_claim(self, namespace: str, name: str) -> Claim:
         """ConfigError when not even its identity can be read; what was read only in part: Claim.problems."""
 
-    async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
+    async def write_claim_devices(
+        self, claim: Claim, driver: str, entries: list[dict[str, Any]]
+    ) -> str | None:
         """Replace `driver`'s entries of the claim's `status.devices` as read by `entries` (ConflictError
-        when the claim changed since); other drivers' entries stay as they are."""
+        when the claim changed since); other drivers' entries stay as they are. The claim's new
+        resourceVersion, when the answer says it."""
+
+
+class PodAnnotationsApi(Protocol):
+    """The agent's, only with the network-status annotation turned on (and then its RBAC has the rule):
+    the pods it annotates."""
 
     async def get_pod(self, namespace: str, name: str) -> Pod: ...
 

@@ -52,6 +52,16 @@ def read_json(data: bytes | str) -> Any:
         raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
 
 
+def resource_version_of(data: bytes) -> str | None:
+    """The object's metadata.resourceVersion, read from the start of the document only (the API writes
+    metadata first): nothing after it is parsed, however deep. None when it is not there or not text."""
+    try:
+        found = next(ijson.items(data, "metadata.resourceVersion"), None)
+    except _C_PARSER_FAILURES:
+        return None
+    return found if isinstance(found, str) else None
+
+
 def _built(events: Iterator[tuple[str, Any]]) -> Any:
     builder = ijson.ObjectBuilder()
     for event, value in events:

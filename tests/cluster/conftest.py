@@ -21,13 +21,18 @@ from tests.kube import delete, typed, wait_for
 
 CLUSTER_FILE = Path(__file__).with_name("cluster.yaml")
 POLICY_FILE = Path(__file__).with_name("policy.yaml")
+# The session cluster is installed as a Multus user moving to netclaim installs it
+# (docs/migrating-from-multus.md): the pods' network-status annotation on, for the tests of what reads it
+# (the demo's, the migration's, the agent token's limits). deploy/'s default, off, runs on the benchmarks'
+# cluster and the side clusters.
+CHART_VALUES = {"agent.networkStatusAnnotation": "true"}
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[ClusterHandle]:
     require_root_prerequisites()
     handle = local_cluster.up(CLUSTER_FILE, log=sys.stderr)
-    agents.deploy(handle, POLICY_FILE)
+    agents.deploy(handle, POLICY_FILE, CHART_VALUES)
     yield handle
     if not os.environ.get("NETCLAIM_KEEP_CLUSTER"):
         local_cluster.down(handle.spec.name)

@@ -67,17 +67,23 @@ class FakeKubeApi(ClaimsApi, ClusterClaimsApi, NodeSlicesApi, PoolSlicesApi, Add
             raise GoneError(f"claim {namespace}/{name}: not found")
         return found
 
-    async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
+    async def write_claim_devices(
+        self, claim: Claim, driver: str, entries: list[dict[str, Any]]
+    ) -> str | None:
         self._call("write_claim_devices")
-        current = await self.get_claim(claim.namespace, claim.name)
+        current = self.claims.get((claim.namespace, claim.name))
+        if current is None:
+            raise GoneError(f"claim {claim.namespace}/{claim.name}: not found")
         if current.resource_version != claim.resource_version:
             raise ConflictError(f"claim {claim.namespace}/{claim.name}: test failed")
         others = [d for d in current.devices_status if d.get("driver") != driver]
-        self.claims[(claim.namespace, claim.name)] = replace(
+        written = replace(
             current,
             devices_status=(*others, *copy.deepcopy(entries)),
             resource_version=str(int(current.resource_version or "0") + 1),
         )
+        self.claims[(claim.namespace, claim.name)] = written
+        return written.resource_version
 
     async def get_pod(self, namespace: str, name: str) -> Pod:
         self._call("get_pod")
@@ -656,7 +662,7 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
     locks = PodLocks()
     background = Supervisor()
     attacher = Attacher(store, cni, locks, background)
-    status = StatusWriter(api, SAMPLE_DRIVER, store, background)
+    status = StatusWriter(api, SAMPLE_DRIVER, store, background, pods=api)
     catalog = DeviceCatalog()
     addresses = AddressBook(api, SAMPLE_NODE)
     node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, catalog.get, reserved=SAMPLE_CLUSTER)

@@ -21,6 +21,8 @@ ROLES = {
     "netclaim-agent": [kubeapi.ClaimsApi, kubeapi.NodeSlicesApi, kubeapi.AddressesApi],
     "netclaim-controller": [kubeapi.ClusterClaimsApi, kubeapi.PoolSlicesApi, kubeapi.IPPoolsApi],
 }
+# Roles a chart value turns on, with their RBAC (tests/test_helm_chart.py renders it): none by default.
+OPTIONAL_ROLES = {"netclaim-agent": [kubeapi.PodAnnotationsApi]}
 # what each call of a role asks of the API server: (API group, resource, verb)
 ASKS = {
     "get_claim": ("resource.k8s.io", "resourceclaims", "get"),
@@ -76,10 +78,14 @@ def test_a_programs_roles_ask_only_what_its_rbac_grants(program: str) -> None:
             assert _granted(rules, *ASKS[member]), (
                 f"{program} may not {ASKS[member]}: {role.__name__}.{member}"
             )
+    for role in OPTIONAL_ROLES.get(program, []):
+        for member in sorted(_members(role)):
+            assert not _granted(rules, *ASKS[member]), f"{program} may {ASKS[member]} by default"
 
 
 def test_every_call_is_some_programs() -> None:
-    used = set().union(*(_members(role) for roles in ROLES.values() for role in roles))
+    roles = [role for program in (ROLES, OPTIONAL_ROLES) for listed in program.values() for role in listed]
+    used = set().union(*(_members(role) for role in roles))
     assert used == set(ASKS)
 
 

@@ -76,7 +76,7 @@ def api() -> FakeKubeApi:
 
 @pytest.fixture
 def writer(api: FakeKubeApi, store: Store) -> StatusWriter:
-    return StatusWriter(api, SAMPLE_DRIVER, store, Supervisor())
+    return StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api)
 
 
 def _ready(entry: dict[str, Any]) -> tuple[str, str, str]:
@@ -145,7 +145,7 @@ async def test_the_patch_replaces_our_entries_and_keeps_other_drivers_verbatim(
     assert written[0] == OTHER_DRIVERS_ENTRY
     assert [e["device"] for e in written] == ["gpu-0", ROW.device]
     assert written[1] == {**device_entry(SAMPLE_DRIVER, ATTACHED), "conditions": written[1]["conditions"]}
-    assert api.calls == ["get_claim", "write_claim_devices", "get_claim"]
+    assert api.calls == ["get_claim", "write_claim_devices"]
 
 
 async def test_nothing_is_written_when_the_entries_did_not_change(
@@ -155,7 +155,7 @@ async def test_nothing_is_written_when_the_entries_did_not_change(
     await writer.write(CLAIM)
     api.calls.clear()
     await writer.write(CLAIM)  # the timestamps differ, the entries do not
-    assert api.calls == ["get_claim"]
+    assert api.calls == []  # the claim as last written is known: not even read
     await store.put(ATTACHED.with_state(State.DETACHED, outcome=Outcome()))
     await writer.write(CLAIM)
     assert "write_claim_devices" in api.calls
@@ -224,17 +224,20 @@ class _RacingApi(FakeKubeApi):
             self.on_read()
         return await super().get_claim(namespace, name)
 
-    async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
+    async def write_claim_devices(
+        self, claim: Claim, driver: str, entries: list[dict[str, Any]]
+    ) -> str | None:
         if self.races:
             self.races -= 1
             current = self.claims[(claim.namespace, claim.name)]
             theirs = {**copy.deepcopy(OTHER_DRIVERS_ENTRY), "device": f"gpu-{len(current.devices_status)}"}
-            version = str(int(current.resource_version) + 1)
+            raced = str(int(current.resource_version) + 1)
             self.add_claim(
-                replace(current, resource_version=version, devices_status=(*current.devices_status, theirs))
+                replace(current, resource_version=raced, devices_status=(*current.devices_status, theirs))
             )
-        await super().write_claim_devices(claim, driver, entries)
+        version = await super().write_claim_devices(claim, driver, entries)
         self.written.set()
+        return version
 
 
 @pytest.fixture
@@ -264,7 +267,7 @@ async def test_a_conflicting_write_is_retried_on_the_claim_as_it_is_now(
     api = _RacingApi()
     api.races = races
     api.add_claim(sample_claim((), (), devices_status=(OTHER_DRIVERS_ENTRY,)))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=backoff)
     await store.put(ATTACHED)
     writer.enqueue(CLAIM)
     await _run_until_written(writer, api)
@@ -280,7 +283,7 @@ async def test_a_gone_claim_is_dropped_and_an_unavailable_api_retried(
     api = _RacingApi()
     api.races = 0
     api.add_claim(sample_claim((), ()))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=backoff)
     await store.put(ATTACHED)
     writer.enqueue(ClaimRef("team-a", "deleted-claim", "uid-x"))
     writer.enqueue(CLAIM)
@@ -294,7 +297,7 @@ async def test_a_write_failing_on_a_bug_is_retried(store: Store, backoff: type[_
     api = _RacingApi()
     api.races = 0
     api.add_claim(sample_claim((), ()))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=backoff)
     await store.put(ATTACHED)
     writer.enqueue(CLAIM)
     api.fail_next = [KeyError("bug")]  # type: ignore[list-item]
@@ -308,7 +311,7 @@ async def test_a_claim_queued_again_while_retrying_is_written_from_the_new_reque
     api = _RacingApi()
     api.races = 0
     api.add_claim(sample_claim((), ()))
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=backoff)
     writer.enqueue(CLAIM)
 
     def a_hook_asks_again() -> None:  # while the first write is failing
@@ -410,9 +413,9 @@ async def test_the_annotation_is_not_written_for_a_new_pod_of_the_same_name_nor_
     await store.put(ATTACHED)
     api.pod_objects[("team-a", "pod-1")] = _pod(uid="another-pod")
     pod = PodRef("team-a", "pod-1", "pod-uid-1")
-    await StatusWriter(api, SAMPLE_DRIVER, store, Supervisor()).write(pod)
+    await StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api).write(pod)
     assert api.calls == ["get_pod"]
-    opted_out = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), annotate_pods=False)
+    opted_out = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor())
     opted_out.enqueue(pod)
     assert opted_out._queued == {}
 
@@ -447,7 +450,7 @@ async def test_a_conflicting_annotation_write_is_retried_keeping_what_the_other_
 ) -> None:
     api = _RacingPodApi()
     api.pod_objects[("team-a", "pod-1")] = _pod()
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=backoff)
     await store.put(ATTACHED)
     writer.enqueue(PodRef("team-a", "pod-1", "pod-uid-1"))
     api.written = asyncio.Event()
@@ -479,7 +482,7 @@ async def test_a_pod_write_refused_for_good_is_dropped_and_never_holds_up_the_cl
     api = _RefusingPodApi()
     api.add_claim(sample_claim((), ()))
     api.pod_objects[("team-a", "pod-1")] = _pod()
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=backoff)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=backoff)
     await store.put(ATTACHED)
     writer.enqueue(PodRef("team-a", "pod-1", "pod-uid-1"))
     writer.enqueue(CLAIM)

@@ -8,13 +8,14 @@ import contextlib
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from netclaim.backoff import Backoff
+from netclaim.configure import status as status_module
 from netclaim.configure.status import (
     MAX_BUG_ATTEMPTS,
     MAX_PARALLEL_WRITES,
@@ -46,7 +47,9 @@ class _PerClaimApi(FakeKubeApi):
     most_of_one: int = 0
     most_in_all: int = 0
 
-    async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
+    async def write_claim_devices(
+        self, claim: Claim, driver: str, entries: list[dict[str, Any]]
+    ) -> str | None:
         self.tries[claim.name] += 1
         self.under_way[claim.name] += 1
         self.most_of_one = max(self.most_of_one, self.under_way[claim.name])
@@ -56,7 +59,7 @@ class _PerClaimApi(FakeKubeApi):
                 await self.gates[claim.name].wait()
             if claim.name in self.failing:
                 raise self.failing[claim.name]
-            await super().write_claim_devices(claim, driver, entries)
+            return await super().write_claim_devices(claim, driver, entries)
         finally:
             self.under_way[claim.name] -= 1
 
@@ -118,7 +121,7 @@ async def test_a_write_the_api_refuses_holds_up_no_other_claim_and_is_not_retrie
 ) -> None:
     """17 addresses once made the API refuse a claim's status for good; the node's one status worker
     retried it for ever and no other claim on the node got Ready or PrepareFailed."""
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=_quick)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=_quick)
     refused, good = await _claim(api, store, "refused"), await _claim(api, store, "good")
     api.failing["refused"] = ApiRejectedError("status.devices[0].networkData.ips: Too many: 17")
     before = _writes("rejected")
@@ -134,7 +137,9 @@ async def test_a_write_the_api_refuses_holds_up_no_other_claim_and_is_not_retrie
 
 
 async def test_a_claim_waiting_for_the_api_holds_up_no_other(api: _PerClaimApi, store: Store) -> None:
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=lambda: Backoff(first=600, cap=600))
+    writer = StatusWriter(
+        api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=lambda: Backoff(first=600, cap=600)
+    )
     waiting, good = await _claim(api, store, "waiting"), await _claim(api, store, "good")
     api.failing["waiting"] = ApiUnavailableError("503")
     writer.enqueue(waiting)
@@ -149,7 +154,7 @@ async def test_a_claim_waiting_for_the_api_holds_up_no_other(api: _PerClaimApi, 
 async def test_a_claim_failing_on_a_bug_is_retried_then_given_up_while_others_are_written(
     api: _PerClaimApi, store: Store
 ) -> None:
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=_quick)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=_quick)
     buggy, good = await _claim(api, store, "buggy"), await _claim(api, store, "good")
     api.failing["buggy"] = KeyError("a bug")
     before = _writes("given_up")
@@ -164,7 +169,7 @@ async def test_a_claim_failing_on_a_bug_is_retried_then_given_up_while_others_ar
 async def test_a_claims_writes_never_overlap_and_one_queued_meanwhile_writes_the_latest_state(
     api: _PerClaimApi, store: Store
 ) -> None:
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=_quick)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=_quick)
     claim = await _claim(api, store, "c")
     api.gates["c"] = asyncio.Event()
     writer.enqueue(claim)
@@ -184,7 +189,7 @@ async def test_a_claims_writes_never_overlap_and_one_queued_meanwhile_writes_the
 
 
 async def test_a_few_claims_are_written_at_once(api: _PerClaimApi, store: Store) -> None:
-    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), retry=_quick)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=_quick)
     names = [f"c{n}" for n in range(MAX_PARALLEL_WRITES + 2)]
     gate = asyncio.Event()
     for name in names:
@@ -252,6 +257,77 @@ async def test_a_network_status_of_any_shape_is_read_without_raising_and_ours_wr
     api = FakeKubeApi()
     api.pod_objects[("team-a", "pod-1")] = _pod(annotation)
     await store.put(ATTACHED)
-    await StatusWriter(api, SAMPLE_DRIVER, store, Supervisor()).write(PodRef("team-a", "pod-1", "pod-uid-1"))
+    await StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api).write(
+        PodRef("team-a", "pod-1", "pod-uid-1")
+    )
     written = json.loads(api.pod_objects[("team-a", "pod-1")]["metadata"]["annotations"][NETWORK_STATUS])
     assert written[:-1] == kept and written[-1]["name"] == "team-a/fast-net"
+
+
+async def test_a_claim_prepared_then_attached_costs_one_write_and_no_read(
+    api: _PerClaimApi, store: Store
+) -> None:
+    """Prepare read the claim: the writer keeps it, and the attach's write carries every entry at once
+    (the WaitingForPodSandbox one is written only if the sandbox is late)."""
+    claim = await _claim(api, store, "c1")
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=_quick)
+    writer.prepared(api.claims[("team-a", "c1")])
+    async with _writing(writer):
+        await asyncio.sleep(0.05)  # well within INTERIM_AFTER: nothing written yet
+        assert api.calls == []
+        interface = Interface(name="net1", mac="02:00:00:00:00:01", mtu=1500, addresses=("10.0.0.2/24",))
+        row = sample_row(claim_uid="uid-c1", claim_name="c1")
+        await store.put(row.with_state(State.ATTACHED, sandbox_id="s", outcome=Outcome(interface=interface)))
+        writer.enqueue(claim)
+        await _until(lambda: api.written("c1"))
+    assert api.calls == ["write_claim_devices"]
+    [entry] = api.claims[("team-a", "c1")].devices_status
+    assert entry["conditions"][0]["reason"] == "InterfaceAttached"
+
+
+async def test_a_sandbox_that_is_late_gets_the_waiting_entry_after_interim_after(
+    api: _PerClaimApi, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(status_module, "INTERIM_AFTER", 0.01)
+    await _claim(api, store, "c1")
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=_quick)
+    writer.prepared(api.claims[("team-a", "c1")])
+    async with _writing(writer):
+        await _until(lambda: api.written("c1"))
+    [entry] = api.claims[("team-a", "c1")].devices_status
+    assert entry["conditions"][0]["reason"] == "WaitingForPodSandbox"
+    assert api.calls == ["write_claim_devices"]
+
+
+async def test_a_claim_changed_by_another_writer_is_read_again_then_written(
+    api: _PerClaimApi, store: Store
+) -> None:
+    """The kept resourceVersion is stale once another driver wrote its entry: the guarded write fails, the
+    writer reads the claim and writes again, the other driver's entry kept."""
+    claim = await _claim(api, store, "c1")
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=_quick)
+    kept = api.claims[("team-a", "c1")]
+    writer.prepared(kept)
+    theirs = {"driver": "gpu.example.com", "pool": "node-1", "device": "gpu-0", "conditions": []}
+    api.add_claim(replace(kept, resource_version="7", devices_status=(theirs,)))
+    writer.enqueue(claim)
+    async with _writing(writer):
+        await _until(lambda: api.written("c1"))
+    assert api.calls == ["write_claim_devices", "get_claim", "write_claim_devices"]
+    assert api.claims[("team-a", "c1")].devices_status[0] == theirs
+
+
+async def test_an_unprepared_claim_is_forgotten_once_its_entries_are_gone(
+    api: _PerClaimApi, store: Store
+) -> None:
+    claim = await _claim(api, store, "c1")
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=_quick)
+    writer.prepared(api.claims[("team-a", "c1")])
+    await writer.write(claim)
+    await store.delete(*store.for_claim("uid-c1"))
+    writer.forget(claim)
+    await writer.write(claim)
+    assert not api.written("c1")
+    api.calls.clear()
+    await writer.write(claim)  # nothing kept: read again
+    assert api.calls == ["get_claim"]

@@ -45,7 +45,9 @@ class AgentSettings(BaseModel):
     )
     metrics_address: str = "127.0.0.1:9177"
     network_status_annotation: bool = Field(
-        default=True, description="write Multus's k8s.v1.cni.cncf.io/network-status annotation on pods"
+        default=False,
+        description="write Multus's k8s.v1.cni.cncf.io/network-status annotation on pods (two requests per "
+        "pod start, and the right to patch pods): for tools that read it; status.devices says the same",
     )
     remove_slices_on_exit: bool = False
     log_level: str = Field(default="info", pattern=r"^(debug|info|warning|error)$")

@@ -5,7 +5,8 @@ Prepare does the slow, fallible work ahead of the pod's sandbox, in three steps 
    the installed plugins' CNI versions, its addresses): every API call and every plugin exec is here;
 2. plan (netclaim.configure.plan.plan_claim): pure, one call for the whole claim;
 3. persist: one row per allocated device in the store (netclaim.configure.store), the claim's fail-closed
-   CDI spec (netclaim.configure.gate), and its status enqueued (WaitingForPodSandbox).
+   CDI spec (netclaim.configure.gate); its status is written with the attach, or as WaitingForPodSandbox if
+   the sandbox has not come within status.INTERIM_AFTER.
 
 It is idempotent: a claim with rows is answered from them. A claim's failure is that claim's only and
 leaves no address taken, but when its rows could not be written: they may still land (the store), so the
@@ -60,7 +61,7 @@ class Preparer:
         await self.store.put(*rows)
         answer = self._answer(ClaimRef(namespace, name, uid), rows)
         faults.point("after-prepare")
-        self.status.enqueue(ClaimRef(namespace, name, uid))
+        self.status.prepared(claim)
         for lowered in (p for p in planned if p.lowered_from is not None):
             log.info(
                 "CNI version lowered to what the installed plugins speak",

@@ -37,7 +37,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from netclaim import faults, metrics
@@ -45,8 +45,8 @@ from netclaim.api.cniconfig import MAX_DEPTH, too_deep
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import ConfigError, ConflictError, GoneError, NetclaimError, TransientError
-from netclaim.kubeapi import ClaimsApi
-from netclaim.objects import Pod, condition, read_json
+from netclaim.kubeapi import ClaimsApi, PodAnnotationsApi
+from netclaim.objects import Claim, Pod, condition, read_json
 from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,9 @@ NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
 MAX_CONFLICT_RETRIES = 3  # immediate re-reads before backing off
 MAX_PARALLEL_WRITES = 4  # targets written at once
 MAX_BUG_ATTEMPTS = 5  # tries in a row failing on a bug before a target is given up (until enqueued again)
+# A prepared claim's entries (WaitingForPodSandbox, its pool addresses) are written only if its sandbox has
+# not attached by then: the attach's write carries them with Ready, one write instead of two.
+INTERIM_AFTER = 5.0  # seconds
 # what the API takes in a status.devices entry: ours are cut to fit, or it refuses the whole write
 MAX_IPS = 16  # networkData.ips
 MAX_INTERFACE_NAME = 256  # networkData.interfaceName
@@ -235,25 +238,36 @@ class StatusWriter:
     driver: str
     store: Store
     background: Supervisor  # runs each write and each Event, so that a bug in one is never lost
-    annotate_pods: bool = True  # the network-status annotation
+    pods: PodAnnotationsApi | None = None  # the network-status annotation's; None: not written
     retry: Callable[[], Backoff] = Backoff  # each target's backoff
     _queued: dict[Target, _Queued] = field(default_factory=dict)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _failures: dict[str, Failure] = field(default_factory=dict)
+    # by claim UID, the claims this node writes, as last read or written: a write guarded by a
+    # resourceVersion still current needs no read first (a stale one fails the guard: read again then)
+    _known: dict[str, Claim] = field(default_factory=dict)
 
-    def enqueue(self, target: Target) -> None:
-        """Write the target from the state as it is now: at once, whatever its earlier tries."""
-        if isinstance(target, PodRef) and not self.annotate_pods:
+    def enqueue(self, target: Target, delay: float = 0.0) -> None:
+        """Write the target from the state as it is then, in `delay` seconds at the latest, whatever its
+        earlier tries."""
+        if isinstance(target, PodRef) and self.pods is None:
             return
+        due = time.monotonic() + delay
         queued = self._queued.get(target)
         if queued is None:
-            self._queued[target] = _Queued(time.monotonic(), self.retry())
+            self._queued[target] = _Queued(due, self.retry())
         elif queued.writing:
             queued.again = True
         else:
-            queued.due, queued.bugs = time.monotonic(), 0
+            queued.due, queued.bugs = min(queued.due, due), 0
             queued.backoff.reset()
         self._wake.set()
+
+    def prepared(self, claim: Claim) -> None:
+        """The claim was prepared: its entries are written when its sandbox attaches, or INTERIM_AFTER from
+        now if that is sooner; the claim as prepare read it saves reading it again for that write."""
+        self._known[claim.uid] = claim
+        self.enqueue(ClaimRef(claim.namespace, claim.name, claim.uid), delay=INTERIM_AFTER)
 
     async def prepare_failed(self, claim: ClaimRef, message: str) -> None:
         """A claim whose config cannot work: Ready=False PrepareFailed on its devices of this driver (all on
@@ -376,15 +390,27 @@ class StatusWriter:
     async def write_claim(self, claim: ClaimRef) -> None:
         faults.point("before-status")
         entries = self.desired(claim)
-        current = await self.api.get_claim(claim.namespace, claim.name)
-        if current.uid != claim.uid:
-            return
-        if current.unreadable:  # its status.devices were not read: where our entries are is unknown
-            raise ConfigError(f"claim {claim.namespace}/{claim.name}: {current.unreadable}")
+        current = self._known.get(claim.uid)
+        if current is None:
+            current = await self.api.get_claim(claim.namespace, claim.name)
+            if current.uid != claim.uid:
+                return
+            if current.unreadable:  # its status.devices were not read: where our entries are is unknown
+                raise ConfigError(f"claim {claim.namespace}/{claim.name}: {current.unreadable}")
         ours = [d for d in current.devices_status if d.get("driver") == self.driver]
         if _comparable(ours) == _comparable(entries):
+            self._keep(current)
             return
-        await self.api.write_claim_devices(current, self.driver, entries)
+        try:
+            version = await self.api.write_claim_devices(current, self.driver, entries)
+        except (ConflictError, GoneError):
+            self._known.pop(claim.uid, None)  # changed or gone since: read again, if at all
+            raise
+        others = [d for d in current.devices_status if d.get("driver") != self.driver]
+        if version is None:
+            self._known.pop(claim.uid, None)
+        else:
+            self._keep(replace(current, resource_version=version, devices_status=(*others, *entries)))
         log.info(
             "claim status written",
             extra={
@@ -393,17 +419,26 @@ class StatusWriter:
             },
         )
 
+    def _keep(self, claim: Claim) -> None:
+        """Remember the claim while this node still has something of it to write, forget it after."""
+        if self.store.for_claim(claim.uid) or claim.uid in self._failures:
+            self._known[claim.uid] = claim
+        else:
+            self._known.pop(claim.uid, None)
+
     async def write_network_status(self, ref: PodRef) -> None:
         rows = self.store.for_pod(ref.uid)
         if not any(row.state == State.ATTACHED for row in rows):
             return  # detached: the pod is going, and its annotation with it
-        pod = await self.api.get_pod(ref.namespace, ref.name)
+        if self.pods is None:
+            return
+        pod = await self.pods.get_pod(ref.namespace, ref.name)
         if pod.uid != ref.uid:
             return
         value = json.dumps(network_status(pod, rows))
         if pod.annotations.get(NETWORK_STATUS) == value:
             return
-        await self.api.write_pod_annotation(pod, NETWORK_STATUS, value)
+        await self.pods.write_pod_annotation(pod, NETWORK_STATUS, value)
         log.info("network-status written", extra={"pod": f"{ref.namespace}/{ref.name}"})
 
     def warn_later(self, pod: PodRef, reason: str, message: str) -> None:

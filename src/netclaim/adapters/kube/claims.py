@@ -19,11 +19,11 @@ from netclaim.adapters.kube.connection import (
     translated,
 )
 from netclaim.errors import ConfigError
-from netclaim.kubeapi import ClaimsApi, ClusterClaimsApi
-from netclaim.objects import Claim, ListItems, Pod
+from netclaim.kubeapi import ClaimsApi, ClusterClaimsApi, PodAnnotationsApi
+from netclaim.objects import Claim, ListItems, Pod, resource_version_of
 
 
-class KubeClaims(ClaimsApi, ClusterClaimsApi):
+class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
     """Claims are read as JSON without lightkube's decoder (netclaim.adapters.kube.connection); pods, which
     carry nothing a tenant nests, through lightkube."""
 
@@ -44,10 +44,12 @@ class KubeClaims(ClaimsApi, ClusterClaimsApi):
         self.kube.report_unreadable(CLAIMS, "", unreadable)
         return claims
 
-    async def write_claim_devices(self, claim: Claim, driver: str, entries: list[dict[str, Any]]) -> None:
+    async def write_claim_devices(
+        self, claim: Claim, driver: str, entries: list[dict[str, Any]]
+    ) -> str | None:
         """A JSON Patch guarded by the claim's resourceVersion. Other drivers' entries are never sent back,
-        and the claim the server answers with is not read: what another driver or a tenant wrote, however
-        deep, cannot make this write fail."""
+        and of the claim the server answers with only metadata.resourceVersion is read, from the start of
+        the document: what another driver or a tenant wrote, however deep, cannot make this write fail."""
         patch: list[dict[str, Any]] = [
             {"op": "test", "path": "/metadata/resourceVersion", "value": claim.resource_version}
         ]
@@ -66,6 +68,7 @@ class KubeClaims(ClaimsApi, ClusterClaimsApi):
                 params={"fieldManager": self.kube.field_manager},
             )
             raise_for_status(response)
+        return resource_version_of(response.content)
 
     async def claim_changes(self) -> AsyncIterator[str]:
         """Not read further than each event's type."""
