@@ -98,8 +98,8 @@ class CountingTrigger(Trigger):
         self.fired = 0
         self.fires: asyncio.Queue[int] = asyncio.Queue()
 
-    def fire(self) -> None:
-        super().fire()
+    def fire(self, compare: bool = True) -> None:
+        super().fire(compare)
         self.fired += 1
         self.fires.put_nowait(self.fired)
 
@@ -265,6 +265,33 @@ async def test_a_failed_publish_is_retried_until_it_succeeds(
     assert warning.levelno == logging.WARNING and warning.getMessage().startswith("publish failed")
     await yield_to_loop()
     assert published.count == 1 and source.scans == 2, "after the success the loop waits for a fire"
+
+
+async def test_a_change_on_the_node_that_leaves_the_devices_as_published_reads_no_slice(
+    supervisor: Supervisor,
+) -> None:
+    """Every pod's veth is a link event: the pass scans, finds the devices it published, and leaves the API
+    alone. A change of the devices, the slice watch and the resync still compare with the slices."""
+    source = FakeInventory([nic("enp1s0", 2)])
+    api = FakeKubeApi()
+    trigger = Trigger()
+    published = Published()
+    keep_publishing(supervisor, source, api, trigger, published)
+    trigger.fire()
+    assert await within(published.events.get()) == 1
+    api.calls.clear()
+    source.interfaces = [nic("enp1s0", 2), nic("veth1", 7, virtual=True)]  # a pod's veth: not published
+    trigger.fire(compare=False)
+    assert await within(published.events.get()) == 2
+    assert source.scans == 2 and api.calls == []
+    source.interfaces = [nic("enp1s0", 2), nic("enp2s0", 3)]  # a NIC added: the devices changed
+    trigger.fire(compare=False)
+    assert await within(published.events.get()) == 3
+    assert "apply_slice" in api.calls
+    api.calls.clear()
+    trigger.fire()  # the slice watch, the resync: compared whatever the devices
+    assert await within(published.events.get()) == 4
+    assert api.calls == ["list_slices"]
 
 
 @pytest.mark.parametrize(

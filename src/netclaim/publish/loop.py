@@ -28,21 +28,28 @@ POLICY_CHECK_SECONDS = 5.0
 
 
 class Trigger:
-    """A coalescing wake-up: many fire() calls before the next wait() make one pass."""
+    """A coalescing wake-up: many fire() calls before the next wait() make one pass. A fire that says
+    `compare=False` (a change on the node only) lets the pass leave the API alone when the devices it finds
+    are those it last published; any other fire makes the pass compare them with the slices."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self._last_pass = -math.inf
+        self._compare = False
 
-    def fire(self) -> None:
+    def fire(self, compare: bool = True) -> None:
+        self._compare = self._compare or compare
         self._event.set()
 
-    async def wait(self) -> None:
+    async def wait(self) -> bool:
+        """Whether the pass must compare with the slices."""
         await self._event.wait()
         now = asyncio.get_running_loop().time()
         await asyncio.sleep(max(SETTLE_SECONDS, self._last_pass + PASS_INTERVAL_SECONDS - now))
         self._event.clear()
         self._last_pass = asyncio.get_running_loop().time()
+        compare, self._compare = self._compare, False
+        return compare
 
 
 async def publish_pass(
@@ -56,14 +63,17 @@ async def publish_pass(
 ) -> None:
     """Wait for the trigger, then make the slices hold the node's devices. `held_devices(present names)`:
     whole NICs now inside pods, published while they are away. A pass that fails fires the trigger again:
-    the next one (after the supervisor's backoff) must publish, whatever fires meanwhile."""
-    await trigger.wait()
+    the next one (after the supervisor's backoff) must publish, whatever fires meanwhile. A pass woken
+    only by the node's own changes (every pod's veth is one) reads no slice when the devices are those it
+    last published."""
+    compare = await trigger.wait()
     try:
         scanned = decide(await source.scan(), policy.policy, publisher.driver)
         devices = [d.device for d in scanned if d.device is not None]
         devices += held_devices({d.name for d in devices})
         catalog.update(devices)
-        await publisher.publish(devices)
+        if compare or publisher.changed(devices):
+            await publisher.publish(devices)
         on_published()
     except BaseException:
         trigger.fire()
@@ -73,7 +83,7 @@ async def publish_pass(
 async def watch_inventory(source: InventorySource, trigger: Trigger) -> None:
     """Fire at each change of the inventory, until its stream of changes ends."""
     async for _ in source.changes():
-        trigger.fire()
+        trigger.fire(compare=False)
 
 
 async def watch_slices(api: NodeSlicesApi, node: str, driver: str, trigger: Trigger) -> None:

@@ -13,7 +13,7 @@ from functools import partial
 from netclaim import metrics
 from netclaim.kubeapi import NodeSlicesApi
 from netclaim.publish.devices import Device
-from netclaim.publish.slices import SliceOwner, SliceWriter
+from netclaim.publish.slices import ApiDevice, SliceOwner, SliceWriter
 
 log = logging.getLogger(__name__)
 
@@ -24,16 +24,25 @@ class SlicePublisher:
         self.driver = driver
         owner = SliceOwner("v1", "Node", node, partial(api.node_uid, node), controller=True)
         self.slices = SliceWriter(api, driver, node, f"{node}-{driver}", owner, node=node)
+        self._published: list[ApiDevice] | None = None  # what the last publish made the slices hold
+
+    def changed(self, devices: list[Device]) -> bool:
+        """Whether `devices` differ from what the last publish made the slices hold."""
+        return [d.to_api() for d in devices] != self._published
 
     async def publish(self, devices: list[Device]) -> int:
         """Make the pool hold exactly `devices`; returns how many API writes that took (0 when current)."""
         started = time.monotonic()
         metrics.PUBLISHED_DEVICES.set(len(devices))
-        writes = await self.slices.write([d.to_api() for d in devices])
+        wanted = [d.to_api() for d in devices]
+        self._published = None  # until the write below is known to have landed
+        writes = await self.slices.write(wanted)
+        self._published = wanted
         if writes:
             metrics.PUBLISH_SECONDS.observe(time.monotonic() - started)
         metrics.LAST_PUBLISH.set_to_current_time()
         return writes
 
     async def remove_all(self) -> None:
+        self._published = None
         await self.slices.remove_all()
