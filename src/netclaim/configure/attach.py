@@ -136,7 +136,7 @@ class Attacher:
             outcome=Outcome(cni_args=args),
             error="",
         )
-        await self.store.put(row)
+        await self.store.transition(row, durable=True)  # DEL undoes this ADD, even after a power cut
         invocation = Invocation(sandbox.id, sandbox.netns, plan.interface_name, args)
         started = time.monotonic()
         try:
@@ -149,8 +149,9 @@ class Attacher:
         except Exception as err:
             message = f"claim {row.claim_namespace}/{row.claim_name} device {row.device}: {err}"
             if await self._rollback(row, deadline):
-                await self.store.put(
-                    row.with_state(State.PREPARED, sandbox_id="", netns="", outcome=Outcome(), error=message)
+                await self.store.transition(
+                    row.with_state(State.PREPARED, sandbox_id="", netns="", outcome=Outcome(), error=message),
+                    durable=False,
                 )
             else:  # out of the runtime's budget: the row stays `attaching` (undo first) and is undone later
                 await self._undo_later(row.with_state(State.ATTACHING, error=message))
@@ -161,7 +162,7 @@ class Attacher:
         row = row.with_state(
             State.ATTACHED, outcome=Outcome(cni_args=args, cni_result=result, interface=interface)
         )
-        await self.store.put(row)
+        await self.store.transition(row, durable=False)
         log.info(
             "attached",
             extra={
@@ -187,7 +188,7 @@ class Attacher:
         return True
 
     async def _undo_later(self, row: Attachment) -> None:
-        await self.store.put(row)
+        await self.store.transition(row, durable=False)
 
         async def undo() -> None:
             async with self.locks(row.pod_uid):
@@ -208,7 +209,7 @@ class Attacher:
         await self.cni.delete(row.plan.conflist, invocation, row.outcome.cni_result, deadline)
         await self._restore_host_nic(row)
         row = row.with_state(State.DETACHED, netns="", outcome=Outcome(), error="")
-        await self.store.put(row)
+        await self.store.transition(row, durable=False)
         log.info("detached", extra={"claim": row.claim_name, "device": row.device})
         return row
 

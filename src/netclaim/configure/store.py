@@ -6,14 +6,27 @@ NodeUnprepareResources. A row in `attaching` after a crash means an ADD may be h
 back (DEL) before anything else. Plans and outcomes are typed and stored as versioned JSON.
 
 Writes never block the event loop, which must answer the runtime's hooks within their budget: they run,
-one at a time and in the order they were asked, on a thread of their own with a connection of its own
-(synchronous=FULL: a write is on the disk when it returns, so kill -9 or a power cut at any point leaves
-every write that returned, and never half of one). A caller waits at most WRITE_SECONDS for its write;
+one at a time and in the order they were asked, on a thread of their own with a connection of its own.
+A caller waits at most WRITE_SECONDS for its write;
 past that it gets a StateStoreError (transient: the runtime or kubelet retries) while the write is still
 made, in its turn. That is safe because every write records what may happen next before it happens (an
 `attaching` row before ADD) or what already happened: a write the caller gave up on and that lands later
 says no more than a row that is rolled back or repeated anyway. Reads run on the event loop, on a second
 connection: in WAL mode they never wait for the writer, and see every write that returned.
+
+How durable each write is, and why that is enough (WAL mode; a transaction is never half made):
+- against kill -9 (or any end of the agent alone) every write that returned is kept, whatever the level:
+  with synchronous=NORMAL a commit is in the kernel's page cache when it returns, and the kernel writes it;
+- against a power cut or a kernel crash, only writes made with synchronous=FULL (fsync'd) are sure. The
+  node reboots: every pod network namespace, every interface netclaim made, is gone; what survives is on
+  disk and in the API: host-local's reservations (files in netclaim's own directory) and IPAllocations.
+  So the two writes that precede what outlives a reboot are FULL: a claim's prepared rows (they name the
+  addresses it took in the API, kubelet's checkpoint says the claim is prepared) and the `attaching` row
+  written before each ADD (it makes the agent DEL, and host-local release, what the ADD reserved). The
+  writes after an ADD, a rollback, a DEL and the deletion of rows are NORMAL: losing one leaves the row
+  of before, and each row of before is undone or done again safely (an `attaching` row is rolled back, a
+  row that reappears is unprepared again). The hook path pays one fsync, not two.
+Writes after the first only change the row's state columns (`transition`): the plan is written once.
 
 The schema is the store's own: the rows' columns and the plan's JSON (netclaim.configure.plan.AttachPlan,
 whose models are pydantic models of configure/ only, extra fields refused). Schema 3 keeps the allocated
@@ -25,6 +38,7 @@ a database of a newer schema than this agent knows is refused, and so is a row i
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import sqlite3
@@ -178,6 +192,17 @@ def _migrated(schema: int, plan: str, result: str) -> tuple[str, str]:
     return _plan_v2(json.loads(plan)).model_dump_json(), result
 
 
+def _outcome_json(outcome: Outcome) -> str:
+    return outcome.model_dump_json() if outcome != Outcome() else ""
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(text: str) -> AttachPlan:
+    """A row's plan, read once per text: each row's is written once and read at every hook and status
+    write (the models are frozen; nothing changes a plan once made)."""
+    return AttachPlan.model_validate_json(text)
+
+
 class Store:
     def __init__(self, directory: Path, write_seconds: float = WRITE_SECONDS) -> None:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -191,6 +216,7 @@ class Store:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
+        self._durable = True  # the writer connection's synchronous level: FULL, else NORMAL
         self._migrate()
         self._reader = sqlite3.connect(path, isolation_level=None, timeout=READ_BUSY_SECONDS)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netclaim-store")
@@ -221,8 +247,13 @@ class Store:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction of the writer thread; `durable`: fsync'd at commit (synchronous=FULL), else
+        kept by the kernel only (NORMAL: lost to a power cut, never to the agent's own end)."""
         try:
+            if durable != self._durable:  # a connection's level, set between its transactions
+                self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                self._durable = durable
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -262,7 +293,7 @@ class Store:
     def _row(self, values: tuple[Any, ...]) -> Attachment:
         data = dict(zip(_COLUMNS, values, strict=True))
         try:
-            plan = AttachPlan.model_validate_json(data.pop("plan"))
+            plan = _plan(data.pop("plan"))
             result = data.pop("result")
             outcome = Outcome.model_validate_json(result) if result else Outcome()
             state = State(data.pop("state"))
@@ -306,9 +337,31 @@ class Store:
                         row.state.value,
                         row.sandbox_id,
                         row.netns,
-                        row.outcome.model_dump_json() if row.outcome != Outcome() else "",
+                        _outcome_json(row.outcome),
                         row.error,
                         time.time(),
+                    ),
+                )
+
+    async def transition(self, *rows: Attachment, durable: bool) -> None:
+        """Write the rows' state columns (state, sandbox, netns, outcome, error), in one transaction; the
+        plan and the claim's columns are as `put` wrote them. `durable`: see the module's docstring."""
+        await self._write(lambda: self._transition(rows, durable))
+
+    def _transition(self, rows: tuple[Attachment, ...], durable: bool) -> None:
+        with self._transaction(durable) as db:
+            for row in rows:
+                db.execute(
+                    "UPDATE attachments SET state = ?, sandbox_id = ?, netns = ?, result = ?, error = ?, "
+                    "updated = ? WHERE claim_uid = ? AND pool = ? AND device = ? AND share_id = ?",
+                    (
+                        row.state.value,
+                        row.sandbox_id,
+                        row.netns,
+                        _outcome_json(row.outcome),
+                        row.error,
+                        time.time(),
+                        *row.key,
                     ),
                 )
 
@@ -316,7 +369,7 @@ class Store:
         await self._write(lambda: self._delete(rows))
 
     def _delete(self, rows: tuple[Attachment, ...]) -> None:
-        with self._transaction() as db:
+        with self._transaction(durable=False) as db:
             for row in rows:
                 db.execute(
                     "DELETE FROM attachments WHERE claim_uid = ? AND pool = ? AND device = ? "
