@@ -80,7 +80,8 @@ async def _start_configure_path(
     plugin = hooks = None
     if settings.kubelet_plugin:
         addresses = AddressBook(KubeAddresses(kube), node)
-        gate = CdiGate(settings.cdi_spec_dir) if settings.cdi_spec_dir is not None else None
+        in_use = [(r.claim_uid, r.plan.interface_name) for r in store.all()]
+        gate = CdiGate(settings.cdi_spec_dir, in_use) if settings.cdi_spec_dir is not None else None
         planning = NodeContext(driver, node, catalog.get, settings.host_local_dir, settings.reserved_networks)
         preparer = Preparer(store, Gatherer(claims, addresses, cni, driver), planning, status, gate)
         unpreparer = Unpreparer(store, attacher, addresses, claims, status, gate)

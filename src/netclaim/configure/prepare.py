@@ -76,9 +76,7 @@ class Preparer:
         """The claim's devices for kubelet, its NICs carrying the claim's CDI device: its containers start
         only once its interfaces are in the pod."""
         interfaces = [r.plan.interface_name for r in rows]
-        cdi_ids = tuple(
-            self.gate.write(f"{claim.namespace}/{claim.name}", claim.uid, interfaces) if self.gate else ()
-        )
+        cdi_ids = tuple(self.gate.write(claim.uid, interfaces) if self.gate else ())
         nics = [PreparedDevice(r.request, r.pool, r.device, r.share_id or None, cdi_ids) for r in rows]
         pools = [
             PreparedDevice(a.request, a.pool, a.device, a.share_id or None)
