@@ -43,11 +43,12 @@ image: deps
 PROTOS := $(wildcard proto/netclaim/_proto/*.proto)
 GRPC_PROTOS := proto/netclaim/_proto/dra_v1.proto proto/netclaim/_proto/dra_v1beta1.proto proto/netclaim/_proto/pluginregistration.proto
 
-# Our own .proto files (written from the published names and field numbers) -> checked-in stubs.
+# Our own .proto files (written from the published names and field numbers) -> checked-in stubs: the messages
+# (protobuf, typed by mypy-protobuf) and the services for grpclib (its protoc plugin; typed as generated).
 proto: deps
-	rm -f src/netclaim/_proto/*_pb2*.py src/netclaim/_proto/*_pb2*.pyi
+	rm -f src/netclaim/_proto/*_pb2*.py src/netclaim/_proto/*_pb2*.pyi src/netclaim/_proto/*_grpc.py
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m grpc_tools.protoc -I proto --python_out=src --mypy_out=quiet:src $(PROTOS)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m grpc_tools.protoc -I proto --grpc_python_out=src --mypy_grpc_out=quiet:src $(GRPC_PROTOS)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m grpc_tools.protoc -I proto --grpclib_python_out=src $(GRPC_PROTOS)
 
 # CI: the checked-in stubs must be what the .proto files generate.
 proto-check: proto

@@ -32,5 +32,5 @@ def configure(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "pyroute2", "asyncio"):
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "pyroute2", "asyncio", "grpclib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

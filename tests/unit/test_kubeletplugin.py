@@ -72,12 +72,12 @@ def _claims(pb: Any, *names: str) -> list[Any]:
 
 async def _prepare(preparer: Any, *names: str, pb: Any = dra_v1_pb2) -> Any:
     request = pb.NodePrepareResourcesRequest(claims=_claims(pb, *names))
-    return await _DraService(preparer, preparer, pb).NodePrepareResources(request, None)
+    return await _DraService(preparer, preparer, pb).prepare(request)
 
 
 async def _unprepare(preparer: Any, *names: str) -> Any:
     request = dra_v1_pb2.NodeUnprepareResourcesRequest(claims=_claims(dra_v1_pb2, *names))
-    return await _DraService(preparer, preparer, dra_v1_pb2).NodeUnprepareResources(request, None)
+    return await _DraService(preparer, preparer, dra_v1_pb2).unprepare(request)
 
 
 async def test_prepared_devices_are_answered_per_claim_with_their_share_id() -> None:

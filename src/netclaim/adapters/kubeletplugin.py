@@ -1,5 +1,8 @@
 """The kubelet side: plugin registration and the DRAPlugin service (v1 and v1beta1) over unix sockets.
 
+grpclib serves them: asyncio gRPC on h2, which the agent loads anyway for the API server (grpcio's C core
+cost the agent ~10 MiB resident).
+
 Thin on purpose: each call loops over the claims, asks the ClaimPreparer (prepare) or the ClaimUnpreparer
 (unprepare), and maps results and errors by the table in netclaim.errors. A claim's failure goes into that
 claim's `error`; the call itself never fails, so kubelet keeps the answers for the other claims.
@@ -7,28 +10,36 @@ claim's `error`; the call itself never fails, so kubelet keeps the answers for t
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-import grpc
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.server import Server, Stream
 
 from netclaim import metrics
 from netclaim._proto import (
+    dra_v1_grpc,
     dra_v1_pb2,
-    dra_v1_pb2_grpc,
+    dra_v1beta1_grpc,
     dra_v1beta1_pb2,
-    dra_v1beta1_pb2_grpc,
+    pluginregistration_grpc,
     pluginregistration_pb2,
-    pluginregistration_pb2_grpc,
 )
 from netclaim.errors import CniError, ConfigError, NetclaimError, TransientError
 
 log = logging.getLogger(__name__)
 SUPPORTED_VERSIONS = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+STOP_GRACE_SECONDS = 2.0  # a call kubelet has under way when the agent stops gets this long to finish
+CLOSE_WAIT_SECONDS = 0.5  # then the cancelled ones this long to unwind
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,46 @@ def socket_paths(kubelet_root: Path, driver: str) -> tuple[Path, Path]:
     )
 
 
+class _Calls:
+    """The calls a server is answering. grpclib's Server.close() cancels them; stop() lets them finish first,
+    refusing new ones meanwhile (UNAVAILABLE, kubelet retries), as grpc's stop(grace) did."""
+
+    def __init__(self) -> None:
+        self.open = True
+        self._running = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        if not self.open:
+            raise GRPCError(Status.UNAVAILABLE, "the netclaim agent is stopping")
+        self._running += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._running -= 1
+            if not self._running:
+                self._idle.set()
+
+    async def drain(self, grace: float) -> None:
+        self.open = False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), grace)
+
+
+async def _unary(
+    calls: _Calls, stream: Stream[_Request, _Response], answer: Callable[[_Request], Awaitable[_Response]]
+) -> None:
+    """One unary call: its request, `answer`'s response."""
+    with calls.call():
+        request = await stream.recv_message()
+        if request is None:
+            raise GRPCError(Status.INVALID_ARGUMENT, "no request message")
+        await stream.send_message(await answer(request))
+
+
 class _DraService:
     """DRAPlugin for one API version; `pb` is that version's generated message module."""
 
@@ -98,7 +149,7 @@ class _DraService:
             fields["share_id"] = device.share_id
         return self.pb.Device(**fields)
 
-    async def NodePrepareResources(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def prepare(self, request: Any) -> Any:
         response = self.pb.NodePrepareResourcesResponse()
         for claim in request.claims:
             started = time.monotonic()
@@ -111,7 +162,7 @@ class _DraService:
             metrics.PREPARE_SECONDS.observe(time.monotonic() - started)
         return response
 
-    async def NodeUnprepareResources(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def unprepare(self, request: Any) -> Any:
         response = self.pb.NodeUnprepareResourcesResponse()
         for claim in request.claims:
             try:
@@ -123,23 +174,68 @@ class _DraService:
         return response
 
 
-class _DraV1(_DraService, dra_v1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, preparer: ClaimPreparer, unpreparer: ClaimUnpreparer) -> None:
-        super().__init__(preparer, unpreparer, dra_v1_pb2)
+class _DraV1(dra_v1_grpc.DRAPluginBase):
+    def __init__(self, preparer: ClaimPreparer, unpreparer: ClaimUnpreparer, calls: _Calls) -> None:
+        self.service = _DraService(preparer, unpreparer, dra_v1_pb2)
+        self.calls = calls
+
+    async def NodePrepareResources(
+        self, stream: Stream[dra_v1_pb2.NodePrepareResourcesRequest, dra_v1_pb2.NodePrepareResourcesResponse]
+    ) -> None:
+        await _unary(self.calls, stream, self.service.prepare)
+
+    async def NodeUnprepareResources(
+        self,
+        stream: Stream[dra_v1_pb2.NodeUnprepareResourcesRequest, dra_v1_pb2.NodeUnprepareResourcesResponse],
+    ) -> None:
+        await _unary(self.calls, stream, self.service.unprepare)
 
 
-class _DraV1beta1(_DraService, dra_v1beta1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, preparer: ClaimPreparer, unpreparer: ClaimUnpreparer) -> None:
-        super().__init__(preparer, unpreparer, dra_v1beta1_pb2)
+class _DraV1beta1(dra_v1beta1_grpc.DRAPluginBase):
+    def __init__(self, preparer: ClaimPreparer, unpreparer: ClaimUnpreparer, calls: _Calls) -> None:
+        self.service = _DraService(preparer, unpreparer, dra_v1beta1_pb2)
+        self.calls = calls
+
+    async def NodePrepareResources(
+        self,
+        stream: Stream[
+            dra_v1beta1_pb2.NodePrepareResourcesRequest, dra_v1beta1_pb2.NodePrepareResourcesResponse
+        ],
+    ) -> None:
+        await _unary(self.calls, stream, self.service.prepare)
+
+    async def NodeUnprepareResources(
+        self,
+        stream: Stream[
+            dra_v1beta1_pb2.NodeUnprepareResourcesRequest, dra_v1beta1_pb2.NodeUnprepareResourcesResponse
+        ],
+    ) -> None:
+        await _unary(self.calls, stream, self.service.unprepare)
 
 
-class _Registration(pluginregistration_pb2_grpc.RegistrationServicer):
-    def __init__(self, driver: str, endpoint: Path, on_registered: Callable[[bool], None]) -> None:
+class _Registration(pluginregistration_grpc.RegistrationBase):
+    def __init__(
+        self, driver: str, endpoint: Path, on_registered: Callable[[bool], None], calls: _Calls
+    ) -> None:
         self.driver = driver
         self.endpoint = endpoint
         self.on_registered = on_registered
+        self.calls = calls
 
-    async def GetInfo(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetInfo(
+        self, stream: Stream[pluginregistration_pb2.InfoRequest, pluginregistration_pb2.PluginInfo]
+    ) -> None:
+        await _unary(self.calls, stream, self._info)
+
+    async def NotifyRegistrationStatus(
+        self,
+        stream: Stream[
+            pluginregistration_pb2.RegistrationStatus, pluginregistration_pb2.RegistrationStatusResponse
+        ],
+    ) -> None:
+        await _unary(self.calls, stream, self._status)
+
+    async def _info(self, request: pluginregistration_pb2.InfoRequest) -> pluginregistration_pb2.PluginInfo:
         return pluginregistration_pb2.PluginInfo(
             type="DRAPlugin",
             name=self.driver,
@@ -147,7 +243,9 @@ class _Registration(pluginregistration_pb2_grpc.RegistrationServicer):
             supported_versions=SUPPORTED_VERSIONS,
         )
 
-    async def NotifyRegistrationStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def _status(
+        self, request: pluginregistration_pb2.RegistrationStatus
+    ) -> pluginregistration_pb2.RegistrationStatusResponse:
         self.on_registered(request.plugin_registered)
         if request.plugin_registered:
             log.info("registered with kubelet")
@@ -156,24 +254,53 @@ class _Registration(pluginregistration_pb2_grpc.RegistrationServicer):
         return pluginregistration_pb2.RegistrationStatusResponse()
 
 
-def _listen(server: grpc.aio.Server, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    server.add_insecure_port(f"unix://{path}")
+def _make_room(socket: Path) -> None:
+    socket.parent.mkdir(parents=True, exist_ok=True)
+    socket.unlink(missing_ok=True)
+
+
+def _owner_only(socket: Path) -> None:
+    socket.chmod(0o600)
+
+
+@dataclass(frozen=True)
+class _Listener:
+    """One server on one unix socket, only the owner may connect (kubelet runs as root)."""
+
+    server: Server
+    socket: Path
+    calls: _Calls
+
+    @classmethod
+    async def start(cls, handlers: Callable[[_Calls], list[Any]], socket: Path) -> _Listener:
+        calls = _Calls()
+        server = Server(handlers(calls))
+        _make_room(socket)
+        await server.start(path=str(socket))
+        _owner_only(socket)
+        return cls(server, socket, calls)
+
+    async def stop(self, grace: float) -> None:
+        """Remove the socket (no new connection finds it), let the calls under way finish, then close."""
+        self.socket.unlink(missing_ok=True)
+        await self.calls.drain(grace)
+        self.server.close()  # cancels what is still running
+        # Bounded: on Python >= 3.12 asyncio's wait_closed() waits for the clients to hang up too, and kubelet
+        # keeps its connection, which grpclib does not close (vmagamedov/grpclib#107); the agent's exit does.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.server.wait_closed(), CLOSE_WAIT_SECONDS)
 
 
 @dataclass(frozen=True)
 class KubeletPlugin:
     """The two running servers; `stop()` deregisters from kubelet first (it drops us at once)."""
 
-    dra: grpc.aio.Server
-    registration: grpc.aio.Server
-    registration_socket: Path
+    dra: _Listener
+    registration: _Listener
 
     async def stop(self) -> None:
-        self.registration_socket.unlink(missing_ok=True)
-        for server in (self.registration, self.dra):
-            await server.stop(grace=2)
+        for listener in (self.registration, self.dra):
+            await listener.stop(STOP_GRACE_SECONDS)
 
 
 async def serve(
@@ -185,20 +312,14 @@ async def serve(
 ) -> KubeletPlugin:
     """Start the DRA service, then the registration socket kubelet watches."""
     registration_socket, dra_socket = socket_paths(kubelet_root, driver)
-    dra = grpc.aio.server()
-    dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1(preparer, unpreparer), dra)
-    dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1beta1(preparer, unpreparer), dra)
-    _listen(dra, dra_socket)
-    await dra.start()
-    dra_socket.chmod(0o600)
-    registration = grpc.aio.server()
-    pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(
-        _Registration(driver, dra_socket, on_registered), registration
+    dra = await _Listener.start(
+        lambda calls: [_DraV1(preparer, unpreparer, calls), _DraV1beta1(preparer, unpreparer, calls)],
+        dra_socket,
     )
-    _listen(registration, registration_socket)
-    await registration.start()
-    registration_socket.chmod(0o600)
+    registration = await _Listener.start(
+        lambda calls: [_Registration(driver, dra_socket, on_registered, calls)], registration_socket
+    )
     log.info(
         "kubelet plugin listening", extra={"registration": str(registration_socket), "dra": str(dra_socket)}
     )
-    return KubeletPlugin(dra, registration, registration_socket)
+    return KubeletPlugin(dra, registration)
