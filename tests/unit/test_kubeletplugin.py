@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import stat
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 
-from netclaim._proto import dra_v1_pb2, dra_v1beta1_pb2
-from netclaim.adapters.kubeletplugin import PreparedDevice, _DraService
+from netclaim._proto import (
+    dra_v1_grpc,
+    dra_v1_pb2,
+    dra_v1beta1_grpc,
+    dra_v1beta1_pb2,
+    pluginregistration_grpc,
+    pluginregistration_pb2,
+)
+from netclaim.adapters.kubeletplugin import (
+    SUPPORTED_VERSIONS,
+    KubeletPlugin,
+    PreparedDevice,
+    _DraService,
+    serve,
+    socket_paths,
+)
 from netclaim.configure.status import ClaimRef
 from netclaim.errors import (
     ApiRejectedError,
@@ -23,6 +42,7 @@ from netclaim.errors import (
     PodBusyError,
     StateStoreError,
 )
+from netclaim.metrics import REGISTRY
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     ConfigureRig,
@@ -48,9 +68,12 @@ class FakePreparer:
     prepared: list[str] = field(default_factory=list)
     reported: list[tuple[str, str]] = field(default_factory=list)  # (claim, message)
     unprepared: list[str] = field(default_factory=list)
+    hold: asyncio.Event | None = None  # prepare waits for it
 
     async def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         self.prepared.append(name)
+        if self.hold is not None:
+            await self.hold.wait()
         if name in self.failures:
             raise self.failures[name]
         return DEVICES
@@ -212,3 +235,136 @@ async def test_an_unavailable_api_gets_no_condition_and_no_event(rig: ConfigureR
     assert retried.claims["uid-ok"].error == ""
     await rig.settle()
     assert _ready_conditions(rig, "ok") == [("False", "WaitingForPodSandbox")]
+
+
+# Over the sockets, as kubelet calls: a grpclib client on the unix sockets serve() opens.
+
+DRIVER = "net.example.com"
+
+
+@dataclass
+class Served:
+    plugin: KubeletPlugin
+    preparer: FakePreparer
+    registration_socket: Path
+    dra_socket: Path
+    registered: list[bool]
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    registration_socket, dra_socket = socket_paths(tmp_path, DRIVER)
+    for stale in (registration_socket, dra_socket):  # a previous run's, or anything: replaced
+        stale.parent.mkdir(parents=True, exist_ok=True)
+        stale.write_text("stale")
+    preparer = FakePreparer(failures={"bad": ConfigError("config.plugins[0]: no such plugin")})
+    registered: list[bool] = []
+    plugin = await serve(preparer, preparer, tmp_path, DRIVER, registered.append)
+    yield Served(plugin, preparer, registration_socket, dra_socket, registered)
+    await plugin.stop()
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    async def reached() -> None:
+        while not condition():  # noqa: ASYNC110 - a condition on the fakes' state and the files: polled
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(reached(), 5)
+
+
+def _calls(call: str, outcome: str) -> float:
+    return (
+        REGISTRY.get_sample_value("netclaim_kubelet_calls_total", {"call": call, "outcome": outcome}) or 0.0
+    )
+
+
+async def test_kubelet_registers_the_plugin_over_its_socket(served: Served) -> None:
+    for socket in (served.registration_socket, served.dra_socket):
+        mode = socket.stat().st_mode
+        assert stat.S_ISSOCK(mode)
+        assert stat.S_IMODE(mode) == 0o600
+    channel = Channel(path=str(served.registration_socket))
+    try:
+        registration = pluginregistration_grpc.RegistrationStub(channel)
+        info = await registration.GetInfo(pluginregistration_pb2.InfoRequest())
+        assert (info.type, info.name, info.endpoint) == ("DRAPlugin", DRIVER, str(served.dra_socket))
+        assert list(info.supported_versions) == SUPPORTED_VERSIONS
+        await registration.NotifyRegistrationStatus(
+            pluginregistration_pb2.RegistrationStatus(plugin_registered=True)
+        )
+        await registration.NotifyRegistrationStatus(
+            pluginregistration_pb2.RegistrationStatus(plugin_registered=False, error="version")
+        )
+    finally:
+        channel.close()
+    assert served.registered == [True, False]
+
+
+async def test_kubelet_prepares_and_unprepares_over_the_dra_socket_in_both_versions(served: Served) -> None:
+    ok_before, error_before = _calls("prepare", "ok"), _calls("prepare", "error")
+    channel = Channel(path=str(served.dra_socket))
+    try:
+        v1, v1beta1 = dra_v1_grpc.DRAPluginStub(channel), dra_v1beta1_grpc.DRAPluginStub(channel)
+        answer = await v1.NodePrepareResources(
+            dra_v1_pb2.NodePrepareResourcesRequest(claims=_claims(dra_v1_pb2, "a", "bad"))
+        )
+        assert sorted(answer.claims) == ["uid-a", "uid-bad"]
+        devices = answer.claims["uid-a"].devices
+        assert [(list(d.request_names), d.pool_name, d.device_name, d.share_id) for d in devices] == [
+            (["net"], "node-1", "dev-a", "share-1"),
+            (["net2"], "node-1", "dev-b", ""),
+        ]
+        assert answer.claims["uid-a"].error == ""
+        assert answer.claims["uid-bad"].error == "config.plugins[0]: no such plugin"
+        assert list(answer.claims["uid-bad"].devices) == []
+        assert served.preparer.reported == [("bad", "config.plugins[0]: no such plugin")]
+
+        beta = await v1beta1.NodePrepareResources(
+            dra_v1beta1_pb2.NodePrepareResourcesRequest(claims=_claims(dra_v1beta1_pb2, "b"))
+        )
+        assert [d.device_name for d in beta.claims["uid-b"].devices] == ["dev-a", "dev-b"]
+
+        gone = await v1.NodeUnprepareResources(
+            dra_v1_pb2.NodeUnprepareResourcesRequest(claims=_claims(dra_v1_pb2, "a", "bad"))
+        )
+        assert {uid: c.error for uid, c in gone.claims.items()} == {
+            "uid-a": "",
+            "uid-bad": "config.plugins[0]: no such plugin",
+        }
+        beta_gone = await v1beta1.NodeUnprepareResources(
+            dra_v1beta1_pb2.NodeUnprepareResourcesRequest(claims=_claims(dra_v1beta1_pb2, "b"))
+        )
+        assert beta_gone.claims["uid-b"].error == ""
+    finally:
+        channel.close()
+    assert served.preparer.unprepared == ["a", "bad", "b"]
+    assert (_calls("prepare", "ok") - ok_before, _calls("prepare", "error") - error_before) == (2, 1)
+
+
+async def test_stop_lets_a_call_under_way_finish_refuses_new_ones_and_removes_the_sockets(
+    served: Served,
+) -> None:
+    served.preparer.hold = asyncio.Event()
+    channel = Channel(path=str(served.dra_socket))
+    try:
+        v1 = dra_v1_grpc.DRAPluginStub(channel)
+        under_way = asyncio.create_task(
+            v1.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=_claims(dra_v1_pb2, "a")))
+        )
+        await _until(lambda: served.preparer.prepared == ["a"])
+        stopping = asyncio.create_task(served.plugin.stop())
+        await _until(lambda: not served.dra_socket.exists())
+        assert not served.registration_socket.exists()  # kubelet drops the plugin first
+        with pytest.raises(GRPCError) as refused:
+            await v1.NodeUnprepareResources(
+                dra_v1_pb2.NodeUnprepareResourcesRequest(claims=_claims(dra_v1_pb2, "a"))
+            )
+        assert refused.value.status == Status.UNAVAILABLE
+        served.preparer.hold.set()
+        async with asyncio.timeout(5):  # grpclib's close() would cancel it: no answer then, ever
+            answer = await under_way
+            await stopping
+        assert len(answer.claims["uid-a"].devices) == 2
+    finally:
+        channel.close()
+    assert served.preparer.unprepared == []
