@@ -265,7 +265,7 @@ class FakeNetlink:
         default_factory=dict
     )
     default_route: set[int] = field(default_factory=set)
-    batches: asyncio.Queue[list[str]] = field(default_factory=asyncio.Queue)
+    batches: asyncio.Queue[list[real_netlink.LinkChange]] = field(default_factory=asyncio.Queue)
     subscriptions: list[str] = field(default_factory=list)  # "open" / "close" of each LinkEvents
 
     async def links(self, netns: str | None = None) -> list[real_netlink.Link]:
@@ -295,7 +295,7 @@ class FakeLinkEvents:
     async def __aexit__(self, *_: object) -> None:
         self.netlink.subscriptions.append("close")
 
-    async def next_batch(self) -> list[str]:
+    async def next_batch(self) -> list[real_netlink.LinkChange]:
         return await self.netlink.batches.get()
 
 

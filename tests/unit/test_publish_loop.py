@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from netclaim import backoff, metrics
+from netclaim.adapters.netlink import LinkChange
 from netclaim.errors import ApiUnavailableError, ConfigError
 from netclaim.publish import loop
 from netclaim.publish.devices import Device, DeviceCatalog
@@ -373,7 +374,9 @@ async def test_netlink_events_of_the_node_inventory_fire_the_trigger(
     supervisor.keep(
         "inventory-watch", partial(watch_inventory, NodeInventory(sysfs=Sysfs(tmp_path)), trigger)
     )
-    netlink.batches.put_nowait(["RTM_NEWLINK", "RTM_NEWADDR"])
+    netlink.batches.put_nowait(
+        [LinkChange("RTM_NEWLINK", 5, name="eth5"), LinkChange("RTM_NEWADDR", 5, scope=0)]
+    )
     assert await within(trigger.fires.get()) == 1
     assert netlink.subscriptions == ["open"]
 

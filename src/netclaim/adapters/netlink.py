@@ -169,6 +169,24 @@ async def default_route_interfaces(netns: str | None = None) -> set[int]:
         return {int(r.get("oif")) async for r in await ipr.get_default_routes() if r.get("oif")}
 
 
+@dataclass(frozen=True)
+class LinkChange:
+    """One notification: its kind (RTM_NEWLINK, RTM_DELADDR…), the link's index, and its name (link events)
+    or the address's scope (address events)."""
+
+    event: str
+    index: int
+    name: str | None = None
+    scope: int | None = None
+
+
+def _change(message: Any) -> LinkChange:
+    event, index = str(message.get("event")), int(message.get("index") or 0)
+    if event.endswith("LINK"):
+        return LinkChange(event, index, name=str(message.get("ifname") or ""))
+    return LinkChange(event, index, scope=int(message.get("scope") or 0))
+
+
 class LinkEvents:
     """Notifications of link and address changes in the node's namespace (the caller re-reads the content)."""
 
@@ -184,10 +202,10 @@ class LinkEvents:
         if self._ipr is not None:
             self._ipr.close()
 
-    async def next_batch(self) -> list[str]:
-        """Wait for the next burst of events; returns their kinds (RTM_NEWLINK, RTM_DELADDR…)."""
+    async def next_batch(self) -> list[LinkChange]:
+        """Wait for the next burst of events."""
         assert self._ipr is not None, "use as an async context manager"
-        return [str(m.get("event")) async for m in self._ipr.get()]
+        return [_change(m) async for m in self._ipr.get()]
 
 
 @dataclass(frozen=True)
