@@ -255,7 +255,14 @@ def test_plugin_list_drives_the_admission_policy(helm: Path) -> None:
 def test_controller_disabled_drops_the_controller_and_only_it(helm: Path) -> None:
     default, without = render(helm), render(helm, "--set", "controller.enabled=false")
     dropped = {k for k in default if k[3] == "netclaim-controller"}
-    assert {k[1] for k in dropped} == {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    assert {k[1] for k in dropped} == {
+        "Deployment",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",  # the ConfigMaps of admission policy netclaim-pool-namespaces, in its namespace
+        "RoleBinding",
+    }
     assert without == {k: v for k, v in default.items() if k not in dropped}
 
 

@@ -287,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     control.add_argument(
         "--resync-seconds", type=float, help="full reconcile at least this often (default 30)"
     )
+    control.add_argument(
+        "--namespace", help="its own, where it keeps admission parameters (default netclaim-system)"
+    )
     control.add_argument("--metrics-address", help="host:port for /metrics (default 127.0.0.1:9178)")
     control.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     control.set_defaults(handler=_controller)

@@ -2,7 +2,8 @@
 starts is kept running by netclaim.supervisor.
 
 IPPools, IPAllocations, ResourceClaims ──changes──▶ Trigger ──▶ reconcile:
-    free the addresses of claims that are gone ─▶ publish each pool as a device with its capacity
+    free the addresses of claims that are gone ─▶ the admission parameters of the restricted pools
+    ─▶ publish each pool as a device with its capacity (a restricted one once its parameter is in place)
     ─▶ the pools' status ─▶ a Warning Event on Pending pods whose pool is full
 
 One object never fails a pass: the lists skip (and report) what cannot be read (netclaim.adapters.kube),
@@ -24,6 +25,7 @@ from netclaim.adapters.http import serve as serve_health
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.params import KubePoolParams
 from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.api.ippool import ADDRESSES, IPPool
 from netclaim.api.settings import ControllerSettings
@@ -32,13 +34,14 @@ from netclaim.ipam.pools import (
     PoolUse,
     beyond_allocation,
     exhausted_message,
+    namespace_params,
     orphans,
     pool_device,
     pool_slices,
     pool_use,
     read_pools,
 )
-from netclaim.kubeapi import ClusterClaimsApi, IPPoolsApi, PoolSlicesApi
+from netclaim.kubeapi import ClusterClaimsApi, IPPoolsApi, PoolParamsApi, PoolSlicesApi
 from netclaim.objects import Claim, IPAllocation, condition
 from netclaim.publish.loop import Trigger, periodic
 from netclaim.supervisor import Supervisor
@@ -49,11 +52,17 @@ ADDRESS_CLASS = "netclaim-address"  # deploy/deviceclasses.yaml
 
 class Reconciler:
     def __init__(
-        self, claims: ClusterClaimsApi, addresses: IPPoolsApi, slices: PoolSlicesApi, driver: str
+        self,
+        claims: ClusterClaimsApi,
+        addresses: IPPoolsApi,
+        slices: PoolSlicesApi,
+        params: PoolParamsApi,
+        driver: str,
     ) -> None:
         self.claims = claims
         self.addresses = addresses
         self.slices = slices
+        self.params = params
         self.driver = driver
         self.pool_slices = pool_slices(slices, driver)
         self.warned: set[tuple[str, str]] = set()  # (pod UID, message) reported, of pods still waiting
@@ -89,7 +98,9 @@ class Reconciler:
         for name, problem in problems.items():
             log.warning("IPPool not published: invalid", extra={"pool": name, "problem": problem})
         uses = {pool.name: pool_use(pool, live, claims, self.driver) for pool in pools}
-        await self.pool_slices.write([pool_device(pool, uses[pool.name]) for pool in pools])
+        guarded = await self._write_params(pools, {str(o["metadata"]["name"]): o for o in objects})
+        published = [p for p in pools if p.spec.namespaces is None or p.name in guarded]
+        await self.pool_slices.write([pool_device(pool, uses[pool.name]) for pool in published])
         current = {str(o["metadata"]["name"]): o.get("status") for o in objects}
         for gone in self.published - set(uses):
             metrics.POOL_FREE.remove(gone)
@@ -106,6 +117,25 @@ class Reconciler:
             await _each(f"status of IPPool {name}", self._write_status(name, invalid, current))
         await self._warn_pending(claims, uses)
         return uses
+
+    async def _write_params(self, pools: list[IPPool], objects: dict[str, dict[str, Any]]) -> set[str]:
+        """Each restricted pool's parameter of admission policy netclaim-pool-namespaces, written before its
+        device is published: the restricted pools whose parameter is in place. A parameter of no restricted
+        pool is deleted (an IPPool deleted also deletes its own)."""
+        present = await self.params.list_pool_params()
+        wanted = {pool_class(p.name): p for p in pools if p.spec.namespaces is not None}
+        guarded = set()
+        for name, pool in wanted.items():
+            data = namespace_params(pool)
+            if present.get(name) != data:
+                uid = str(objects[pool.name]["metadata"].get("uid", ""))
+                write = self.params.apply_pool_params(name, data, pool.name, uid)
+                if not await _each(f"admission parameter of IPPool {pool.name}", write):
+                    continue
+            guarded.add(pool.name)
+        for name in sorted(set(present) - set(wanted)):
+            await _each(f"admission parameter {name}", self.params.delete_pool_params(name))
+        return guarded
 
     async def _free(self, orphan: IPAllocation, what: str) -> None:
         await self.addresses.delete_ip_allocation(orphan)
@@ -151,17 +181,20 @@ class Reconciler:
                 await _each(f"event on pod {pod.namespace}/{pod.name}", event)
 
 
-async def _each(what: str, write: Awaitable[None]) -> None:
-    """A write about one object: its failure is that object's (logged; the next pass tries again). Only an
-    API that cannot serve ends the pass, which is then retried with backoff."""
+async def _each(what: str, write: Awaitable[None]) -> bool:
+    """A write about one object: its failure is that object's (logged; the next pass tries again), and
+    False. Only an API that cannot serve ends the pass, which is then retried with backoff."""
     try:
         await write
     except ApiUnavailableError:
         raise
     except NetclaimError as err:
         log.warning(f"{what} failed; the next pass tries again", extra={"error": str(err)})
+        return False
     except Exception:
         log.exception(f"{what} failed (a bug); the next pass tries again")
+        return False
+    return True
 
 
 def _count(number: int) -> int | str:
@@ -213,7 +246,8 @@ async def run(settings: ControllerSettings) -> None:
     kube = KubeConnection.connect(settings.kubeconfig, f"{settings.driver_name}-controller")
     claims: ClusterClaimsApi = KubeClaims(kube)
     addresses: IPPoolsApi = KubeAddresses(kube)
-    reconciler = Reconciler(claims, addresses, KubeSlices(kube), settings.driver_name)
+    params: PoolParamsApi = KubePoolParams(kube, settings.namespace)
+    reconciler = Reconciler(claims, addresses, KubeSlices(kube), params, settings.driver_name)
     watched = {
         "ippools": addresses.ippool_changes,
         "ipallocations": addresses.ip_allocation_changes,

@@ -17,7 +17,9 @@ the controller (one per cluster)
 - ClusterClaimsApi: lists and watches every claim, and warns the Pending pods that wait for a full pool;
 - PoolSlicesApi: publishes the IP pools' slice, owned by the IPPool CRD, and looks for the DeviceClasses
   of restricted pools;
-- IPPoolsApi: frees the addresses of claims that are gone, writes each IPPool's status, watches both.
+- IPPoolsApi: frees the addresses of claims that are gone, writes each IPPool's status, watches both;
+- PoolParamsApi: keeps the parameters of admission policy netclaim-pool-namespaces, ConfigMaps of its own
+  namespace, one per restricted IPPool.
 
 What both programs ask alike is a role of its own that both extend: PodEventsApi, SliceStoreApi (what the
 one slice writer needs, netclaim.publish.slices), AddressRecordsApi. The operator tools read with the
@@ -158,3 +160,17 @@ class IPPoolsApi(AddressRecordsApi, Protocol):
 
     def ip_allocation_changes(self) -> AsyncIterator[str]:
         """The event types of every IPAllocation, as they happen; not read further."""
+
+
+class PoolParamsApi(Protocol):
+    """The controller's: the parameters of admission policy netclaim-pool-namespaces, a ConfigMap per
+    restricted IPPool in the controller's namespace (netclaim.ipam.pools.namespace_params)."""
+
+    async def list_pool_params(self) -> dict[str, dict[str, str]]:
+        """name → data of each parameter (ConfigMaps with the parameters' label)."""
+
+    async def apply_pool_params(self, name: str, data: dict[str, str], pool: str, pool_uid: str) -> None:
+        """Create or replace parameter `name`, owned by IPPool `pool` (deleting the pool deletes it)."""
+
+    async def delete_pool_params(self, name: str) -> None:
+        """Gone already is fine."""

@@ -26,6 +26,9 @@ CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message
 IPPOOL_API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"  # IPPools' and IPAllocations'
 POOL_LABEL = f"{DRIVER_DOMAIN}/pool"
 CLAIM_UID_LABEL = f"{DRIVER_DOMAIN}/claim-uid"
+# the ConfigMaps that are parameters of admission policy netclaim-pool-namespaces (deploy/admission.yaml)
+PARAMS_LABEL = f"{DRIVER_DOMAIN}/admission-params"
+POOL_NAMESPACES = "pool-namespaces"
 # What yajl's C parser raises: JSONError for what is not JSON (an integer past int64 included, which JSON
 # allows), UnicodeDecodeError (a ValueError) for a surrogate escaped out of its pair, which JSON allows too.
 _C_PARSER_FAILURES = (ijson.JSONError, ValueError)

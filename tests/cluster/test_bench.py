@@ -11,31 +11,47 @@ from netclaim_lab.benchmarks import report, suite
 from netclaim_lab.layout import ClusterLayout
 from tests.cluster.helpers import run_quick
 
-BENCH_KEYS = [key for key, _, _ in report.TARGETS] + ["fullnode_s"]
+BENCH_KEYS = [key for key, _, _ in report.TARGETS]
 
 
 def test_make_bench_runs_every_phase_and_writes_the_report(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     last = run_quick("netclaim_lab.benchmarks.suite", tmp_path)
     assert last.startswith("BENCH "), last
-    assert sorted(report.bench_values(last)) == sorted(BENCH_KEYS)
+    assert list(report.bench_values(last)) == BENCH_KEYS
 
     result = json.loads((tmp_path / "bench" / "report.json").read_text())
     quick = suite.QUICK
     serial = result["serial"]
-    assert serial["pods"] == {"none": quick.serial_pods, "one": quick.serial_pods, "four": quick.serial_pods}
-    # every pod was seen by containerd, every claim by the agent: one attach per one-NIC pod
-    assert {k: v["n"] for k, v in serial["run_pod_sandbox"].items()} == serial["pods"]
+    pods = {"none": quick.serial_pods, "dra": quick.serial_pods, "one": quick.serial_pods}
+    assert serial["pods"] == {**pods, "four": quick.serial_four_pods}
+    # every pod was seen by containerd and by both stopwatch plugins, every claim by the agent
+    assert {k: v["n"] for k, v in serial["run_pod_sandbox_ms"].items()} == serial["pods"]
+    assert {k: v["n"] for k, v in serial["hook_ext_ms"].items()} == serial["pods"]
+    assert serial["hook_ext_ms"]["one"]["p50"] > serial["hook_ext_ms"]["none"]["p50"] > 0
     assert serial["attach_agent_log"]["n"] == quick.serial_pods
-    assert serial["prepare_agent_log"]["n"] == serial["unprepare_agent_log"]["n"] == 2 * quick.serial_pods
+    claims = quick.serial_pods + quick.serial_four_pods
+    assert serial["prepare_agent_log"]["n"] == serial["unprepare_agent_log"]["n"] == claims
+    # each one-NIC pod's start cost the agent a GET of its claim at least, counted in the audit log
+    requests = serial["api_requests_one_nic"]
+    assert requests["start"]["n"] == quick.serial_pods and requests["start"]["min"] >= 1
+    assert requests["lifecycle"]["min"] >= requests["start"]["min"]
+    assert requests["by_kind"]["get resourceclaims"] >= quick.serial_pods
     assert result["floor"]["add_4"]["n"] == quick.raw_runs
-    assert result["burst"]["with_claim_s"]["n"] == result["burst"]["without_claim_s"]["n"] == quick.burst_pods
-    assert set(result["burst"]["phases_s"]["with"]) == set(suite.PHASES)
+    burst = result["burst"]
+    assert {arm: d["n"] for arm, d in burst["pod_ready_s"].items()} == dict.fromkeys(
+        ("none", "dra", "netclaim"), quick.burst_pods
+    )
+    assert burst["claim_ready_s"]["n"] == burst["hook_ext_ms"]["n"] == quick.burst_pods
+    assert burst["ratios"]["p50_vs_dra"]["value"] > 0
+    assert set(burst["phases_s"]["dra"]) == set(suite.PHASES)
     assert len(result["fullnode"]["ready_series_s"]) == quick.full_node_pods
+    assert result["fullnode"]["agent_filled_mib"]["anon"] > 0
     assert result["publish"]["start_to_1024_s"]["n"] == quick.publish_runs
     assert result["memory"]["steps_mib"][-1][0] == "netclaim.agent"
     assert result["profile"]["burst"]["busy_samples"] > 0
     assert result["idle"]["node-1"]["rss_mib"] > 0
+    assert result["idle"]["node-1"]["container_mib"]["pss"] > 0
 
     page = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert last in page

@@ -16,8 +16,9 @@ from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
-from netclaim_lab import agents
+from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.controlplane import ControlPlane
 from tests.attacks import pool_device_class
 from tests.cluster.helpers import (
     DRIVER,
@@ -101,6 +102,53 @@ def _published_capacity(cluster: ClusterHandle, pool: str) -> int | None:
                 if device["name"] == pool:
                     return int(device["capacity"]["netclaim.dev/addresses"]["value"])
     return None
+
+
+def _restart_apiserver(cluster: ClusterHandle) -> None:
+    processes.stop(cluster.layout.pids, "kube-apiserver")
+    processes.start_recorded(cluster.layout.pids, "kube-apiserver")
+    control_plane = ControlPlane(cluster.spec, cluster.layout, cluster.bin_dir)
+    control_plane.wait_healthy("kube-apiserver", f"{control_plane.server}/readyz")
+
+
+def test_the_pool_policy_outlives_an_apiserver_restart(
+    cluster: ClusterHandle, ns: str, team_a: str, pool_objects: list[dict[str, Any]]
+) -> None:
+    """Before, the policy's parameters were the IPPools, a CRD as paramKind: from kube-apiserver's restart
+    on, it refused every ResourceClaim and template of the cluster, of any driver ("failed to find resource
+    referenced by paramKind", for the 20 minutes CI went on; kubernetes#122658). Its parameters are now
+    ConfigMaps the controller keeps."""
+    pool = "only-a-restart"
+    _create(
+        cluster,
+        pool_objects,
+        ip_pool(pool, {"subnet": "10.62.1.0/29"}, namespaces=[team_a]),
+        pool_device_class(pool),
+    )
+    wait_for(lambda: _published_capacity(cluster, pool) == 6, 60, "the restricted pool published")
+    _restart_apiserver(cluster)
+    refusals: list[str] = []
+
+    def admitted(template: dict[str, Any]) -> bool:
+        try:
+            apply(cluster, ns, template)
+        except subprocess.CalledProcessError as err:
+            refusals.append(str(err.stderr))
+            return False
+        return True
+
+    # a template of another driver's class, in a namespace no pool serves: none of our business
+    other = claim_template("other-driver", "gpu.example.com", "true", None)
+    wait_for(
+        lambda: admitted(other), 60, "another driver's template admitted after the restart", interval=0.2
+    )
+    print(f"\napiserver restarted: {len(refusals)} refusals before another driver's template was admitted")
+    assert not [r for r in refusals if "paramKind" in r], refusals
+    # the pool's own rule still holds
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        apply(cluster, ns, _through_class(pool_template("t", pool), f"netclaim-pool-{pool}"))
+    assert f"serves namespaces {team_a} only, not {ns}" in str(refused.value.stderr), refused.value.stderr
+    apply(cluster, team_a, _through_class(pool_template("t", pool), f"netclaim-pool-{pool}"))
 
 
 def test_a_restricted_pool_refuses_other_namespaces_beforeip_allocation(

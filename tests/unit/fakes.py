@@ -16,6 +16,7 @@ from netclaim.kubeapi import (
     ClusterClaimsApi,
     IPPoolsApi,
     NodeSlicesApi,
+    PoolParamsApi,
     PoolSlicesApi,
 )
 from netclaim.objects import Claim, IPAllocation, Pod, Slice
@@ -31,7 +32,9 @@ class Event:
 
 
 @dataclass
-class FakeKubeApi(ClaimsApi, ClusterClaimsApi, NodeSlicesApi, PoolSlicesApi, AddressesApi, IPPoolsApi):
+class FakeKubeApi(
+    ClaimsApi, ClusterClaimsApi, NodeSlicesApi, PoolSlicesApi, AddressesApi, IPPoolsApi, PoolParamsApi
+):
     """An in-memory API server playing every role the core asks of it, both programs' (netclaim.kubeapi):
     pass it as each of them. `fail_next` raises errors before calls; each item put on `slice_events` is an
     event of every watch."""
@@ -50,6 +53,7 @@ class FakeKubeApi(ClaimsApi, ClusterClaimsApi, NodeSlicesApi, PoolSlicesApi, Add
     pods: list[dict[str, Any]] = field(default_factory=list)  # unschedulable pods, as the API has them
     pod_objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (ns, name) → its JSON
     device_classes: set[str] = field(default_factory=set)
+    pool_params: dict[str, tuple[dict[str, str], str]] = field(default_factory=dict)  # name → data, owner UID
     _uids: int = 0
 
     def _call(self, name: str) -> None:
@@ -149,6 +153,18 @@ class FakeKubeApi(ClaimsApi, ClusterClaimsApi, NodeSlicesApi, PoolSlicesApi, Add
         while True:
             yield await self.slice_events.get()
 
+    async def list_pool_params(self) -> dict[str, dict[str, str]]:
+        self._call("list_pool_params")
+        return {name: dict(data) for name, (data, _) in self.pool_params.items()}
+
+    async def apply_pool_params(self, name: str, data: dict[str, str], pool: str, pool_uid: str) -> None:
+        self._call("apply_pool_params")
+        self.pool_params[name] = (dict(data), pool_uid)
+
+    async def delete_pool_params(self, name: str) -> None:
+        self._call("delete_pool_params")
+        self.pool_params.pop(name, None)
+
     async def device_class_exists(self, name: str) -> bool:
         self._call("device_class_exists")
         return name in self.device_classes
@@ -161,7 +177,7 @@ class FakeKubeApi(ClaimsApi, ClusterClaimsApi, NodeSlicesApi, PoolSlicesApi, Add
         self.ippools[name] = {
             "apiVersion": "netclaim.dev/v1alpha1",
             "kind": "IPPool",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "uid": f"uid-of-pool-{name}"},
             "spec": spec,
         }
 

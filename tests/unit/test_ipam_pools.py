@@ -11,6 +11,7 @@ import pytest
 
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, allocation_name
 from netclaim.controller import ADDRESS_CLASS, Reconciler
+from netclaim.errors import ApiRejectedError
 from netclaim.ipam.pools import (
     SLICE_PREFIX,
     PoolUse,
@@ -393,7 +394,7 @@ def cluster() -> FakeKubeApi:
 
 
 async def test_a_reconcile_frees_only_the_addresses_of_claims_that_are_gone(cluster: FakeKubeApi) -> None:
-    await Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER).once()
+    await Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER).once()
     assert sorted(a.claim_name for a in cluster.allocations.values()) == ["first", "second"]
     assert cluster.calls.count("delete_ip_allocation") == 2
     # allocations are listed before the claims: a claim created meanwhile cannot look gone
@@ -401,7 +402,7 @@ async def test_a_reconcile_frees_only_the_addresses_of_claims_that_are_gone(clus
 
 
 async def test_a_reconcile_publishes_the_valid_pools_with_their_capacity(cluster: FakeKubeApi) -> None:
-    uses = await Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER).once()
+    uses = await Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER).once()
     assert set(uses) == {"lan3", "wide"}
     assert (uses["lan3"].capacity, uses["lan3"].allocated_claims, uses["lan3"].free) == (2, 2, 0)
     assert (uses["wide"].capacity, uses["wide"].addresses) == (
@@ -415,7 +416,7 @@ async def test_a_reconcile_publishes_the_valid_pools_with_their_capacity(cluster
 
 
 async def test_a_reconcile_writes_each_pools_status_once(cluster: FakeKubeApi) -> None:
-    reconciler = Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER)
+    reconciler = Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER)
     await reconciler.once()
     assert cluster.calls.count("write_ippool_status") == 3
     lan3 = cluster.ippool_status["lan3"]
@@ -443,7 +444,7 @@ async def test_a_reconcile_writes_each_pools_status_once(cluster: FakeKubeApi) -
 
 
 async def test_a_released_address_rewrites_the_status_not_the_slice(cluster: FakeKubeApi) -> None:
-    reconciler = Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER)
+    reconciler = Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER)
     await reconciler.once()
     del cluster.claims[("team-a", "second")]  # deleted while its node was lost
     cluster.calls.clear()
@@ -456,7 +457,7 @@ async def test_a_released_address_rewrites_the_status_not_the_slice(cluster: Fak
 
 
 async def test_a_pending_pod_of_a_full_pool_gets_one_event(cluster: FakeKubeApi) -> None:
-    reconciler = Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER)
+    reconciler = Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER)
     await reconciler.once()
     assert [(e.namespace, e.pod, e.pod_uid, e.reason) for e in cluster.events] == [
         ("team-a", "web-2", "pod-uid-2", "IPPoolExhausted")
@@ -477,13 +478,13 @@ async def test_a_pending_pod_naming_a_standalone_claim_of_a_full_pool_gets_the_e
             "spec": {"resourceClaims": [{"name": "addr", "resourceClaimName": "waiting"}]},
         }
     ]
-    await Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER).once()
+    await Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER).once()
     assert [(e.pod, e.reason) for e in cluster.events] == [("db-1", "IPPoolExhausted")]
 
 
 async def test_no_event_and_no_pod_list_while_no_pool_is_full(cluster: FakeKubeApi) -> None:
     del cluster.claims[("team-a", "second")]
-    await Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER).once()
+    await Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER).once()
     assert cluster.events == []
     assert "unschedulable_pods" not in cluster.calls
 
@@ -509,7 +510,8 @@ async def test_an_address_taken_again_meanwhile_is_never_freed() -> None:
     api.allocations[old.name] = old
     api.retaken = _held(new, "lan3", "10.10.3.1/30", uid="new-uid")
     api.add_claim(new)
-    await Reconciler(api, api, api, SAMPLE_DRIVER).once()  # the conflict is that address's: the pass goes on
+    # the conflict is that address's: the pass goes on
+    await Reconciler(api, api, api, api, SAMPLE_DRIVER).once()
     assert api.allocations[old.name].claim_uid == new.uid  # the new holder keeps it
 
 
@@ -519,7 +521,7 @@ async def test_a_reconcile_frees_what_a_claim_holds_beyond_its_allocation(cluste
     first = cluster.claims[("team-a", "first")]
     forged = replace(_held(first, "lan3", "10.10.3.2/30"), name="lan3.forged", uid="forged", node="node-9")
     cluster.allocations[forged.name] = forged
-    uses = await Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER).once()
+    uses = await Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER).once()
     assert "lan3.forged" not in cluster.allocations
     assert sorted(a.claim_name for a in cluster.allocations.values()) == ["first", "second"]
     assert uses["lan3"].addresses == {4: 2}
@@ -527,7 +529,7 @@ async def test_a_reconcile_frees_what_a_claim_holds_beyond_its_allocation(cluste
 
 async def test_a_restricted_pool_without_its_device_class_says_so(cluster: FakeKubeApi) -> None:
     cluster.add_pool("only-a", {**SIX, "namespaces": ["team-a"]})
-    reconciler = Reconciler(cluster, cluster, cluster, SAMPLE_DRIVER)
+    reconciler = Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER)
     await reconciler.once()
     [missing] = cluster.ippool_status["only-a"]["conditions"]
     assert (missing["status"], missing["reason"]) == ("False", "DeviceClassMissing")
@@ -536,3 +538,49 @@ async def test_a_restricted_pool_without_its_device_class_says_so(cluster: FakeK
     await reconciler.once()
     [ready] = cluster.ippool_status["only-a"]["conditions"]
     assert (ready["status"], ready["reason"]) == ("True", "Published")
+
+
+def _published(api: FakeKubeApi) -> list[str]:
+    return sorted(d["name"] for s in api.slices.values() for d in s["spec"]["devices"])
+
+
+async def test_a_restricted_pool_is_published_once_its_admission_parameter_is_in_place() -> None:
+    """Before, the policy's parameters were the IPPools: a CRD as paramKind, with which kube-apiserver
+    denied every ResourceClaim of the cluster after it restarted. Now a ConfigMap per restricted pool."""
+    api = FakeKubeApi()
+    api.add_pool("open", {"ranges": [{"subnet": "10.1.0.0/24"}]})
+    api.add_pool("only-a", {"ranges": [{"subnet": "10.2.0.0/24"}], "namespaces": ["team-a", "team-b"]})
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
+    await reconciler.once()
+    assert api.pool_params == {
+        "netclaim-pool-only-a": ({"pool": "only-a", "namespaces": "team-a,team-b"}, "uid-of-pool-only-a")
+    }
+    assert api.calls.index("apply_pool_params") < api.calls.index("apply_slice")
+    assert _published(api) == ["only-a", "open"]
+    await reconciler.once()
+    assert api.calls.count("apply_pool_params") == 1  # unchanged: not written again
+    # the pool opened to every namespace: its parameter goes; a pool newly restricted gets one
+    api.add_pool("only-a", {"ranges": [{"subnet": "10.2.0.0/24"}]})
+    api.add_pool("open", {"ranges": [{"subnet": "10.1.0.0/24"}], "namespaces": ["team-c"]})
+    await reconciler.once()
+    assert api.pool_params == {
+        "netclaim-pool-open": ({"pool": "open", "namespaces": "team-c"}, "uid-of-pool-open")
+    }
+
+
+async def test_a_restricted_pool_whose_parameter_cannot_be_written_is_not_published() -> None:
+    """Published without it, any namespace's claim naming the pool's class would be admitted."""
+    api = FakeKubeApi()
+    api.add_pool("open", {"ranges": [{"subnet": "10.1.0.0/24"}]})
+    api.add_pool("only-a", {"ranges": [{"subnet": "10.2.0.0/24"}], "namespaces": ["team-a"]})
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
+
+    async def refused(name: str, data: dict[str, str], pool: str, pool_uid: str) -> None:
+        raise ApiRejectedError("configmaps is forbidden")
+
+    api.apply_pool_params = refused  # type: ignore[method-assign]
+    await reconciler.once()
+    assert _published(api) == ["open"]
+    del api.apply_pool_params
+    await reconciler.once()
+    assert _published(api) == ["only-a", "open"]

@@ -39,7 +39,7 @@ async def test_an_ipv6_address_from_a_full_v4_only_pool_is_a_config_error_not_tr
 async def test_a_pool_recreated_under_the_same_name_gets_its_status_written() -> None:
     api = FakeKubeApi()
     api.add_pool("lan3", {"ranges": [{"subnet": "10.10.3.0/30"}]})
-    reconciler = Reconciler(api, api, api, SAMPLE_DRIVER)
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
     await reconciler.once()
     del api.ippools["lan3"]  # deleted: its status goes with the object
     del api.ippool_status["lan3"]

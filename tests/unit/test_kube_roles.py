@@ -19,7 +19,12 @@ from netclaim.adapters.kube.slices import KubeSlices
 RBAC = Path(__file__).parents[2] / "deploy" / "rbac.yaml"
 ROLES = {
     "netclaim-agent": [kubeapi.ClaimsApi, kubeapi.NodeSlicesApi, kubeapi.AddressesApi],
-    "netclaim-controller": [kubeapi.ClusterClaimsApi, kubeapi.PoolSlicesApi, kubeapi.IPPoolsApi],
+    "netclaim-controller": [
+        kubeapi.ClusterClaimsApi,
+        kubeapi.PoolSlicesApi,
+        kubeapi.IPPoolsApi,
+        kubeapi.PoolParamsApi,
+    ],
 }
 # Roles a chart value turns on, with their RBAC (tests/test_helm_chart.py renders it): none by default.
 OPTIONAL_ROLES = {"netclaim-agent": [kubeapi.PodAnnotationsApi]}
@@ -49,6 +54,9 @@ ASKS = {
     "create_ip_allocation": ("netclaim.dev", "ipallocations", "create"),
     "delete_ip_allocation": ("netclaim.dev", "ipallocations", "delete"),
     "ip_allocation_changes": ("netclaim.dev", "ipallocations", "watch"),
+    "list_pool_params": ("", "configmaps", "list"),
+    "apply_pool_params": ("", "configmaps", "patch"),
+    "delete_pool_params": ("", "configmaps", "delete"),
 }
 
 
@@ -67,10 +75,11 @@ def _granted(rules: list[dict[str, Any]], group: str, resource: str, verb: str) 
 def test_a_programs_roles_ask_only_what_its_rbac_grants(program: str) -> None:
     """Before, one ClaimsApi served both programs: the agent depended on listing every claim of the
     cluster and on the pending pods, which its RBAC forbids (and the controller on writing claims' status)."""
-    [rules] = [
-        doc["rules"]
+    rules = [  # its ClusterRole's, and its Role's in its own namespace
+        rule
         for doc in yaml.safe_load_all(RBAC.read_text())
-        if doc and doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == program
+        if doc and doc["kind"] in ("ClusterRole", "Role") and doc["metadata"]["name"] == program
+        for rule in doc["rules"]
     ]
     for role in ROLES[program]:
         for member in sorted(_members(role)):

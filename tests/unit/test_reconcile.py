@@ -13,6 +13,7 @@ import pytest
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.params import KubePoolParams
 from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.api.ippool import POOLS_POOL
 from netclaim.controller import Reconciler
@@ -64,7 +65,7 @@ async def test_a_write_about_one_object_that_fails_never_fails_the_pass() -> Non
     for held in (_held("a", "10.10.3.7/24", "gone-1"), _held("b", "10.10.3.8/24", "gone-2")):
         api.allocations[held.name] = held
     api.refuse = {"a": ApiRejectedError("admission webhook denied"), "refused": KeyError("a bug")}
-    uses = await Reconciler(api, api, api, SAMPLE_DRIVER).once()
+    uses = await Reconciler(api, api, api, api, SAMPLE_DRIVER).once()
     assert set(uses) == {"refused", "lan"}
     assert list(api.allocations) == ["a"]  # b freed; a tried again the next pass
     assert list(api.ippool_status) == ["lan"]
@@ -74,7 +75,7 @@ async def test_a_write_about_one_object_that_fails_never_fails_the_pass() -> Non
 async def test_an_api_that_cannot_serve_fails_the_pass_and_each_pass_is_counted() -> None:
     api = FakeKubeApi()
     api.add_pool("lan", LAN)
-    reconciler = Reconciler(api, api, api, SAMPLE_DRIVER)
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
     ok, error = _passes("ok"), _passes("error")
     api.fail_next = [ApiUnavailableError("503")]
     with pytest.raises(ApiUnavailableError):
@@ -140,6 +141,7 @@ async def hostile_cluster() -> AsyncIterator[tuple[KubeConnection, FakeApiServer
         "/apis/netclaim.dev/v1alpha1/ippools": (200, '{"items": [' + ",".join(pools) + "]}"),
         "/apis/netclaim.dev/v1alpha1/ippools/lan/status": (200, pools[0]),
         "/apis/resource.k8s.io/v1/resourceslices": (200, '{"items": []}'),
+        "/api/v1/namespaces/netclaim/configmaps": (200, '{"kind": "ConfigMapList", "items": []}'),
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/ippools.netclaim.dev": (
             200,
             json.dumps(CRD),
@@ -157,7 +159,8 @@ async def test_the_controller_reconciles_a_cluster_holding_what_no_one_can_read(
     malformed IPAllocation address crashed the controller."""
     kube, server = hostile_cluster
     ok = _passes("ok")
-    reconciler = Reconciler(KubeClaims(kube), KubeAddresses(kube), KubeSlices(kube), SAMPLE_DRIVER)
+    params = KubePoolParams(kube, "netclaim")
+    reconciler = Reconciler(KubeClaims(kube), KubeAddresses(kube), KubeSlices(kube), params, SAMPLE_DRIVER)
     await reconciler.reconcile()
     assert _passes("ok") == ok + 1
     use = (await reconciler.once())["lan"]

@@ -99,6 +99,6 @@ async def test_an_invalid_pools_condition_has_the_same_limit_as_a_claims() -> No
     """The controller's conditions came from a helper of their own, cut at 1,024 characters."""
     api = FakeKubeApi()
     api.add_pool("bad", {"ranges": [{"subnet": f"10.10.{n}.1/24"} for n in range(16)]})  # 16 problems
-    await Reconciler(api, api, api, SAMPLE_DRIVER).once()
+    await Reconciler(api, api, api, api, SAMPLE_DRIVER).once()
     [condition] = api.ippool_status["bad"]["conditions"]
     assert condition["reason"] == "Invalid" and 1024 < len(condition["message"]) <= CONDITION_MESSAGE_BYTES

@@ -27,7 +27,7 @@ from netclaim_lab.layout import REPO_ROOT
 PROGRAMS = (
     "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
     "containerd", "containerd-shim-runc-v2", "ctr", "crictl", "etcd", "pause",
-    "whereabouts", "whereabouts-reconcile", "helm",
+    "whereabouts", "whereabouts-reconcile", "helm", "dra-example-kubeletplugin",
 )  # fmt: skip
 # The local cluster's agents run these CNI plugins beside Debian's (netclaim_lab.agents.cni_bin_dir).
 CNI_PLUGINS = ("whereabouts",)
@@ -100,6 +100,14 @@ _BUILDS = (
             "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1",
             "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor={client_go_minor}",
         ),
+    ),
+    # Kubernetes' example DRA driver: make bench's second driver, whose claims cost what DRA itself costs
+    # (netclaim_lab.example_driver). Its kubelet plugin only: its Makefile's `-X main.version` names no
+    # variable of that program.
+    GoBuild(
+        "dra-example-driver",
+        ("sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin",),
+        "sigs.k8s.io/dra-example-driver",
     ),
 )
 

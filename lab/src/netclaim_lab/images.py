@@ -188,7 +188,12 @@ def write_oci_archive(
     return manifest_digest
 
 
-def _base_directories() -> dict[str, int]:
+def layer_digest(layer: Layer) -> str:
+    """A short name of the layer's content, for the archive's file name (same content, same file)."""
+    return hashlib.sha256(layer.tar()).hexdigest()[:12]
+
+
+def base_directories() -> dict[str, int]:
     return {
         d: 0o755
         for d in (
@@ -214,7 +219,7 @@ def busybox_layer() -> Layer:
     applets = subprocess.run(
         [str(BUSYBOX_BINARY), "--list-full"], capture_output=True, text=True, check=True
     ).stdout.split()
-    layer = Layer(directories=_base_directories())
+    layer = Layer(directories=base_directories())
     layer.files["bin/busybox"] = (BUSYBOX_BINARY.read_bytes(), 0o755)
     layer.files["etc/passwd"] = (
         b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n",
@@ -241,8 +246,7 @@ def build_images(directory: Path, pause_binary: Path) -> dict[str, Path]:
         (PAUSE_IMAGE, pause_layer(pause_binary), ["/pause"]),
         (BUSYBOX_IMAGE, busybox_layer(), ["sh"]),
     ):
-        digest = hashlib.sha256(layer.tar()).hexdigest()[:12]
-        path = directory / f"{reference.split('/')[1].replace(':', '-')}-{digest}.tar"
+        path = directory / f"{reference.split('/')[1].replace(':', '-')}-{layer_digest(layer)}.tar"
         if not path.is_file():
             write_oci_archive(path, reference, layer, command)
         archives[reference] = path

@@ -8,10 +8,11 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from netclaim.errors import PrerequisiteError
+from netclaim.errors import PrerequisiteError, TransientError
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,15 @@ def run(command: list[str], *, check: bool = True, timeout: float = 60, input_te
             result.returncode, command, output=result.stdout, stderr=result.stderr.strip()[-2000:]
         )
     return result.stdout
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `check` twice a second; TransientError naming `what` when it is still false after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TransientError(f"{what}: not after {timeout:.0f} s")
+        time.sleep(0.5)
 
 
 def _start_time(pid: int) -> str | None:

@@ -85,6 +85,9 @@ class ControllerSettings(BaseModel):
         default="netclaim.dev", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=63
     )
     resync_seconds: float = Field(default=30.0, gt=0)
+    namespace: str = Field(  # its own: where it keeps the admission policies' parameters
+        default="netclaim-system", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63
+    )
     metrics_address: str = "127.0.0.1:9178"
     log_level: str = Field(default="info", pattern=r"^(debug|info|warning|error)$")
 

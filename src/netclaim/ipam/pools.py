@@ -119,6 +119,14 @@ def pool_device(pool: IPPool, use: PoolUse) -> dict[str, Any]:
     }
 
 
+def namespace_params(pool: IPPool) -> dict[str, str]:
+    """What admission policy netclaim-pool-namespaces needs of a restricted pool: its parameter's data. The
+    parameters are ConfigMaps the controller keeps, not the IPPools themselves: with a CRD as paramKind,
+    kube-apiserver denies every request the policy matches (every ResourceClaim of the cluster) from its
+    restart until the policy is written again (kubernetes#122658, #124237); a core kind is always served."""
+    return {"pool": pool.name, "namespaces": ",".join(pool.spec.namespaces or ())}
+
+
 def orphans(allocations: list[IPAllocation], live_claim_uids: set[str]) -> list[IPAllocation]:
     """The allocations whose claim is gone (`allocations` listed before the claims)."""
     return [a for a in allocations if a.claim_uid not in live_claim_uids]

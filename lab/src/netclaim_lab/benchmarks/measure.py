@@ -5,9 +5,10 @@ Nothing here asks the agent anything; what the agent logs about itself is read b
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import functools
 import json
-import math
 import os
 import re
 import signal
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import numpy as np
+import scipy.stats
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
@@ -29,24 +32,59 @@ from lightkube.resources.resource_v1 import ResourceClaim
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+# Fewer samples than this and a quantile is no figure: with under 100, "p99" would be the largest sample.
+MIN_SAMPLES = {50: 1, 90: 10, 99: 100}
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def _quantile(values: Any, q: int, axis: int = -1) -> Any:
+    """The nearest-rank quantile: always a value that was measured (numpy's "inverted_cdf")."""
+    return np.percentile(values, q, axis=axis, method="inverted_cdf")
+
+
+def _bootstrap(samples: tuple[list[float], ...], statistic: Callable[..., Any]) -> list[float]:
+    """The 95 % percentile-bootstrap interval of `statistic` over independent `samples` (scipy's), seeded
+    so that the same samples give the same interval."""
+    found = scipy.stats.bootstrap(
+        tuple(np.asarray(s) for s in samples),
+        statistic,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        method="percentile",
+        paired=False,
+        vectorized=True,
+        rng=np.random.default_rng(0),
+    )
+    return [float(found.confidence_interval.low), float(found.confidence_interval.high)]
+
+
 def distribution(values: Iterable[float]) -> dict[str, Any]:
-    """p50/p90/p99 by nearest rank (no interpolation: every figure is a value that was measured)."""
+    """n, p50/p90/p99 by nearest rank (each a measured value), each with its 95 % bootstrap interval, and
+    the samples. A quantile with fewer samples than MIN_SAMPLES says is None: no maximum passes as p99."""
     ordered = sorted(values)
     if not ordered:
         raise ValueError("no samples: the phase measured nothing")
+    result: dict[str, Any] = {"n": len(ordered)}
+    ci: dict[str, list[float]] = {}
+    for q, needed in MIN_SAMPLES.items():
+        enough = len(ordered) >= needed
+        result[f"p{q}"] = float(_quantile(ordered, q)) if enough else None
+        if enough and len(ordered) >= 10:
+            ci[f"p{q}"] = _bootstrap((ordered,), functools.partial(_quantile, q=q))
+    return {**result, "ci95": ci, "min": ordered[0], "max": ordered[-1], "values": ordered}
 
-    def rank(p: int) -> float:
-        return ordered[max(0, math.ceil(len(ordered) * p / 100) - 1)]
 
-    return {
-        "n": len(ordered),
-        "p50": rank(50),
-        "p90": rank(90),
-        "p99": rank(99),
-        "min": ordered[0],
-        "max": ordered[-1],
-        "values": ordered,
-    }
+def ratio(numerator: list[float], denominator: list[float], q: int) -> dict[str, Any]:
+    """The q-th quantile of `numerator` over that of `denominator`, with its 95 % bootstrap interval (the
+    two resampled independently); None where either has fewer samples than the quantile needs."""
+    if min(len(numerator), len(denominator)) < MIN_SAMPLES[q]:
+        return {"value": None, "ci95": None}
+
+    def quotient(a: Any, b: Any, axis: int = -1) -> Any:
+        return _quantile(a, q, axis) / _quantile(b, q, axis)
+
+    value = float(quotient(numerator, denominator))
+    enough = min(len(numerator), len(denominator)) >= 10
+    return {"value": value, "ci95": _bootstrap((numerator, denominator), quotient) if enough else None}
 
 
 def rss_mib(pid: int) -> float:
@@ -60,6 +98,50 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of the process, all its threads (its waited-for children not included)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _memory_cgroup(pid: int) -> Path:
+    """The memory cgroup directory of the process (cgroup v1's memory controller, or v2's one tree)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return CGROUP_ROOT / "memory" / path.lstrip("/")
+        if controllers == "" and (CGROUP_ROOT / "cgroup.controllers").exists():
+            return CGROUP_ROOT / path.lstrip("/")
+    raise ValueError(f"process {pid}: no memory cgroup")
+
+
+def _kib_field(path: Path, name: str) -> float:
+    for line in path.read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            return int(line.split()[1]) / 1024
+    raise ValueError(f"{path}: no {name}")
+
+
+def container_memory(pid: int) -> dict[str, float]:
+    """MiB of the container that `pid` runs in, as its cgroup counts it (anonymous memory: what the
+    container holds that no file backs, v1 `total_rss` or v2 `anon`; and everything, cache included), and
+    the PSS of each process in it summed (shared pages split among who maps them): {"anon", "usage",
+    "pss", "rss"} (rss: `pid`'s own)."""
+    cgroup = _memory_cgroup(pid)
+    stat = dict(line.split() for line in (cgroup / "memory.stat").read_text().splitlines())
+    anon = int(stat.get("total_rss", stat.get("anon", "0")))
+    usage_file = cgroup / "memory.usage_in_bytes"  # v1
+    if not usage_file.exists():
+        usage_file = cgroup / "memory.current"
+    pss = 0.0
+    for member in (cgroup / "cgroup.procs").read_text().split():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            pss += _kib_field(Path(f"/proc/{member}/smaps_rollup"), "Pss")
+    return {
+        "anon": anon / 2**20,
+        "usage": int(usage_file.read_text()) / 2**20,
+        "pss": pss,
+        "rss": rss_mib(pid),
+    }
 
 
 @dataclass
@@ -112,6 +194,8 @@ class AgentRequest:
     name: str
     query: dict[str, list[str]]
     code: int  # the API server's answer (403: refused)
+    namespace: str = ""
+    at: float = 0.0  # when the API server answered (time.time())
 
     def wide(self) -> str | None:
         """Why this read grows with the cluster rather than with the agent's own node (None: it does not).
@@ -164,8 +248,51 @@ def agent_requests(audit_log: Path, offset: int = 0) -> list[AgentRequest]:
                 name=ref.get("name", ""),
                 query=urllib.parse.parse_qs(uri.query),
                 code=int((entry.get("responseStatus") or {}).get("code", 0)),
+                namespace=ref.get("namespace", ""),
+                at=_audit_time(entry),
             )
     return list(found.values())
+
+
+def _audit_time(entry: dict[str, Any]) -> float:
+    stamp = entry.get("stageTimestamp") or entry.get("requestReceivedTimestamp")
+    return datetime.datetime.fromisoformat(stamp).timestamp() if stamp else 0.0
+
+
+@dataclass(frozen=True)
+class PodRequests:
+    """The agent's requests about one pod: on its claims (the claim and its status) and on the pod itself
+    (its annotation, its Events), those answered by the time the pod was Ready, and all of them."""
+
+    start: int
+    lifecycle: int
+
+
+def requests_per_pod(
+    requests: list[AgentRequest], namespace: str, claims: dict[str, set[str]], ready: dict[str, float]
+) -> tuple[dict[str, PodRequests], int]:
+    """Per pod of `claims` ({pod: its claims' names}), the agent requests about it (PodRequests); and how
+    many other agent requests there were (the agent's own upkeep, another pod's: never hidden)."""
+    owner = {claim: pod for pod, names in claims.items() for claim in names}
+    start: dict[str, int] = dict.fromkeys(claims, 0)
+    total: dict[str, int] = dict.fromkeys(claims, 0)
+    others = 0
+    for request in requests:
+        kind = request.resource.split("/")[0]
+        pod = None
+        if request.namespace == namespace and kind == "resourceclaims":
+            pod = owner.get(request.name)
+        elif request.namespace == namespace and kind == "pods" and request.name in claims:
+            pod = request.name
+        elif request.namespace == namespace and kind == "events":
+            pod = next((p for p in claims if request.name.startswith(f"{p}.")), None)
+        if pod is None:
+            others += 1
+            continue
+        total[pod] += 1
+        if request.at <= ready.get(pod, 0.0):
+            start[pod] += 1
+    return {pod: PodRequests(start[pod], total[pod]) for pod in claims}, others
 
 
 _SANDBOX = re.compile(
@@ -219,6 +346,7 @@ class ReadyWatch:
     pod_bound: dict[str, float] = field(default_factory=dict)
     pod_uid: dict[str, str] = field(default_factory=dict)
     claim_ready: dict[str, float] = field(default_factory=dict)  # by the owning pod's name
+    pod_claims: dict[str, set[str]] = field(default_factory=dict)  # pod name → its claims' names
     _threads: list[threading.Thread] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -264,7 +392,10 @@ class ReadyWatch:
 
     def _claim_event(self, claim: ResourceClaim) -> None:
         pod = _owning_pod(claim)
-        if pod is None or pod in self.claim_ready:
+        if pod is None:
+            return
+        self.pod_claims.setdefault(pod, set()).add(str(claim.metadata.name if claim.metadata else ""))
+        if pod in self.claim_ready:
             return
         devices = (claim.status.devices if claim.status else None) or []
         if devices and all(

@@ -1,20 +1,28 @@
-"""`make bench`: what netclaim costs, measured on its own local cluster against a floor from the same run.
+"""`make bench`: what netclaim costs, measured on its own local cluster against floors from the same run.
 
-Phases (each figure says where it was observed: containerd's log, the API server, /proc, the agent's log):
-  idle     the agents' RSS and CPU over 60 quiet seconds (/proc)
+Three floors: the raw CNI exec of the same config (raw_cni.py), pods with no claim, and pods with a claim
+of Kubernetes' example DRA driver (example_driver.py: what DRA itself costs). netclaim's NRI hook is timed
+from outside by two clock-only NRI plugins around it (stopwatch.py), the API requests it makes per pod
+counted in the API server's audit log, its memory read from its container's cgroup and /proc.
+
+Phases (each figure says where it was observed):
+  idle     the agents' RSS, container memory (cgroup anon, PSS) and CPU over quiet seconds (/proc, cgroup)
   floor    the raw CNI exec of the benchmark's config lists, 1 and 4 per pod (raw_cni.py)
-  serial   pods one at a time on node-1: without a claim, with 1 NIC, with 4 NICs; RunPodSandbox as
-           containerd logged it, attach and Node(Un)PrepareResources as the agent logged them
-  burst    30 pods at once, without and with a claim, 3 rounds each; create → Ready (and claim Ready) as
-           the API server's watch delivered it; the node-1 agent's peak RSS (/proc)
-  fullnode 110 pods with one NIC each on node-1 at once: time to all Ready, agent RSS and CPU (/proc)
+  serial   pods one at a time on node-1, arms interleaved: no claim, an example-driver GPU, 1 NIC, 4 NICs;
+           RunPodSandbox (containerd's log), the hook (stopwatch), create → pod Ready and → claim Ready
+           (API watch), the agent's requests per pod (audit log); the agent's own log, labelled so
+  burst    pods at once, rounds of each arm (no claim, GPU, NIC): create → pod Ready, → claim Ready, the
+           ratios with 95 % bootstrap intervals; the hook under contention (stopwatch)
+  fullnode 110 pods with one NIC each on node-1 at once: time to all Ready; the agent's container memory
+           filled and emptied
   publish  1,024 devices from agent start to the last slice write; one NIC added → slice write (audit log)
   memory   what each library adds to a Python process in the agent's container (crictl exec)
   profile  py-spy on the agent from outside, pods one at a time and a burst (apart from the timed phases)
 
-Writes bench/report.json, then docs/benchmarks.md and its plots (report.py); the last line is
-the BENCH line. `--quick` runs every phase small (make test). NETCLAIM_KEEP_CLUSTER=1 keeps the cluster
-(and a running one is reused).
+Writes bench/report.json (every sample kept), then docs/benchmarks.md and its plots (report.py); the last
+line is the BENCH line. `--quick` runs every phase small (make test): its figures mean nothing, and those
+that need more samples than it takes read "na". NETCLAIM_KEEP_CLUSTER=1 keeps the cluster (and a running
+one is reused).
 """
 
 from __future__ import annotations
@@ -40,8 +48,8 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from netclaim_lab import agents, cluster, processes
-from netclaim_lab.benchmarks import measure, report
+from netclaim_lab import agents, cluster, example_driver, processes
+from netclaim_lab.benchmarks import measure, report, stopwatch
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.layout import REPO_ROOT
 
@@ -49,13 +57,16 @@ HERE = Path(__file__).resolve().parent
 NODE = "node-1"
 NAMESPACE = "bench"
 NICS = ["enp0s10", "enp0s11", "enp0s12", "enp0s13"]
+EXAMPLE_GPUS = 64  # per node: more than a burst or a serial batch holds at once
 
 
 @dataclasses.dataclass(frozen=True)
 class Sizes:
-    serial_pods: int = 30  # of each kind: without a claim, 1 NIC, 4 NICs
+    serial_pods: int = 100  # of each arm but 4 NICs: no claim, an example-driver GPU, 1 NIC
+    serial_four_pods: int = 30  # with 4 NICs
+    serial_batch: int = 10  # rounds between clearing the pods
     burst_pods: int = 30
-    burst_rounds: int = 3
+    burst_rounds: int = 4  # of each arm: 120 pods
     full_node_pods: int = 110
     raw_runs: int = 40
     publish_runs: int = 3
@@ -69,6 +80,8 @@ FULL = Sizes()
 # make test's run of the whole suite: every phase and the report, in a few minutes, figures meaningless
 QUICK = Sizes(
     serial_pods=3,
+    serial_four_pods=2,
+    serial_batch=3,
     burst_pods=5,
     burst_rounds=1,
     full_node_pods=10,
@@ -270,6 +283,7 @@ def idle(handle: ClusterHandle, sizes: Sizes) -> dict[str, Any]:
     return {
         node: {
             "rss_mib": max(s[1] for s in sampler.samples),
+            "container_mib": measure.container_memory(sampler.pid),
             "cpu_mcores": sampler.millicores(),
             "seconds": sampler.samples[-1][0] - sampler.samples[0][0],
             "rss_series": [[round(t - sampler.samples[0][0], 1), r] for t, r, _ in sampler.samples],
@@ -301,41 +315,95 @@ def floor(handle: ClusterHandle, sizes: Sizes) -> dict[str, Any]:
     }
 
 
-def serial(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
-    start_phase(
-        f"serial: {sizes.serial_pods} pods each without a claim, with 1 NIC, with 4 NICs, one at a time"
+# The pod-start arms: no claim; a claim of Kubernetes' example DRA driver (one fake GPU); netclaim claims.
+SERIAL_ARMS = {"none": None, "dra": "gpu", "one": "one", "four": "four"}
+NETCLAIM_ARMS = ("one", "four")
+
+
+def _serial_pod(kube: Client, watch: measure.ReadyWatch, name: str, arm: str) -> float:
+    """Create the pod on NODE and wait until it is Ready (and its netclaim claim too); when it was created."""
+    created = time.time()
+    kube.create(_typed_pod(pod(name, SERIAL_ARMS[arm], NODE)))
+    wait_for(
+        lambda: name in watch.pod_ready and (arm not in NETCLAIM_ARMS or name in watch.claim_ready),
+        120,
+        f"{name} Ready",
     )
-    _apply(handle, UNSHAPED_CLASS, template("one", 1, shaped=False), template("four", 4, shaped=False))
+    return created
+
+
+def serial(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: Path) -> dict[str, Any]:
+    """Pods one at a time on NODE, the arms interleaved so that drift hits each alike; cleared every
+    `serial_batch` rounds. Per pod: RunPodSandbox (containerd's log), netclaim's NRI hook (the stopwatch
+    plugins, also for the pods it has nothing to do for), create → pod Ready and → claim Ready (API watch),
+    the agent's API requests about it (audit log); the agent's own log lines, labelled so."""
+    start_phase(
+        f"serial: {sizes.serial_pods} pods each without a claim, with an example-driver GPU, with 1 NIC, "
+        f"and {sizes.serial_four_pods} with 4 NICs, one at a time"
+    )
+    _apply(
+        handle,
+        UNSHAPED_CLASS,
+        template("one", 1, shaped=False),
+        template("four", 4, shaped=False),
+        example_driver.claim_template("gpu", NAMESPACE),
+    )
     log_offset = len(agents.agent_log(handle, NODE))
     containerd_offset = _containerd_log(handle, NODE).stat().st_size
-    kinds = {"none": None, "one": "one", "four": "four"}
-    names: dict[str, list[str]] = {k: [] for k in kinds}
+    audit_offset = handle.layout.audit_log.stat().st_size
+    names: dict[str, list[str]] = {arm: [] for arm in SERIAL_ARMS}
+    created: dict[str, float] = {}
     with measure.ReadyWatch(kube, NAMESPACE) as watch:
         for index in range(sizes.serial_pods):
-            for kind, claim_template in kinds.items():  # interleaved: drift hits every kind alike
-                name = f"serial-{kind}-{index}"
-                kube.create(_typed_pod(pod(name, claim_template, NODE)))
-                wait_for(
-                    functools.partial(_ready, watch, name, claim_template is not None), 120, f"{name} Ready"
-                )
-                names[kind].append(name)
-            _clear_pods(kube)  # 4 NICs x 32 attachments cannot hold 30 x 5 interfaces at once
-    uids = {n: watch.pod_uid[n] for kind in names for n in names[kind]}
-    claims = len(names["one"]) + len(names["four"])
+            for arm in SERIAL_ARMS:
+                if arm == "four" and index >= sizes.serial_four_pods:
+                    continue
+                name = f"serial-{arm}-{index}"
+                created[name] = _serial_pod(kube, watch, name, arm)
+                names[arm].append(name)
+            if (index + 1) % sizes.serial_batch == 0 or index + 1 == sizes.serial_pods:
+                _clear_pods(kube)
+    claims = sum(len(watch.pod_claims.get(n, ())) for arm in NETCLAIM_ARMS for n in names[arm])
     wait_for(  # kubelet unprepares after the pod object is gone
         lambda: len(_agent_log_values(handle, NODE, log_offset, "unprepared", "ms")) >= claims,
         120,
         f"{claims} claims unprepared",
     )
+    uids = {n: watch.pod_uid[n] for arm in names for n in names[arm]}
     sandbox = measure.run_pod_sandbox_ms(_containerd_log(handle, NODE), containerd_offset, set(uids.values()))
-    per_kind = {kind: [sandbox[uids[n]] for n in names[kind] if uids[n] in sandbox] for kind in kinds}
-    base = measure.distribution(per_kind["none"])["p50"]
-    attach = _agent_log_values(handle, NODE, log_offset, "attached", "ms", "serial-one-")
+    hook = stopwatch.hook_seconds(stopwatch_out, set(uids.values()))
+
+    def per_arm(values: dict[str, float], scale: float = 1.0) -> dict[str, Any]:
+        return {
+            arm: measure.distribution(values[uids[n]] * scale for n in arm_names if uids[n] in values)
+            for arm, arm_names in names.items()
+        }
+
+    time.sleep(2)  # the audit log's last lines
+    requests = [r for r in measure.agent_requests(handle.layout.audit_log, audit_offset) if r.node == NODE]
+    one = {n: watch.pod_claims.get(n, set()) for n in names["one"]}
+    done = {n: max(watch.pod_ready[n], watch.claim_ready[n]) for n in names["one"]}
+    per_pod, others = measure.requests_per_pod(requests, NAMESPACE, one, done)
     return {
-        "run_pod_sandbox": {kind: measure.distribution(v) for kind, v in per_kind.items()},
-        "added_by_netclaim_1": measure.distribution([v - base for v in per_kind["one"]]),
-        "added_by_netclaim_4": measure.distribution([v - base for v in per_kind["four"]]),
-        "attach_agent_log": measure.distribution(attach),
+        "run_pod_sandbox_ms": per_arm(sandbox),
+        "hook_ext_ms": per_arm(hook, 1000),
+        "pod_ready_s": {
+            arm: measure.distribution(watch.pod_ready[n] - created[n] for n in arm_names)
+            for arm, arm_names in names.items()
+        },
+        "claim_ready_s": {
+            arm: measure.distribution(watch.claim_ready[n] - created[n] for n in names[arm])
+            for arm in NETCLAIM_ARMS
+        },
+        "api_requests_one_nic": {
+            "start": measure.distribution(r.start for r in per_pod.values()),
+            "lifecycle": measure.distribution(r.lifecycle for r in per_pod.values()),
+            "by_kind": _request_kinds(requests, NAMESPACE),
+            "others": others,
+        },
+        "attach_agent_log": measure.distribution(
+            _agent_log_values(handle, NODE, log_offset, "attached", "ms", "serial-one-")
+        ),
         "cni_add_agent_log": measure.distribution(
             _agent_log_values(handle, NODE, log_offset, "attached", "cni_ms", "serial-one-")
         ),
@@ -345,30 +413,43 @@ def serial(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
         "unprepare_agent_log": measure.distribution(
             _agent_log_values(handle, NODE, log_offset, "unprepared", "ms")
         ),
-        "pods": {kind: len(v) for kind, v in names.items()},
+        "pods": {arm: len(v) for arm, v in names.items()},
     }
+
+
+def _request_kinds(requests: list[measure.AgentRequest], namespace: str) -> dict[str, int]:
+    """The agent's requests in the bench namespace by verb and resource ("get resourceclaims": n)."""
+    kinds: dict[str, int] = {}
+    for request in requests:
+        if request.namespace == namespace:
+            key = f"{request.verb} {request.resource}"
+            kinds[key] = kinds.get(key, 0) + 1
+    return dict(sorted(kinds.items()))
 
 
 PHASES = ("create → bound", "bound → RunPodSandbox", "RunPodSandbox", "sandbox → Ready")
 
 
+BURST_ARMS = {"none": None, "dra": "gpu", "netclaim": "shaped"}
+
+
 @dataclasses.dataclass
 class BurstRound:
-    seconds: list[float]  # each pod's create → Ready (and claim Ready)
-    phases: dict[str, list[float]]  # the same, split into PHASES
+    pod_ready: list[float]  # each pod's create → pod Ready
+    claim_ready: list[float]  # each pod's create → its netclaim claim Ready (netclaim's arm only)
+    phases: dict[str, list[float]]  # create → pod Ready, split into PHASES
+    uids: set[str]
     cpu: measure.CpuSplit  # the machine's CPU from the first create to the last pod Ready
     agent: measure.ProcessSampler  # node-1's agent over the same window
 
 
-def _burst_round(
-    handle: ClusterHandle, kube: Client, pods: int, label: str, claim_template: str | None
-) -> BurstRound:
+def _burst_round(handle: ClusterHandle, kube: Client, pods: int, label: str, arm: str) -> BurstRound:
     """`pods` pods created at once. PHASES: bound by the scheduler (API watch), kubelet's work until it
     asks containerd for the sandbox (claims prepared), RunPodSandbox (NRI hooks included: containerd runs
     them one at a time per node), and the containers' start until Ready."""
     measure.wait_quiet()  # the round before is torn down
-    manifests = [pod(f"burst-{label}-{i}", claim_template, None) for i in range(pods)]
-    with_claim = claim_template is not None
+    manifests = [pod(f"burst-{label}-{i}", BURST_ARMS[arm], None) for i in range(pods)]
+    ours = arm == "netclaim"
     offsets = {n: _containerd_log(handle, n).stat().st_size for n in ("node-1", "node-2")}
     with (
         measure.ReadyWatch(kube, NAMESPACE) as watch,  # open before the window below starts
@@ -376,8 +457,7 @@ def _burst_round(
         measure.CpuSplit() as cpu,
     ):
         created = _create_timed(kube, manifests)
-        wait_for(lambda: all(watch.ready_at(n, with_claim) for n in created), 300, f"{pods} pods Ready")
-    ready = {n: watch.ready_at(n, with_claim) or 0.0 for n in created}
+        wait_for(lambda: all(watch.ready_at(n, ours) for n in created), 300, f"{pods} pods Ready")
     sandboxes: dict[str, tuple[float, float]] = {}
     for node, offset in offsets.items():
         sandboxes |= measure.run_pod_sandbox(
@@ -388,31 +468,50 @@ def _burst_round(
         span = sandboxes.get(watch.pod_uid.get(name, ""))
         if span is None or name not in watch.pod_bound:
             continue
-        marks = [start, watch.pod_bound[name], span[0], span[1], ready[name]]
+        marks = [start, watch.pod_bound[name], span[0], span[1], watch.pod_ready[name]]
         for phase, (a, b) in zip(PHASES, itertools.pairwise(marks), strict=True):
             phases[phase].append(b - a)
     _clear_pods(kube)
-    return BurstRound([ready[n] - created[n] for n in created], phases, cpu, agent)
-
-
-def burst(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
-    start_phase(
-        f"burst: {sizes.burst_pods} pods at once, {sizes.burst_rounds} rounds without and with a claim"
+    return BurstRound(
+        pod_ready=[watch.pod_ready[n] - created[n] for n in created],
+        claim_ready=[watch.claim_ready[n] - created[n] for n in created] if ours else [],
+        phases=phases,
+        uids={watch.pod_uid[n] for n in created if n in watch.pod_uid},
+        cpu=cpu,
+        agent=agent,
     )
-    _apply(handle, template("shaped", 1, shaped=True))
-    rounds: dict[str, list[BurstRound]] = {"without": [], "with": []}
+
+
+def burst(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list[Path]) -> dict[str, Any]:
+    """Rounds of pods created at once, spread by the scheduler over both nodes, the arms in turn:
+    no claim, an example-driver GPU, a shaped netclaim NIC. Pod Ready is what a user waits for; the
+    claim's Ready (netclaim's status write) is reported apart."""
+    start_phase(
+        f"burst: {sizes.burst_pods} pods at once, {sizes.burst_rounds} rounds of each arm "
+        f"({', '.join(BURST_ARMS)})"
+    )
+    _apply(handle, template("shaped", 1, shaped=True), example_driver.claim_template("gpu", NAMESPACE))
+    rounds: dict[str, list[BurstRound]] = {arm: [] for arm in BURST_ARMS}
     for round_number in range(sizes.burst_rounds):
-        rounds["without"].append(_burst_round(handle, kube, sizes.burst_pods, f"plain{round_number}", None))
-        rounds["with"].append(_burst_round(handle, kube, sizes.burst_pods, f"claim{round_number}", "shaped"))
-    plain = measure.distribution(s for r in rounds["without"] for s in r.seconds)
-    claimed = measure.distribution(s for r in rounds["with"] for s in r.seconds)
-    first = rounds["with"][0].agent.samples
+        for arm in BURST_ARMS:
+            label = f"{arm}{round_number}"
+            rounds[arm].append(_burst_round(handle, kube, sizes.burst_pods, label, arm))
+    ready = {arm: [s for r in runs for s in r.pod_ready] for arm, runs in rounds.items()}
+    hooks: dict[str, float] = {}
+    for path in stopwatch_out:
+        hooks |= stopwatch.hook_seconds(path, {u for r in rounds["netclaim"] for u in r.uids})
+    first = rounds["netclaim"][0].agent.samples
     return {
-        "without_claim_s": plain,
-        "with_claim_s": claimed,
-        "ratio_p50": claimed["p50"] / plain["p50"],
-        "ratio_p99": claimed["p99"] / plain["p99"],
-        "peak_rss_mib": max(r.agent.peak_rss() for r in rounds["with"]),
+        "pod_ready_s": {arm: measure.distribution(v) for arm, v in ready.items()},
+        "claim_ready_s": measure.distribution(s for r in rounds["netclaim"] for s in r.claim_ready),
+        "hook_ext_ms": measure.distribution(v * 1000 for v in hooks.values()),
+        "ratios": {
+            f"p{q}_vs_{base}": measure.ratio(ready["netclaim"], ready[base], q)
+            for base in ("dra", "none")
+            for q in (50, 90, 99)
+        },
+        "dra_vs_none": {f"p{q}": measure.ratio(ready["dra"], ready["none"], q) for q in (50, 99)},
+        "peak_rss_mib": max(r.agent.peak_rss() for r in rounds["netclaim"]),
         "rss_series": [[round(t - first[0][0], 2), rss] for t, rss, _ in first],
         # the first round of each: where the machine's CPU went between the first create and the last Ready
         "machine_cpu_s": {
@@ -444,14 +543,16 @@ def full_node(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, An
         )
         all_ready = max(watch.ready_at(n, True) or 0.0 for n in created) - started
         ready_series = sorted((watch.ready_at(n, True) or 0.0) - started for n in created)
-    rss_end = measure.rss_mib(_agent_pid(handle, NODE))
+    filled = measure.container_memory(_agent_pid(handle, NODE))
     cpu = sampler.millicores()
     _clear_pods(kube, timeout=900)
+    time.sleep(sizes.settle_seconds)  # kubelet unprepares once the pods are gone
     return {
         "pods": sizes.full_node_pods,
         "all_ready_s": all_ready,
         "ready_series_s": ready_series,
-        "agent_rss_end_mib": rss_end,
+        "agent_filled_mib": filled,  # the agent's container with every pod Ready
+        "agent_emptied_mib": measure.container_memory(_agent_pid(handle, NODE)),  # and once they are gone
         "agent_peak_rss_mib": sampler.peak_rss(),
         "agent_cpu_mcores_during": cpu,
         "rss_series": [[round(t - sampler.samples[0][0], 1), r] for t, r, _ in sampler.samples],
@@ -578,7 +679,7 @@ def profile(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]
                     wait_for(functools.partial(_ready, watch, name, True), 120, f"{name} Ready")
             _clear_pods(kube)
         with measure.Profile(_agent_pid(handle, NODE), burst_stacks):
-            _burst_round(handle, kube, sizes.burst_pods, "profiled", "shaped")
+            _burst_round(handle, kube, sizes.burst_pods, "profiled", "netclaim")
         return {
             "attach": measure.busy_profile(serial_stacks, "Attacher.attach"),
             "prepare": measure.busy_profile(serial_stacks, "Preparer.prepare"),
@@ -587,19 +688,24 @@ def profile(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]
 
 
 # --- the run -----------------------------------------------------------------------------------------
+def _figure(value: float | None, form: str) -> str:
+    return "na" if value is None else format(value, form)
+
+
 def bench_line(result: dict[str, Any]) -> str:
-    serial_, burst_ = result["serial"], result["burst"]
-    attach_ratio = serial_["attach_agent_log"]["p50"] / result["floor"]["add_1"]["p50"]
+    """The run in one line, keys in the order the goals name them; "na" where the run had too few samples
+    for the figure (make test's quick run)."""
+    serial_, burst_, floor_ = result["serial"], result["burst"], result["floor"]
+    hook, raw = serial_["hook_ext_ms"]["one"]["p50"], floor_["add_1"]["p50"]
+    ratios = burst_["ratios"]
     fields = {
-        "attach_ratio": f"{attach_ratio:.2f}",
-        "attach4_p99_ms": f"{serial_['added_by_netclaim_4']['p99']:.0f}",
-        "prepare_p99_ms": f"{serial_['prepare_agent_log']['p99']:.1f}",
-        "podstart_p50_ratio": f"{burst_['ratio_p50']:.2f}",
-        "podstart_p99_ratio": f"{burst_['ratio_p99']:.2f}",
-        "rss_idle_mib": f"{result['idle'][NODE]['rss_mib']:.1f}",
-        "cpu_idle_mcores": f"{result['idle'][NODE]['cpu_mcores']:.1f}",
-        "publish1024_s": f"{result['publish']['start_to_1024_s']['p50']:.2f}",
-        "fullnode_s": f"{result['fullnode']['all_ready_s']:.1f}",
+        "attach_ext_ratio": _figure(hook / raw, ".2f"),
+        "podstart_p50_vs_dra": _figure(ratios["p50_vs_dra"]["value"], ".2f"),
+        "podstart_p99_vs_dra": _figure(ratios["p99_vs_dra"]["value"], ".2f"),
+        "podstart_p50_vs_none": _figure(ratios["p50_vs_none"]["value"], ".2f"),
+        "api_requests_per_pod": _figure(serial_["api_requests_one_nic"]["start"]["p50"], ".0f"),
+        "agent_mem_active_mib": _figure(result["fullnode"]["agent_filled_mib"]["anon"], ".1f"),
+        "agent_rss_idle_mib": _figure(result["idle"][NODE]["rss_mib"], ".1f"),
     }
     return "BENCH " + " ".join(f"{k}={v}" for k, v in fields.items())
 
@@ -616,6 +722,7 @@ def main(argv: list[str]) -> int:
     try:
         agents.deploy(handle, HERE / "policy.yaml")  # deploy/ as it is, with the benchmarks' tenant range
         agents.wait_ready(handle, ["node-1", "node-2"], timeout=180)
+        example_driver.install(handle, devices_per_node=EXAMPLE_GPUS)
         with Client(KubeConfig.from_file(handle.kubeconfig), field_manager="netclaim-bench") as kube:
             try:
                 kube.create(Namespace(metadata={"name": NAMESPACE}))  # type: ignore[arg-type]
@@ -629,8 +736,13 @@ def main(argv: list[str]) -> int:
             result["sizes"] = dataclasses.asdict(sizes)
             result["idle"] = idle(handle, sizes)
             result["floor"] = floor(handle, sizes)
-            result["serial"] = serial(handle, kube, sizes)
-            result["burst"] = burst(handle, kube, sizes)
+            with tempfile.TemporaryDirectory() as work, contextlib.ExitStack() as stopwatches:
+                clocks = [
+                    stopwatches.enter_context(stopwatch.running(handle, node, Path(work)))
+                    for node in ("node-1", "node-2")
+                ]
+                result["serial"] = serial(handle, kube, sizes, clocks[0])
+                result["burst"] = burst(handle, kube, sizes, clocks)
             result["fullnode"] = full_node(handle, kube, sizes)
             result["publish"] = publish(handle, kube, sizes)
             result["memory"] = memory(handle)
