@@ -244,6 +244,21 @@ def test_the_report_the_plots_and_readmes_table_come_from_one_result(tmp_path: P
     assert (tmp_path / report.PLOTS / "rss.svg").read_bytes() == first_svg
 
 
+def test_a_kept_baseline_is_compared_figure_by_figure(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "README.md").write_text(f"{report.README_BEGIN}\n{report.README_END}\n")
+    before, after = sample_result(), sample_result()
+    before["commit"] = "abc1234"
+    before["bench_line"] = before["bench_line"].replace("agent_rss_idle_mib=70", "agent_rss_idle_mib=80")
+    (tmp_path / report.BASELINE).write_text(json.dumps(before))
+    report.render(after, tmp_path)
+    text = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert "at commit abc1234" in text
+    assert "| agent idle RSS (MiB) | 80 | 70 | -12 % |" in text
+    assert "| netclaim's NRI hook from outside ÷ raw plugin exec, one NIC, p50 | 1.33 | 1.33 | +0 % |" in text
+
+
 def test_a_readme_without_the_table_markers_is_an_error_not_a_silent_skip(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "README.md").write_text("# x\n")

@@ -164,11 +164,77 @@ def _goal_rows(values: dict[str, float | None]) -> list[str]:
     return rows
 
 
+BASELINE = "bench/baseline.json"  # a report.json kept from the run before a change of the pod path
+
+
+def _change(before: float | None, after: float | None) -> str:
+    if before is None or after is None or before == 0:
+        return ""
+    return f"{(after - before) / before * 100:+.0f} %"
+
+
+def _baseline_rows(result: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
+    """The goals' figures and the quantities behind them, this run against the baseline's."""
+    now, then = bench_values(result["bench_line"]), bench_values(baseline["bench_line"])
+    rows = [
+        f"| {what} | {'—' if then[key] is None else f'{then[key]:g}'} | "
+        f"{'—' if now[key] is None else f'{now[key]:g}'} | {_change(then[key], now[key])} |"
+        for key, what, _ in TARGETS
+    ]
+
+    def quantity(what: str, path: tuple[str, ...]) -> str:
+        def read(report: dict[str, Any]) -> float | None:
+            value: Any = report
+            for part in path:
+                value = value.get(part) if isinstance(value, dict) else None
+            return float(value) if isinstance(value, int | float) else None
+
+        before, after = read(baseline), read(result)
+        shown = ["—" if v is None else f"{v:.3g}" for v in (before, after)]
+        return f"| {what} | {shown[0]} | {shown[1]} | {_change(before, after)} |"
+
+    rows += [
+        quantity(f"pod Ready p50, burst, {name} (s)", ("burst", "pod_ready_s", arm, "p50"))
+        for arm, name in BURST_ARM_NAMES.items()
+    ]
+    rows += [
+        quantity("claim Ready p50, burst, netclaim NIC claim (s)", ("burst", "claim_ready_s", "p50")),
+        quantity(
+            "netclaim's hook from outside p50, one pod at a time (ms)",
+            ("serial", "hook_ext_ms", "one", "p50"),
+        ),
+        quantity(
+            "agent API requests per pod lifecycle, one NIC, p50",
+            ("serial", "api_requests_one_nic", "lifecycle", "p50"),
+        ),
+        quantity("agent peak RSS during the bursts (MiB)", ("burst", "peak_rss_mib")),
+        quantity("agent container anonymous memory, idle (MiB)", ("idle", "node-1", "container_mib", "anon")),
+    ]
+    return rows
+
+
+def baseline_section(result: dict[str, Any], baseline: dict[str, Any] | None) -> list[str]:
+    if baseline is None:
+        return []
+    commit = baseline.get("commit", "?")
+    return [
+        "## Against the baseline",
+        "",
+        f"`{BASELINE}`: the same `make bench` on {baseline['when']} at commit {commit}, before the changes "
+        "of the pod path it is kept for (docs/benchmarks.md's history says which). Same machine, same sizes.",
+        "",
+        "| figure | baseline | this run | change |",
+        "|---|---|---|---|",
+        *_baseline_rows(result, baseline),
+        "",
+    ]
+
+
 def _memory_row(what: str, m: dict[str, float]) -> str:
     return f"| {what} | {m['anon']:.1f} | {m['pss']:.1f} | {m['rss']:.1f} | {m['usage']:.1f} |"
 
 
-def markdown(result: dict[str, Any]) -> str:
+def markdown(result: dict[str, Any], baseline: dict[str, Any] | None = None) -> str:
     values = bench_values(result["bench_line"])
     serial, floor, burst, idle, full, publish, sizes = (
         result[k] for k in ("serial", "floor", "burst", "idle", "fullnode", "publish", "sizes")
@@ -199,6 +265,7 @@ def markdown(result: dict[str, Any]) -> str:
         result["bench_line"],
         "```",
         "",
+        *baseline_section(result, baseline),
         "## Pod start as users feel it",
         "",
         f"{sizes['burst_rounds']} rounds of {sizes['burst_pods']} pods created at once for each arm in "
@@ -497,7 +564,9 @@ def _write_readme_section(root: Path, begin: str, end: str, section: str) -> Non
 def render(result: dict[str, Any], root: Path = REPO_ROOT) -> None:
     _write_readme_section(root, README_BEGIN, README_END, readme_table(result))
     _plots(result, root / PLOTS)
-    (root / "docs" / "benchmarks.md").write_text(markdown(result))
+    kept = root / BASELINE
+    baseline = json.loads(kept.read_text()) if kept.is_file() else None
+    (root / "docs" / "benchmarks.md").write_text(markdown(result, baseline))
 
 
 SCALE_BEGIN = "<!-- scale:begin (make bench-scale writes this table from bench/scale.json) -->"

@@ -733,6 +733,9 @@ def main(argv: list[str]) -> int:
             result: dict[str, Any] = {
                 "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
             }
+            result["commit"] = processes.run(
+                ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"]
+            ).strip()
             result["sizes"] = dataclasses.asdict(sizes)
             result["idle"] = idle(handle, sizes)
             result["floor"] = floor(handle, sizes)
