@@ -25,6 +25,13 @@ def test_percentiles_are_measured_values_by_nearest_rank_with_their_bootstrap_in
         measure.distribution([])
 
 
+def test_counts_have_quantiles_and_intervals_too() -> None:
+    """make bench died at the end of its serial phase: the requests per pod are ints, which scipy's
+    bootstrap refused ("`p` must have real floating dtype")."""
+    found = measure.distribution([3, 3, 4, 3, 5, 3, 3, 4, 3, 3, 3])
+    assert found["p50"] == 3.0 and found["ci95"]["p50"] == [3.0, 4.0]  # 3 of 11 samples are above 3
+
+
 def test_a_quantile_needs_its_samples_no_maximum_passes_as_p99() -> None:
     d = measure.distribution([float(v) for v in range(1, 11)])
     assert (d["p50"], d["p90"], d["p99"]) == (5, 9, None)

@@ -60,7 +60,7 @@ def _bootstrap(samples: tuple[list[float], ...], statistic: Callable[..., Any]) 
 def distribution(values: Iterable[float]) -> dict[str, Any]:
     """n, p50/p90/p99 by nearest rank (each a measured value), each with its 95 % bootstrap interval, and
     the samples. A quantile with fewer samples than MIN_SAMPLES says is None: no maximum passes as p99."""
-    ordered = sorted(values)
+    ordered = sorted(float(v) for v in values)  # counts too: scipy's quantiles take floats only
     if not ordered:
         raise ValueError("no samples: the phase measured nothing")
     result: dict[str, Any] = {"n": len(ordered)}
