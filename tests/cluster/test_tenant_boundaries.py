@@ -104,6 +104,19 @@ def _published_capacity(cluster: ClusterHandle, pool: str) -> int | None:
     return None
 
 
+def _restricted_pool(
+    cluster: ClusterHandle, pool_objects: list[dict[str, Any]], pool: str, subnet: str, namespace: str
+) -> None:
+    """A pool of 6 addresses serving `namespace` only, with its DeviceClass, once published."""
+    _create(
+        cluster,
+        pool_objects,
+        ip_pool(pool, {"subnet": subnet}, namespaces=[namespace]),
+        pool_device_class(pool),
+    )
+    wait_for(lambda: _published_capacity(cluster, pool) == 6, 60, "the restricted pool published")
+
+
 def _restart_apiserver(cluster: ClusterHandle) -> None:
     processes.stop(cluster.layout.pids, "kube-apiserver")
     processes.start_recorded(cluster.layout.pids, "kube-apiserver")
@@ -119,13 +132,7 @@ def test_the_pool_policy_outlives_an_apiserver_restart(
     referenced by paramKind", for the 20 minutes CI went on; kubernetes#122658). Its parameters are now
     ConfigMaps the controller keeps."""
     pool = "only-a-restart"
-    _create(
-        cluster,
-        pool_objects,
-        ip_pool(pool, {"subnet": "10.62.1.0/29"}, namespaces=[team_a]),
-        pool_device_class(pool),
-    )
-    wait_for(lambda: _published_capacity(cluster, pool) == 6, 60, "the restricted pool published")
+    _restricted_pool(cluster, pool_objects, pool, "10.62.1.0/29", team_a)
     _restart_apiserver(cluster)
     refusals: list[str] = []
 
@@ -155,13 +162,7 @@ def test_a_restricted_pool_refuses_other_namespaces_beforeip_allocation(
     cluster: ClusterHandle, kube: Client, ns: str, team_a: str, pool_objects: list[dict[str, Any]]
 ) -> None:
     pool = "only-a"
-    _create(
-        cluster,
-        pool_objects,
-        ip_pool(pool, {"subnet": "10.62.0.0/29"}, namespaces=[team_a]),
-        pool_device_class(pool),
-    )
-    wait_for(lambda: _published_capacity(cluster, pool) == 6, 60, "the restricted pool published")
+    _restricted_pool(cluster, pool_objects, pool, "10.62.0.0/29", team_a)
     # another namespace, through the pool's class: refused when written
     with pytest.raises(subprocess.CalledProcessError) as refused:
         apply(cluster, ns, _through_class(pool_template("t", pool), f"netclaim-pool-{pool}"))

@@ -48,6 +48,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceSlice
 
+from netclaim.errors import TransientError
 from netclaim_lab import agents, cluster, example_driver, processes
 from netclaim_lab.benchmarks import measure, report, stopwatch
 from netclaim_lab.cluster import ClusterHandle
@@ -213,11 +214,10 @@ def _apply(handle: ClusterHandle, *objects: dict[str, Any]) -> None:
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench: {what} did not happen within {timeout:.0f} s")
-        time.sleep(0.5)
+    try:
+        processes.wait_until(predicate, timeout, what)
+    except TransientError as err:
+        raise SystemExit(f"bench: {err}") from None
 
 
 def _clear_pods(kube: Client, timeout: float = 300) -> None:
