@@ -34,6 +34,7 @@ import yaml
 from lightkube import Client, KubeConfig
 from lightkube.resources.core_v1 import Pod
 
+from netclaim.errors import PrerequisiteError
 from netclaim_lab import agents, binaries
 from netclaim_lab import cluster as local_cluster
 from netclaim_lab.cluster import ClusterHandle
@@ -176,18 +177,10 @@ def _namespace(cluster: ClusterHandle, name: str) -> None:
 
 def _whereabouts_crds() -> list[Path]:
     """Upstream's CRDs, from the module cache (downloaded through the module proxy if missing)."""
-    module = binaries.tools_dir() / "whereabouts"
-    found = subprocess.run(
-        ["go", "mod", "download", "-json", WB_MODULE],
-        cwd=module,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "GOFLAGS": "-mod=readonly"},
-    )
-    if found.returncode != 0:
-        pytest.fail(f"cannot fetch {WB_MODULE} (Go ≥ 1.26 and the module proxy needed): {found.stderr}")
-    crds = Path(json.loads(found.stdout)["Dir"]) / "doc" / "crds"
+    try:
+        crds = binaries.module_source("whereabouts", WB_MODULE) / "doc" / "crds"
+    except PrerequisiteError as err:
+        pytest.fail(str(err))
     names = (
         "whereabouts.cni.cncf.io_ippools.yaml",
         "whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml",

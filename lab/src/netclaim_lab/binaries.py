@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -147,6 +148,26 @@ def pinned_version(go_mod: Path, module: str) -> str:
     if not match:
         raise PrerequisiteError(f"{go_mod}: no pinned version of {module}")
     return match.group(1)
+
+
+def module_source(pins: str, module: str) -> Path:
+    """The source of `module` as the Go module proxy served it for tools/k8s/`pins`' pin (downloaded into
+    the module cache if missing; go.sum checks it): charts and CRDs that ship with a pinned program."""
+    directory = tools_dir() / pins
+    found = subprocess.run(
+        ["go", "mod", "download", "-json", module],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "GOFLAGS": "-mod=readonly"},
+    )
+    if found.returncode != 0:
+        raise PrerequisiteError(
+            f"go mod download {module} in {directory} failed: it needs Go >= 1.26 and the module proxy (or "
+            f"the module already in GOMODCACHE). go said:\n{found.stdout[-2000:]}{found.stderr[-2000:]}"
+        )
+    return Path(json.loads(found.stdout)["Dir"])
 
 
 def bin_dir() -> Path:

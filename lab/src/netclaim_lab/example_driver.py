@@ -9,12 +9,11 @@ over DRA itself rather than over a pod with no claim at all.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from netclaim.errors import PrerequisiteError
 from netclaim_lab import agents, images, processes
-from netclaim_lab.binaries import pinned_version, tools_dir
+from netclaim_lab.binaries import module_source, pinned_version, tools_dir
 from netclaim_lab.cluster import ClusterHandle
 
 MODULE = "sigs.k8s.io/dra-example-driver"
@@ -32,20 +31,7 @@ def version() -> str:
 
 def chart_dir() -> Path:
     """The Helm chart inside the pinned module, as the Go module proxy served it (go.sum checks it)."""
-    module_dir = tools_dir() / "dra-example-driver"
-    result = subprocess.run(
-        ["go", "mod", "download", "-json", MODULE],
-        cwd=module_dir,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise PrerequisiteError(
-            f"go mod download {MODULE} in {module_dir} failed: it needs Go and the module proxy (or the "
-            f"module already in GOMODCACHE). go said:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
-        )
-    chart = Path(json.loads(result.stdout)["Dir"]) / "deployments" / "helm" / "dra-example-driver"
+    chart = module_source("dra-example-driver", MODULE) / "deployments" / "helm" / "dra-example-driver"
     if not (chart / "Chart.yaml").is_file():
         raise PrerequisiteError(f"{chart}: no Helm chart in {MODULE} {version()}")
     return chart
