@@ -446,9 +446,12 @@ class Profile:
             raise SystemExit(f"bench: py-spy wrote no profile: {stderr.decode(errors='replace')[-500:]}")
 
 
-def _frames(line: str) -> tuple[str, list[tuple[str, str]], int]:
-    """(thread, (function, file) outermost first, samples) of one line of py-spy's raw output (--threads)."""
+def _frames(line: str) -> tuple[str, list[tuple[str, str]], int] | None:
+    """(thread, (function, file) outermost first, samples) of one line of py-spy's raw output (--threads);
+    None for a line that is no stack and count (py-spy also writes a thread's name alone)."""
     stack, _, count = line.rstrip().rpartition(" ")
+    if not count.isdigit():
+        return None
     thread, *frames = stack.split(";")
     parsed = []
     for frame in frames:
@@ -465,7 +468,10 @@ def busy_profile(path: Path, under: str | None = None, top: int = 10) -> dict[st
     by_package: dict[str, int] = {}
     busy = 0
     for line in path.read_text().splitlines():
-        thread, frames, count = _frames(line)
+        sample = _frames(line)
+        if sample is None:
+            continue
+        thread, frames, count = sample
         if (
             not thread.endswith("MainThread")
             or not frames
