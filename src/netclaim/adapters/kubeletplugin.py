@@ -33,6 +33,7 @@ from netclaim._proto import (
     pluginregistration_pb2,
 )
 from netclaim.errors import CniError, ConfigError, NetclaimError, TransientError
+from netclaim.stopping import InFlight
 
 log = logging.getLogger(__name__)
 SUPPORTED_VERSIONS = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
@@ -96,27 +97,18 @@ class _Calls:
 
     def __init__(self) -> None:
         self.open = True
-        self._running = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._running = InFlight()
 
     @contextlib.contextmanager
     def call(self) -> Iterator[None]:
         if not self.open:
             raise GRPCError(Status.UNAVAILABLE, "the netclaim agent is stopping")
-        self._running += 1
-        self._idle.clear()
-        try:
+        with self._running.working():
             yield
-        finally:
-            self._running -= 1
-            if not self._running:
-                self._idle.set()
 
     async def drain(self, grace: float) -> None:
         self.open = False
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), grace)
+        await self._running.settle(grace)
 
 
 async def _unary(

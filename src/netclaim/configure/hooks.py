@@ -7,11 +7,8 @@ the sandbox and kubelet retries); Stop/Remove never raise (errors.py has the tab
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Iterator
 
 from netclaim import faults
 from netclaim.adapters.nri import PodSandbox
@@ -19,6 +16,7 @@ from netclaim.configure.attach import Attacher, PodLocks, netns_exists
 from netclaim.configure.status import ClaimRef, PodRef, StatusWriter
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import AttachError, HostNetworkPodError, NetclaimError, TransientError
+from netclaim.stopping import InFlight
 
 log = logging.getLogger(__name__)
 REPAIR_SECONDS = 10.0
@@ -38,35 +36,16 @@ class PodHooks:
         self.attacher = attacher
         self.status = status
         self.locks = locks
-        self._working = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    @contextlib.contextmanager
-    def _at_work(self) -> Iterator[None]:
-        self._working += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._working -= 1
-            if not self._working:
-                self._idle.set()
+        self._at_work = InFlight()
 
     async def settle(self, seconds: float) -> bool:
         """Wait (at most `seconds`) until no hook is at work: an agent stopping (a rolling update, a deleted
         pod) lets an attach in flight finish rather than cut it short inside ADD, which would leave the next
         agent a half-made interface to undo under a pod that may already run. False if still busy."""
-        if self._idle.is_set():
-            return True
-        try:
-            await asyncio.wait_for(self._idle.wait(), seconds)
-        except TimeoutError:
-            return False
-        return True
+        return await self._at_work.settle(seconds)
 
     async def run_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
-        with self._at_work():
+        with self._at_work.working():
             await self._attach_pod(pod, budget)
 
     async def _attach_pod(self, pod: PodSandbox, budget: float) -> None:
@@ -111,7 +90,7 @@ class PodHooks:
 
     async def _detach_pod(self, pod: PodSandbox, budget: float) -> None:
         """Never fails the runtime: what is not detached now, RemovePodSandbox and NodeUnprepare retry."""
-        with self._at_work():
+        with self._at_work.working():
             await self._detach_rows(pod.uid, pod.id, budget)
 
     async def _detach_rows(self, pod_uid: str, sandbox_id: str, budget: float) -> None:
@@ -142,7 +121,7 @@ class PodHooks:
 
     async def synchronize(self, pods: list[PodSandbox]) -> None:
         """After (re)connecting: finish or undo what a crash or a missed event left behind."""
-        with self._at_work():
+        with self._at_work.working():
             await self._repair_all(pods)
 
     async def _repair_all(self, pods: list[PodSandbox]) -> None:
