@@ -417,6 +417,13 @@ def run_quick(module: str, out: Path) -> str:
     return run.stdout.strip().splitlines()[-1]
 
 
+def controller_log(cluster: ClusterHandle, lines: int = 40) -> str:
+    """The controller's last log lines: what a test that waited on the controller in vain reports."""
+    return cluster.kubectl(
+        "logs", "-n", "netclaim-system", "-l", "app.kubernetes.io/name=netclaim-controller", f"--tail={lines}"
+    )
+
+
 def controller_metrics(cluster: ClusterHandle) -> dict[str, float]:
     """The controller's /metrics (through the API server's pod proxy): `name{labels}` -> value."""
     pod = kubectl_json(

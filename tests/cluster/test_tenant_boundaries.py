@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +26,7 @@ from tests.cluster.helpers import (
     apply,
     claim_template,
     cni_config,
+    controller_log,
     controller_metrics,
     exists,
     interface_in_pod,
@@ -192,8 +194,24 @@ def test_a_restricted_pool_refuses_other_namespaces_beforeip_allocation(
     )
     wait_for(lambda: len(running(kube, team_a)) == 2, 180, "team A's pods running")
     wait_for(lambda: len(allocations(cluster, pool)) == 2, 60, "team A's addresses held")
-    status = kubectl_json(cluster, "get", "ippool", pool)["status"]
-    assert (status["capacity"], status["allocatedClaims"], status["free"]) == (6, 2, 4), status
+    held = time.monotonic()
+
+    status: dict[str, Any] = {}
+
+    def counted() -> bool:
+        status.clear()
+        status.update(kubectl_json(cluster, "get", "ippool", pool)["status"])
+        return (status["capacity"], status["allocatedClaims"], status["free"]) == (6, 2, 4)
+
+    # the status is the controller's next pass after the allocations: within its resync period (30 s)
+    deadline = held + 45
+    while not counted():
+        assert time.monotonic() < deadline, (
+            f"the pool's status does not count team A's 2 claims after 45 s: {status}\n"
+            f"controller:\n{controller_log(cluster)}"
+        )
+        time.sleep(0.5)
+    print(f"\npool status counted the claims {time.monotonic() - held:.1f} s after their addresses were held")
 
 
 def test_two_requests_on_one_pool_are_refused_and_capacity_counts_allocation_results(
