@@ -21,6 +21,9 @@ SCALE_KEYS = [
     "sched_p99_s",
     "agent_events_per_s",
     "agent_rss_mib",
+    "sched_ratio_vs_dra",
+    "sched_ratio_vs_none",
+    "ipam_alloc_p99_ms",
 ]
 
 
@@ -39,13 +42,29 @@ def test_make_bench_scale_schedules_everything_and_oversubscribes_nothing(tmp_pa
     assert result["large"]["devices"] == sum(
         scale.nic_count(scale.node_name(i)) for i in range(1, quick.nodes + 1)
     )
-    plain, claims = result["large"]["without_claims"], result["large"]["with_claims"]
-    assert plain["pods"] == claims["pods"] == quick.pods
-    assert claims["allocated"] == quick.pods  # every pod scheduled, each with its claim allocated
-    # every result consumed bandwidth (at least what it asked) and an attachment; no NIC gave more than it has
-    assert claims["allocation_problems"] == []
-    assert claims["scheduler"]["attempts"].get("scheduled") == quick.pods
-    assert claims["profile"]["parts_percent"]["DRA Filter"] > 0
+    runs = result["large"]["runs"]
+    assert {name: len(arm_runs) for name, arm_runs in runs.items()} == {
+        "none": 1,
+        "dra": 1,
+        "netclaim_pool": 1,
+        "netclaim": 1,
+    }
+    for name, (run,) in runs.items():
+        assert run["pods"] == quick.pods, name
+        assert run["scheduler"]["attempts"].get("scheduled") == quick.pods, name
+        if name != "none":
+            assert run["allocated"] == quick.pods, name  # every pod scheduled, each with its claim allocated
+            assert run["profile"]["parts_percent"]["DRA Filter"] > 0, name
+    # every NIC result consumed bandwidth (at least what it asked) and an attachment; no NIC gave more than
+    # it has, nor the pool more addresses
+    assert runs["netclaim"][0]["allocation_problems"] == []
+    assert runs["netclaim_pool"][0]["allocation_problems"] == []
+    # every pool claim's address taken by the agents' own code, counted by the controller, then freed by it
+    # once the claims were deleted (the run waits for both)
+    ipam = runs["netclaim_pool"][0]["ipam"]
+    assert ipam["addresses"] == quick.pods and ipam["freed_after_s"] > 0
+    summary = result["large"]["summary"]
+    assert values["sched_ratio_vs_dra"] == round(summary["netclaim"]["ratio_vs_dra"], 2)
 
     others = {"small": 0, "mid": (quick.mid_nodes - 3) // 10, "large": (quick.nodes - 3) // 10}
     for stage, toggled in others.items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lightkube.models.coordination_v1 import LeaseSpec
@@ -123,34 +124,69 @@ def _window(events: float, rss: float, slices: int) -> dict[str, object]:
     }
 
 
-def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
-    claims = {
+def _run(pods_per_s: float, algorithm_p99_s: float, **extra: object) -> dict[str, object]:
+    return {
         "allocated": 5000,
-        "pods_per_s": 80.0,
-        "scheduler": {"attempt_p99_s": 1.5, "algorithm_p99_s": 0.1},
+        "pods_per_s": pods_per_s,
+        "scheduler": {"attempt_p99_s": 1.5, "algorithm_p99_s": algorithm_p99_s},
+        **extra,
     }
-    result = {
-        "sizes": {"nodes": 500, "mid_nodes": 100, "churn_pods": 30},
+
+
+def _ipam(alone_p99_ms: float) -> dict[str, float]:
+    return {
+        "bulk_p50_ms": 40.0,
+        "bulk_p99_ms": 90.0,
+        "bulk_per_s": 700.0,
+        "alloc_p50_ms": 12.0,
+        "alloc_p99_ms": alone_p99_ms,
+        "status_counted_after_s": 1.5,
+        "claims_deleted_s": 380.0,
+        "freed_after_s": 4.2,
+        "controller_rss_mib": 80.0,
+    }
+
+
+def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
+    runs = {  # three runs of each arm: the medians and ranges are what is reported
+        "none": [_run(r, 0.02) for r in (200.0, 240.0, 150.0)],
+        "dra": [_run(r, 0.05) for r in (100.0, 90.0, 110.0)],
+        "netclaim_pool": [_run(r, 0.2, ipam=_ipam(p)) for r, p in ((40.0, 30.0), (45.0, 80.0), (35.0, 50.0))],
+        "netclaim": [_run(r, 0.1) for r in (80.0, 85.0, 75.0)],
+    }
+    result: dict[str, Any] = {
+        "sizes": {"nodes": 500, "mid_nodes": 100, "churn_pods": 30, "pods": 5000, "repeats": 3},
         "publish_s": 3.2,
         "small": {"churn": _window(2, 75.4, 6)},
         "mid": {"added": 97, "churn": _window(2, 75.4, 24)},
         "large": {
             "added": 400,
             "churn": _window(2, 75.5, 104),
-            "with_claims": claims,
-            "without_claims": {"pods_per_s": 200.0, "scheduler": {"algorithm_p99_s": 0.02}},
-            "claims_to_plain_ratio": 0.4,
+            "runs": runs,
+            "summary": scale.arms_summary(runs),
         },
     }
+    summary = result["large"]["summary"]
+    assert summary["netclaim"]["pods_per_s_median"] == 80.0 and summary["dra"]["pods_per_s_median"] == 100.0
+    assert summary["netclaim"]["ratio_vs_dra"] == pytest.approx(0.8)
+    assert summary["netclaim"]["ratio_vs_none"] == pytest.approx(0.4)
+    assert summary["netclaim_pool"]["ratio_vs_dra"] == pytest.approx(0.4)
+    assert summary["ipam_alloc_p99_ms_median"] == 50.0
     result["scale_line"] = scale.scale_line(result)
     assert result["scale_line"] == (
         "SCALE nodes=500 claims=5000 publish_s=3.20 sched_pods_per_s=80.0 sched_p99_s=1.500 "
-        "agent_events_per_s=0.033 agent_rss_mib=75.5"
+        "agent_events_per_s=0.033 agent_rss_mib=75.5 sched_ratio_vs_dra=0.80 sched_ratio_vs_none=0.40 "
+        "ipam_alloc_p99_ms=50"
     )
     table = report.scale_table(result)
     assert "| 3, 30 | 100, 30 | 500, 5,000 + 30 |" in table
     assert "| 2 | 2 | 2 |" in table and "| 6 | 24 | 104 |" in table and "| 75.4 | 75.4 | 75.5 |" in table
-    assert "80.0 ÷ 200.0 = 0.40" in table and "| 100.0 ÷ 20.0 |" in table and "| 1500 |" in table
+    assert (
+        "200.0 (150.0 to 240.0) / 100.0 (90.0 to 110.0) / 80.0 (75.0 to 85.0) / 40.0 (35.0 to 45.0)" in table
+    )
+    assert "| 0.80; 0.40 |" in table and "| 0.40; 0.20 |" in table
+    assert "| 20.0 / 50.0 / 100.0 / 200.0 |" in table
+    assert "40 / 90, 700/s; 12 / 50 |" in table and "| 1.5; 380, 4.2; 80.0 |" in table
     assert "publish 497 nodes' slices" in table
 
 

@@ -323,8 +323,9 @@ def _pod_state(handle: ClusterHandle, node: str) -> object:
 
 
 # what start_virtual_agent's agents publish by (the scale benchmark publishes other nodes by it too)
-VIRTUAL_POLICY = (
-    "apiVersion: netclaim.dev/v1alpha1\nkind: PublishPolicy\nrules: [{mode: shared, attachments: 32}]\n"
+VIRTUAL_POLICY = (  # on one network, so that IPPool addresses can be asked for beside a NIC share
+    "apiVersion: netclaim.dev/v1alpha1\nkind: PublishPolicy\n"
+    "rules: [{mode: shared, attachments: 32, attributes: {netclaim.dev/network: fabric}}]\n"
 )
 
 

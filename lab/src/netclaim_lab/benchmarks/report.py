@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -574,10 +575,11 @@ SCALE_END = "<!-- scale:end -->"
 
 
 def scale_table(result: dict[str, Any]) -> str:
-    """README's scale table: the same churn window at each cluster size, then the scheduler's runs."""
+    """README's scale table: the same churn window at each cluster size, then the scheduling arms."""
     sizes, large = result["sizes"], result["large"]
     windows = [result["small"]["churn"], result["mid"]["churn"], large["churn"]]
-    claims, plain = large["with_claims"], large["without_claims"]
+    runs, summary = large["runs"], large["summary"]
+    claims = runs["netclaim"][-1]
     churn = sizes["churn_pods"]
 
     def row(what: str, cells: list[str]) -> str:
@@ -586,12 +588,20 @@ def scale_table(result: dict[str, Any]) -> str:
     def each(key: str, form: str) -> list[str]:
         return [format(window[key], form) for window in windows]
 
+    def rate(arm: str) -> str:
+        figures = summary[arm]
+        low, high = figures["pods_per_s_min"], figures["pods_per_s_max"]
+        return f"{figures['pods_per_s_median']:.1f} ({low:.1f} to {high:.1f})"
+
+    def algorithm(arm: str) -> str:
+        return f"{statistics.median(float(r['scheduler']['algorithm_p99_s']) * 1000 for r in runs[arm]):.1f}"
+
+    def ipam(key: str, form: str) -> str:
+        return format(statistics.median(float(r["ipam"][key]) for r in runs["netclaim_pool"]), form)
+
     published = result["mid"]["added"] + large["added"]
-    ratio = large["claims_to_plain_ratio"]
-
-    def algorithm(run: dict[str, Any]) -> float:
-        return float(run["scheduler"]["algorithm_p99_s"]) * 1000
-
+    nic, pool = summary["netclaim"], summary["netclaim_pool"]
+    last = ["", ""]
     rows = [
         SCALE_BEGIN,
         "",
@@ -613,18 +623,42 @@ def scale_table(result: dict[str, Any]) -> str:
         row("… sent to one watch on every claim, as agents had (/s)", each("probe_events_per_s", ".1f")),
         row("agent RSS (MiB)", each("agent_rss_mean_mib", ".1f")),
         row(
-            "scheduling, pods with a bandwidth claim ÷ without (pods/s)",
-            ["", "", f"{claims['pods_per_s']:.1f} ÷ {plain['pods_per_s']:.1f} = {ratio:.2f}"],
+            f"scheduling {sizes['pods']:,} pods, pods/s, median (range) of {sizes['repeats']} runs: "
+            "no claim / no-op DRA driver's claim / netclaim NIC share / NIC share and pool address",
+            [*last, " / ".join(rate(arm) for arm in ("none", "dra", "netclaim", "netclaim_pool"))],
         ),
         row(
-            "the scheduler's algorithm (filters, scores) per pod with ÷ without a claim, p99 (ms)",
-            ["", "", f"{algorithm(claims):.1f} ÷ {algorithm(plain):.1f}"],
+            "… netclaim ÷ no-op DRA driver (NIC share; with a pool address)",
+            [*last, f"{nic['ratio_vs_dra']:.2f}; {pool['ratio_vs_dra']:.2f}"],
         ),
         row(
-            "a scheduling attempt (algorithm and binding) with a claim, p99 (ms)",
-            ["", "", f"{claims['scheduler']['attempt_p99_s'] * 1000:.0f}"],
+            "… netclaim ÷ no claim (NIC share; with a pool address)",
+            [*last, f"{nic['ratio_vs_none']:.2f}; {pool['ratio_vs_none']:.2f}"],
         ),
-        row(f"publish {published:g} nodes' slices, one process (s)", ["", "", f"{result['publish_s']:.2f}"]),
+        row(
+            "the scheduler's algorithm per pod, p99 (ms): no claim / no-op DRA / NIC share / with pool",
+            [*last, " / ".join(algorithm(arm) for arm in ("none", "dra", "netclaim", "netclaim_pool"))],
+        ),
+        row(
+            f"a pool claim's address taken as at prepare, {sizes['pods']:,} claims: 32 at once, p50 / p99 "
+            "(ms) and per second; then the last ones one at a time, the pool nearly full, p50 / p99 (ms)",
+            [
+                *last,
+                f"{ipam('bulk_p50_ms', '.0f')} / {ipam('bulk_p99_ms', '.0f')}, "
+                f"{ipam('bulk_per_s', '.0f')}/s; "
+                f"{ipam('alloc_p50_ms', '.0f')} / {ipam('alloc_p99_ms', '.0f')}",
+            ],
+        ),
+        row(
+            "the controller: its status counts them after (s); once the claims are gone (after s), it has "
+            "freed their addresses in (s); its RSS (MiB)",
+            [
+                *last,
+                f"{ipam('status_counted_after_s', '.1f')}; {ipam('claims_deleted_s', '.0f')}, "
+                f"{ipam('freed_after_s', '.1f')}; {ipam('controller_rss_mib', '.1f')}",
+            ],
+        ),
+        row(f"publish {published:g} nodes' slices, one process (s)", [*last, f"{result['publish_s']:.2f}"]),
         "",
         SCALE_END,
     ]

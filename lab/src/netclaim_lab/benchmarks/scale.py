@@ -11,9 +11,11 @@ synthetic inventories and policy the measured agents use, many nodes from this o
 Stages:
   small   3 nodes: a churn window
   mid     100 nodes: a churn window
-  large   500 nodes: 5,000 pods without claims, then 5,000 with a bandwidth claim each, scheduled by the
-          real kube-scheduler from a standing start (it is stopped while they are created); then, with
-          those 5,000 claims allocated, a churn window
+  large   500 nodes: the scheduling arms (benchmarks.arms), each 5,000 pods scheduled by the real
+          kube-scheduler from a standing start (it is stopped while they are created), `repeats` times in
+          turn: without claims, with a no-op DRA driver's claim, with a NIC share and a pool address
+          (netclaim's controller running: the addresses taken as agents take them, benchmarks.ipam_load),
+          with a NIC share; then, with the last arm's 5,000 claims allocated, a churn window
 
 A churn window (the same at every stage): 30 pods with claims created, scheduled and deleted over and
 over for 60 s; every measured node's slice changes twice (an MTU in its agent's inventory, and back), and
@@ -38,6 +40,7 @@ import os
 import shutil
 import socket
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,9 +58,10 @@ import httpx2
 from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Node, Pod
-from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 from prometheus_client.parser import text_string_to_metric_families
 
+from netclaim.adapters.kube.addresses import IPPoolResource
 from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.names import DRIVER_DOMAIN
@@ -68,7 +72,8 @@ from netclaim.publish.publisher import SlicePublisher
 from netclaim.publish.slices import normalized_device
 from netclaim.quantity import parse_quantity
 from netclaim_lab import agents, binaries, cluster, keeper, processes
-from netclaim_lab.benchmarks import measure, report
+from netclaim_lab.benchmarks import arms, ipam_load, measure, report
+from netclaim_lab.benchmarks.arms import Arm
 from netclaim_lab.benchmarks.suite import log, wait_for
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.controlplane import ControlPlane
@@ -96,11 +101,19 @@ class Sizes:
     churn_seconds: float = 60
     schedule_timeout: float = 600
     profile_seconds: int = 20  # of the scheduler's CPU, from its start
+    repeats: int = 3  # of the large stage's arms, in turn
 
 
 FULL = Sizes()
 QUICK = Sizes(
-    mid_nodes=20, nodes=50, pods=500, churn_pods=30, churn_seconds=15, schedule_timeout=300, profile_seconds=3
+    mid_nodes=20,
+    nodes=50,
+    pods=500,
+    churn_pods=30,
+    churn_seconds=15,
+    schedule_timeout=300,
+    profile_seconds=3,
+    repeats=1,
 )
 
 
@@ -434,16 +447,6 @@ def _published_nodes(kube: Client) -> set[str]:
 
 
 # --- pods and claims -------------------------------------------------------------------------------------
-def claim_body(name: str, namespace: str, ask: str) -> dict[str, Any]:
-    request = {"deviceClassName": "netclaim-shared", "capacity": {"requests": {BANDWIDTH: ask}}}
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"devices": {"requests": [{"name": "nic", "exactly": request}]}},
-    }
-
-
 def pod_body(name: str, namespace: str, claim: str | None) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "app", "image": "registry.k8s.io/pause:3.10"}
     spec: dict[str, Any] = {
@@ -459,12 +462,21 @@ def pod_body(name: str, namespace: str, claim: str | None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+KINDS: dict[str, Any] = {
+    "ResourceClaim": ResourceClaim,
+    "Pod": Pod,
+    "ResourceSlice": ResourceSlice,
+    "DeviceClass": DeviceClass,
+    "IPPool": IPPoolResource,
+}
+
+
 async def _create_all(kubeconfig: Path, bodies: list[dict[str, Any]]) -> None:
     client = AsyncClient(KubeConfig.from_file(kubeconfig), field_manager="netclaim-bench", http2=True)
     limit = asyncio.Semaphore(CREATORS)
 
     async def one(body: dict[str, Any]) -> None:
-        kind = ResourceClaim if body["kind"] == "ResourceClaim" else Pod
+        kind = KINDS[body["kind"]]
         async with limit:
             await client.create(cast(Any, kind.from_dict(body)))
 
@@ -475,16 +487,16 @@ async def _create_all(kubeconfig: Path, bodies: list[dict[str, Any]]) -> None:
 
 
 def create_pods(
-    handle: ClusterHandle, namespace: str, prefix: str, count: int, asks: tuple[str, ...] | None
+    handle: ClusterHandle, namespace: str, prefix: str, count: int, arm: Arm, asks: tuple[str, ...]
 ) -> None:
-    """`count` pods in `namespace`, named `<prefix>-00001`..., each with a claim first when `asks` (their
-    bandwidth, in turn)."""
+    """`count` pods of `arm` in `namespace`, named `<prefix>-00001`..., each with its claim made first
+    (NIC shares asking `asks`, in turn)."""
     names = [f"{prefix}-{i:05d}" for i in range(1, count + 1)]
-    with_claims = asks is not None
-    if asks is not None:
-        claims = [claim_body(n, namespace, asks[i % len(asks)]) for i, n in enumerate(names)]
+    make = arm.claim
+    if make is not None:
+        claims = [make(n, namespace, asks[i % len(asks)]) for i, n in enumerate(names)]
         asyncio.run(_create_all(handle.kubeconfig, claims))
-    pods = [pod_body(n, namespace, n if with_claims else None) for n in names]
+    pods = [pod_body(n, namespace, n if make is not None else None) for n in names]
     asyncio.run(_create_all(handle.kubeconfig, pods))
 
 
@@ -650,7 +662,7 @@ def churn(bench: Bench, stage: str) -> dict[str, Any]:
     cycles = 0
     while time.monotonic() - window.started < sizes.churn_seconds:
         cycles += 1
-        create_pods(handle, CHURN_NAMESPACE, f"{stage}{cycles}", sizes.churn_pods, CHURN_ASKS)
+        create_pods(handle, CHURN_NAMESPACE, f"{stage}{cycles}", sizes.churn_pods, arms.NIC, CHURN_ASKS)
         wait_for(lambda: not _unbound_left(kube, CHURN_NAMESPACE), 120, f"{stage} churn pods scheduled")
         delete_all(kube, CHURN_NAMESPACE, wait=False)
     change_slices(bench, toggled, MTU)
@@ -677,21 +689,17 @@ def _bind_seconds(kube: Client) -> list[float]:
     return stamps
 
 
-def schedule(bench: Bench, with_claims: bool) -> dict[str, Any]:
-    """`pods` pods created while the scheduler is stopped, then scheduled from a standing start."""
+def schedule(bench: Bench, arm: Arm, repeat: int) -> dict[str, Any]:
+    """`pods` pods of the arm created while the scheduler is stopped, then scheduled from a standing start."""
     handle, kube, work, sizes = bench.handle, bench.kube, bench.work, bench.sizes
-    kind = "with a claim each" if with_claims else "without claims"
-    log(f"large: {sizes.pods} pods {kind}: created with the scheduler stopped")
+    log(f"large: {sizes.pods} pods {arm.what} (run {repeat + 1} of {sizes.repeats}), the scheduler stopped")
     plane = ControlPlane(handle.spec, handle.layout, binaries.bin_dir())
     processes.stop(handle.layout.pids, "kube-scheduler")
-    create_pods(
-        handle, NAMESPACE, "claim" if with_claims else "plain", sizes.pods, ASKS if with_claims else None
-    )
+    create_pods(handle, NAMESPACE, arm.name.replace("_", "-"), sizes.pods, arm, ASKS)
     measure.wait_quiet()
     log("  scheduler started")
     plane.start_scheduler()
-    name = f"scheduler-{'claims' if with_claims else 'plain'}.pprof"
-    profile = SchedulerProfile(handle, work / name, sizes.profile_seconds)
+    profile = SchedulerProfile(handle, work / f"scheduler-{arm.name}-{repeat}.pprof", sizes.profile_seconds)
     profile.start()
     wait_for(lambda: not _unbound_left(kube, NAMESPACE), sizes.schedule_timeout, "every pod scheduled")
     binds = sorted(_bind_seconds(kube))
@@ -710,8 +718,9 @@ def schedule(bench: Bench, with_claims: bool) -> dict[str, Any]:
         "scheduler": scheduler_figures(handle),
         "profile": profile.shares(),
     }
-    if with_claims:
+    if arm.netclaim:
         result["allocation_problems"] = allocation_problems(kube)
+    if arm.claim is not None:
         result["allocated"] = sum(
             1 for c in kube.list(ResourceClaim, namespace=NAMESPACE) if c.status and c.status.allocation
         )
@@ -725,9 +734,9 @@ def schedule(bench: Bench, with_claims: bool) -> dict[str, Any]:
 
 
 def allocation_problems(kube: Client) -> list[str]:
-    """What breaks the scheduler's promise: a claim's device result without consumed bandwidth and
-    attachments, bandwidth consumed below what the claim asked, or a device whose claims together consume
-    more than its slice publishes."""
+    """What breaks the scheduler's promise: a claim's NIC result without consumed bandwidth and attachments,
+    bandwidth consumed below what the claim asked, or a device (a NIC, the pool) whose claims together
+    consume more than its slice publishes."""
     capacity: dict[tuple[str, str, str], Decimal] = {}
     for resource_slice in kube.list(ResourceSlice):
         spec = resource_slice.to_dict()["spec"]
@@ -747,14 +756,15 @@ def allocation_problems(kube: Client) -> list[str]:
         allocation = (data.get("status") or {}).get("allocation") or {}
         for result in (allocation.get("devices") or {}).get("results") or []:
             consumed = result.get("consumedCapacity") or {}
-            if BANDWIDTH not in consumed or ATTACHMENTS not in consumed:
-                problems.append(f"{name}: no consumed bandwidth or attachments: {consumed}")
-                continue
-            if parse_quantity(consumed[BANDWIDTH]) < asked:
-                problems.append(f"{name}: consumes {consumed[BANDWIDTH]} of bandwidth, asked {asked}")
-            for capacity_name in (BANDWIDTH, ATTACHMENTS):
+            if result["request"] == "nic":
+                if BANDWIDTH not in consumed or ATTACHMENTS not in consumed:
+                    problems.append(f"{name}: no consumed bandwidth or attachments: {consumed}")
+                    continue
+                if parse_quantity(consumed[BANDWIDTH]) < asked:
+                    problems.append(f"{name}: consumes {consumed[BANDWIDTH]} of bandwidth, asked {asked}")
+            for capacity_name, value in consumed.items():
                 key = (result["pool"], result["device"], capacity_name)
-                used[key] = used.get(key, Decimal(0)) + parse_quantity(consumed[capacity_name])
+                used[key] = used.get(key, Decimal(0)) + parse_quantity(value)
     for key in sorted(used):
         if used[key] > capacity.get(key, Decimal(0)):
             pool, device, what = key
@@ -794,6 +804,75 @@ def grow(bench: Bench, nodes: Nodes, total: int) -> dict[str, Any]:
     return {"nodes": total, "added": len(added), "publish_s": seconds, "devices": devices}
 
 
+def publish_noop_driver(bench: Bench) -> None:
+    """The no-op driver's class and every node's slice (what its kubelet plugins would publish)."""
+    nodes = [*MEASURED, *bench.others]
+    bodies = [arms.noop_device_class(), *(arms.noop_slice(node) for node in nodes)]
+    asyncio.run(_create_all(bench.handle.kubeconfig, bodies))
+    log(f"  the no-op driver's class and {len(nodes)} slices ({arms.NOOP_DEVICES_PER_NODE} devices each)")
+
+
+def _pool_published(kube: Client) -> bool:
+    return any(
+        s.spec.driver == DRIVER_DOMAIN and not s.spec.nodeName and s.spec.devices
+        for s in kube.list(ResourceSlice)
+    )
+
+
+def arm_runs(bench: Bench) -> dict[str, list[dict[str, Any]]]:
+    """The arms in turn, `repeats` times; the last arm's pods and claims are left in place. netclaim's
+    controller runs from the first pool arm on (its pool device published), as long as the benchmark."""
+    handle, kube, work, sizes = bench.handle, bench.kube, bench.work, bench.sizes
+    runs: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms.ARMS}
+    for repeat in range(sizes.repeats):
+        for arm in arms.ARMS:
+            if arm is arms.NIC_AND_POOL and processes.recorded(work, ipam_load.CONTROLLER) is None:
+                _create_all_sync(handle, [arms.ip_pool()])
+                ipam_load.start_controller(handle, work)
+                wait_for(lambda: _pool_published(kube), 120, "the pool's device published by the controller")
+            run = schedule(bench, arm, repeat)
+            if arm is arms.NIC_AND_POOL:
+                run["ipam"] = ipam_load.take_addresses(handle, kube, work, NAMESPACE)
+            runs[arm.name].append(run)
+            if arm is arms.ARMS[-1] and repeat == sizes.repeats - 1:
+                break
+            deleted = time.monotonic()
+            delete_all(kube, NAMESPACE)
+            if arm is arms.NIC_AND_POOL:
+                run["ipam"]["claims_deleted_s"] = time.monotonic() - deleted
+                run["ipam"].update(ipam_load.addresses_freed(kube, work, time.monotonic()))
+    return runs
+
+
+def _create_all_sync(handle: ClusterHandle, bodies: list[dict[str, Any]]) -> None:
+    asyncio.run(_create_all(handle.kubeconfig, bodies))
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def arms_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per arm: pods/s, median and spread over the repeats; the NIC arms' ratios to the others."""
+    rates = {name: [float(r["pods_per_s"]) for r in arm_runs] for name, arm_runs in runs.items()}
+    summary: dict[str, Any] = {
+        name: {
+            "pods_per_s_median": _median(values),
+            "pods_per_s_min": min(values),
+            "pods_per_s_max": max(values),
+        }
+        for name, values in rates.items()
+    }
+    for name in (arms.NIC.name, arms.NIC_AND_POOL.name):
+        for base in (arms.NONE.name, arms.NOOP.name):
+            summary[name][f"ratio_vs_{base}"] = (
+                summary[name]["pods_per_s_median"] / summary[base]["pods_per_s_median"]
+            )
+    p99s = [float(r["ipam"]["alloc_p99_ms"]) for r in runs[arms.NIC_AND_POOL.name]]
+    summary["ipam_alloc_p99_ms_median"] = _median(p99s)
+    return summary
+
+
 def start_agents(handle: ClusterHandle, work: Path) -> None:
     for node in MEASURED:
         agents.start_virtual_agent(
@@ -804,15 +883,20 @@ def start_agents(handle: ClusterHandle, work: Path) -> None:
 
 
 def scale_line(result: dict[str, Any]) -> str:
-    claims, window = result["large"]["with_claims"], result["large"]["churn"]
+    large = result["large"]
+    claims, window, summary = large["runs"][arms.NIC.name][-1], large["churn"], large["summary"]
+    nic = summary[arms.NIC.name]
     fields = {
         "nodes": str(result["sizes"]["nodes"]),
         "claims": str(claims["allocated"]),
         "publish_s": f"{result['publish_s']:.2f}",
-        "sched_pods_per_s": f"{claims['pods_per_s']:.1f}",
+        "sched_pods_per_s": f"{nic['pods_per_s_median']:.1f}",
         "sched_p99_s": f"{claims['scheduler']['attempt_p99_s']:.3f}",
         "agent_events_per_s": f"{window['agent_events_per_s']:.3f}",
         "agent_rss_mib": f"{window['agent_rss_mean_mib']:.1f}",
+        "sched_ratio_vs_dra": f"{nic['ratio_vs_dra']:.2f}",
+        "sched_ratio_vs_none": f"{nic['ratio_vs_none']:.2f}",
+        "ipam_alloc_p99_ms": f"{summary['ipam_alloc_p99_ms_median']:.0f}",
     }
     return "SCALE " + " ".join(f"{k}={v}" for k, v in fields.items())
 
@@ -840,17 +924,14 @@ def run(handle: ClusterHandle, sizes: Sizes, work: Path) -> dict[str, Any]:
             result["mid"] = grow(bench, nodes, sizes.mid_nodes)
             result["mid"]["churn"] = churn(bench, "mid")
             result["large"] = grow(bench, nodes, sizes.nodes)
-            result["large"]["without_claims"] = schedule(bench, with_claims=False)
-            delete_all(kube, NAMESPACE)
-            result["large"]["with_claims"] = schedule(bench, with_claims=True)
+            publish_noop_driver(bench)
+            result["large"]["runs"] = arm_runs(bench)
             result["large"]["churn"] = churn(bench, "large")
         finally:
             nodes.stop()
+            processes.stop(work, ipam_load.CONTROLLER)
     result["publish_s"] = result["mid"]["publish_s"] + result["large"]["publish_s"]
-    large = result["large"]
-    large["claims_to_plain_ratio"] = (
-        large["with_claims"]["pods_per_s"] / large["without_claims"]["pods_per_s"]
-    )
+    result["large"]["summary"] = arms_summary(result["large"]["runs"])
     return result
 
 
@@ -858,8 +939,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="make bench-scale", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: make test's run")
     parser.add_argument("--out", type=Path, default=REPO_ROOT, help="where bench/ and README.md are")
+    parser.add_argument("--repeats", type=int, help="runs of the scheduling arms (default: 3, --quick 1)")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    if args.repeats is not None:
+        sizes = dataclasses.replace(sizes, repeats=args.repeats)
     started = time.monotonic()
     handle = cluster.up(HERE / "scale-cluster.yaml")
     keep = os.environ.get("NETCLAIM_KEEP_CLUSTER") == "1"

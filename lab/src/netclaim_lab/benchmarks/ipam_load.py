@@ -1,0 +1,166 @@
+"""`make bench-scale`'s IPAM figures at 5,000 claims: netclaim's controller (the real process, beside the
+cluster as the measured agents are) publishing the pool, and the addresses of every allocated pool claim
+taken as agents take them at NodePrepareResources (netclaim.ipam.addresses.AddressBook, the agents' own
+code, on each claim's node), many at once; then the controller's status pass over 5,000 IPAllocations, its
+CPU and RSS, and how long it takes to free the addresses of 5,000 deleted claims."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod
+
+from netclaim.adapters.kube.addresses import IPAllocationResource, IPPoolResource, KubeAddresses
+from netclaim.adapters.kube.claims import KubeClaims
+from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.configure.plan import address_requests
+from netclaim.ipam.addresses import AddressBook
+from netclaim.names import DRIVER_DOMAIN
+from netclaim_lab import processes
+from netclaim_lab.benchmarks import measure
+from netclaim_lab.benchmarks.arms import POOL
+from netclaim_lab.benchmarks.suite import log, wait_for
+from netclaim_lab.cluster import ClusterHandle
+
+CONTROLLER = "controller"
+ALLOCATORS = 32  # prepares taking addresses at once across the cluster
+ALONE = 200  # the last claims, one at a time: the latency of one prepare with the pool nearly full
+
+
+def start_controller(handle: ClusterHandle, work: Path) -> int:
+    """`netclaim controller` with the admin's kubeconfig; its pid."""
+    processes.start(
+        CONTROLLER,
+        [
+            sys.executable,
+            "-m",
+            "netclaim",
+            "controller",
+            f"--kubeconfig={handle.kubeconfig}",
+            "--namespace=netclaim-system",
+            "--metrics-address=",
+        ],
+        pid_dir=work,
+        log_dir=handle.layout.logs,
+    )
+    entry = processes.recorded(work, CONTROLLER)
+    assert entry is not None
+    return entry[0]
+
+
+def controller_pid(work: Path) -> int:
+    entry = processes.recorded(work, CONTROLLER)
+    if entry is None or not processes.alive(*entry):
+        raise SystemExit(f"bench-scale: netclaim's controller is not running (see its log, {CONTROLLER}.log)")
+    return entry[0]
+
+
+def pool_status(kube: Client) -> dict[str, Any]:
+    found: Any = kube.get(IPPoolResource, POOL)
+    status: dict[str, Any] = found.status or {}
+    return status
+
+
+async def _take_addresses(
+    kubeconfig: Path, namespace: str, nodes: dict[str, str], alone: int
+) -> tuple[list[float], float, list[float]]:
+    """Each allocated claim of `namespace` takes its address on its pod's node: all but the last `alone`
+    ALLOCATORS at once (what the API server and the pool bear), then those one at a time (what one prepare
+    waits with the pool nearly full). The seconds each took: the agent's whole step (the held list, the
+    pool read, the create); and the bulk's span."""
+    kube = KubeConnection.connect(kubeconfig, DRIVER_DOMAIN)
+    api = KubeAddresses(kube)
+
+    async def take(claim: Any) -> float:
+        requests = address_requests(claim, DRIVER_DOMAIN)
+        if not requests:
+            raise SystemExit(f"bench-scale: claim {claim.name} has no pool result")
+        started = time.monotonic()
+        await AddressBook(api, nodes[claim.name]).allocate(claim, requests)
+        return time.monotonic() - started
+
+    limit = asyncio.Semaphore(ALLOCATORS)
+
+    async def bounded(claim: Any) -> float:
+        async with limit:
+            return await take(claim)
+
+    try:
+        claims = [c for c in await KubeClaims(kube).list_claims() if c.namespace == namespace and c.allocated]
+        started = time.monotonic()
+        bulk = list(await asyncio.gather(*(bounded(c) for c in claims[:-alone])))
+        span = time.monotonic() - started
+        single = [await take(c) for c in claims[-alone:]]
+    finally:
+        await kube.close()
+    return bulk, span, single
+
+
+def _quantiles(seconds: list[float], prefix: str) -> dict[str, float]:
+    ordered = sorted(seconds)
+    return {
+        f"{prefix}_p50_ms": statistics.median(ordered) * 1000,
+        f"{prefix}_p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
+        f"{prefix}_max_ms": ordered[-1] * 1000,
+    }
+
+
+def take_addresses(handle: ClusterHandle, kube: Client, work: Path, namespace: str) -> dict[str, Any]:
+    """With every pool claim of `namespace` allocated: their addresses taken, then the controller's pass."""
+    pid = controller_pid(work)
+    nodes = {
+        str(p.metadata.name): str(p.spec.nodeName)
+        for p in kube.list(Pod, namespace=namespace)
+        if p.spec and p.metadata
+    }
+    alone = min(ALONE, len(nodes) // 5)
+    cpu_before = measure.cpu_seconds(pid)
+    started = time.monotonic()
+    bulk, bulk_span, single = asyncio.run(_take_addresses(handle.kubeconfig, namespace, nodes, alone))
+    span = time.monotonic() - started
+    wanted = len(bulk) + len(single)
+
+    def counted() -> bool:
+        held = (pool_status(kube).get("addresses") or {}).get("ipv4", {}).get("held", 0)
+        return int(held) == wanted
+
+    wait_for(counted, 300, f"the controller's status counting {wanted} addresses held")
+    counted_after = time.monotonic() - started - span
+    result = {
+        "addresses": wanted,
+        "concurrency": ALLOCATORS,
+        **_quantiles(bulk, "bulk"),
+        "bulk_per_s": len(bulk) / bulk_span,
+        "alone": len(single),
+        **_quantiles(single, "alloc"),
+        "status_counted_after_s": counted_after,
+        "controller_cpu_s": measure.cpu_seconds(pid) - cpu_before,
+        "controller_rss_mib": measure.rss_mib(pid),
+    }
+    log(
+        f"  {len(bulk)} addresses taken {ALLOCATORS} at once ({result['bulk_per_s']:.0f}/s): p50 "
+        f"{result['bulk_p50_ms']:.0f} ms, p99 {result['bulk_p99_ms']:.0f} ms; then {len(single)} one at a "
+        f"time: p50 {result['alloc_p50_ms']:.0f} ms, p99 {result['alloc_p99_ms']:.0f} ms; the controller's "
+        f"status counted them {counted_after:.1f} s later; its RSS {result['controller_rss_mib']:.1f} MiB"
+    )
+    return result
+
+
+def addresses_freed(kube: Client, work: Path, gone: float) -> dict[str, Any]:
+    """Once the pool claims are gone (at monotonic `gone`; kube-controller-manager removes their finalizers
+    at its own pace): until the controller freed every address."""
+    pid = controller_pid(work)
+    wait_for(
+        lambda: not any(True for _ in kube.list(IPAllocationResource, chunk_size=1)),
+        600,
+        "the deleted claims' addresses freed by the controller",
+    )
+    seconds = time.monotonic() - gone
+    log(f"  the controller freed the deleted claims' addresses in {seconds:.1f} s")
+    return {"freed_after_s": seconds, "controller_rss_mib": measure.rss_mib(pid)}
