@@ -211,6 +211,8 @@ class ControlPlane:
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--controllers=*",
                 f"--feature-gates={FEATURE_GATES}",
+                f"--kube-api-qps={self.spec.controllerManagerQPS}",
+                f"--kube-api-burst={2 * self.spec.controllerManagerQPS}",
             ],
         )
 

@@ -120,6 +120,9 @@ class ClusterSpec(_Strict):
     schedulerQPS: int = Field(
         default=50, ge=1, le=10000, description="kube-scheduler's clientConnection.qps (burst: twice it)"
     )
+    controllerManagerQPS: int = Field(
+        default=20, ge=1, le=10000, description="kube-controller-manager's --kube-api-qps (burst: twice it)"
+    )
 
     @field_validator("managementCIDR", "podCIDR")
     @classmethod
