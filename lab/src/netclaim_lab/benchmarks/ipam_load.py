@@ -10,11 +10,13 @@ import asyncio
 import statistics
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
+from prometheus_client.parser import text_string_to_metric_families
 
 from netclaim.adapters.kube.addresses import IPAllocationResource, IPPoolResource, KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
@@ -30,6 +32,7 @@ from netclaim_lab.cluster import ClusterHandle
 
 CONTROLLER = "controller"
 ALLOCATORS = 32  # prepares taking addresses at once across the cluster
+METRICS_PORT = 29178
 ALONE = 200  # the last claims, one at a time: the latency of one prepare with the pool nearly full
 
 
@@ -44,7 +47,7 @@ def start_controller(handle: ClusterHandle, work: Path) -> int:
             "controller",
             f"--kubeconfig={handle.kubeconfig}",
             "--namespace=netclaim-system",
-            "--metrics-address=",
+            f"--metrics-address=127.0.0.1:{METRICS_PORT}",
         ],
         pid_dir=work,
         log_dir=handle.layout.logs,
@@ -59,6 +62,22 @@ def controller_pid(work: Path) -> int:
     if entry is None or not processes.alive(*entry):
         raise SystemExit(f"bench-scale: netclaim's controller is not running (see its log, {CONTROLLER}.log)")
     return entry[0]
+
+
+def controller_figures(work: Path) -> dict[str, float] | None:
+    """The controller's CPU seconds and reconcile passes so far; None when it is not running."""
+    entry = processes.recorded(work, CONTROLLER)
+    if entry is None:
+        return None
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    passes = sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "netclaim_reconcile_total"
+    )
+    return {"cpu_s": measure.cpu_seconds(entry[0]), "passes": passes}
 
 
 def pool_status(kube: Client) -> dict[str, Any]:

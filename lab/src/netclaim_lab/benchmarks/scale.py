@@ -99,9 +99,10 @@ class Sizes:
     pods: int = 5000
     churn_pods: int = 30
     churn_seconds: float = 60
-    schedule_timeout: float = 600
+    schedule_timeout: float = 1800
     profile_seconds: int = 20  # of the scheduler's CPU, from its start
     repeats: int = 3  # of the large stage's arms, in turn
+    only: tuple[str, ...] = ()  # these arms alone (their runs only: no SCALE line, no README table)
 
 
 FULL = Sizes()
@@ -700,8 +701,9 @@ def schedule(bench: Bench, arm: Arm, repeat: int) -> dict[str, Any]:
     log("  scheduler started")
     plane.start_scheduler()
     profile = SchedulerProfile(handle, work / f"scheduler-{arm.name}-{repeat}.pprof", sizes.profile_seconds)
+    controller = ipam_load.controller_figures(work)
     profile.start()
-    wait_for(lambda: not _unbound_left(kube, NAMESPACE), sizes.schedule_timeout, "every pod scheduled")
+    _wait_scheduled(kube, sizes.schedule_timeout)
     binds = sorted(_bind_seconds(kube))
     if len(binds) != sizes.pods:
         raise SystemExit(f"bench-scale: {len(binds)} of {sizes.pods} pods scheduled")
@@ -718,6 +720,10 @@ def schedule(bench: Bench, arm: Arm, repeat: int) -> dict[str, Any]:
         "scheduler": scheduler_figures(handle),
         "profile": profile.shares(),
     }
+    if controller is not None:  # what netclaim's controller did meanwhile (it reacts to every claim change)
+        after = ipam_load.controller_figures(work)
+        assert after is not None
+        result["controller"] = {key: after[key] - controller[key] for key in controller}
     if arm.netclaim:
         result["allocation_problems"] = allocation_problems(kube)
     if arm.claim is not None:
@@ -730,7 +736,33 @@ def schedule(bench: Bench, arm: Arm, repeat: int) -> dict[str, Any]:
         f"{figures['attempt_p99_s'] * 1000:.0f} ms, algorithm {figures['algorithm_p99_s'] * 1000:.1f} ms; "
         f"attempts {figures['attempts']}"
     )
+    if "controller" in result:
+        spent = result["controller"]
+        log(
+            f"  netclaim's controller meanwhile: {spent['passes']:.0f} passes, "
+            f"{spent['cpu_s']:.1f} CPU-seconds"
+        )
     return result
+
+
+def _wait_scheduled(kube: Client, timeout: float) -> None:
+    """Until no pod of NAMESPACE is unbound; else stop, saying how many were bound and why one was not."""
+    deadline = time.monotonic() + timeout
+    while _unbound_left(kube, NAMESPACE):
+        if time.monotonic() > deadline:
+            pods = list(kube.list(Pod, namespace=NAMESPACE))
+            unbound = [p for p in pods if p.spec and not p.spec.nodeName]
+            reasons = [
+                str(c.message)
+                for p in unbound[:1]
+                for c in ((p.status.conditions if p.status else None) or [])
+                if c.type == "PodScheduled"
+            ]
+            raise SystemExit(
+                f"bench-scale: {len(pods) - len(unbound)} of {len(pods)} pods scheduled after "
+                f"{timeout:.0f} s; one left: {reasons}"
+            )
+        time.sleep(1)
 
 
 def allocation_problems(kube: Client) -> list[str]:
@@ -823,9 +855,10 @@ def arm_runs(bench: Bench) -> dict[str, list[dict[str, Any]]]:
     """The arms in turn, `repeats` times; the last arm's pods and claims are left in place. netclaim's
     controller runs from the first pool arm on (its pool device published), as long as the benchmark."""
     handle, kube, work, sizes = bench.handle, bench.kube, bench.work, bench.sizes
-    runs: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms.ARMS}
+    chosen = [arm for arm in arms.ARMS if not sizes.only or arm.name in sizes.only]
+    runs: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in chosen}
     for repeat in range(sizes.repeats):
-        for arm in arms.ARMS:
+        for arm in chosen:
             if arm is arms.NIC_AND_POOL and processes.recorded(work, ipam_load.CONTROLLER) is None:
                 _create_all_sync(handle, [arms.ip_pool()])
                 ipam_load.start_controller(handle, work)
@@ -834,7 +867,7 @@ def arm_runs(bench: Bench) -> dict[str, list[dict[str, Any]]]:
             if arm is arms.NIC_AND_POOL:
                 run["ipam"] = ipam_load.take_addresses(handle, kube, work, NAMESPACE)
             runs[arm.name].append(run)
-            if arm is arms.ARMS[-1] and repeat == sizes.repeats - 1:
+            if arm is arms.ARMS[-1] and repeat == sizes.repeats - 1 and not sizes.only:
                 break
             deleted = time.monotonic()
             delete_all(kube, NAMESPACE)
@@ -920,12 +953,15 @@ def run(handle: ClusterHandle, sizes: Sizes, work: Path) -> dict[str, Any]:
         nodes = Nodes(kube)
         try:
             result["slices_match_agents"] = slices_match_agents(kube, work)
-            result["small"] = {"nodes": len(MEASURED), "churn": churn(bench, "small")}
-            result["mid"] = grow(bench, nodes, sizes.mid_nodes)
-            result["mid"]["churn"] = churn(bench, "mid")
+            if not sizes.only:  # the churn windows
+                result["small"] = {"nodes": len(MEASURED), "churn": churn(bench, "small")}
+                result["mid"] = grow(bench, nodes, sizes.mid_nodes)
+                result["mid"]["churn"] = churn(bench, "mid")
             result["large"] = grow(bench, nodes, sizes.nodes)
             publish_noop_driver(bench)
             result["large"]["runs"] = arm_runs(bench)
+            if sizes.only:
+                return result
             result["large"]["churn"] = churn(bench, "large")
         finally:
             nodes.stop()
@@ -940,10 +976,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: make test's run")
     parser.add_argument("--out", type=Path, default=REPO_ROOT, help="where bench/ and README.md are")
     parser.add_argument("--repeats", type=int, help="runs of the scheduling arms (default: 3, --quick 1)")
+    parser.add_argument(
+        "--only",
+        help=f"these arms alone, comma-separated ({', '.join(a.name for a in arms.ARMS)}): their runs are "
+        "written to bench/scale-only.json, README and bench/scale.json are left alone",
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     if args.repeats is not None:
         sizes = dataclasses.replace(sizes, repeats=args.repeats)
+    if args.only:
+        sizes = dataclasses.replace(sizes, only=tuple(args.only.split(",")))
     started = time.monotonic()
     handle = cluster.up(HERE / "scale-cluster.yaml")
     keep = os.environ.get("NETCLAIM_KEEP_CLUSTER") == "1"
@@ -958,6 +1001,11 @@ def main(argv: list[str]) -> int:
                 cluster.down(handle.spec.name)
     result["machine"] = report.machine()
     result["seconds"] = time.monotonic() - started
+    if sizes.only:
+        only = args.out / "bench" / "scale-only.json"
+        only.write_text(json.dumps(result, indent=1) + "\n")
+        log(f"wrote {only} in {result['seconds'] / 60:.1f} min")
+        return 0
     result["scale_line"] = scale_line(result)
     out = args.out / "bench" / "scale.json"
     out.parent.mkdir(exist_ok=True)
