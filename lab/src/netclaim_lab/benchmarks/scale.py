@@ -512,10 +512,19 @@ def _empty(kube: Client, namespace: str) -> bool:
     )
 
 
+def _deleted(delete: Callable[[], object]) -> None:
+    """A deletecollection, sent again once if the API server closed the kept-alive connection just as it
+    went out (seen after two quiet minutes of scheduling): deleting what is gone already is no harm."""
+    try:
+        delete()
+    except httpx2.RemoteProtocolError:
+        delete()
+
+
 def delete_all(kube: Client, namespace: str, *, wait: bool = True) -> None:
     """The namespace's pods at once (no kubelet to wait for), then its claims."""
-    kube.deletecollection(Pod, namespace=namespace, grace_period=0)
-    kube.deletecollection(ResourceClaim, namespace=namespace)
+    _deleted(lambda: kube.deletecollection(Pod, namespace=namespace, grace_period=0))
+    _deleted(lambda: kube.deletecollection(ResourceClaim, namespace=namespace))
     if wait:
         wait_for(lambda: _empty(kube, namespace), 300, f"pods and claims of {namespace} deleted")
 
