@@ -512,13 +512,22 @@ def _empty(kube: Client, namespace: str) -> bool:
     )
 
 
-def _deleted(delete: Callable[[], object]) -> None:
-    """A deletecollection, sent again once if the API server closed the kept-alive connection just as it
-    went out (seen after two quiet minutes of scheduling): deleting what is gone already is no harm."""
-    try:
-        delete()
-    except httpx2.RemoteProtocolError:
-        delete()
+def _deleted(delete: Callable[[], object], attempts: int = 5) -> None:
+    """A deletecollection, sent again when the API server closed the kept-alive connection just as it went
+    out (seen after two quiet minutes of scheduling) or gave up on it at its request timeout (504, seen
+    with 5,000 pods: what it deleted by then stays deleted). Deleting what is gone already is no harm."""
+    for attempt in range(attempts):
+        try:
+            delete()
+        except httpx2.RemoteProtocolError:
+            pass
+        except httpx2.HTTPStatusError as err:
+            if err.response.status_code != 504:
+                raise
+        else:
+            return
+        log(f"  deleting again ({attempt + 1} of {attempts})")
+    delete()
 
 
 def delete_all(kube: Client, namespace: str, *, wait: bool = True) -> None:
