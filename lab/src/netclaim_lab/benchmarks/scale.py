@@ -878,7 +878,7 @@ def arm_runs(bench: Bench) -> dict[str, list[dict[str, Any]]]:
     for repeat in range(sizes.repeats):
         for arm in chosen:
             if arm is arms.NIC_AND_POOL and processes.recorded(work, ipam_load.CONTROLLER) is None:
-                _create_all_sync(handle, [arms.ip_pool()])
+                asyncio.run(_create_all(handle.kubeconfig, [arms.ip_pool()]))
                 ipam_load.start_controller(handle, work)
                 wait_for(lambda: _pool_published(kube), 120, "the pool's device published by the controller")
             run = schedule(bench, arm, repeat)
@@ -893,10 +893,6 @@ def arm_runs(bench: Bench) -> dict[str, list[dict[str, Any]]]:
                 run["ipam"]["claims_deleted_s"] = time.monotonic() - deleted
                 run["ipam"].update(ipam_load.addresses_freed(kube, work, time.monotonic()))
     return runs
-
-
-def _create_all_sync(handle: ClusterHandle, bodies: list[dict[str, Any]]) -> None:
-    asyncio.run(_create_all(handle.kubeconfig, bodies))
 
 
 def _median(values: list[float]) -> float:
