@@ -10,7 +10,7 @@ import pytest
 
 from netclaim.api.ippool import POOLS_POOL, IPAddress, IPPool, allocation_name, claim_seed
 from netclaim.errors import AlreadyExistsError, ConfigError, PoolExhaustedError, TransientError
-from netclaim.ipam.addresses import MAX_RACES, AddressBook, AddressRequest, Grant
+from netclaim.ipam.addresses import BLIND_PROBES, MAX_RACES, AddressBook, AddressRequest, Grant
 from netclaim.objects import AllocatedDevice, Claim, IPAllocation
 from tests.unit.fakes import SAMPLE_DRIVER, SAMPLE_NODE, FakeKubeApi, sample_claim
 
@@ -102,17 +102,34 @@ async def test_two_claims_get_different_addresses(api: FakeKubeApi, book: Addres
     assert len(api.allocations) == 2
 
 
-async def test_an_address_taken_by_another_claim_is_skipped(api: FakeKubeApi, book: AddressBook) -> None:
+async def test_an_address_taken_by_another_claim_is_skipped_without_listing_the_pool(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
     family = _pool(api, "v4only").families()[4]
     seeded = family.pick(set(), claim_seed(CLAIM.uid))
-    assert seeded is not None
+    second = family.pick(set(), claim_seed(CLAIM.uid, 1))
+    assert seeded is not None and second is not None and seeded != second
     await api.create_ip_allocation(_holding(OTHER, "v4only", str(seeded)))
     api.calls.clear()
     [grant] = await book.allocate(CLAIM, [_request("v4only")])
-    assert grant.addresses == (f"{family.pick({int(seeded)}, claim_seed(CLAIM.uid))}/24",)
-    # the seeded address is tried first (one round trip while the pool has room); lost, the pool is
-    # listed once and the next free address taken
+    assert grant.addresses == (f"{second}/24",)
+    # the seeded address is tried first (one round trip while the pool has room); lost, the next probe's
     assert api.calls.count("create_ip_allocation") == 2
+    assert api.calls.count("list_ip_allocations") == 1  # the claim's own only
+
+
+async def test_when_every_probe_is_taken_the_pool_is_listed_once_and_the_next_free_address_taken(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    family = _pool(api, "v4only").families()[4]
+    probed = {family.pick(set(), claim_seed(CLAIM.uid, probe)) for probe in range(BLIND_PROBES)}
+    for n, address in enumerate(sorted(a for a in probed if a is not None)):
+        await api.create_ip_allocation(_holding(replace(OTHER, uid=f"other-{n}"), "v4only", str(address)))
+    api.calls.clear()
+    [grant] = await book.allocate(CLAIM, [_request("v4only")])
+    taken = {int(a) for a in probed if a is not None}
+    assert grant.addresses == (f"{family.pick(taken, claim_seed(CLAIM.uid))}/24",)
+    assert api.calls.count("create_ip_allocation") == BLIND_PROBES + 1
     assert api.calls.count("list_ip_allocations") == 2  # the claim's own, then the pool's
 
 
@@ -138,7 +155,7 @@ async def test_a_lost_race_moves_on_to_the_next_free_address() -> None:
     assert seeded is not None
     api.rivals.append(_holding(OTHER, "v4only", str(seeded)))
     [grant] = await AddressBook(api, SAMPLE_NODE).allocate(CLAIM, [_request("v4only")])
-    assert grant.addresses == (f"{family.pick({int(seeded)}, seed)}/24",)
+    assert grant.addresses == (f"{family.pick(set(), claim_seed(CLAIM.uid, 1))}/24",)
     assert grant.addresses[0] != f"{seeded}/24"
     assert api.calls.count("create_ip_allocation") == 2
     assert api.allocations[allocation_name("v4only", seeded)].claim_uid == OTHER.uid  # the rival's, untouched
@@ -158,7 +175,7 @@ async def test_losing_every_race_is_a_transient_error_after_a_bounded_number_of_
     api.add_pool("v4only", V4_ONLY)
     with pytest.raises(PoolExhaustedError, match=f"lost {MAX_RACES} races"):
         await AddressBook(api, SAMPLE_NODE).allocate(CLAIM, [_request("v4only")])
-    assert api.calls.count("create_ip_allocation") == MAX_RACES + 1  # the seeded try, then the races
+    assert api.calls.count("create_ip_allocation") == BLIND_PROBES + MAX_RACES  # the probes, then the races
 
 
 async def test_a_static_address_is_granted_with_its_gateway_and_the_pools_routes(

@@ -239,9 +239,11 @@ def _subtract(first: int, last: int, holes: list[tuple[int, int]]) -> Iterator[t
     yield first, last
 
 
-def claim_seed(claim_uid: str) -> int:
-    """Where a claim starts looking for a free address: spread over the pool, the same on every retry."""
-    return int.from_bytes(hashlib.sha256(claim_uid.encode()).digest()[:8], "big")
+def claim_seed(claim_uid: str, probe: int = 0) -> int:
+    """Where a claim looks for a free address on its `probe`-th blind try: spread over the pool,
+    independent of the other probes, the same on every retry."""
+    key = claim_uid if probe == 0 else f"{claim_uid}#{probe}"
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
 
 
 def allocation_name(pool: str, address: IPAddress) -> str:

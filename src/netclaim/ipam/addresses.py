@@ -26,6 +26,7 @@ from netclaim.kubeapi import AddressesApi
 from netclaim.objects import AllocatedDevice, Claim, IPAllocation
 
 log = logging.getLogger(__name__)
+BLIND_PROBES = 4  # creates at seeded addresses before the pool's allocations are listed
 MAX_RACES = 16  # creates lost to another claim taking the same address at the same moment
 
 
@@ -141,13 +142,18 @@ class AddressBook:
                     f"claim {claim.namespace}/{claim.name}: address {wanted} of IPPool {pool.name} is held "
                     f"by claim {holder.claim_namespace}/{holder.claim_name}"
                 ) from None
-        seed = claim_seed(claim.uid)
-        first = family.pick(set(), seed)
-        if first is not None:
-            try:  # in a pool with room the seeded address is most likely free: one round trip
-                return await self._create(claim, pool, first)
+        for probe in range(BLIND_PROBES):
+            # in a pool with room a seeded address is most likely free: one round trip. A pool a fraction
+            # f full lists its allocations (thousands of objects, read by the API server from etcd) for
+            # only f**BLIND_PROBES of the claims, not for f of them
+            guess = family.pick(set(), claim_seed(claim.uid, probe))
+            if guess is None:
+                break
+            try:
+                return await self._create(claim, pool, guess)
             except AlreadyExistsError:
-                pass
+                continue
+        seed = claim_seed(claim.uid)
         existing = await self.api.list_ip_allocations(pool=pool.name)
         taken = {
             int(ipaddress.ip_interface(a.address).ip)
