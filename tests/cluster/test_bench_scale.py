@@ -21,6 +21,9 @@ SCALE_KEYS = [
     "sched_p99_s",
     "agent_events_per_s",
     "agent_rss_mib",
+    "dense_claims",
+    "dense_agent_anon_mib",
+    "dense_agent_pss_mib",
     "sched_ratio_vs_dra",
     "sched_ratio_vs_none",
     "ipam_alloc_p99_ms",
@@ -63,6 +66,11 @@ def test_make_bench_scale_schedules_everything_and_oversubscribes_nothing(tmp_pa
     # once the claims were deleted (the run waits for both)
     ipam = runs["netclaim_pool"][0]["ipam"]
     assert ipam["addresses"] == quick.pods and ipam["freed_after_s"] > 0
+    # one agent prepared every claim of the dense node over its kubelet socket, and unprepared them
+    dense = result["dense"]
+    assert dense["claims"] == quick.dense_claims == values["dense_claims"]
+    assert dense["prepare_ms"]["n"] == dense["unprepare_ms"]["n"] == quick.dense_claims
+    assert all(dense["memory_mib"][when]["anon"] > 0 for when in ("idle", "prepared", "unprepared"))
     summary = result["large"]["summary"]
     assert values["sched_ratio_vs_dra"] == round(summary["netclaim"]["ratio_vs_dra"], 2)
 

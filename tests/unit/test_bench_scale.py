@@ -165,6 +165,16 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
             "runs": runs,
             "summary": scale.arms_summary(runs),
         },
+        "dense": {
+            "claims": 1000,
+            "memory_mib": {
+                "idle": {"rss": 66.0, "anon": 40.0, "pss": 60.0},
+                "prepared": {"rss": 80.5, "anon": 54.25, "pss": 74.0},
+                "unprepared": {"rss": 79.0, "anon": 53.0, "pss": 73.0},
+            },
+            "prepare_ms": measure.distribution([10.0] * 98 + [30.0, 40.0]),
+            "unprepare_ms": measure.distribution([20.0] * 50),
+        },
     }
     summary = result["large"]["summary"]
     assert summary["netclaim"]["pods_per_s_median"] == 80.0 and summary["dra"]["pods_per_s_median"] == 100.0
@@ -175,7 +185,8 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
     result["scale_line"] = scale.scale_line(result)
     assert result["scale_line"] == (
         "SCALE nodes=500 claims=5000 publish_s=3.20 sched_pods_per_s=80.0 sched_p99_s=1.500 "
-        "agent_events_per_s=0.033 agent_rss_mib=75.5 sched_ratio_vs_dra=0.80 sched_ratio_vs_none=0.40 "
+        "agent_events_per_s=0.033 agent_rss_mib=75.5 dense_claims=1000 dense_agent_anon_mib=54.2 "
+        "dense_agent_pss_mib=74.0 sched_ratio_vs_dra=0.80 sched_ratio_vs_none=0.40 "
         "ipam_alloc_p99_ms=50"
     )
     table = report.scale_table(result)
@@ -188,6 +199,7 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
     assert "| 20.0 / 50.0 / 100.0 / 200.0 |" in table
     assert "40 / 90, 700/s; 12 / 50 |" in table and "| 1.5; 380, 4.2; 80.0 |" in table
     assert "publish 497 nodes' slices" in table
+    assert "| 66.0 / 40.0 / 60.0; 80.5 / 54.2 / 74.0; 79.0 / 53.0 / 73.0; 10.0 / 30.0, 20.0 / — |" in table
 
 
 def test_lease_renew_times_are_written_with_their_six_fraction_digits() -> None:

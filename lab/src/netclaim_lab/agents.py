@@ -29,6 +29,7 @@ from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.controlplane import SERVICE_CIDR, write_kubeconfig
 from netclaim_lab.layout import REPO_ROOT
 from netclaim_lab.manifests import render
+from netclaim_lab.node import DEBIAN_CNI_DIR
 
 METRICS_PORT = 9177
 NAMESPACE = "netclaim-system"
@@ -378,6 +379,7 @@ def start_virtual_agent(
             "--kubelet-plugin=true",
             f"--kubelet-root-dir={files / 'kubelet'}",
             f"--cdi-spec-dir={files / 'cdi'}",
+            f"--cni-bin-dir={DEBIAN_CNI_DIR}",  # prepare checks the plugins a claim names are there
         ]
         if kubelet_plugin
         else ["--kubelet-plugin=false"]

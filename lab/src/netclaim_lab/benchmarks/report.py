@@ -600,6 +600,7 @@ def scale_table(result: dict[str, Any]) -> str:
         return format(statistics.median(float(r["ipam"][key]) for r in runs["netclaim_pool"]), form)
 
     published = result["mid"]["added"] + large["added"]
+    dense = result["dense"]
     nic, pool = summary["netclaim"], summary["netclaim_pool"]
     last = ["", ""]
     rows = [
@@ -658,11 +659,28 @@ def scale_table(result: dict[str, Any]) -> str:
                 f"{ipam('freed_after_s', '.1f')}; {ipam('controller_rss_mib', '.1f')}",
             ],
         ),
+        row(
+            f"one agent, {dense['claims']:,} claims prepared (kubelet-less node, 32 NICs): its RSS / anon / "
+            "PSS (MiB) idle, then prepared, then unprepared; prepare and unprepare p50 / p99 (ms)",
+            [
+                *last,
+                "; ".join(_process_memory(dense["memory_mib"][w]) for w in ("idle", "prepared", "unprepared"))
+                + f"; {_p50_p99(dense['prepare_ms'])}, {_p50_p99(dense['unprepare_ms'])}",
+            ],
+        ),
         row(f"publish {published:g} nodes' slices, one process (s)", [*last, f"{result['publish_s']:.2f}"]),
         "",
         SCALE_END,
     ]
     return "\n".join(rows)
+
+
+def _process_memory(mib: dict[str, float]) -> str:
+    return f"{mib['rss']:.1f} / {mib['anon']:.1f} / {mib['pss']:.1f}"
+
+
+def _p50_p99(distribution: dict[str, Any]) -> str:
+    return " / ".join("—" if distribution[q] is None else f"{distribution[q]:.1f}" for q in ("p50", "p99"))
 
 
 def render_scale(result: dict[str, Any], root: Path = REPO_ROOT) -> None:

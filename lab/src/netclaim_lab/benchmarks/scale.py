@@ -52,16 +52,15 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx2
-from lightkube import AsyncClient, Client, KubeConfig
+from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Node, Pod
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 from prometheus_client.parser import text_string_to_metric_families
 
-from netclaim.adapters.kube.addresses import IPPoolResource
 from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.names import DRIVER_DOMAIN
@@ -72,7 +71,7 @@ from netclaim.publish.publisher import SlicePublisher
 from netclaim.publish.slices import normalized_device
 from netclaim.quantity import parse_quantity
 from netclaim_lab import agents, binaries, cluster, keeper, processes
-from netclaim_lab.benchmarks import arms, ipam_load, measure, report
+from netclaim_lab.benchmarks import arms, bulk, dense, ipam_load, measure, report
 from netclaim_lab.benchmarks.arms import Arm
 from netclaim_lab.benchmarks.suite import log, wait_for
 from netclaim_lab.cluster import ClusterHandle
@@ -89,7 +88,6 @@ ATTACHMENTS = f"{DRIVER_DOMAIN}/attachments"
 ASKS = ("2G", "5G", "10G", "15G")
 CHURN_ASKS = ("1G",)  # the churn windows' 30 claims fit on the 3 measured nodes' 9 NICs
 MTU, CHANGED_MTU = 1500, 9000  # a window's slice changes: every NIC's MTU, and back
-CREATORS = 32  # concurrent creates (one HTTP/2 connection)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +100,7 @@ class Sizes:
     schedule_timeout: float = 1800
     profile_seconds: int = 20  # of the scheduler's CPU, from its start
     repeats: int = 3  # of the large stage's arms, in turn
+    dense_claims: int = 1000  # prepared by one agent (dense.py)
     only: tuple[str, ...] = ()  # these arms alone (their runs only: no SCALE line, no README table)
 
 
@@ -115,6 +114,7 @@ QUICK = Sizes(
     schedule_timeout=300,
     profile_seconds=3,
     repeats=1,
+    dense_claims=100,
 )
 
 
@@ -151,7 +151,7 @@ async def _publish_nodes(kubeconfig: Path, work: Path, nodes: list[str], mtu: in
     policy = virtual_policy(work)
     kube = KubeConnection.connect(kubeconfig, DRIVER_DOMAIN)
     slices = KubeSlices(kube)
-    limit = asyncio.Semaphore(CREATORS)
+    limit = asyncio.Semaphore(bulk.CREATORS)
 
     async def one(node: str) -> None:
         async with limit:
@@ -447,46 +447,6 @@ def _published_nodes(kube: Client) -> set[str]:
     }
 
 
-# --- pods and claims -------------------------------------------------------------------------------------
-def pod_body(name: str, namespace: str, claim: str | None) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "app", "image": "registry.k8s.io/pause:3.10"}
-    spec: dict[str, Any] = {
-        "containers": [container],
-        "terminationGracePeriodSeconds": 0,
-        # the nodes have no kubelet: the pods are only scheduled, never started
-        "tolerations": [{"key": "netclaim.dev/kubelet-less", "operator": "Exists", "effect": "NoSchedule"}],
-    }
-    if claim is not None:
-        spec["resourceClaims"] = [{"name": "nic", "resourceClaimName": claim}]
-        container["resources"] = {"claims": [{"name": "nic"}]}
-    metadata = {"name": name, "namespace": namespace}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-
-
-KINDS: dict[str, Any] = {
-    "ResourceClaim": ResourceClaim,
-    "Pod": Pod,
-    "ResourceSlice": ResourceSlice,
-    "DeviceClass": DeviceClass,
-    "IPPool": IPPoolResource,
-}
-
-
-async def _create_all(kubeconfig: Path, bodies: list[dict[str, Any]]) -> None:
-    client = AsyncClient(KubeConfig.from_file(kubeconfig), field_manager="netclaim-bench", http2=True)
-    limit = asyncio.Semaphore(CREATORS)
-
-    async def one(body: dict[str, Any]) -> None:
-        kind = KINDS[body["kind"]]
-        async with limit:
-            await client.create(cast(Any, kind.from_dict(body)))
-
-    try:
-        await asyncio.gather(*(one(b) for b in bodies))
-    finally:
-        await client.close()
-
-
 def create_pods(
     handle: ClusterHandle, namespace: str, prefix: str, count: int, arm: Arm, asks: tuple[str, ...]
 ) -> None:
@@ -496,9 +456,9 @@ def create_pods(
     make = arm.claim
     if make is not None:
         claims = [make(n, namespace, asks[i % len(asks)]) for i, n in enumerate(names)]
-        asyncio.run(_create_all(handle.kubeconfig, claims))
-    pods = [pod_body(n, namespace, n if make is not None else None) for n in names]
-    asyncio.run(_create_all(handle.kubeconfig, pods))
+        asyncio.run(bulk.create_all(handle.kubeconfig, claims))
+    pods = [bulk.pod_body(n, namespace, n if make is not None else None) for n in names]
+    asyncio.run(bulk.create_all(handle.kubeconfig, pods))
 
 
 def _unbound_left(kube: Client, namespace: str) -> bool:
@@ -858,7 +818,7 @@ def publish_noop_driver(bench: Bench) -> None:
     """The no-op driver's class and every node's slice (what its kubelet plugins would publish)."""
     nodes = [*MEASURED, *bench.others]
     bodies = [arms.noop_device_class(), *(arms.noop_slice(node) for node in nodes)]
-    asyncio.run(_create_all(bench.handle.kubeconfig, bodies))
+    asyncio.run(bulk.create_all(bench.handle.kubeconfig, bodies))
     log(f"  the no-op driver's class and {len(nodes)} slices ({arms.NOOP_DEVICES_PER_NODE} devices each)")
 
 
@@ -878,7 +838,7 @@ def arm_runs(bench: Bench) -> dict[str, list[dict[str, Any]]]:
     for repeat in range(sizes.repeats):
         for arm in chosen:
             if arm is arms.NIC_AND_POOL and processes.recorded(work, ipam_load.CONTROLLER) is None:
-                asyncio.run(_create_all(handle.kubeconfig, [arms.ip_pool()]))
+                asyncio.run(bulk.create_all(handle.kubeconfig, [arms.ip_pool()]))
                 ipam_load.start_controller(handle, work)
                 wait_for(lambda: _pool_published(kube), 120, "the pool's device published by the controller")
             run = schedule(bench, arm, repeat)
@@ -941,6 +901,9 @@ def scale_line(result: dict[str, Any]) -> str:
         "sched_p99_s": f"{claims['scheduler']['attempt_p99_s']:.3f}",
         "agent_events_per_s": f"{window['agent_events_per_s']:.3f}",
         "agent_rss_mib": f"{window['agent_rss_mean_mib']:.1f}",
+        "dense_claims": str(result["dense"]["claims"]),
+        "dense_agent_anon_mib": f"{result['dense']['memory_mib']['prepared']['anon']:.1f}",
+        "dense_agent_pss_mib": f"{result['dense']['memory_mib']['prepared']['pss']:.1f}",
         "sched_ratio_vs_dra": f"{nic['ratio_vs_dra']:.2f}",
         "sched_ratio_vs_none": f"{nic['ratio_vs_none']:.2f}",
         "ipam_alloc_p99_ms": f"{summary['ipam_alloc_p99_ms_median']:.0f}",
@@ -977,6 +940,10 @@ def run(handle: ClusterHandle, sizes: Sizes, work: Path) -> dict[str, Any]:
             if sizes.only:
                 return result
             result["large"]["churn"] = churn(bench, "large")
+            delete_all(kube, NAMESPACE)
+            result["dense"] = dense.run(
+                handle, kube, work, sizes.dense_claims, lambda node: nodes.add([node]), agents_server(handle)
+            )
         finally:
             nodes.stop()
             processes.stop(work, ipam_load.CONTROLLER)
