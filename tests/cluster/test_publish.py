@@ -276,4 +276,5 @@ def test_inventory_command_shows_what_would_be_published_and_why_not(cluster: Cl
     [device] = [d for d in document["devices"] if d["name"] == "pci-0000-d8-00-1"]
     assert device["attributes"]["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:d7"}
     assert device["attributes"]["netclaim.dev/numaNode"] == {"int": 1}
+    assert device["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 1}
     assert document["notPublished"]["lo"] == "never published: loopback"

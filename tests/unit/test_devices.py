@@ -83,7 +83,7 @@ def test_pci_nics_are_named_by_bus_address_with_standard_topology_attributes() -
     attributes = decision.device.attributes
     assert attributes["resource.kubernetes.io/pcieRoot"] == "pci0000:5d"
     assert attributes["resource.kubernetes.io/pciBusID"] == "0000:5e:00.0"
-    assert attributes["netclaim.dev/numaNode"] == 1
+    assert attributes["netclaim.dev/numaNode"] == attributes["resource.kubernetes.io/numaNode"] == 1
 
 
 @pytest.mark.parametrize("name", ["Hot_NIC.1", "ENP1", "a.b", "X" * 15, "-lead"])

@@ -179,6 +179,7 @@ def facts_as_attributes(interface: NetworkInterface) -> dict[str, dict[str, Attr
     standard: dict[str, AttributeValue | None] = {
         "pcieRoot": interface.pcie_root,
         "pciBusID": interface.pci_address,
+        "numaNode": interface.numa_node,  # as other drivers publish theirs: matchAttribute with their GPUs
     }
     return {
         DRIVER_DOMAIN: {k: v for k, v in own.items() if v is not None},
