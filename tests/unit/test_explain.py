@@ -590,3 +590,69 @@ def test_what_the_reader_may_not_list_is_said() -> None:
         "could not read Node (cluster) (RBAC): what follows may be incomplete"
         in explain_pod(pending_pod("t"), snapshot).lines
     )
+
+
+GPU_CLASS = {
+    "metadata": {"name": "gpu.example.com"},
+    "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
+}
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+
+
+def _on_root(device: dict[str, Any], root: str) -> dict[str, Any]:
+    return {**device, "attributes": {**device["attributes"], PCIE_ROOT: {"string": root}}}
+
+
+def _gpus(node_name: str, *roots: str) -> dict[str, Any]:
+    devices = [{"name": f"gpu-{i}", "attributes": {PCIE_ROOT: {"string": r}}} for i, r in enumerate(roots)]
+    spec = {
+        "driver": "gpu.example.com",
+        "nodeName": node_name,
+        "pool": {"name": node_name},
+        "devices": devices,
+    }
+    return {"spec": spec}
+
+
+def test_a_pair_that_fits_alone_but_not_on_one_pcie_root_names_the_constraint() -> None:
+    aligned = {
+        "metadata": {"namespace": "demo", "name": "t"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}},
+                        {"name": "nic", "exactly": {"deviceClassName": "netclaim-shared"}},
+                    ],
+                    "constraints": [{"requests": ["gpu", "nic"], "matchAttribute": PCIE_ROOT}],
+                }
+            }
+        },
+    }
+    snapshot = Snapshot(
+        pods=[],
+        claims=[],
+        templates=[aligned],
+        device_classes=[SHARED_CLASS, GPU_CLASS],
+        slices=[
+            node_slice("node-1", _on_root(nic("enp0s10"), "pci0000:d7")),
+            _gpus("node-1", "pci0000:3a"),
+            node_slice("node-2", _on_root(nic("enp0s10"), "pci0000:3a")),
+            _gpus("node-2", "pci0000:3a"),
+        ],
+        nodes=[node("node-1"), node("node-2")],
+    )
+    found = explain_pod(pending_pod("t"), snapshot)
+    assert (
+        "node node-1: claim net (template t): constraint matchAttribute resource.kubernetes.io/pcieRoot of "
+        "requests gpu, nic: no devices that fit share a value (gpu: pci0000:3a; nic: pci0000:d7)"
+    ) in found.lines
+    assert found.fits_on == ["node-2"]
+    snapshot.slices[2:] = []  # node-2 gone: nothing fits, and the fix says why
+    found = explain_pod(pending_pod("t"), snapshot)
+    assert found.fits_on == []
+    assert found.fixes == [
+        "every request fits alone, but not together: on node-1, claim net (template t): constraint "
+        "matchAttribute resource.kubernetes.io/pcieRoot of requests gpu, nic: no devices that fit share a "
+        "value (gpu: pci0000:3a; nic: pci0000:d7)"
+    ]

@@ -548,6 +548,7 @@ def explain_pod(pod: Pod, snapshot: Snapshot) -> Explanation:
         else:
             nodes_open.append(node)
     groups: list[list[RequestVerdict]] = []  # each request: its alternatives (firstAvailable), any will do
+    constraints: list[tuple[str, dict[str, Any], dict[str, list[RequestVerdict]]]] = []
     for shown, claim, claim_spec in claims:
         if claim is not None and (claim.get("status") or {}).get("allocation"):
             say(f"{shown}: allocated")
@@ -555,14 +556,18 @@ def explain_pod(pod: Pod, snapshot: Snapshot) -> Explanation:
         requests = (claim_spec.get("devices") or {}).get("requests") or []
         if not requests:
             say(f"{shown}: not found, and no template makes it")
+        by_name: dict[str, list[RequestVerdict]] = {}
         for request in requests:
             alternatives = [
                 {**sub, "name": f"{request.get('name')}/{sub.get('name')}"}
                 for sub in request.get("firstAvailable") or []
             ] or [{**(request.get("exactly") or {}), "name": request.get("name")}]
-            groups.append(
-                [judge_request(shown, alt, classes, devices, consumed, holders) for alt in alternatives]
-            )
+            by_name[str(request.get("name"))] = [
+                judge_request(shown, alt, classes, devices, consumed, holders) for alt in alternatives
+            ]
+            groups.append(by_name[str(request.get("name"))])
+        for constraint in (claim_spec.get("devices") or {}).get("constraints") or []:
+            constraints.append((shown, constraint, by_name))
     for group in groups:
         for verdict in group:
             _say_request(verdict, explanation)
@@ -570,8 +575,20 @@ def explain_pod(pod: Pod, snapshot: Snapshot) -> Explanation:
     def fits(group: list[RequestVerdict], node: dict[str, Any]) -> bool:
         return any(not v.problems and len(v.fitting(node)) >= v.count for v in group)
 
+    # a node where each request fits alone but no devices that fit agree on a constraint's attribute
+    broken: dict[str, list[str]] = {}
+    for node in (n for n in nodes_open if all(fits(g, n) for g in groups)):
+        for shown, constraint, by_name in constraints:
+            problem = constraint_problem(constraint, by_name, node)
+            if problem is not None:
+                broken.setdefault(str(node["metadata"]["name"]), []).append(f"{shown}: {problem}")
+    for name, problems in sorted(broken.items()):
+        for problem in problems:
+            say(f"node {name}: {problem}")
     explanation.fits_on = sorted(
-        str(n["metadata"]["name"]) for n in nodes_open if all(fits(g, n) for g in groups)
+        str(n["metadata"]["name"])
+        for n in nodes_open
+        if all(fits(g, n) for g in groups) and str(n["metadata"]["name"]) not in broken
     )
     if explanation.fits_on:
         say(f"fits on: {', '.join(explanation.fits_on)} (the scheduler may not have retried yet)")
@@ -581,8 +598,49 @@ def explain_pod(pod: Pod, snapshot: Snapshot) -> Explanation:
         if not any(fits(group, node) for node in nodes_open):
             for verdict in group:
                 explanation.fixes += _fix_for(verdict, nodes_open)
+    if not explanation.fixes and broken:
+        explanation.fixes.append(
+            "every request fits alone, but not together: "
+            + "; ".join(f"on {name}, {problems[0]}" for name, problems in sorted(broken.items()))
+        )
     explanation.summary = explanation.fixes[0] if explanation.fixes else explanation.lines[-1]
     return explanation
+
+
+def constraint_problem(
+    constraint: dict[str, Any], by_name: dict[str, list[RequestVerdict]], node: dict[str, Any]
+) -> str | None:
+    """Why no devices that fit on `node` satisfy the claim's constraint together, or None when some do (or
+    the constraint is of a kind judged only by the scheduler). matchAttribute: one device per request
+    with the same value of the attribute; distinctAttribute: as many different values as requests (what
+    the scheduler needs at the least)."""
+    names = [str(n) for n in constraint.get("requests") or by_name]
+    attribute = constraint.get("matchAttribute") or constraint.get("distinctAttribute")
+    if not attribute or any(n not in by_name for n in names):
+        return None
+    domain, _, short = str(attribute).rpartition("/")
+    values: dict[str, set[Any]] = {}
+    for name in names:
+        fitting = [d for verdict in by_name[name] for d in verdict.fitting(node)]
+        values[name] = {
+            d.device.attributes.get(domain, {}).get(short)
+            for d in fitting
+            if d.device.attributes.get(domain, {}).get(short) is not None
+        }
+    seen = "; ".join(f"{n}: {', '.join(sorted(map(str, v))) or 'none'}" for n, v in values.items())
+    if "matchAttribute" in constraint:
+        if set.intersection(*values.values()):
+            return None
+        return (
+            f"constraint matchAttribute {attribute} of requests {', '.join(names)}: no devices that fit "
+            f"share a value ({seen})"
+        )
+    if len(set.union(*values.values())) >= len(names) and all(values.values()):
+        return None
+    return (
+        f"constraint distinctAttribute {attribute} of requests {', '.join(names)}: the devices that fit "
+        f"do not have {len(names)} different values ({seen})"
+    )
 
 
 def _say_request(verdict: RequestVerdict, explanation: Explanation) -> None:
