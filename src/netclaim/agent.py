@@ -27,6 +27,7 @@ from netclaim.configure.attach import Attacher, PodLocks
 from netclaim.configure.gate import CdiGate
 from netclaim.configure.gather import Gatherer
 from netclaim.configure.hooks import PodHooks
+from netclaim.configure.metadata import DeviceMetadataFiles
 from netclaim.configure.plan import NodeContext
 from netclaim.configure.prepare import Preparer
 from netclaim.configure.reclaim import Reclaimer
@@ -78,20 +79,24 @@ async def _start_configure_path(
     attacher = Attacher(store, cni, locks, supervisor)
     supervisor.keep("status-writer", status.run)
     plugin = hooks = None
+    metadata = None
+    if settings.device_metadata and settings.cdi_spec_dir is not None:
+        data_dir = settings.kubelet_root_dir / "plugins" / driver
+        metadata = DeviceMetadataFiles(data_dir, settings.cdi_spec_dir, driver)
     if settings.kubelet_plugin:
         addresses = AddressBook(KubeAddresses(kube), node)
         in_use = [(r.claim_uid, r.plan.interface_name) for r in store.all()]
         gate = CdiGate(settings.cdi_spec_dir, in_use) if settings.cdi_spec_dir is not None else None
         planning = NodeContext(driver, node, catalog.get, settings.host_local_dir, settings.reserved_networks)
-        preparer = Preparer(store, Gatherer(claims, addresses, cni, driver), planning, status, gate)
-        unpreparer = Unpreparer(store, attacher, addresses, claims, status, gate)
+        preparer = Preparer(store, Gatherer(claims, addresses, cni, driver), planning, status, gate, metadata)
+        unpreparer = Unpreparer(store, attacher, addresses, claims, status, gate, metadata)
         supervisor.keep("reclaim", Reclaimer(store, claims, unpreparer).next_round)
         health.expect("kubelet")
         plugin = await kubeletplugin.serve(
             preparer, unpreparer, settings.kubelet_root_dir, driver, lambda ok: health.set("kubelet", ok)
         )
     if settings.nri_socket is not None:
-        hooks = PodHooks(store, attacher, status, locks)
+        hooks = PodHooks(store, attacher, status, locks, metadata)
         health.expect("nri")
         nri_plugin = partial(
             nri.run_plugin, settings.nri_socket, hooks, supervisor, on_state=lambda ok: health.set("nri", ok)

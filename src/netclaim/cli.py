@@ -266,6 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="containerd's CDI spec directory, for the fail-closed hook (default /var/run/cdi)",
     )
     agent.add_argument(
+        "--device-metadata",
+        type=_flag,
+        help="each claim's interfaces and devices in a file inside its containers, KEP-5304 (default true)",
+    )
+    agent.add_argument(
         "--metrics-address", help="host:port for /metrics (default 127.0.0.1:9177; '' disables)"
     )
     agent.add_argument(

@@ -13,6 +13,9 @@ import re
 
 DRIVER_DOMAIN = "netclaim.dev"
 STANDARD_DOMAIN = "resource.kubernetes.io"
+POD_CLAIM_NAME = (
+    f"{STANDARD_DOMAIN}/pod-claim-name"  # on a claim made from a pod's template: the pod's name for it
+)
 API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")

@@ -20,7 +20,7 @@ from typing import Any
 import ijson.backends.python  # type: ignore[import-untyped]  # no type information shipped
 
 from netclaim.api.cniconfig import MAX_DEPTH, too_deep
-from netclaim.names import DRIVER_DOMAIN
+from netclaim.names import DRIVER_DOMAIN, POD_CLAIM_NAME
 
 CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message
 IPPOOL_API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"  # IPPools' and IPAllocations'
@@ -293,6 +293,7 @@ def _claim_parts(data: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
             o.get("kind") == "Pod" and o.get("controller") for o in meta.get("ownerReferences") or []
         ),
         "requests": _request_specs(as_object(data.get("spec"))),
+        "pod_claim_name": as_text(as_object(meta.get("annotations")).get(POD_CLAIM_NAME, "")),
     }
 
 
@@ -312,6 +313,7 @@ class Claim:
     devices_status: tuple[dict[str, Any], ...]
     owned_by_pod: bool = False  # generated from a ResourceClaimTemplate: it lives as long as its pod
     requests: tuple[RequestSpec, ...] = ()
+    pod_claim_name: str = ""  # the pod's name for a claim made from its template (resourceClaims[].name)
     unreadable: str = ""  # why the claim could be read only in part: then it has its identity only
 
     @classmethod

@@ -330,6 +330,7 @@ from netclaim.configure import attach as attach_module  # noqa: E402
 from netclaim.configure.attach import Attacher, PodLocks  # noqa: E402
 from netclaim.configure.gather import Gatherer  # noqa: E402
 from netclaim.configure.hooks import PodHooks  # noqa: E402
+from netclaim.configure.metadata import DeviceMetadataFiles  # noqa: E402
 from netclaim.configure.plan import (  # noqa: E402
     POOL_IPAM,
     AttachPlan,
@@ -645,6 +646,7 @@ class ConfigureRig:
     unpreparer: Unpreparer
     reclaimer: Reclaimer
     background: Supervisor
+    metadata: DeviceMetadataFiles
 
     def sandbox(
         self, sandbox_id: str = "sandbox-1", uid: str = "pod-uid-1", name: str = "pod-1"
@@ -682,9 +684,10 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
     catalog = DeviceCatalog()
     addresses = AddressBook(api, SAMPLE_NODE)
     node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, catalog.get, reserved=SAMPLE_CLUSTER)
-    preparer = Preparer(store, Gatherer(api, addresses, cni, SAMPLE_DRIVER), node, status, None)
-    unpreparer = Unpreparer(store, attacher, addresses, api, status, None)
-    hooks = PodHooks(store, attacher, status, locks)
+    metadata = DeviceMetadataFiles(tmp_path / "kubelet-plugin", tmp_path / "cdi", SAMPLE_DRIVER)
+    preparer = Preparer(store, Gatherer(api, addresses, cni, SAMPLE_DRIVER), node, status, None, metadata)
+    unpreparer = Unpreparer(store, attacher, addresses, api, status, None, metadata)
+    hooks = PodHooks(store, attacher, status, locks, metadata)
     return ConfigureRig(
         tmp_path,
         api,
@@ -700,6 +703,7 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
         unpreparer,
         Reclaimer(store, api, unpreparer),
         background,
+        metadata,
     )
 
 

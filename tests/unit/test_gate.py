@@ -148,7 +148,9 @@ async def test_prepare_returns_the_claims_cdi_device_and_unprepare_removes_its_s
 ) -> None:
     rig, claim = _rig_with_gate(tmp_path, monkeypatch)
     prepared = await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)
-    assert [d.cdi_device_ids for d in prepared] == [(f"netclaim.dev/net={device_name(['net1'])}",)]
+    assert [d.cdi_device_ids for d in prepared] == [
+        (f"netclaim.dev/net={device_name(['net1'])}", f"netclaim.dev/metadata={claim.uid}_net")
+    ]
     written = json.loads((tmp_path / "cdi" / f"netclaim.dev-{device_name(['net1'])}.json").read_text())
     assert '[ "$name" = net1 ]' in written["devices"][0]["containerEdits"]["hooks"][0]["args"][2]
     again = await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)  # kubelet asking again

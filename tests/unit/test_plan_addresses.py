@@ -327,8 +327,8 @@ async def _prepare(rig: ConfigureRig, claim: Claim = CLAIM) -> list[PreparedDevi
 async def test_prepare_takes_the_addresses_and_prepares_the_pools_device(rig: ConfigureRig) -> None:
     prepared = await _prepare(rig)
     assert prepared == [
-        PreparedDevice("net", SAMPLE_NODE, NIC.name, None),
-        PreparedDevice("addr", POOLS_POOL, "lan3", "share-a"),
+        PreparedDevice("net", SAMPLE_NODE, NIC.name, None, (f"netclaim.dev/metadata={CLAIM.uid}_net",)),
+        PreparedDevice("addr", POOLS_POOL, "lan3", "share-a", (f"netclaim.dev/metadata={CLAIM.uid}_addr",)),
     ]
     held = _held(rig)
     assert [ipaddress.ip_interface(a).version for a in held] == [4, 6]

@@ -57,9 +57,9 @@ async def _prepare(rig: ConfigureRig, claim: Claim = CLAIM) -> list[PreparedDevi
 
 async def test_prepare_stores_one_plan_per_device_of_this_driver(rig: ConfigureRig) -> None:
     prepared = await _prepare(rig)
-    assert prepared == [
-        PreparedDevice("net", "node-1", NIC.name, "share-1"),
-        PreparedDevice("net2", "node-1", SECOND_NIC.name, None),
+    assert prepared == [  # each request's first device also mounts its metadata file (test_metadata.py)
+        PreparedDevice("net", "node-1", NIC.name, "share-1", ("netclaim.dev/metadata=claim-uid-1_net",)),
+        PreparedDevice("net2", "node-1", SECOND_NIC.name, None, ("netclaim.dev/metadata=claim-uid-1_net2",)),
     ]
     rows = rig.store.for_claim(CLAIM.uid)
     assert [(r.device, r.share_id, r.request, r.pod_uid, r.state) for r in rows] == [
@@ -246,6 +246,32 @@ async def test_a_claim_of_another_pod_is_planned_for_its_own_pod(rig: ConfigureR
     await _prepare(rig, other)
     assert [r.pod_uid for r in rig.store.for_claim("claim-uid-2")] == ["pod-uid-2"]
     assert rig.store.for_pod("pod-uid-1") == []
+
+
+async def test_a_second_claim_of_the_pod_naming_an_interface_already_named_is_refused(
+    rig: ConfigureRig,
+) -> None:
+    await _prepare(rig)  # net1 and net2 for pod-1
+    clashing, distinct = (
+        sample_claim(
+            (sample_allocation(SECOND_NIC, "data"),),
+            (sample_config({**VALID_CONFIG, "interfaceName": interface}, requests=("data",)),),
+            name=f"claim-{interface}",
+            uid=f"claim-uid-{interface}",
+        )
+        for interface in ("net2", "net3")
+    )
+    rig.api.add_claim(clashing)
+    with pytest.raises(
+        ConfigError,
+        match=r"claim team-a/claim-net2: request data names interface net2, as claim "
+        r"team-a/claim-1 of the same pod does; give one of them another interfaceName",
+    ):
+        await _prepare(rig, clashing)
+    assert rig.store.for_claim(clashing.uid) == []
+    rig.api.add_claim(distinct)
+    await _prepare(rig, distinct)  # a third interface for the pod
+    assert sorted(r.plan.interface_name for r in rig.store.for_pod("pod-uid-1")) == ["net1", "net2", "net3"]
 
 
 async def test_reclaim_never_reads_the_claims_of_running_pods(rig: ConfigureRig) -> None:

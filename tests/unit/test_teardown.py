@@ -20,7 +20,7 @@ from netclaim.errors import (
     NetclaimError,
 )
 from netclaim.metrics import REGISTRY
-from netclaim.objects import DeviceConfig, IPAllocation
+from netclaim.objects import DeviceConfig, IPAllocation, PodRef
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     SAMPLE_DRIVER,
@@ -135,7 +135,13 @@ async def test_one_claim_failing_in_reclaim_does_not_stop_the_round_for_the_othe
     """Before, the first claim that raised ended the round: other tenants' leftovers on the node were
     never reclaimed while it stayed."""
     claims = [
-        sample_claim((sample_allocation(NIC),), (sample_config(VALID_CONFIG),), name=n, uid=f"uid-{n}")
+        sample_claim(
+            (sample_allocation(NIC),),
+            (sample_config(VALID_CONFIG),),
+            name=n,
+            uid=f"uid-{n}",
+            reserved_for=(PodRef(f"pod-{n}", f"pod-uid-{n}"),),
+        )
         for n in ("first", "second")
     ]
     for claim in claims:

@@ -43,6 +43,11 @@ class AgentSettings(BaseModel):
         default=Path("/var/run/cdi"),
         description="where containerd reads CDI specs: each claim's fail-closed hook goes there; '' disables",
     )
+    device_metadata: bool = Field(
+        default=True,
+        description="each claim's interfaces and devices in a file inside its containers (KEP-5304); needs "
+        "the CDI spec directory",
+    )
     metrics_address: str = "127.0.0.1:9177"
     network_status_annotation: bool = Field(
         default=False,

@@ -13,6 +13,7 @@ import time
 from netclaim import faults
 from netclaim.adapters.nri import PodSandbox
 from netclaim.configure.attach import Attacher, PodLocks, netns_exists
+from netclaim.configure.metadata import DeviceMetadataFiles
 from netclaim.configure.status import ClaimRef, PodRef, StatusWriter
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import AttachError, HostNetworkPodError, NetclaimError, TransientError
@@ -31,11 +32,19 @@ def pod_of(sandbox: PodSandbox) -> PodRef:
 
 
 class PodHooks:
-    def __init__(self, store: Store, attacher: Attacher, status: StatusWriter, locks: PodLocks) -> None:
+    def __init__(
+        self,
+        store: Store,
+        attacher: Attacher,
+        status: StatusWriter,
+        locks: PodLocks,
+        metadata: DeviceMetadataFiles | None = None,
+    ) -> None:
         self.store = store
         self.attacher = attacher
         self.status = status
         self.locks = locks
+        self.metadata = metadata
         self._at_work = InFlight()
 
     async def settle(self, seconds: float) -> bool:
@@ -69,6 +78,8 @@ class PodHooks:
                     current = self.attacher.current(row)  # as it is now that we hold the pod's lock
                     if current is not None:
                         done.append(await self.attacher.attach(current, pod, deadline))
+                if self.metadata is not None:  # before the containers are created, so they mount this one
+                    self.metadata.attached(done)
             except AttachError as err:
                 for attached in done:  # all or nothing: the retried sandbox starts from a clean slate
                     current = self.attacher.current(attached)

@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 from netclaim import faults
 from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.configure.gate import CdiGate
 from netclaim.configure.gather import Gatherer
+from netclaim.configure.metadata import DeviceMetadataFiles, base_request
 from netclaim.configure.plan import NodeContext, PlannedDevice, claim_needs, plan_claim
 from netclaim.configure.status import ClaimRef, StatusWriter
 from netclaim.configure.store import Attachment, Store
+from netclaim.errors import ConfigError
 from netclaim.objects import Claim
 
 log = logging.getLogger(__name__)
@@ -34,18 +37,25 @@ log = logging.getLogger(__name__)
 
 class Preparer:
     def __init__(
-        self, store: Store, gather: Gatherer, node: NodeContext, status: StatusWriter, gate: CdiGate | None
+        self,
+        store: Store,
+        gather: Gatherer,
+        node: NodeContext,
+        status: StatusWriter,
+        gate: CdiGate | None,
+        metadata: DeviceMetadataFiles | None = None,
     ) -> None:
         self.store = store
         self.gather = gather
         self.node = node
         self.status = status
         self.gate = gate  # None: containerd without CDI (docs/security.md)
+        self.metadata = metadata  # None: no CDI, or turned off (--device-metadata=false)
 
     async def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         existing = self.store.for_claim(uid)
         if existing:  # kubelet asks again after a restart or a lost answer
-            return self._answer(ClaimRef(namespace, name, uid), existing)
+            return self._answer(ClaimRef(namespace, name, uid), existing, None)
         started = time.monotonic()
         claim = await self.gather.claim(namespace, name, uid)
         needs = claim_needs(claim, self.node.driver)
@@ -53,13 +63,14 @@ class Preparer:
             inputs = await self.gather.inputs(claim, needs)
             faults.point("after-address")
             planned = plan_claim(inputs, self.node)
+            _refuse_clashes(claim, planned, self.store.for_pod(claim.reserved_for[0].uid))
         except BaseException:
             if needs.addresses:  # nothing left behind: the retry takes them again
                 await self.gather.give_back(claim.uid)
             raise
         rows = [_row(claim, p) for p in planned]
         await self.store.put(*rows)
-        answer = self._answer(ClaimRef(namespace, name, uid), rows)
+        answer = self._answer(ClaimRef(namespace, name, uid), rows, claim.pod_claim_name)
         faults.point("after-prepare")
         self.status.prepared(claim)
         for lowered in (p for p in planned if p.lowered_from is not None):
@@ -72,9 +83,12 @@ class Preparer:
         log.info("prepared", extra={"claim": f"{namespace}/{name}", "devices": devices, "ms": elapsed_ms})
         return answer
 
-    def _answer(self, claim: ClaimRef, rows: list[Attachment]) -> list[PreparedDevice]:
+    def _answer(
+        self, claim: ClaimRef, rows: list[Attachment], pod_claim_name: str | None
+    ) -> list[PreparedDevice]:
         """The claim's devices for kubelet, its NICs carrying the claim's CDI device: its containers start
-        only once its interfaces are in the pod."""
+        only once its interfaces are in the pod. The first device of each request also carries the
+        request's metadata file (configure.metadata)."""
         interfaces = [r.plan.interface_name for r in rows]
         cdi_ids = tuple(self.gate.write(claim.uid, interfaces) if self.gate else ())
         nics = [PreparedDevice(r.request, r.pool, r.device, r.share_id or None, cdi_ids) for r in rows]
@@ -83,11 +97,33 @@ class Preparer:
             for r in rows
             for a in r.plan.pool_addresses
         ]
-        return nics + pools
+        unmounted = self.metadata.prepared(rows, pod_claim_name) if self.metadata else {}
+        answer = []
+        for device in nics + pools:
+            mount = unmounted.pop(base_request(device.request), None)
+            if mount is not None:
+                device = replace(device, cdi_device_ids=(*device.cdi_device_ids, mount))
+            answer.append(device)
+        return answer
 
     async def report_failure(self, namespace: str, name: str, uid: str, message: str) -> None:
         """The claim's config cannot work (the kubelet plugin decides by the error's class): say so on it."""
         await self.status.prepare_failed(ClaimRef(namespace, name, uid), message)
+
+
+def _refuse_clashes(claim: Claim, planned: list[PlannedDevice], pods_rows: list[Attachment]) -> None:
+    """A claim naming an interface another claim of its pod names already: refused here, before the pod's
+    sandbox (kubelet prepares a pod's claims one after another, in one call); the plan checks one claim's
+    own requests."""
+    named = {r.plan.interface_name: r for r in pods_rows if r.claim_uid != claim.uid}
+    for device in planned:
+        other = named.get(device.plan.interface_name)
+        if other is not None:
+            raise ConfigError(
+                f"claim {claim.namespace}/{claim.name}: request {device.allocated.request} names interface "
+                f"{device.plan.interface_name}, as claim {other.claim_namespace}/{other.claim_name} of the "
+                "same pod does; give one of them another interfaceName"
+            )
 
 
 def _row(claim: Claim, planned: PlannedDevice) -> Attachment:

@@ -111,7 +111,7 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def _network_data(
+def network_data(
     interface: str, addresses: tuple[str, ...], mac: str | None = None
 ) -> tuple[dict[str, Any], list[str]]:
     """networkData as the API takes it: the addresses in canonical CIDR form, once each, sorted, the first
@@ -147,10 +147,10 @@ def address_entries(driver: str, row: Attachment) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"driver": driver, "pool": granted.pool, "device": granted.device}
         if granted.share_id:
             entry["shareID"] = granted.share_id
-        network_data, left_out = _network_data(row.plan.interface_name, granted.ips)
+        shown, left_out = network_data(row.plan.interface_name, granted.ips)
         message = _message(f"held for the claim from IPPool {granted.device}", left_out)
         entry["conditions"] = [condition("True", "AddressAllocated", message, since=_now())]
-        entry["networkData"] = network_data
+        entry["networkData"] = shown
         entries.append(entry)
     return entries
 
@@ -161,11 +161,11 @@ def device_entry(driver: str, row: Attachment) -> dict[str, Any]:
         entry["shareID"] = row.share_id
     interface = row.outcome.interface
     if row.state == State.ATTACHED and interface is not None:
-        network_data, left_out = _network_data(interface.name, interface.addresses, interface.mac)
+        shown, left_out = network_data(interface.name, interface.addresses, interface.mac)
         data, not_taken = _cni_data(row.outcome.cni_result) if row.outcome.cni_result else (None, [])
         message = _message(f"{interface.name} is configured in the pod", left_out + not_taken)
         entry["conditions"] = [condition("True", "InterfaceAttached", message, since=_now())]
-        entry["networkData"] = network_data
+        entry["networkData"] = shown
         if data is not None:
             entry["data"] = data
     elif row.error:

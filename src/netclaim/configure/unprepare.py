@@ -19,6 +19,7 @@ import time
 from netclaim import faults
 from netclaim.configure.attach import Attacher
 from netclaim.configure.gate import CdiGate
+from netclaim.configure.metadata import DeviceMetadataFiles
 from netclaim.configure.status import ClaimRef, Failure, StatusWriter
 from netclaim.configure.store import Store
 from netclaim.errors import GoneError, NetclaimError, TransientError
@@ -38,6 +39,7 @@ class Unpreparer:
         claims: ClaimsApi,
         status: StatusWriter,
         gate: CdiGate | None,
+        metadata: DeviceMetadataFiles | None = None,
     ) -> None:
         self.store = store
         self.attacher = attacher
@@ -45,6 +47,7 @@ class Unpreparer:
         self.claims = claims
         self.status = status
         self.gate = gate
+        self.metadata = metadata
 
     async def unprepare(self, namespace: str, name: str, uid: str) -> None:
         started = time.monotonic()
@@ -58,6 +61,11 @@ class Unpreparer:
                 self.gate.remove(uid)
             except OSError as err:
                 problems.append(f"its CDI spec could not be removed: {err}")
+        if self.metadata is not None:
+            try:
+                self.metadata.remove(namespace, name, uid)
+            except OSError as err:
+                problems.append(f"its device metadata could not be removed: {err}")
         ref = ClaimRef(namespace, name, uid)
         self.status.forget(ref)
         if problems:  # the claim and its pod go all the same; the claim's status says what happened

@@ -68,7 +68,7 @@ class Device:
     def to_api(self) -> dict[str, Any]:
         api: dict[str, Any] = {
             "name": self.name,
-            "attributes": {k: _attribute(v) for k, v in self.attributes.items()},
+            "attributes": {k: typed_attribute(v) for k, v in self.attributes.items()},
         }
         if self.capacity:
             api["capacity"] = {k: c.to_api() for k, c in self.capacity.items()}
@@ -86,7 +86,7 @@ class Decision:
     reason: str
 
 
-def _attribute(value: AttributeValue) -> dict[str, AttributeValue]:
+def typed_attribute(value: AttributeValue) -> dict[str, AttributeValue]:
     if isinstance(value, bool):
         return {"bool": value}
     if isinstance(value, int):

@@ -1,0 +1,202 @@
+"""Device metadata inside the pod (KEP-5304, Kubernetes 1.37): every container that uses a claim can read
+its interfaces (name, addresses, MAC) and its devices' attributes from a file at
+`/var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/netclaim.dev-metadata.json`
+(`resourceclaimtemplates/<pod's name for the claim>/…` for a claim made from a template), as every driver
+built on Kubernetes' kubelet plugin library writes it:
+
+- the file on the host is `<plugin data dir>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json`,
+  a stream of one DeviceMetadata object per API version, newest first (a reader takes the first it
+  can decode);
+- a CDI spec per claim and request (`<driver>_metadata_<claim UID>_<request>.json`, kind
+  `<driver>/metadata`) bind-mounts it read-only into the containers; prepare returns its CDI device with
+  the request's first device;
+- deferred, as the KEP made it for network devices: prepare writes generation 1 (the devices and their
+  attributes; pool addresses, known by then), the sandbox hook writes generation 2 with each interface's
+  networkData once it is in the pod. The runtime makes the mount when it creates a container, after the
+  sandbox hook: containers see generation 2.
+
+Metadata never fails a claim: a file that cannot be written is logged and the claim goes without it (the
+library does the same). NodeUnprepareResources removes the claim's directory and specs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from netclaim.configure.status import network_data
+from netclaim.configure.store import Attachment, State
+from netclaim.publish.devices import typed_attribute
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")  # newest first
+CONTAINER_ROOT = "/var/run/kubernetes.io/dra-device-attributes"
+MAX_ATTRIBUTES = 32  # a reader's validation refuses more
+SUBDIRECTORY = "dra-device-metadata"
+
+
+def base_request(request: str) -> str:
+    """The request a device was allocated for, without its subrequest ("nic/fast" → "nic"): the path's."""
+    return request.split("/", 1)[0]
+
+
+def _attributes(row: Attachment) -> dict[str, Any]:
+    names = sorted(row.plan.nic.attributes)[:MAX_ATTRIBUTES]
+    return {name: typed_attribute(row.plan.nic.attributes[name]) for name in names}
+
+
+def _devices(driver: str, rows: Iterable[Attachment]) -> dict[str, list[dict[str, Any]]]:
+    """Request → its devices' metadata entries: each NIC, with its interface once attached, and each pool
+    address device, with the addresses it gave that interface."""
+    requests: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        nic: dict[str, Any] = {
+            "driver": driver,
+            "pool": row.pool,
+            "name": row.device,
+            "attributes": _attributes(row),
+        }
+        interface = row.outcome.interface
+        if row.state == State.ATTACHED and interface is not None:  # as the claim's status says it
+            nic["networkData"] = network_data(interface.name, interface.addresses, interface.mac)[0]
+        requests[row.request].append(nic)
+        for granted in row.plan.pool_addresses:
+            address: dict[str, Any] = {"driver": driver, "pool": granted.pool, "name": granted.device}
+            address["networkData"] = network_data(row.plan.interface_name, granted.ips)[0]
+            requests[granted.request].append(address)
+    return requests
+
+
+def _by_base_request(driver: str, rows: Iterable[Attachment]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Base request (a file each) → its requests, subrequests apart (the file's content) → devices."""
+    grouped: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(dict)
+    for request, devices in _devices(driver, rows).items():
+        grouped[base_request(request)][request] = devices
+    return grouped
+
+
+def _stream(identity: dict[str, Any], pod_claim_name: str, requests: dict[str, list[dict[str, Any]]]) -> str:
+    body: dict[str, Any] = {"metadata": identity}
+    if pod_claim_name:
+        body["podClaimName"] = pod_claim_name
+    body["requests"] = [{"name": name, "devices": devices} for name, devices in sorted(requests.items())]
+    return "".join(
+        json.dumps({"kind": "DeviceMetadata", "apiVersion": version, **body}, indent=2) + "\n"
+        for version in API_VERSIONS
+    )
+
+
+def _first_object(path: Path) -> dict[str, Any]:
+    """The stream's first object (its newest version): OSError when there is no file, ValueError when
+    it is not JSON, TypeError when not an object."""
+    found = json.JSONDecoder().raw_decode(path.read_text())[0]
+    if not isinstance(found, dict):
+        raise TypeError(f"{path}: not a DeviceMetadata object")
+    return found
+
+
+def _write(path: Path, text: str) -> None:
+    """Whole or not at all: a container created meanwhile mounts the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    temporary.chmod(0o644)
+    temporary.replace(path)
+
+
+class DeviceMetadataFiles:
+    """The claims' metadata files under `data_dir` (the kubelet plugin's directory, as the runtime sees
+    it) and their CDI specs in `spec_dir`."""
+
+    def __init__(self, data_dir: Path, spec_dir: Path, driver: str) -> None:
+        self.root = data_dir / SUBDIRECTORY
+        self.spec_dir = spec_dir
+        self.driver = driver
+
+    def _claim_dir(self, namespace: str, claim: str) -> Path:
+        return self.root / f"{namespace}_{claim}"
+
+    def _spec(self, claim_uid: str, request: str) -> Path:
+        return self.spec_dir / f"{self.driver}_metadata_{claim_uid}_{request}.json"
+
+    def _cdi_spec(self, device: str, host_path: Path, container_path: str) -> dict[str, Any]:
+        mount = {"hostPath": str(host_path), "containerPath": container_path, "options": ["ro", "bind"]}
+        return {
+            "cdiVersion": "0.3.0",
+            "kind": f"{self.driver}/metadata",
+            "devices": [{"name": device, "containerEdits": {"mounts": [mount]}}],
+        }
+
+    def prepared(self, rows: list[Attachment], pod_claim_name: str | None) -> dict[str, str]:
+        """The claim's files and specs, written at its first prepare; base request → its CDI device ID,
+        for the requests whose files are in place. `pod_claim_name`: the pod's name for a claim made from
+        its template (the claim's resource.kubernetes.io/pod-claim-name), else ""; None when kubelet asks
+        again (after a restart) and prepare answers from the store: then the files in place are kept (they
+        may hold the interfaces already) and say it, a lost spec is written again, a lost file is not."""
+        if not rows:
+            return {}
+        first = rows[0]
+        identity = {"name": first.claim_name, "namespace": first.claim_namespace, "uid": first.claim_uid}
+        ids = {}
+        for request, requests in _by_base_request(self.driver, rows).items():
+            path = self._claim_dir(first.claim_namespace, first.claim_name) / request / "metadata.json"
+            spec = self._spec(first.claim_uid, request)
+            device = f"{first.claim_uid}_{request}"
+            try:
+                if pod_claim_name is None:  # kubelet asks again: the file says it (none: none is written)
+                    name_for_pod, first_time = str(_first_object(path).get("podClaimName", "")), False
+                else:  # the claim's first prepare: what an earlier claim of that name left is replaced
+                    name_for_pod, first_time = pod_claim_name, True
+                    _write(path, _stream({**identity, "generation": 1}, name_for_pod, requests))
+                if first_time or not spec.exists():
+                    where = (
+                        f"resourceclaimtemplates/{name_for_pod}"
+                        if name_for_pod
+                        else f"resourceclaims/{first.claim_name}"
+                    )
+                    inside = f"{CONTAINER_ROOT}/{where}/{request}/{self.driver}-metadata.json"
+                    _write(spec, json.dumps(self._cdi_spec(device, path, inside), indent=2))
+            except (OSError, ValueError, TypeError) as err:
+                log.warning(
+                    "device metadata not written: the claim's containers go without it",
+                    extra={"claim": f"{first.claim_namespace}/{first.claim_name}", "error": str(err)},
+                )
+                continue
+            ids[request] = f"{self.driver}/metadata={device}"
+        return ids
+
+    def attached(self, rows: list[Attachment]) -> None:
+        """The interfaces now in the pod: each request's file rewritten whole, one generation on."""
+        by_claim: dict[str, list[Attachment]] = defaultdict(list)
+        for row in rows:
+            by_claim[row.claim_uid].append(row)
+        for claim_rows in by_claim.values():
+            first = claim_rows[0]
+            for request, requests in _by_base_request(self.driver, claim_rows).items():
+                path = self._claim_dir(first.claim_namespace, first.claim_name) / request / "metadata.json"
+                if not path.exists():  # not written at prepare: turned off then, or it failed (logged)
+                    continue
+                try:
+                    before = _first_object(path)
+                    identity = {**before["metadata"], "generation": int(before["metadata"]["generation"]) + 1}
+                    _write(path, _stream(identity, str(before.get("podClaimName", "")), requests))
+                except (OSError, ValueError, KeyError, TypeError) as err:
+                    log.warning(
+                        "device metadata not updated with the interfaces",
+                        extra={"claim": f"{first.claim_namespace}/{first.claim_name}", "error": str(err)},
+                    )
+
+    def remove(self, namespace: str, claim: str, claim_uid: str) -> None:
+        """The claim's files and specs; OSError when they stay."""
+        directory = self._claim_dir(namespace, claim)
+        if directory.exists():
+            shutil.rmtree(directory)
+        for spec in self.spec_dir.glob(f"{self.driver}_metadata_{claim_uid}_*.json"):
+            spec.unlink(missing_ok=True)

@@ -1,0 +1,169 @@
+"""Device metadata inside the pod (KEP-5304): prepare writes each request's file and the CDI spec that
+mounts it, the sandbox hook adds the interfaces, unprepare removes both."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netclaim.configure.metadata import API_VERSIONS
+from netclaim.configure.status import ClaimRef
+from netclaim.objects import Claim
+from tests.corpus import VALID_CONFIG
+from tests.unit.fakes import (
+    ConfigureRig,
+    configure_rig,
+    sample_allocation,
+    sample_claim,
+    sample_config,
+    sample_device,
+)
+
+NIC = sample_device("enp1s0")
+CLAIM = sample_claim((sample_allocation(NIC, "net", share_id="share-1"),), (sample_config(VALID_CONFIG),))
+FROM_TEMPLATE = replace(CLAIM, pod_claim_name="fabric")
+
+
+@pytest.fixture
+def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
+    built = configure_rig(tmp_path, monkeypatch)
+    built.catalog.update([NIC])
+    yield built
+    built.store.close()
+
+
+def _stream(path: Path) -> list[dict[str, Any]]:
+    """The file's objects, as a reader decodes a JSON stream."""
+    text, decoder, found, at = path.read_text(), json.JSONDecoder(), [], 0
+    while text[at:].strip():
+        value, end = decoder.raw_decode(text, at)
+        found.append(value)
+        at = end + (len(text[end:]) - len(text[end:].lstrip()))
+    return found
+
+
+def _host_file(rig: ConfigureRig, claim: Claim = CLAIM, request: str = "net") -> Path:
+    return (
+        rig.root
+        / "kubelet-plugin"
+        / "dra-device-metadata"
+        / f"team-a_{claim.name}"
+        / request
+        / "metadata.json"
+    )
+
+
+def _spec(rig: ConfigureRig, claim: Claim = CLAIM) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(
+        (rig.root / "cdi" / f"netclaim.dev_metadata_{claim.uid}_net.json").read_text()
+    )
+    return found
+
+
+async def _prepare(rig: ConfigureRig, claim: Claim = CLAIM) -> list[str]:
+    rig.api.add_claim(claim)
+    prepared = await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)
+    return [i for d in prepared for i in d.cdi_device_ids]
+
+
+async def test_prepare_writes_the_requests_file_and_the_spec_that_mounts_it(rig: ConfigureRig) -> None:
+    assert await _prepare(rig) == [f"netclaim.dev/metadata={CLAIM.uid}_net"]
+    objects = _stream(_host_file(rig))
+    assert [o["apiVersion"] for o in objects] == list(API_VERSIONS)  # newest first
+    first = objects[0]
+    assert first["kind"] == "DeviceMetadata" and "podClaimName" not in first
+    assert first["metadata"] == {"name": CLAIM.name, "namespace": "team-a", "uid": CLAIM.uid, "generation": 1}
+    [request] = first["requests"]
+    [device] = request["devices"]
+    assert (request["name"], device["driver"], device["pool"], device["name"]) == (
+        "net",
+        "netclaim.dev",
+        "node-1",
+        NIC.name,
+    )
+    assert device["attributes"]["netclaim.dev/ifName"] == {"string": "enp1s0"}
+    assert "networkData" not in device  # deferred: the interface is not in the pod yet
+    [mount] = _spec(rig)["devices"][0]["containerEdits"]["mounts"]
+    assert mount == {
+        "hostPath": str(_host_file(rig)),
+        "containerPath": "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/claim-1/net/"
+        "netclaim.dev-metadata.json",
+        "options": ["ro", "bind"],
+    }
+    assert _spec(rig)["kind"] == "netclaim.dev/metadata"
+
+
+async def test_a_claim_from_a_template_is_found_under_the_pods_name_for_it(rig: ConfigureRig) -> None:
+    await _prepare(rig, FROM_TEMPLATE)
+    assert _stream(_host_file(rig))[0]["podClaimName"] == "fabric"
+    [mount] = _spec(rig)["devices"][0]["containerEdits"]["mounts"]
+    assert mount["containerPath"] == (
+        "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/fabric/net/netclaim.dev-metadata.json"
+    )
+
+
+async def test_the_sandbox_hook_adds_the_interface_as_the_claim_status_shows_it(rig: ConfigureRig) -> None:
+    await _prepare(rig)
+    await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
+    await rig.settle()
+    objects = _stream(_host_file(rig))
+    assert {o["metadata"]["generation"] for o in objects} == {2}
+    [entry] = rig.entries(ClaimRef(CLAIM.namespace, CLAIM.name, CLAIM.uid))
+    assert objects[0]["requests"][0]["devices"][0]["networkData"] == entry["networkData"]
+    assert entry["networkData"]["interfaceName"] == "net1" and entry["networkData"]["ips"]
+
+
+async def test_kubelet_asking_again_keeps_the_file_and_a_lost_spec_is_written_again(
+    rig: ConfigureRig,
+) -> None:
+    await _prepare(rig, FROM_TEMPLATE)
+    await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
+    spec = rig.root / "cdi" / f"netclaim.dev_metadata_{CLAIM.uid}_net.json"
+    written = spec.read_text()
+    spec.unlink()  # /var/run is a tmpfs: a node's reboot loses it, kubelet prepares again
+    again = await rig.preparer.prepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert [i for d in again for i in d.cdi_device_ids] == [f"netclaim.dev/metadata={CLAIM.uid}_net"]
+    assert spec.read_text() == written  # the pod's name for the claim, read back from the file
+    assert _stream(_host_file(rig))[0]["metadata"]["generation"] == 2
+
+
+async def test_unprepare_removes_the_file_and_the_spec(rig: ConfigureRig) -> None:
+    await _prepare(rig)
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert not _host_file(rig).parent.parent.exists()
+    assert list((rig.root / "cdi").iterdir()) == []
+
+
+async def test_metadata_that_cannot_be_written_does_not_fail_the_claim(
+    rig: ConfigureRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    (rig.root / "kubelet-plugin").write_text("not a directory")
+    assert await _prepare(rig) == []  # the claim is prepared, its containers go without the file
+    assert rig.store.for_claim(CLAIM.uid)
+    assert "device metadata not written" in caplog.text
+
+
+def test_the_pods_name_for_a_claim_is_read_from_its_annotation() -> None:
+    meta = {"namespace": "team-a", "name": "pod-1-fabric-x7", "uid": "u", "resourceVersion": "1"}
+    annotated = {"metadata": {**meta, "annotations": {"resource.kubernetes.io/pod-claim-name": "fabric"}}}
+    assert Claim.from_api(annotated).pod_claim_name == "fabric"
+    assert Claim.from_api({"metadata": meta}).pod_claim_name == ""
+
+
+async def test_what_an_earlier_claim_of_the_same_name_left_is_replaced(rig: ConfigureRig) -> None:
+    """Its unprepare never came (the node was down): the new claim must not show the old one's interfaces."""
+    stale = _host_file(rig)
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"kind": "DeviceMetadata", "metadata": {"uid": "old", "generation": 7}}))
+    await _prepare(rig)
+    assert _stream(stale)[0]["metadata"] == {
+        "name": CLAIM.name,
+        "namespace": "team-a",
+        "uid": CLAIM.uid,
+        "generation": 1,
+    }
