@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +29,7 @@ from tests.cluster.helpers import (
     interface_in_pod,
     ipam_reservations,
     macvlan,
+    metadata_devices,
     name_of,
     node_name,
     ping,
@@ -211,6 +213,78 @@ def test_teardown_leaves_no_links_reservations_rows_or_status(
     wait_for(nothing_left, 60, "no status entry, IPAM reservation or store row left")
     assert exists(kube, ResourceClaim, "standalone", ns)  # the claim itself stays: only our traces go
     assert "macvlan" not in in_node(cluster, node, "ip", "-d", "-o", "link", "show")
+
+
+def test_an_admins_host_local_ipv6_range_reaches_the_pod_and_its_status(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    """host-local IPv6 from an admin's DeviceClass: the same address in `ip a`, in networkData and in the
+    metadata file."""
+    class_name = f"lan1-v6-{ns}"
+    plugin = {
+        "type": "macvlan",
+        "master": "{{ device.ifName }}",
+        "mode": "bridge",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "fd00:79::/64", "rangeStart": "fd00:79::10"}]]},
+    }
+    kube.create(admin_device_class(class_name, ON_LAN1, cni_config([plugin], name="v6-net")))
+    try:
+        apply(cluster, ns, claim_template("v6", class_name, "true", None), pod_manifest("six", "v6"))
+        wait_for(lambda: configured_and_running(kube, ns, "six"), 120, "the IPv6 pod configured and running")
+        shown = cluster.kubectl("exec", "-n", ns, "six", "--", "ip", "-o", "-6", "addr", "show", "net1")
+        [address] = [a for a in re.findall(r"inet6 (\S+)", shown) if not a.startswith("fe80:")]
+        assert ipaddress.ip_interface(address).ip in ipaddress.ip_network("fd00:79::/64"), shown
+        entry = ready_entry(kube, ns, "six")
+        assert entry is not None and entry["networkData"]["ips"] == [address]
+        [device] = metadata_devices(cluster, ns, "six", "resourceclaimtemplates/net/nic")
+        assert device["networkData"]["ips"] == [address]
+    finally:
+        delete(kube, Pod, "six", ns)
+        delete(kube, DeviceClass, class_name)
+
+
+def test_a_claim_named_by_a_second_pod_is_refused_before_that_pod_starts(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    """One claim, one pod (docs/config.md): the scheduler's reservation of the claim for a second pod is
+    refused by admission, so that pod stays Pending, saying why; the first keeps its interface."""
+    spec = claim_template(
+        "unused", "netclaim-shared", "true", cni_config([macvlan("10.51.0.0/24")], name="sh")
+    )
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "shared", "namespace": ns},
+        "spec": spec["spec"]["spec"],
+    }
+    kube.create(typed(ResourceClaim, claim))
+    pods = {name: pod_manifest(name, "unused") for name in ("first", "second")}
+    for manifest in pods.values():
+        manifest["spec"]["resourceClaims"] = [{"name": "net", "resourceClaimName": "shared"}]
+    apply(cluster, ns, pods["first"])
+    wait_for(lambda: configured_and_running(kube, ns, "first"), 120, "the first pod configured and running")
+    apply(cluster, ns, pods["second"])
+    seen: list[str] = []
+
+    def refused() -> bool:
+        pod = kube.get(Pod, "second", namespace=ns)
+        conditions = (pod.status.conditions if pod.status else None) or []
+        seen[:] = [f"{c.type}={c.status}: {c.message}" for c in conditions]
+        return any(
+            c.type == "PodScheduled"
+            and c.status == "False"
+            and "already reserved for pod first" in str(c.message)
+            for c in conditions
+        )
+
+    wait_for(refused, 60, "the second pod Pending, told the claim is the first pod's")
+    second = kube.get(Pod, "second", namespace=ns)
+    assert second.spec is not None and not second.spec.nodeName, seen
+    assert "give each pod its own claim" in " ".join(seen)
+    reserved = kube.get(ResourceClaim, "shared", namespace=ns)
+    assert reserved.status is not None and [r.name for r in reserved.status.reservedFor or []] == ["first"]
+    assert configured_and_running(kube, ns, "first")
+    assert len(claim_devices(kube, ns, "shared")) == 1  # the first pod's interface, the only status entry
 
 
 BAD_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {

@@ -1,0 +1,61 @@
+"""Network metadata inside the pod (KEP-5304): the container reads its claim's interface from the file
+Kubernetes defines, the same as `ip a` shows, and nothing of it stays on the node once the pod is gone."""
+
+from __future__ import annotations
+
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from netclaim_lab.cluster import ClusterHandle
+from tests.cluster.helpers import (
+    apply,
+    claim_template,
+    cni_config,
+    configured_and_running,
+    in_node,
+    interface_in_pod,
+    macvlan,
+    metadata_devices,
+    node_name,
+    pod_claim_name,
+    pod_manifest,
+)
+from tests.kube import delete, wait_for
+
+ON_ENP0S10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
+DATA_DIR = "/var/lib/kubelet/plugins/netclaim.dev/dra-device-metadata"
+
+
+def test_a_container_reads_its_interface_and_device_from_the_metadata_file(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    config = cni_config([macvlan("10.77.0.0/24")], name="md-net")
+    apply(
+        cluster, ns, claim_template("t", "netclaim-shared", ON_ENP0S10, config), pod_manifest("reader", "t")
+    )
+    wait_for(lambda: configured_and_running(kube, ns, "reader"), 120, "the pod configured and running")
+    # a claim from the pod's template: found under the pod's name for it (net) and the request (nic)
+    [device] = metadata_devices(cluster, ns, "reader", "resourceclaimtemplates/net/nic")
+    mac, ips, _ = interface_in_pod(cluster, ns, "reader", "net1")
+    assert device["networkData"] == {"interfaceName": "net1", "ips": ips, "hardwareAddress": mac}
+    node = node_name(kube.get(Pod, "reader", namespace=ns))
+    assert (device["driver"], device["pool"]) == ("netclaim.dev", node)
+    # the NIC's attributes as published, the standard ones included (tests/cluster/cluster.yaml)
+    assert device["attributes"]["netclaim.dev/ifName"] == {"string": "enp0s10"}
+    assert device["attributes"]["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:5d"}
+    assert device["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 0}
+
+    claim = kube.get(ResourceClaim, pod_claim_name(kube, ns, "reader"), namespace=ns)
+    assert claim.metadata is not None
+    uid, name = claim.metadata.uid, claim.metadata.name
+    assert f"{ns}_{name}" in in_node(cluster, node, "ls", DATA_DIR)
+    assert f"netclaim.dev_metadata_{uid}_nic.json" in in_node(cluster, node, "ls", "/run/cdi")
+    delete(kube, Pod, "reader", ns)
+
+    def nothing_left() -> bool:
+        return f"{ns}_{name}" not in in_node(cluster, node, "ls", DATA_DIR) and str(uid) not in in_node(
+            cluster, node, "ls", "/run/cdi"
+        )
+
+    wait_for(nothing_left, 60, "the claim's metadata file and CDI spec removed")
