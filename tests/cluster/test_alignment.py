@@ -2,8 +2,8 @@
 PCIe root through `matchAttribute: resource.kubernetes.io/pcieRoot`, the standard attribute both
 publish, and `netclaim explain` names the constraint when only unaligned devices are left.
 
-Two kubelet-less nodes, each with two roots. Root A has 3 GPUs and an 8G NIC, root B 2 GPUs and a 12G NIC.
-Pairs asking 4G fit twice on each root (A by its NIC, B by its GPUs): 8 pods. A ninth finds a free GPU on A
+Two kubelet-less nodes, each with two roots. Root A has 3 GPUs and an 8Gi NIC, root B 2 GPUs and a 12Gi NIC.
+Pairs asking 4Gi fit twice on each root (A by its NIC, B by its GPUs): 8 pods. A ninth finds a free GPU on A
 and room on B's NIC, never both on one root."""
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from tests.kube import delete, wait_for
 NODES = ("align-1", "align-2")
 ROOT_A, ROOT_B = "pci0000:3a", "pci0000:d7"
 NICS = (  # name, PCI address, root, NUMA node, speed
-    ("ens3f0", "0000:3b:00.0", ROOT_A, 0, 8_000_000_000),
-    ("ens4f0", "0000:d8:00.0", ROOT_B, 1, 12_000_000_000),
+    ("ens3f0", "0000:3b:00.0", ROOT_A, 0, 8 * 2**30),  # binary units: the policy's 1Mi step rounds a
+    ("ens4f0", "0000:d8:00.0", ROOT_B, 1, 12 * 2**30),  # decimal "4G" up to 3815Mi, and two would not fit
 )
 GPUS = [(ROOT_A, 0)] * 3 + [(ROOT_B, 1)] * 2
 
@@ -99,7 +99,7 @@ def aligned_nodes(cluster: ClusterHandle, kube: Client, tmp_path: Path) -> Itera
 
 
 def _pair_template() -> dict[str, Any]:
-    nic = {"deviceClassName": "netclaim-shared", "capacity": {"requests": {"netclaim.dev/bandwidth": "4G"}}}
+    nic = {"deviceClassName": "netclaim-shared", "capacity": {"requests": {"netclaim.dev/bandwidth": "4Gi"}}}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",

@@ -34,9 +34,9 @@ ON_LAN1 = (
 SIDES = {"left": ("node-1", 10), "right": ("node-2", 20)}  # node, first host number of its ranges
 # interface → (network's NIC selector, subnet, bandwidth asked)
 INTERFACES = {
-    "net1": (ON_LAN0, "10.74.0.0/24", "200M"),
-    "net2": (ON_LAN1, "10.75.0.0/24", "300M"),
-    "net3": (ON_LAN0, "10.76.0.0/24", "100M"),
+    "net1": (ON_LAN0, "10.74.0.0/24", "200Mi"),
+    "net2": (ON_LAN1, "10.75.0.0/24", "300Mi"),
+    "net3": (ON_LAN0, "10.76.0.0/24", "100Mi"),
 }
 
 
@@ -161,7 +161,7 @@ def test_three_interfaces_from_two_claims_on_two_networks_each_as_asked_and_reac
             assert claim.status.allocation.devices is not None
             for result in claim.status.allocation.devices.results or []:
                 asked = INTERFACES[result.request.removeprefix("nic-")][2]
-                consumed = (result.consumedCapacity or {}).get("bandwidth")
+                consumed = (result.consumedCapacity or {}).get("netclaim.dev/bandwidth")
                 assert consumed is not None and parse_quantity(consumed) == parse_quantity(asked), (
                     name,
                     result,
@@ -169,8 +169,8 @@ def test_three_interfaces_from_two_claims_on_two_networks_each_as_asked_and_reac
                 assert result.pool == node
     # each container reads its interfaces where Kubernetes says (KEP-5304), as `ip a` shows them
     for interface in INTERFACES:
-        claim = claims["left"][0] if interface in ("net1", "net2") else claims["left"][1]
-        [device] = metadata_devices(cluster, ns, "left", f"resourceclaims/{claim}/nic-{interface}")
+        holder = claims["left"][0] if interface in ("net1", "net2") else claims["left"][1]
+        [device] = metadata_devices(cluster, ns, "left", f"resourceclaims/{holder}/nic-{interface}")
         mac, ips, _ = interface_in_pod(cluster, ns, "left", interface)
         assert device["networkData"] == {"interfaceName": interface, "ips": ips, "hardwareAddress": mac}
     # traffic on each network crosses to the pod on the other node

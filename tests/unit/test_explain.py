@@ -656,3 +656,35 @@ def test_a_pair_that_fits_alone_but_not_on_one_pcie_root_names_the_constraint() 
         "matchAttribute resource.kubernetes.io/pcieRoot of requests gpu, nic: no devices that fit share a "
         "value (gpu: pci0000:3a; nic: pci0000:d7)"
     ]
+
+
+def test_two_nic_requests_that_must_be_on_different_pci_devices_name_the_distinct_constraint() -> None:
+    two = {"deviceClassName": "netclaim-shared"}
+    spread = {
+        "metadata": {"namespace": "demo", "name": "t"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "a", "exactly": two}, {"name": "b", "exactly": two}],
+                    "constraints": [{"distinctAttribute": "resource.kubernetes.io/pciBusID"}],
+                }
+            }
+        },
+    }
+    on_bus = {"resource.kubernetes.io/pciBusID": {"string": "0000:5e:00.0"}}
+    one_nic = {**nic("enp0s10"), "attributes": {**nic("enp0s10")["attributes"], **on_bus}}
+    snapshot = Snapshot(
+        pods=[],
+        claims=[],
+        templates=[spread],
+        device_classes=[SHARED_CLASS],
+        slices=[node_slice("node-1", one_nic)],
+        nodes=[node("node-1")],
+    )
+    found = explain_pod(pending_pod("t"), snapshot)
+    assert (
+        "node node-1: claim net (template t): constraint distinctAttribute "
+        "resource.kubernetes.io/pciBusID of requests a, b: the devices that fit do not have 2 different "
+        "values (a: 0000:5e:00.0; b: 0000:5e:00.0)"
+    ) in found.lines
+    assert found.fits_on == []

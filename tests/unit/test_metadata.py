@@ -167,3 +167,21 @@ async def test_what_an_earlier_claim_of_the_same_name_left_is_replaced(rig: Conf
         "uid": CLAIM.uid,
         "generation": 1,
     }
+
+
+async def test_a_late_unprepare_of_an_earlier_claim_leaves_the_newer_claims_file(rig: ConfigureRig) -> None:
+    """The old claim's unprepare comes after a new claim of the same name was prepared (kubelet after a
+    restart, or reclaim): the new pod's containers mount the new file on each restart."""
+    await _prepare(rig)
+    rig.metadata.remove(CLAIM.namespace, CLAIM.name, "uid-of-the-earlier-claim")
+    assert _stream(_host_file(rig))[0]["metadata"]["uid"] == CLAIM.uid
+    assert _spec(rig)["devices"][0]["name"] == f"{CLAIM.uid}_net"  # its spec is its UID's: untouched
+
+
+async def test_an_attach_the_repair_loop_makes_updates_the_file_too(rig: ConfigureRig) -> None:
+    """The agent was down at RunPodSandbox: the sandbox started without the hook, the gate holds the
+    containers back, and the repair on reconnect attaches; the containers created then read the interface."""
+    await _prepare(rig)
+    await rig.hooks.synchronize([rig.sandbox()])
+    [device] = _stream(_host_file(rig))[0]["requests"][0]["devices"]
+    assert device["networkData"]["interfaceName"] == "net1"

@@ -174,3 +174,5 @@ class PodHooks:
                 extra={"pod": f"{sandbox.namespace}/{sandbox.name}", "claim": row.claim_name},
             )
             await self.attacher.attach(row, sandbox, deadline)
+            if self.metadata is not None:  # the containers the gate held back mount it when created
+                self.metadata.attached(self.store.for_claim(row.claim_uid))

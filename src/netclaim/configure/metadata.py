@@ -193,10 +193,23 @@ class DeviceMetadataFiles:
                         extra={"claim": f"{first.claim_namespace}/{first.claim_name}", "error": str(err)},
                     )
 
+    @staticmethod
+    def _owner(path: Path) -> str | None:
+        """The UID of the claim a metadata file is of; None when unreadable (nobody's to keep)."""
+        try:
+            found = _first_object(path).get("metadata", {}).get("uid")
+        except (OSError, ValueError, TypeError):
+            return None
+        return str(found) if found is not None else None
+
     def remove(self, namespace: str, claim: str, claim_uid: str) -> None:
-        """The claim's files and specs; OSError when they stay."""
+        """The claim's files and specs; OSError when they stay. The directory is named after the claim, not
+        its UID: one a newer claim of the same name wrote (its pod runs, its containers mount the file on
+        each restart) is left to that claim."""
         directory = self._claim_dir(namespace, claim)
-        if directory.exists():
+        if directory.exists() and not any(
+            self._owner(p) not in (claim_uid, None) for p in directory.glob("*/metadata.json")
+        ):
             shutil.rmtree(directory)
         for spec in self.spec_dir.glob(f"{self.driver}_metadata_{claim_uid}_*.json"):
             spec.unlink(missing_ok=True)

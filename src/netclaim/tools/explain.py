@@ -621,7 +621,12 @@ def constraint_problem(
     domain, _, short = str(attribute).rpartition("/")
     values: dict[str, set[Any]] = {}
     for name in names:
-        fitting = [d for verdict in by_name[name] for d in verdict.fitting(node)]
+        fitting = [  # of the alternatives (firstAvailable) that can be chosen here
+            d
+            for verdict in by_name[name]
+            if not verdict.problems and len(verdict.fitting(node)) >= verdict.count
+            for d in verdict.fitting(node)
+        ]
         values[name] = {
             d.device.attributes.get(domain, {}).get(short)
             for d in fitting
