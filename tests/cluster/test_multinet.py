@@ -22,6 +22,7 @@ from tests.cluster.helpers import (
     cni_config,
     interface_in_pod,
     metadata_devices,
+    network_status,
     ping,
     running,
 )
@@ -173,6 +174,10 @@ def test_three_interfaces_from_two_claims_on_two_networks_each_as_asked_and_reac
         [device] = metadata_devices(cluster, ns, "left", f"resourceclaims/{holder}/nic-{interface}")
         mac, ips, _ = interface_in_pod(cluster, ns, "left", interface)
         assert device["networkData"] == {"interfaceName": interface, "ips": ips, "hardwareAddress": mac}
+    # the Multus network-status annotation (on in the test cluster) lists all three, as Multus would
+    annotated = {e["interface"]: e for e in network_status(kube, ns, "left")}
+    assert set(annotated) == set(INTERFACES), annotated
+    assert {i: {f"{ip}/24" for ip in e["ips"]} for i, e in annotated.items()} == shown["left"]
     # traffic on each network crosses to the pod on the other node
     for interface in INTERFACES:
         [cidr] = shown["right"][interface]
