@@ -55,9 +55,15 @@ def _inventory(path: Path) -> None:
     path.write_text(yaml.safe_dump(interfaces))
 
 
+def _string(value: Any) -> str | None:
+    """A string attribute's value, whether lightkube kept the attribute as a model or as its JSON."""
+    found = value.get("string") if isinstance(value, dict) else getattr(value, "string", None)
+    return str(found) if found is not None else None
+
+
 def _roots_published(kube: Client, node: str) -> bool:
     roots = {
-        (d.attributes or {}).get(fake_gpus.ROOT).string  # type: ignore[union-attr]
+        _string((d.attributes or {})[fake_gpus.ROOT])
         for s in node_slices(kube, node)
         for d in s.spec.devices or []
         if fake_gpus.ROOT in (d.attributes or {})
@@ -132,9 +138,9 @@ def _roots(kube: Client) -> dict[tuple[str, str, str], str]:
     for node in NODES:
         for item in kube.list(ResourceSlice, fields={"spec.nodeName": node}):
             for device in item.spec.devices or []:
-                value = (device.attributes or {}).get(fake_gpus.ROOT)
-                if value is not None and value.string:
-                    found[(item.spec.driver, item.spec.pool.name, device.name)] = value.string
+                root = _string((device.attributes or {}).get(fake_gpus.ROOT))
+                if root is not None:
+                    found[(item.spec.driver, item.spec.pool.name, device.name)] = root
     return found
 
 

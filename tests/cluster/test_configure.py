@@ -262,7 +262,12 @@ def test_a_claim_named_by_a_second_pod_is_refused_before_that_pod_starts(
     for manifest in pods.values():
         manifest["spec"]["resourceClaims"] = [{"name": "net", "resourceClaimName": "shared"}]
     apply(cluster, ns, pods["first"])
-    wait_for(lambda: configured_and_running(kube, ns, "first"), 120, "the first pod configured and running")
+
+    def first_configured() -> bool:  # a claim named by the pod: not in the pod's resourceClaimStatuses
+        ready = any(e["conditions"][0]["status"] == "True" for e in claim_devices(kube, ns, "shared"))
+        return ready and any(name_of(p) == "first" for p in running(kube, ns))
+
+    wait_for(first_configured, 120, "the first pod configured and running")
     apply(cluster, ns, pods["second"])
     seen: list[str] = []
 
@@ -283,7 +288,7 @@ def test_a_claim_named_by_a_second_pod_is_refused_before_that_pod_starts(
     assert "give each pod its own claim" in " ".join(seen)
     reserved = kube.get(ResourceClaim, "shared", namespace=ns)
     assert reserved.status is not None and [r.name for r in reserved.status.reservedFor or []] == ["first"]
-    assert configured_and_running(kube, ns, "first")
+    assert first_configured()
     assert len(claim_devices(kube, ns, "shared")) == 1  # the first pod's interface, the only status entry
 
 

@@ -96,6 +96,8 @@ async def test_prepare_writes_the_requests_file_and_the_spec_that_mounts_it(rig:
         "options": ["ro", "bind"],
     }
     assert _spec(rig)["kind"] == "netclaim.dev/metadata"
+    # a device name that starts with a digit (most UIDs) is refused by the runtime below CDI 0.5.0
+    assert tuple(int(p) for p in _spec(rig)["cdiVersion"].split(".")) >= (0, 5, 0)
 
 
 async def test_a_claim_from_a_template_is_found_under_the_pods_name_for_it(rig: ConfigureRig) -> None:

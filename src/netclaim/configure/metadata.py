@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from netclaim.configure.gate import CDI_VERSION
 from netclaim.configure.status import network_data
 from netclaim.configure.store import Attachment, State
 from netclaim.publish.devices import typed_attribute
@@ -129,7 +130,9 @@ class DeviceMetadataFiles:
     def _cdi_spec(self, device: str, host_path: Path, container_path: str) -> dict[str, Any]:
         mount = {"hostPath": str(host_path), "containerPath": container_path, "options": ["ro", "bind"]}
         return {
-            "cdiVersion": "0.3.0",
+            # not the oldest version that has mounts (0.3.0): the device is named after the claim's UID,
+            # and a name that starts with a digit needs 0.5.0 (the runtime refuses the whole spec)
+            "cdiVersion": CDI_VERSION,
             "kind": f"{self.driver}/metadata",
             "devices": [{"name": device, "containerEdits": {"mounts": [mount]}}],
         }
