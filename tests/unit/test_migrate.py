@@ -3,6 +3,7 @@ reason, per-pod requests restated, workloads patched, and the output passing val
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +205,49 @@ def test_networks_and_workloads_of_one_name_never_share_a_template() -> None:
         "addresses"
     ] == [{"address": "10.1.0.6/24"}]
     assert "ResourceQuota app-foo.deviceclass.resource.k8s.io/devices: 0" in "\n".join(migration.notes)
+
+
+def _vf_nad(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {
+            "name": name,
+            "namespace": "shop",
+            "annotations": {"k8s.v1.cni.cncf.io/resourceName": "intel.com/sriov_netdevice"},
+        },
+        "spec": {"config": json.dumps({"cniVersion": "1.0.0", "name": name, "type": "host-device"})},
+    }
+
+
+def test_a_device_plugin_resource_becomes_the_classes_extended_resource_and_leaves_migrated_pods(
+    tmp_path: Path,
+) -> None:
+    """Pods that only ask the resource keep working through the class (KEP-5004); a migrated pod claims the
+    network instead and must not take a second device through its limit."""
+    limits = {"intel.com/sriov_netdevice": "1", "cpu": "1"}
+    workload = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "router", "namespace": "shop"},
+        "spec": {
+            "template": {
+                "metadata": {"annotations": {"k8s.v1.cni.cncf.io/networks": "fast-vf"}},
+                "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]},
+            }
+        },
+    }
+    migration = migrate([_vf_nad("fast-vf"), _vf_nad("fast-vf-2"), workload])
+    classes = _of(migration, "DeviceClass")
+    assert classes["shop-fast-vf"]["spec"]["extendedResourceName"] == "intel.com/sriov_netdevice"
+    assert "extendedResourceName" not in classes["shop-fast-vf-2"]["spec"]  # one class per resource
+    notes = "\n".join(migration.notes)
+    assert "pods that ask intel.com/sriov_netdevice in their limits and name no network keep working" in notes
+    assert "intel.com/sriov_netdevice is served by DeviceClass shop-fast-vf already" in notes
+    [patched] = _of(migration, "Deployment").values()
+    container = patched["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"cpu": "1"}
+    assert container["resources"]["claims"] == [{"name": "fast-vf"}]
+    path = tmp_path / "migrated.yaml"
+    path.write_text(yaml.safe_dump_all(migration.objects))
+    assert validate_files([path]).problems == []

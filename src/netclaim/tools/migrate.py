@@ -53,6 +53,7 @@ class Network:
     chain: dict[str, Any]
     selectors: tuple[str, ...]
     exclusive: bool
+    extended_resource: str = ""  # the device plugin's resource the NAD named (resourceName)
 
 
 def _meta(document: dict[str, Any]) -> tuple[str, str]:
@@ -136,11 +137,13 @@ def network_of(nad: dict[str, Any], migration: Migration) -> Network | None:
         "chain the admin's: keep other namespaces off it with ResourceQuota "
         f"{namespace}-{name}.deviceclass.resource.k8s.io/devices: 0 (docs/multus-users.md)"
     )
-    return Network(namespace, name, f"{namespace}-{name}", chain, tuple(selectors), exclusive)
+    return Network(namespace, name, f"{namespace}-{name}", chain, tuple(selectors), exclusive, resource or "")
 
 
-def device_class(network: Network) -> dict[str, Any]:
-    return {
+def device_class(network: Network, extended_resource: bool = False) -> dict[str, Any]:
+    """The NAD's class; with `extended_resource`, also what a pod asking the NAD's device-plugin resource
+    in its limits gets, with no claim of its own (KEP-5004)."""
+    found: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
         "metadata": {
@@ -164,6 +167,9 @@ def device_class(network: Network) -> dict[str, Any]:
             ],
         },
     }
+    if extended_resource:
+        found["spec"]["extendedResourceName"] = network.extended_resource
+    return found
 
 
 def selections(value: str) -> list[dict[str, Any]]:
@@ -261,15 +267,42 @@ def _pod_template(workload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return holder["metadata"], holder["spec"]
 
 
+def _drop_limits(spec: dict[str, Any], resources: set[str]) -> None:
+    """The device plugin's resources out of a migrated pod's containers: its claims give it the network
+    now, and a limit left there would take one more device through the resource's DeviceClass."""
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for kind in ("limits", "requests"):
+            asked = (container.get("resources") or {}).get(kind) or {}
+            for resource in resources & set(asked):
+                del asked[resource]
+
+
 def migrate(documents: list[dict[str, Any]]) -> Migration:
     migration = Migration()
     networks: dict[tuple[str, str], Network] = {}
+    mapped: dict[str, Network] = {}  # device-plugin resource → the NAD whose class now serves it
     for document in documents:
         if document.get("kind") == NAD_KIND:
             network = network_of(copy.deepcopy(document), migration)
-            if network is not None:
-                networks[(network.namespace, network.name)] = network
-                migration.objects.append(device_class(network))
+            if network is None:
+                continue
+            networks[(network.namespace, network.name)] = network
+            resource = network.extended_resource
+            serves = bool(resource) and mapped.setdefault(resource, network) is network
+            if serves:
+                migration.notes.append(
+                    f"{NAD_KIND}/{network.namespace}/{network.name}: pods that ask {resource} in their "
+                    f"limits and name no network keep working: DeviceClass {network.device_class} has "
+                    f"extendedResourceName {resource}, and the scheduler makes their claims from it "
+                    "(remove the device plugin from the nodes netclaim serves); the migrated workloads "
+                    "drop that limit"
+                )
+            elif resource:
+                migration.notes.append(
+                    f"{NAD_KIND}/{network.namespace}/{network.name}: {resource} is served by DeviceClass "
+                    f"{mapped[resource].device_class} already (one class per extended resource)"
+                )
+            migration.objects.append(device_class(network, serves))
     templates: dict[str, dict[str, Any]] = {}
     workloads = []
     for document in documents:
@@ -313,6 +346,7 @@ def migrate(documents: list[dict[str, Any]]) -> Migration:
             claims.append((_label(f"{network.name}-{interface}" if twice else network.name), template))
         del annotations[NETWORKS]
         spec = pod[1]
+        _drop_limits(spec, {n.extended_resource for n in networks.values() if n.extended_resource})
         spec.setdefault("resourceClaims", []).extend(
             {"name": c, "resourceClaimTemplateName": t} for c, t in claims
         )
