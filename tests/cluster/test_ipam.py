@@ -18,7 +18,7 @@ from lightkube.resources.core_v1 import Event, Pod
 
 from netclaim_lab import agents
 from netclaim_lab.cluster import ClusterHandle
-from tests.cluster.helpers import apply, kubectl_json, name_of, ping, running
+from tests.cluster.helpers import apply, kubectl_json, name_of, network_status, ping, running
 from tests.cluster.ipam import (
     IPAM_NODES,
     allocation_ms,
@@ -190,6 +190,15 @@ def test_dual_stack_addresses_reach_the_pod_and_ping_over_both_families(
             if d["pool"] in IPAM_NODES and c["metadata"]["name"].startswith(pod)
         ]
         assert set(nic[0]["networkData"]["ips"]) == set(shown[pod]), nic
+        # the Multus annotation (on in the test cluster) has both families too
+        annotated = {ip for e in network_status(kube, ns, pod) for ip in e["ips"]}
+        assert annotated == {str(ipaddress.ip_interface(a).ip) for a in shown[pod]}, annotated
+
+    def both_families_held() -> bool:  # the controller's next pass counts them
+        held = kubectl_json(cluster, "get", "ippool", "dual")["status"].get("addresses", {})
+        return bool(held.get("ipv4", {}).get("held") == 2 and held.get("ipv6", {}).get("held") == 2)
+
+    wait_for(both_families_held, 45, "the pool's status holding 2 addresses of each family")
     x4, x6 = (str(ipaddress.ip_interface(a).ip) for a in sorted(shown["left"], key=lambda a: ":" in a))
     y4, y6 = (str(ipaddress.ip_interface(a).ip) for a in sorted(shown["right"], key=lambda a: ":" in a))
     ping(cluster, ns, "right", x4)
