@@ -20,7 +20,7 @@ from typing import Any
 import ijson.backends.python  # type: ignore[import-untyped]  # no type information shipped
 
 from netclaim.api.cniconfig import MAX_DEPTH, too_deep
-from netclaim.names import DRIVER_DOMAIN, POD_CLAIM_NAME
+from netclaim.names import DRIVER_DOMAIN, POD_CLAIM_NAME, is_dns_label
 
 CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message
 IPPOOL_API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"  # IPPools' and IPAllocations'
@@ -293,8 +293,15 @@ def _claim_parts(data: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
             o.get("kind") == "Pod" and o.get("controller") for o in meta.get("ownerReferences") or []
         ),
         "requests": _request_specs(as_object(data.get("spec"))),
-        "pod_claim_name": as_text(as_object(meta.get("annotations")).get(POD_CLAIM_NAME, "")),
+        "pod_claim_name": _pod_claim_name(as_object(meta.get("annotations")).get(POD_CLAIM_NAME)),
     }
+
+
+def _pod_claim_name(value: Any) -> str:
+    """The pod's name for a claim made from its template: a DNS label (pod.spec.resourceClaims[].name). Anyone
+    who can write the claim can write the annotation: a value that is not one (`../..`, a NUL) is no name,
+    never a part of a path inside the container."""
+    return value if isinstance(value, str) and is_dns_label(value) else ""
 
 
 @dataclass(frozen=True)

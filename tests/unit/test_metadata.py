@@ -155,6 +155,9 @@ def test_the_pods_name_for_a_claim_is_read_from_its_annotation() -> None:
     annotated = {"metadata": {**meta, "annotations": {"resource.kubernetes.io/pod-claim-name": "fabric"}}}
     assert Claim.from_api(annotated).pod_claim_name == "fabric"
     assert Claim.from_api({"metadata": meta}).pod_claim_name == ""
+    for hostile in ("../../../etc", "a/b", "x\x00y", "A" * 64, 7):  # a tenant may write the annotation
+        written = {"metadata": {**meta, "annotations": {"resource.kubernetes.io/pod-claim-name": hostile}}}
+        assert Claim.from_api(written).pod_claim_name == ""
 
 
 async def test_what_an_earlier_claim_of_the_same_name_left_is_replaced(rig: ConfigureRig) -> None:
