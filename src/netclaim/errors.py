@@ -15,7 +15,9 @@
     │   └── CniTryAgainError      a CNI plugin answered code 11 ("try again later"), or did not answer in
     │                             time (also a CniError)
     ├── ApiRejectedError     the Kubernetes API refused a request (a 4xx but 409 and the 404 of a named
-    │                        object): a bug, RBAC, or a kind the server does not serve
+    │   │                    object): a bug, RBAC, or a kind the server does not serve
+    │   └── ApiForbiddenError     401/403: RBAC, or a restarted API server whose RBAC caches are not
+    │                             filled yet (it denies every role for a moment)
     ├── CniError             a CNI plugin failed (its code and message) or could not be run: what it
     │                        answered decides the class (CniError.of: code 11 is CniTryAgainError)
     ├── KernelError          the kernel refused a netlink request (a link, an address, a qdisc)
@@ -46,7 +48,8 @@ HostNetworkPodError
 ApiRejectedError
     kubelet  the claim's error, logged;                   loops  logged, retried with backoff
     status writer  final for that claim or pod, logged and counted: written again only once enqueued
-             again (likewise a ConfigError there: a claim whose status cannot be read)
+             again (likewise a ConfigError there: a claim whose status cannot be read); an
+             ApiForbiddenError first retried after 5 s, doubling, 6 times (about 5 min)
 PrerequisiteError
     start    the agent refuses to start, saying what to install or do
 ProtocolError
@@ -127,6 +130,10 @@ class StateStoreError(TransientError):
 
 class ApiRejectedError(NetclaimError):
     """The Kubernetes API refused a request netclaim made (not 404/409): a bug or a missing permission."""
+
+
+class ApiForbiddenError(ApiRejectedError):
+    """401/403: a missing permission, or one the API server does not know yet (just restarted)."""
 
 
 CNI_TRY_AGAIN = 11  # the CNI spec's "try again later"; netclaim answers it for a plugin out of time

@@ -74,8 +74,10 @@ RECLAIM_ERRORS = Counter(
 STATUS_WRITES = Counter(
     "netclaim_status_writes_total",
     "Tries to write a claim's status.devices (kind claim) or a pod's network-status annotation (kind pod), "
-    "by result: ok, gone, rejected (not retried until queued again), unavailable and conflict (retried with "
-    "backoff), error (a bug, retried with backoff), given_up (a bug, too many times)",
+    "by result: ok, gone, refused (401/403: retried after 5 s, doubling, 6 times, then not until queued "
+    "again), rejected (another 4xx, or cannot be written: not retried until queued again), unavailable "
+    "and conflict (retried with backoff), error (a bug, retried with backoff), given_up (a bug, too many "
+    "times)",
     ["kind", "result"],
     registry=REGISTRY,
 )

@@ -26,7 +26,7 @@ from netclaim.configure.status import (
     network_status,
 )
 from netclaim.configure.store import Interface, Outcome, State, Store
-from netclaim.errors import ApiRejectedError, ApiUnavailableError
+from netclaim.errors import ApiForbiddenError, ApiRejectedError, ApiUnavailableError
 from netclaim.metrics import REGISTRY
 from netclaim.objects import Claim, Pod
 from netclaim.supervisor import Supervisor
@@ -134,6 +134,32 @@ async def test_a_write_the_api_refuses_holds_up_no_other_claim_and_is_not_retrie
         assert list(writer._queued) == []  # not retried until it is enqueued again
         writer.enqueue(refused)  # e.g. the claim was unprepared: a new state to write
         await _until(lambda: api.tries["refused"] == 2)
+
+
+async def test_a_write_forbidden_by_rbac_is_retried_slowly_then_given_up(
+    api: _PerClaimApi, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted API server denies every role while its RBAC caches fill (seen in CI): the Ready status
+    of a pod attached meanwhile was never written. A 403 is now tried again, a bounded number of times."""
+    monkeypatch.setattr(status_module, "REFUSED_FIRST_RETRY", 0.001)
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, Supervisor(), pods=api, retry=_quick)
+    denied = await _claim(api, store, "denied")
+    api.failing["denied"] = ApiForbiddenError(
+        'clusterrole.rbac.authorization.k8s.io "netclaim-agent" not found'
+    )
+    before = _writes("refused")
+    writer.enqueue(denied)
+    async with _writing(writer):
+        await _until(lambda: api.tries["denied"] == 3)
+        del api.failing["denied"]  # the caches are filled
+        await _until(lambda: api.written("denied"))
+    assert _writes("refused") == before + 3
+    never = await _claim(api, store, "never")
+    api.failing["never"] = ApiForbiddenError("forbidden for good")
+    writer.enqueue(never)
+    async with _writing(writer):
+        await _until(lambda: not writer._queued)  # given up after its retries: nothing is retried for ever
+    assert api.tries["never"] == 1 + status_module.MAX_REFUSED_RETRIES
 
 
 async def test_a_claim_waiting_for_the_api_holds_up_no_other(api: _PerClaimApi, store: Store) -> None:

@@ -44,7 +44,14 @@ from netclaim import faults, metrics
 from netclaim.api.cniconfig import MAX_DEPTH, too_deep
 from netclaim.backoff import Backoff
 from netclaim.configure.store import Attachment, State, Store
-from netclaim.errors import ConfigError, ConflictError, GoneError, NetclaimError, TransientError
+from netclaim.errors import (
+    ApiForbiddenError,
+    ConfigError,
+    ConflictError,
+    GoneError,
+    NetclaimError,
+    TransientError,
+)
 from netclaim.kubeapi import ClaimsApi, PodAnnotationsApi
 from netclaim.objects import Claim, Pod, condition, read_json
 from netclaim.supervisor import Supervisor
@@ -54,6 +61,10 @@ NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
 MAX_CONFLICT_RETRIES = 3  # immediate re-reads before backing off
 MAX_PARALLEL_WRITES = 4  # targets written at once
 MAX_BUG_ATTEMPTS = 5  # tries in a row failing on a bug before a target is given up (until enqueued again)
+# A 401/403 is often not the last word: a restarted API server denies for the moment its RBAC
+# caches are empty ("clusterrole ... not found"), and an admin fixes RBAC. Retried slowly, then given up.
+REFUSED_FIRST_RETRY = 5.0  # seconds; doubled each time: 5, 10, 20, 40, 80, 160 (about 5 min in all)
+MAX_REFUSED_RETRIES = 6
 # A prepared claim's entries (WaitingForPodSandbox, its pool addresses) are written only if its sandbox has
 # not attached by then: the attach's write carries them with Ready, one write instead of two.
 INTERIM_AFTER = 5.0  # seconds
@@ -94,6 +105,7 @@ class _Queued:
     due: float
     backoff: Backoff
     bugs: int = 0
+    refusals: int = 0
     writing: bool = False
     again: bool = False  # enqueued while being written: written once more after, from the state of then
 
@@ -344,9 +356,12 @@ class StatusWriter:
             queued.writing = False
         metrics.STATUS_WRITES.labels("pod" if isinstance(target, PodRef) else "claim", result).inc()
         if queued.again:  # enqueued while written: once more, from the state of now
-            queued.again, queued.due, queued.bugs = False, time.monotonic(), 0
+            queued.again, queued.due, queued.bugs, queued.refusals = False, time.monotonic(), 0, 0
             queued.backoff.reset()
-        elif result in ("ok", "gone", "rejected", "given_up"):
+        elif result == "refused" and queued.refusals < MAX_REFUSED_RETRIES:
+            queued.due = time.monotonic() + REFUSED_FIRST_RETRY * 2**queued.refusals
+            queued.refusals += 1
+        elif result in ("ok", "gone", "refused", "rejected", "given_up"):
             del self._queued[target]
         else:
             queued.due = time.monotonic() + queued.backoff.next()
@@ -365,9 +380,19 @@ class StatusWriter:
             except TransientError as err:
                 log.info("status write postponed; retrying", extra={**where, "error": str(err)})
                 return "unavailable"
-            except NetclaimError as err:  # refused (ApiRejectedError), or what can never be written
+            except ApiForbiddenError as err:  # RBAC: retried slowly a few times
+                final = queued.refusals >= MAX_REFUSED_RETRIES
                 log.warning(
-                    "status write refused; not retried until queued again", extra={**where, "error": str(err)}
+                    "status write refused; not retried until queued again"
+                    if final
+                    else "status write refused; retrying later",
+                    extra={**where, "error": str(err)},
+                )
+                return "refused"
+            except NetclaimError as err:  # what can never be written
+                log.warning(
+                    "status write rejected; not retried until queued again",
+                    extra={**where, "error": str(err)},
                 )
                 return "rejected"
             except Exception:

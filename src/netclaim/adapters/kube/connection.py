@@ -44,6 +44,7 @@ from lightkube.resources.core_v1 import Event
 from netclaim import metrics
 from netclaim.errors import (
     AlreadyExistsError,
+    ApiForbiddenError,
     ApiRejectedError,
     ApiUnavailableError,
     ConfigError,
@@ -130,7 +131,7 @@ def translated(what: str) -> Iterator[None]:
         if code == 429 or (code is not None and code >= 500):
             raise ApiUnavailableError(f"{what}: {code} {message}") from err
         if code in (401, 403):
-            raise ApiRejectedError(f"{what}: {message} (check the RBAC of the identity in use)") from err
+            raise ApiForbiddenError(f"{what}: {message} (check the RBAC of the identity in use)") from err
         raise ApiRejectedError(f"{what}: {code} {message}") from err
     except httpx.HTTPStatusError as err:  # a watch refused before it streams (lightkube raises it as is)
         code = err.response.status_code
