@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from netclaim.configure.metadata import API_VERSIONS
+from netclaim.configure.metadata import API_VERSIONS, DeviceMetadataFiles
 from netclaim.configure.status import ClaimRef
-from netclaim.objects import Claim
+from netclaim.objects import Claim, PodRef
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     ConfigureRig,
@@ -59,9 +59,7 @@ def _host_file(rig: ConfigureRig, claim: Claim = CLAIM, request: str = "net") ->
 
 
 def _spec(rig: ConfigureRig, claim: Claim = CLAIM) -> dict[str, Any]:
-    found: dict[str, Any] = json.loads(
-        (rig.root / "cdi" / f"netclaim.dev_metadata_{claim.uid}_net.json").read_text()
-    )
+    found: dict[str, Any] = json.loads((rig.root / "cdi" / "netclaim.dev_metadata.json").read_text())
     return found
 
 
@@ -125,13 +123,49 @@ async def test_kubelet_asking_again_keeps_the_file_and_a_lost_spec_is_written_ag
 ) -> None:
     await _prepare(rig, FROM_TEMPLATE)
     await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
-    spec = rig.root / "cdi" / f"netclaim.dev_metadata_{CLAIM.uid}_net.json"
+    spec = rig.root / "cdi" / "netclaim.dev_metadata.json"
     written = spec.read_text()
     spec.unlink()  # /var/run is a tmpfs: a node's reboot loses it, kubelet prepares again
     again = await rig.preparer.prepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert [i for d in again for i in d.cdi_device_ids] == [f"netclaim.dev/metadata={CLAIM.uid}_net"]
     assert spec.read_text() == written  # the pod's name for the claim, read back from the file
     assert _stream(_host_file(rig))[0]["metadata"]["generation"] == 2
+
+
+async def test_claims_share_one_spec_so_the_runtime_rereads_one_file_per_change(rig: ConfigureRig) -> None:
+    """containerd rereads every spec file of its CDI directories at each change: one file for the node's
+    metadata devices, whatever the number of claims; a claim's unprepare takes only its own device out."""
+    other = replace(
+        CLAIM,
+        name="claim-2",
+        uid="5e0c2a41-0000-4000-8000-000000000002",
+        reserved_for=(PodRef("pod-2", "pod-uid-2"),),
+    )
+    await _prepare(rig)
+    await _prepare(rig, other)
+    metadata_specs = [p.name for p in (rig.root / "cdi").iterdir() if "metadata" in p.name]
+    assert metadata_specs == ["netclaim.dev_metadata.json"]
+    assert [d["name"] for d in _spec(rig)["devices"]] == sorted([f"{CLAIM.uid}_net", f"{other.uid}_net"])
+    await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert [d["name"] for d in _spec(rig)["devices"]] == [f"{other.uid}_net"]
+    assert _host_file(rig, other).exists()
+
+
+def test_the_per_claim_specs_of_an_earlier_netclaim_are_folded_into_the_nodes(tmp_path: Path) -> None:
+    """An upgraded agent: the running pods' containers still find their devices when they restart."""
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    device = {
+        "name": f"{CLAIM.uid}_net",
+        "containerEdits": {"mounts": [{"hostPath": "/x", "containerPath": "/y"}]},
+    }
+    legacy = spec_dir / f"netclaim.dev_metadata_{CLAIM.uid}_net.json"
+    legacy.write_text(
+        json.dumps({"cdiVersion": "0.6.0", "kind": "netclaim.dev/metadata", "devices": [device]})
+    )
+    DeviceMetadataFiles(tmp_path / "plugin", spec_dir, "netclaim.dev")
+    assert [p.name for p in spec_dir.iterdir()] == ["netclaim.dev_metadata.json"]
+    assert json.loads((spec_dir / "netclaim.dev_metadata.json").read_text())["devices"] == [device]
 
 
 async def test_unprepare_removes_the_file_and_the_spec(rig: ConfigureRig) -> None:

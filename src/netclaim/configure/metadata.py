@@ -7,16 +7,19 @@ built on Kubernetes' kubelet plugin library writes it:
 - the file on the host is `<plugin data dir>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json`,
   a stream of one DeviceMetadata object per API version, newest first (a reader takes the first it
   can decode);
-- a CDI spec per claim and request (`<driver>_metadata_<claim UID>_<request>.json`, kind
-  `<driver>/metadata`) bind-mounts it read-only into the containers; prepare returns its CDI device with
-  the request's first device;
+- one CDI spec for the node (`<driver>_metadata.json`, kind `<driver>/metadata`) holds a device per claim
+  and request (`<claim UID>_<request>`) that bind-mounts its file read-only into the containers; prepare
+  returns that CDI device with the request's first device. One file, not one per claim: containerd rereads
+  every spec file of its CDI directories at each change there, so a file per claim made a node's fill cost
+  O(claims²) file reads (110 pods: 33 s → 46 s in make bench);
 - deferred, as the KEP made it for network devices: prepare writes generation 1 (the devices and their
   attributes; pool addresses, known by then), the sandbox hook writes generation 2 with each interface's
   networkData once it is in the pod. The runtime makes the mount when it creates a container, after the
   sandbox hook: containers see generation 2.
 
 Metadata never fails a claim: a file that cannot be written is logged and the claim goes without it (the
-library does the same). NodeUnprepareResources removes the claim's directory and specs.
+library does the same). NodeUnprepareResources removes the claim's directory and its devices from the
+spec.
 """
 
 from __future__ import annotations
@@ -114,43 +117,68 @@ def _write(path: Path, text: str) -> None:
 
 class DeviceMetadataFiles:
     """The claims' metadata files under `data_dir` (the kubelet plugin's directory, as the runtime sees
-    it) and their CDI specs in `spec_dir`."""
+    it) and the node's CDI spec of their mounts in `spec_dir`.
+
+    The spec's devices are kept here and the file written whole at each change. At start they are the
+    file's, and those of the per-claim specs earlier netclaims wrote, folded into it."""
 
     def __init__(self, data_dir: Path, spec_dir: Path, driver: str) -> None:
         self.root = data_dir / SUBDIRECTORY
         self.spec_dir = spec_dir
         self.driver = driver
+        self.spec_path = spec_dir / f"{driver}_metadata.json"
+        self._mounts: dict[str, dict[str, Any]] = {}  # CDI device name → its entry in the spec
+        legacy = sorted(spec_dir.glob(f"{driver}_metadata_*.json")) if spec_dir.is_dir() else []
+        for path in [self.spec_path, *legacy]:
+            self._mounts.update(self._read_devices(path))
+        if legacy:
+            try:  # the new file first: a device briefly in two files beats one in none if this fails
+                self._publish()
+                for path in legacy:
+                    path.unlink(missing_ok=True)
+            except OSError as err:
+                log.warning("earlier per-claim metadata specs not folded", extra={"error": str(err)})
+
+    @staticmethod
+    def _read_devices(path: Path) -> dict[str, dict[str, Any]]:
+        try:
+            devices = json.loads(path.read_text()).get("devices", [])
+        except (OSError, ValueError, AttributeError):
+            return {}
+        return {str(d["name"]): d for d in devices if isinstance(d, dict) and "name" in d}
 
     def _claim_dir(self, namespace: str, claim: str) -> Path:
         return self.root / f"{namespace}_{claim}"
 
-    def _spec(self, claim_uid: str, request: str) -> Path:
-        return self.spec_dir / f"{self.driver}_metadata_{claim_uid}_{request}.json"
-
-    def _cdi_spec(self, device: str, host_path: Path, container_path: str) -> dict[str, Any]:
-        mount = {"hostPath": str(host_path), "containerPath": container_path, "options": ["ro", "bind"]}
-        return {
-            # not the oldest version that has mounts (0.3.0): the device is named after the claim's UID,
-            # and a name that starts with a digit needs 0.5.0 (the runtime refuses the whole spec)
+    def _publish(self) -> None:
+        """The spec with the devices now kept; none: no file (the runtime refuses a spec without devices).
+        OSError when it stays as it was."""
+        if not self._mounts:
+            self.spec_path.unlink(missing_ok=True)
+            return
+        spec = {
+            # not the oldest version that has mounts (0.3.0): devices are named after claims' UIDs, and a
+            # name that starts with a digit needs 0.5.0 (the runtime refuses the whole spec)
             "cdiVersion": CDI_VERSION,
             "kind": f"{self.driver}/metadata",
-            "devices": [{"name": device, "containerEdits": {"mounts": [mount]}}],
+            "devices": [self._mounts[name] for name in sorted(self._mounts)],
         }
+        _write(self.spec_path, json.dumps(spec, indent=1))
 
     def prepared(self, rows: list[Attachment], pod_claim_name: str | None) -> dict[str, str]:
-        """The claim's files and specs, written at its first prepare; base request → its CDI device ID,
-        for the requests whose files are in place. `pod_claim_name`: the pod's name for a claim made from
-        its template (the claim's resource.kubernetes.io/pod-claim-name), else ""; None when kubelet asks
-        again (after a restart) and prepare answers from the store: then the files in place are kept (they
-        may hold the interfaces already) and say it, a lost spec is written again, a lost file is not."""
+        """The claim's files and its devices in the spec, written at its first prepare; base request → its
+        CDI device ID, for the requests whose file and device are in place. `pod_claim_name`: the pod's
+        name for a claim made from its template (the claim's resource.kubernetes.io/pod-claim-name), else
+        ""; None when kubelet asks again (after a restart) and prepare answers from the store: then the files
+        in place are kept (they may hold the interfaces already) and say it, a device missing from the spec
+        is added again, a lost file is not written."""
         if not rows:
             return {}
         first = rows[0]
         identity = {"name": first.claim_name, "namespace": first.claim_namespace, "uid": first.claim_uid}
-        ids = {}
+        ids, added = {}, []
         for request, requests in _by_base_request(self.driver, rows).items():
             path = self._claim_dir(first.claim_namespace, first.claim_name) / request / "metadata.json"
-            spec = self._spec(first.claim_uid, request)
             device = f"{first.claim_uid}_{request}"
             try:
                 if pod_claim_name is None:  # kubelet asks again: the file says it (none: none is written)
@@ -158,22 +186,36 @@ class DeviceMetadataFiles:
                 else:  # the claim's first prepare: what an earlier claim of that name left is replaced
                     name_for_pod, first_time = pod_claim_name, True
                     _write(path, _stream({**identity, "generation": 1}, name_for_pod, requests))
-                if first_time or not spec.exists():
-                    where = (
-                        f"resourceclaimtemplates/{name_for_pod}"
-                        if name_for_pod
-                        else f"resourceclaims/{first.claim_name}"
-                    )
-                    inside = f"{CONTAINER_ROOT}/{where}/{request}/{self.driver}-metadata.json"
-                    _write(spec, json.dumps(self._cdi_spec(device, path, inside), indent=2))
             except (OSError, ValueError, TypeError) as err:
-                log.warning(
-                    "device metadata not written: the claim's containers go without it",
-                    extra={"claim": f"{first.claim_namespace}/{first.claim_name}", "error": str(err)},
-                )
+                self._not_written(first, err)
                 continue
+            if first_time or device not in self._mounts:
+                where = (
+                    f"resourceclaimtemplates/{name_for_pod}"
+                    if name_for_pod
+                    else f"resourceclaims/{first.claim_name}"
+                )
+                inside = f"{CONTAINER_ROOT}/{where}/{request}/{self.driver}-metadata.json"
+                mount = {"hostPath": str(path), "containerPath": inside, "options": ["ro", "bind"]}
+                self._mounts[device] = {"name": device, "containerEdits": {"mounts": [mount]}}
+                added.append(device)
             ids[request] = f"{self.driver}/metadata={device}"
+        if added or not self.spec_path.exists():  # a lost spec (a tmpfs emptied) is written again
+            try:
+                self._publish()
+            except OSError as err:
+                for device in added:
+                    del self._mounts[device]
+                self._not_written(first, err)
+                return {r: i for r, i in ids.items() if i.split("=", 1)[1] not in added}
         return ids
+
+    @staticmethod
+    def _not_written(row: Attachment, err: Exception) -> None:
+        log.warning(
+            "device metadata not written: the claim's containers go without it",
+            extra={"claim": f"{row.claim_namespace}/{row.claim_name}", "error": str(err)},
+        )
 
     def attached(self, rows: list[Attachment]) -> None:
         """The interfaces now in the pod: each request's file rewritten whole, one generation on."""
@@ -206,13 +248,20 @@ class DeviceMetadataFiles:
         return str(found) if found is not None else None
 
     def remove(self, namespace: str, claim: str, claim_uid: str) -> None:
-        """The claim's files and specs; OSError when they stay. The directory is named after the claim, not
-        its UID: one a newer claim of the same name wrote (its pod runs, its containers mount the file on
-        each restart) is left to that claim."""
+        """The claim's files and its devices in the spec; OSError when they stay. The directory is named
+        after the claim, not its UID: one a newer claim of the same name wrote (its pod runs, its containers
+        mount the file on each restart) is left to that claim."""
         directory = self._claim_dir(namespace, claim)
         if directory.exists() and not any(
             self._owner(p) not in (claim_uid, None) for p in directory.glob("*/metadata.json")
         ):
             shutil.rmtree(directory)
-        for spec in self.spec_dir.glob(f"{self.driver}_metadata_{claim_uid}_*.json"):
-            spec.unlink(missing_ok=True)
+        gone = {
+            name: self._mounts.pop(name) for name in list(self._mounts) if name.startswith(f"{claim_uid}_")
+        }
+        if gone:
+            try:
+                self._publish()
+            except OSError:
+                self._mounts.update(gone)
+                raise
