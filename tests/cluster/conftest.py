@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,44 @@ POLICY_FILE = Path(__file__).with_name("policy.yaml")
 # (the demo's, the migration's, the agent token's limits). deploy/'s default, off, runs on the benchmarks'
 # cluster and the side clusters.
 CHART_VALUES = {"agent.networkStatusAnnotation": "true"}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's namespace as it was (pods, claims' status, events) and the agents' last lines, in
+    the report: a CI log is all there is to read after a flake."""
+    report: pytest.TestReport = yield
+    funcargs = getattr(item, "funcargs", {})
+    handle, namespace = funcargs.get("cluster"), funcargs.get("ns")
+    if (
+        report.when == "call"
+        and report.failed
+        and isinstance(handle, ClusterHandle)
+        and isinstance(namespace, str)
+    ):
+        shown = []
+        for args in (
+            ("get", "pods,resourceclaims", "-o", "wide", "-n", namespace),
+            (
+                "get",
+                "resourceclaims",
+                "-n",
+                namespace,
+                "-o",
+                'jsonpath={range .items[*]}{.metadata.name}: {.status.devices}{"\\n"}{end}',
+            ),
+            ("get", "events", "-n", namespace, "--sort-by=.lastTimestamp"),
+            ("logs", "-n", agents.NAMESPACE, "-l", agents.AGENT_LABEL, "--tail=30", "--prefix"),
+        ):
+            try:
+                output = handle.kubectl(*args, check=False, timeout=20)
+            except subprocess.TimeoutExpired:
+                output = "(no answer in 20 s)"
+            shown.append(f"$ kubectl {' '.join(args)}\n{output}")
+        report.sections.append(("cluster at the failure", "\n".join(shown)))
+    return report
 
 
 @pytest.fixture(scope="session")

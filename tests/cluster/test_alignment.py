@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,13 +17,13 @@ from typing import Any
 import pytest
 import yaml
 from lightkube import Client
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from netclaim_lab import agents, fake_gpus, keeper, processes
+from netclaim_lab import agents, fake_gpus, processes
 from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import apply, kubectl_netclaim, node_slices, pod_claim_name, pod_spec
-from tests.kube import delete, wait_for
+from tests.kube import wait_for
 
 NODES = ("align-1", "align-2")
 ROOT_A, ROOT_B = "pci0000:3a", "pci0000:d7"
@@ -71,19 +70,26 @@ def _roots_published(kube: Client, node: str) -> bool:
     return roots == {ROOT_A, ROOT_B}
 
 
+def _gpus_published(kube: Client, node: str) -> bool:
+    return any(
+        s.spec.driver == fake_gpus.DRIVER for s in kube.list(ResourceSlice, fields={"spec.nodeName": node})
+    )
+
+
 @pytest.fixture
-def aligned_nodes(cluster: ClusterHandle, kube: Client, tmp_path: Path) -> Iterator[None]:
-    stop, names = threading.Event(), list(NODES)
-    for node in NODES:
-        keeper.ensure_node(kube, node, {})
-    beating = threading.Thread(target=keeper.keep, args=(kube, names, stop), daemon=True)
-    beating.start()
+def aligned_nodes(cluster: ClusterHandle, kube: Client, ns: str, tmp_path: Path) -> Iterator[None]:
+    """The cluster file's align-1 and align-2 (kept Ready, their GPUs published by the node keeper) with an
+    agent each for their NICs. No kubelet confirms a deletion there: the test's pods are deleted at once."""
+    declared = {
+        n.name: [(g.pcieRoot, g.numaNode) for g in n.gpus for _ in range(g.count)] for n in cluster.spec.nodes
+    }
+    assert all(sorted(declared[node]) == sorted(GPUS) for node in NODES), declared
     started = []
     try:
-        apply(
-            cluster, "default", fake_gpus.device_class(), *(fake_gpus.resource_slice(n, GPUS) for n in NODES)
-        )
         for node in NODES:
+            wait_for(
+                functools.partial(_gpus_published, kube, node), 60, f"{node}'s GPUs published by the keeper"
+            )
             name, _ = agents.start_virtual_agent(cluster, node, tmp_path, len(NICS))
             started.append(name)
             _inventory(agents.virtual_agent_files(tmp_path, node) / "inventory.yaml")  # re-read on change
@@ -93,15 +99,9 @@ def aligned_nodes(cluster: ClusterHandle, kube: Client, tmp_path: Path) -> Itera
             )
         yield
     finally:
+        cluster.kubectl("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", "--wait=false")
         for name in started:
             processes.stop(tmp_path, name)
-        for node in NODES:
-            delete(kube, ResourceSlice, f"{node}-{fake_gpus.DRIVER}")
-        delete(kube, DeviceClass, fake_gpus.CLASS)
-        stop.set()
-        beating.join()
-        for node in NODES:
-            delete(kube, Node, node)
 
 
 def _pair_template() -> dict[str, Any]:

@@ -22,6 +22,7 @@ nodes:
   nics: [{name: enp0s10, segment: lan0, properties: {speed: 10Gi, pcieRoot: pci0000:5d}}]
 - name: virt-1
   kubelet: false
+  gpus: [{pcieRoot: pci0000:3a, count: 2}]
 """
 
 
@@ -33,6 +34,7 @@ def test_valid_file_loads_with_defaults(tmp_path: Path) -> None:
     assert str(spec.node_address(1).ip) == "10.201.0.11"
     assert len(spec.link_prefix) == 6
     assert spec.maxPods == 110  # kubelet's own default
+    assert [(g.pcieRoot, g.numaNode, g.count) for g in spec.nodes[1].gpus] == [("pci0000:3a", 0, 2)]
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -56,6 +58,11 @@ def _write(tmp_path: Path, text: str) -> Path:
             "nodes[1]: a node with kubelet: false",
         ),
         (("name: virt-1", "name: node-1"), "node names must be unique"),
+        (("pcieRoot: pci0000:3a", "pcieRoot: 3a"), "nodes[1].gpus[0].pcieRoot: String should match pattern"),
+        (
+            ("  nics: [{name: enp0s10", "  gpus: [{pcieRoot: pci0000:3a}]\n  nics: [{name: enp0s10"),
+            "nodes[0]: gpus are for nodes with kubelet: false",
+        ),
         (
             ("name: demo\n", "name: demo\nmaxPods: 500\n"),
             "maxPods: Input should be less than or equal to 250",

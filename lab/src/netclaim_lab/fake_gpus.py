@@ -1,5 +1,6 @@
-"""Fake GPUs for the lab's kubelet-less nodes, published as a GPU driver publishes them: one ResourceSlice
-per node of driver gpu.lab.netclaim.dev, each device with the standard topology attributes
+"""Fake GPUs for the lab's kubelet-less nodes (a cluster spec's `gpus`, published by the node keeper) as a
+GPU driver publishes them: one ResourceSlice per node of driver gpu.lab.netclaim.dev, each device with the
+standard topology attributes
 (`resource.kubernetes.io/pcieRoot`, `resource.kubernetes.io/numaNode`) that netclaim publishes for NICs. A
 claim can then ask a GPU and a NIC with `matchAttribute` and the real scheduler aligns them. Kubernetes'
 example driver, which the benchmarks run on kubelet nodes, publishes no such attributes; on a kubelet-less

@@ -1,4 +1,5 @@
-"""Keep `kubelet: false` nodes Ready: create their Node objects, renew their Leases and heartbeats.
+"""Keep `kubelet: false` nodes Ready: create their Node objects, renew their Leases and heartbeats, and
+publish the fake GPUs the spec gives them (netclaim_lab.fake_gpus).
 
 Without a kubelet, the node lifecycle controller would mark such a node NotReady and taint it
 unreachable after its grace period; the scheduler would then skip it.
@@ -12,7 +13,7 @@ import signal
 import threading
 
 import yaml
-from lightkube import Client, KubeConfig
+from lightkube import Client, KubeConfig, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.core_v1 import NodeCondition, NodeSpec, NodeStatus, Taint
@@ -20,6 +21,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
 
+from netclaim_lab import fake_gpus
 from netclaim_lab.layout import ClusterLayout
 from netclaim_lab.spec import ClusterSpec
 
@@ -103,7 +105,19 @@ def keep_nodes(cluster: str) -> None:
     nodes = [n for n in spec.nodes if not n.kubelet]
     for node in nodes:
         ensure_node(client, node.name, node.labels)
+    publish_gpus(
+        client, {n.name: [(g.pcieRoot, g.numaNode) for g in n.gpus for _ in range(g.count)] for n in nodes}
+    )
     keep(client, [n.name for n in nodes], stop)
+
+
+def publish_gpus(client: Client, gpus: dict[str, list[tuple[str, int]]]) -> None:
+    """Each node's fake GPUs (PCIe root, NUMA node), in one slice per node, and their DeviceClass."""
+    if not any(gpus.values()):
+        return
+    found = [fake_gpus.device_class(), *(fake_gpus.resource_slice(n, g) for n, g in gpus.items() if g)]
+    for manifest in found:
+        client.apply(codecs.from_dict(manifest), field_manager="netclaim-node-keeper", force=True)
 
 
 def keep(client: Client, names: list[str], stop: threading.Event) -> None:

@@ -57,11 +57,22 @@ class Nic(_Strict):
         return value
 
 
+class Gpu(_Strict):
+    """Fake GPUs of one PCIe root (netclaim_lab.fake_gpus), to align NICs with."""
+
+    pcieRoot: Annotated[str, Field(pattern=r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")]
+    numaNode: int = Field(default=0, ge=0, le=63)
+    count: int = Field(default=1, ge=1, le=64)
+
+
 class Node(_Strict):
     name: DnsLabel
     kubelet: bool = Field(default=True, description="false: a Node object only, kept Ready by the tool")
     podCIDR: str | None = None
     nics: list[Nic] = []
+    gpus: list[Gpu] = Field(
+        default=[], description="fake GPUs published by the node keeper (kubelet: false nodes only)"
+    )
     labels: dict[str, str] = {}
 
     @field_validator("podCIDR")
@@ -81,6 +92,9 @@ class Node(_Strict):
             raise ValueError(f"nic names must be unique within a node: {', '.join(duplicates)}")
         if not self.kubelet and self.nics:
             raise ValueError("a node with kubelet: false has no network namespace and cannot carry nics")
+        if self.kubelet and self.gpus:
+            # nothing prepares a fake GPU: a pod given one on a kubelet node would never start
+            raise ValueError("gpus are for nodes with kubelet: false (no kubelet plugin prepares them)")
         return self
 
 
