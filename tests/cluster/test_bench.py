@@ -47,6 +47,11 @@ def test_make_bench_runs_every_phase_and_writes_the_report(tmp_path: Path) -> No
     assert set(burst["phases_s"]["dra"]) == set(suite.PHASES)
     assert len(result["fullnode"]["ready_series_s"]) == quick.full_node_pods
     assert result["fullnode"]["agent_filled_mib"]["anon"] > 0
+    # the fill's floors, and every arm's pods split into phases (none left out)
+    for arm in (result["fullnode"], *result["fullnode"]["floors"].values()):
+        assert {p: d["n"] for p, d in arm["phases_s"].items()} == dict.fromkeys(
+            suite.PHASES, quick.full_node_pods
+        )
     assert result["publish"]["start_to_1024_s"]["n"] == quick.publish_runs
     assert result["memory"]["steps_mib"][-1][0] == "netclaim.agent"
     assert result["profile"]["burst"]["busy_samples"] > 0

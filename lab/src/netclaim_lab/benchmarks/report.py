@@ -377,6 +377,7 @@ def markdown(result: dict[str, Any], baseline: dict[str, Any] | None = None) -> 
         "",
         "![full node](benchmarks/fullnode.svg)",
         "",
+        *_fill_phases(full),
         "## Publish",
         "",
         *QUANTILE_HEAD,
@@ -421,6 +422,38 @@ PHASE_WORK = {
     "so a node's hooks run one after another",
     "sandbox → Ready": "the containers start (each through the claim's CDI edits)",
 }
+
+
+def _fill_floors(full: dict[str, Any]) -> str:
+    floors = full.get("floors", {})
+    if not floors:
+        return ""
+    return (
+        f" (no claim {floors['none']['all_ready_s']:.1f}, example driver {floors['dra']['all_ready_s']:.1f})"
+    )
+
+
+def _fill_phases(full: dict[str, Any]) -> list[str]:
+    """The same fill without a claim and with an example-driver GPU, and each arm's phases."""
+    arms = {**full.get("floors", {}), "netclaim": full}
+    if len(arms) == 1:  # a report from before the floors
+        return []
+    names = {"none": "no claim", "dra": "example-driver GPU", "netclaim": "netclaim NIC"}
+    lines = [
+        "The same node filled the same way, all pods Ready (s): "
+        + ", ".join(f"{names[a]} {v['all_ready_s']:.1f}" for a, v in arms.items())
+        + ". By phase, p50 / p99 (s):",
+        "",
+        "| phase | " + " | ".join(names[a] for a in arms) + " |",
+        "|---|" + "---|" * len(arms),
+    ]
+    for phase in PHASE_WORK:
+        cells = []
+        for arm in arms.values():
+            d = arm["phases_s"].get(phase)
+            cells.append("—" if d is None else f"{d['p50']:.2f} / {_cell(d, 'p99', 1, 2)}")
+        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def _phase_growth(burst: dict[str, Any]) -> str:
@@ -546,7 +579,7 @@ def readme_table(result: dict[str, Any]) -> str:
         rows.append(f"| {what} | {'—' if goal is None else f'≤ {goal:g}'} | {shown} |")
     rows += [
         f"| a full node, {result['fullnode']['pods']} one-NIC pods Ready (s) | — "
-        f"| {result['fullnode']['all_ready_s']:.1f} |",
+        f"| {result['fullnode']['all_ready_s']:.1f}{_fill_floors(result['fullnode'])} |",
         "",
         README_END,
     ]

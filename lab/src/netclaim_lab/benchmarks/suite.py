@@ -13,8 +13,8 @@ Phases (each figure says where it was observed):
            (API watch), the agent's requests per pod (audit log); the agent's own log, labelled so
   burst    pods at once, rounds of each arm (no claim, GPU, NIC): create → pod Ready, → claim Ready, the
            ratios with 95 % bootstrap intervals; the hook under contention (stopwatch)
-  fullnode 110 pods with one NIC each on node-1 at once: time to all Ready; the agent's container memory
-           filled and emptied
+  fullnode 110 pods at once on node-1, without a claim, with a GPU, then with one NIC each: time to all
+           Ready and phases per arm; the agent's container memory filled and emptied
   publish  1,024 devices from agent start to the last slice write; one NIC added → slice write (audit log)
   memory   what each library adds to a Python process in the agent's container (crictl exec)
   profile  py-spy on the agent from outside, pods one at a time and a burst (apart from the timed phases)
@@ -58,7 +58,7 @@ HERE = Path(__file__).resolve().parent
 NODE = "node-1"
 NAMESPACE = "bench"
 NICS = ["enp0s10", "enp0s11", "enp0s12", "enp0s13"]
-EXAMPLE_GPUS = 64  # per node: more than a burst or a serial batch holds at once
+EXAMPLE_GPUS = 112  # per node: more than a burst, a serial batch or a full node holds at once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -443,6 +443,27 @@ class BurstRound:
     agent: measure.ProcessSampler  # node-1's agent over the same window
 
 
+def _phases(
+    handle: ClusterHandle, offsets: dict[str, int], watch: measure.ReadyWatch, created: dict[str, float]
+) -> dict[str, list[float]]:
+    """Each created pod's start split into PHASES, from the watch and the nodes' containerd logs (read from
+    `offsets`); a pod whose marks are not all found is left out."""
+    sandboxes: dict[str, tuple[float, float]] = {}
+    for node, offset in offsets.items():
+        sandboxes |= measure.run_pod_sandbox(
+            _containerd_log(handle, node), offset, set(watch.pod_uid.values())
+        )
+    phases: dict[str, list[float]] = {p: [] for p in PHASES}
+    for name, start in created.items():
+        span = sandboxes.get(watch.pod_uid.get(name, ""))
+        if span is None or name not in watch.pod_bound or name not in watch.pod_ready:
+            continue
+        marks = [start, watch.pod_bound[name], span[0], span[1], watch.pod_ready[name]]
+        for phase, (a, b) in zip(PHASES, itertools.pairwise(marks), strict=True):
+            phases[phase].append(b - a)
+    return phases
+
+
 def _burst_round(handle: ClusterHandle, kube: Client, pods: int, label: str, arm: str) -> BurstRound:
     """`pods` pods created at once. PHASES: bound by the scheduler (API watch), kubelet's work until it
     asks containerd for the sandbox (claims prepared), RunPodSandbox (NRI hooks included: containerd runs
@@ -458,19 +479,7 @@ def _burst_round(handle: ClusterHandle, kube: Client, pods: int, label: str, arm
     ):
         created = _create_timed(kube, manifests)
         wait_for(lambda: all(watch.ready_at(n, ours) for n in created), 300, f"{pods} pods Ready")
-    sandboxes: dict[str, tuple[float, float]] = {}
-    for node, offset in offsets.items():
-        sandboxes |= measure.run_pod_sandbox(
-            _containerd_log(handle, node), offset, set(watch.pod_uid.values())
-        )
-    phases: dict[str, list[float]] = {p: [] for p in PHASES}
-    for name, start in created.items():
-        span = sandboxes.get(watch.pod_uid.get(name, ""))
-        if span is None or name not in watch.pod_bound:
-            continue
-        marks = [start, watch.pod_bound[name], span[0], span[1], watch.pod_ready[name]]
-        for phase, (a, b) in zip(PHASES, itertools.pairwise(marks), strict=True):
-            phases[phase].append(b - a)
+    phases = _phases(handle, offsets, watch, created)
     _clear_pods(kube)
     return BurstRound(
         pod_ready=[watch.pod_ready[n] - created[n] for n in created],
@@ -528,29 +537,52 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list
     }
 
 
-def full_node(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
-    start_phase(f"fullnode: {sizes.full_node_pods} pods with one NIC each on {NODE} at once")
-    _apply(handle, template("shaped", 1, shaped=True))
-    manifests = [pod(f"full-{i}", "shaped", NODE) for i in range(sizes.full_node_pods)]
-    with (
-        measure.ProcessSampler(_agent_pid(handle, NODE), interval=0.5) as sampler,
-        measure.ReadyWatch(kube, NAMESPACE) as watch,
-    ):
-        started = time.time()
+def _fill(
+    handle: ClusterHandle, kube: Client, pods: int, arm: str, sampler: measure.ProcessSampler | None = None
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """`pods` pods of `arm` (BURST_ARMS) created at once on NODE: each one's create → Ready (with its
+    netclaim claim Ready, in netclaim's arm) and PHASES, once all are Ready. The pods stay."""
+    measure.wait_quiet()  # what came before is torn down
+    manifests = [pod(f"fill-{arm}-{i}", BURST_ARMS[arm], NODE) for i in range(pods)]
+    ours = arm == "netclaim"
+    offsets = {NODE: _containerd_log(handle, NODE).stat().st_size}
+    with measure.ReadyWatch(kube, NAMESPACE) as watch, contextlib.ExitStack() as stack:
+        if sampler is not None:
+            stack.enter_context(sampler)
         created = _create_timed(kube, manifests)
-        wait_for(
-            lambda: all(watch.ready_at(n, True) for n in created), 900, f"{sizes.full_node_pods} pods Ready"
-        )
-        all_ready = max(watch.ready_at(n, True) or 0.0 for n in created) - started
-        ready_series = sorted((watch.ready_at(n, True) or 0.0) - started for n in created)
+        wait_for(lambda: all(watch.ready_at(n, ours) for n in created), 900, f"{pods} pods Ready ({arm})")
+        ready = {n: (watch.ready_at(n, ours) or 0.0) - created[n] for n in created}
+    return ready, _phases(handle, offsets, watch, created)
+
+
+def _fill_summary(ready: dict[str, float], phases: dict[str, list[float]]) -> dict[str, Any]:
+    return {
+        "all_ready_s": max(ready.values()),
+        "phases_s": {p: measure.distribution(v) for p, v in phases.items() if v},
+    }
+
+
+def full_node(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]:
+    """A node filled at once, as floors first: pods without a claim, then with an example-driver GPU,
+    then with one netclaim NIC each, whose agent is sampled meanwhile."""
+    pods = sizes.full_node_pods
+    start_phase(f"fullnode: {pods} pods at once on {NODE}, without a claim, with a GPU, with one NIC each")
+    _apply(handle, template("shaped", 1, shaped=True), example_driver.claim_template("gpu", NAMESPACE))
+    floors = {}
+    for arm in ("none", "dra"):
+        floors[arm] = _fill_summary(*_fill(handle, kube, pods, arm))
+        _clear_pods(kube, timeout=900)
+    sampler = measure.ProcessSampler(_agent_pid(handle, NODE), interval=0.5)
+    ready, phases = _fill(handle, kube, pods, "netclaim", sampler)
     filled = measure.container_memory(_agent_pid(handle, NODE))
     cpu = sampler.millicores()
     _clear_pods(kube, timeout=900)
     time.sleep(sizes.settle_seconds)  # kubelet unprepares once the pods are gone
     return {
-        "pods": sizes.full_node_pods,
-        "all_ready_s": all_ready,
-        "ready_series_s": ready_series,
+        "pods": pods,
+        **_fill_summary(ready, phases),
+        "ready_series_s": sorted(ready.values()),
+        "floors": floors,  # the same fill without a claim ("none") and with an example-driver GPU ("dra")
         "agent_filled_mib": filled,  # the agent's container with every pod Ready
         "agent_emptied_mib": measure.container_memory(_agent_pid(handle, NODE)),  # and once they are gone
         "agent_peak_rss_mib": sampler.peak_rss(),
