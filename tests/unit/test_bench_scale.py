@@ -213,3 +213,11 @@ def test_discovery_is_not_a_read_and_the_answer_is_kept(tmp_path: Path) -> None:
     refused = {**_entry("2", "list", "/api/v1/secrets", "secrets"), "responseStatus": {"code": 403}}
     requests = measure.agent_requests(_write(tmp_path / "audit.log", [discovery, refused]))
     assert [(r.wide() is None, r.code) for r in requests] == [(True, 200), (False, 403)]
+
+
+def test_an_unknown_arm_for_only_is_refused_naming_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, `--only netclaim_nic` ran no arm and still wrote its file: 0.7 min of nothing."""
+    with pytest.raises(SystemExit) as exited:
+        scale.main(["--only", "netclaim,netclaim_nic"])
+    assert exited.value.code == 2
+    assert "--only: no arm netclaim_nic (arms: none, dra, netclaim_pool, netclaim)" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,12 @@ class CommandFailed(subprocess.CalledProcessError):
 
     def __str__(self) -> str:
         return f"{super().__str__()}\n{self.stderr}"
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM ends a long benchmark as Ctrl-C does: its `finally` blocks stop the agents and the
+    controller it started and take its cluster down, instead of leaving them running."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
 def run(command: list[str], *, check: bool = True, timeout: float = 60, input_text: str | None = None) -> str:

@@ -516,7 +516,8 @@ SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 @dataclasses.dataclass(frozen=True)
 class Bench:
     """What every stage works with. `internal`: the watches the agents' API server keeps itself, by kind,
-    counted before any agent or probe connected. `others`: the nodes this benchmark publishes."""
+    counted before any agent or probe connected. `others`: the nodes this benchmark publishes. `partial`:
+    where each arm's run is written as soon as it ends, so that a run stopped early keeps what it measured."""
 
     handle: ClusterHandle
     kube: Client
@@ -524,6 +525,7 @@ class Bench:
     sizes: Sizes
     internal: dict[str, float]
     others: list[str]
+    partial: Path
 
 
 @dataclasses.dataclass
@@ -845,6 +847,7 @@ def arm_runs(bench: Bench) -> dict[str, list[dict[str, Any]]]:
             if arm is arms.NIC_AND_POOL:
                 run["ipam"] = ipam_load.take_addresses(handle, kube, work, NAMESPACE)
             runs[arm.name].append(run)
+            bench.partial.write_text(json.dumps(runs, indent=1) + "\n")
             if arm is arms.ARMS[-1] and repeat == sizes.repeats - 1 and not sizes.only:
                 break
             deleted = time.monotonic()
@@ -911,7 +914,7 @@ def scale_line(result: dict[str, Any]) -> str:
     return "SCALE " + " ".join(f"{k}={v}" for k, v in fields.items())
 
 
-def run(handle: ClusterHandle, sizes: Sizes, work: Path) -> dict[str, Any]:
+def run(handle: ClusterHandle, sizes: Sizes, work: Path, partial: Path) -> dict[str, Any]:
     agents.apply_manifests(handle)
     internal = open_watches(handle)  # before any agent or probe: the API server's own
     start_agents(handle, work)
@@ -926,7 +929,7 @@ def run(handle: ClusterHandle, sizes: Sizes, work: Path) -> dict[str, Any]:
             except ApiError as err:
                 if err.status.code != 409:
                     raise
-        bench = Bench(handle, kube, work, sizes, internal, [])
+        bench = Bench(handle, kube, work, sizes, internal, [], partial)
         nodes = Nodes(kube)
         try:
             result["slices_match_agents"] = slices_match_agents(kube, work)
@@ -967,14 +970,21 @@ def main(argv: list[str]) -> int:
     if args.repeats is not None:
         sizes = dataclasses.replace(sizes, repeats=args.repeats)
     if args.only:
-        sizes = dataclasses.replace(sizes, only=tuple(args.only.split(",")))
+        chosen, names = tuple(args.only.split(",")), [a.name for a in arms.ARMS]
+        unknown = sorted(set(chosen) - set(names))
+        if unknown:  # else nothing would run, and the run would still write its file
+            parser.error(f"--only: no arm {', '.join(unknown)} (arms: {', '.join(names)})")
+        sizes = dataclasses.replace(sizes, only=chosen)
+    processes.exit_on_sigterm()
     started = time.monotonic()
+    partial = args.out / "bench" / "scale-partial.json"  # the arms' runs so far (git ignores it)
+    partial.parent.mkdir(exist_ok=True)
     handle = cluster.up(HERE / "scale-cluster.yaml")
     keep = os.environ.get("NETCLAIM_KEEP_CLUSTER") == "1"
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         try:
-            result = run(handle, sizes, work)
+            result = run(handle, sizes, work, partial)
         finally:
             for node in MEASURED:
                 processes.stop(work, f"{node}-agent")
@@ -982,6 +992,7 @@ def main(argv: list[str]) -> int:
                 cluster.down(handle.spec.name)
     result["machine"] = report.machine()
     result["seconds"] = time.monotonic() - started
+    partial.unlink(missing_ok=True)  # all of it is in the result
     if sizes.only:
         only = args.out / "bench" / "scale-only.json"
         only.write_text(json.dumps(result, indent=1) + "\n")

@@ -747,6 +747,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: make test's run of the suite")
     parser.add_argument("--out", type=Path, default=REPO_ROOT, help="where bench/, docs/ and README.md are")
     args = parser.parse_args(argv)
+    processes.exit_on_sigterm()
     sizes = QUICK if args.quick else FULL
     started = time.monotonic()
     handle = cluster.up(HERE / "cluster.yaml")
