@@ -56,3 +56,36 @@ async def test_promisc_and_allmulti_are_read_and_turned_off(netns: str) -> None:
     assert state is not None and (state.promisc, state.allmulti) == (False, False)
     shown = _ip(netns, "link", "show", "v1")
     assert "PROMISC" not in shown and "ALLMULTI" not in shown, shown
+
+
+def _sysctl(netns: str, key: str) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", Path(netns).name, "sysctl", "-n", key],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+async def test_an_interface_made_without_dad_has_its_ipv6_address_at_once_and_the_others_keep_dad(
+    netns: str,
+) -> None:
+    """The interface made inside the block: accept_dad 0, its address never tentative; the namespace's
+    default and the interfaces made before or after it keep DAD on."""
+    assert _sysctl(netns, "net.ipv6.conf.default.accept_dad") == "1"
+    async with netlink.without_dad(netns):
+        _ip(netns, "link", "add", "nodad", "type", "veth", "peer", "name", "nodad-peer")
+    _ip(netns, "link", "add", "later", "type", "veth", "peer", "name", "later-peer")
+    assert _sysctl(netns, "net.ipv6.conf.default.accept_dad") == "1"
+    assert _sysctl(netns, "net.ipv6.conf.nodad.accept_dad") == "0"
+    assert _sysctl(netns, "net.ipv6.conf.v1.accept_dad") == "1"
+    assert _sysctl(netns, "net.ipv6.conf.later.accept_dad") == "1"
+    for name, peer, address in (
+        ("nodad", "nodad-peer", "fd00:9::1/64"),
+        ("later", "later-peer", "fd00:8::1/64"),
+    ):
+        _ip(netns, "link", "set", peer, "up")
+        _ip(netns, "addr", "add", address, "dev", name)
+        _ip(netns, "link", "set", name, "up")
+    assert "tentative" not in _ip(netns, "-6", "addr", "show", "dev", "nodad")
+    assert "tentative" in _ip(netns, "-6", "addr", "show", "dev", "later")  # DAD lasts at least 1 s

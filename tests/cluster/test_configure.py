@@ -238,6 +238,18 @@ def test_an_admins_host_local_ipv6_range_reaches_the_pod_and_its_status(
         assert entry is not None and entry["networkData"]["ips"] == [address]
         [device] = metadata_devices(cluster, ns, "six", "resourceclaimtemplates/net/nic")
         assert device["networkData"]["ips"] == [address]
+        dad = cluster.kubectl(  # off for our interface only: the ADD does not wait for it (docs/ipam.md)
+            "exec",
+            "-n",
+            ns,
+            "six",
+            "--",
+            "cat",
+            "/proc/sys/net/ipv6/conf/net1/accept_dad",
+            "/proc/sys/net/ipv6/conf/eth0/accept_dad",
+            "/proc/sys/net/ipv6/conf/default/accept_dad",
+        )
+        assert dad.split() == ["0", "1", "1"], dad
     finally:
         delete(kube, Pod, "six", ns)
         delete(kube, DeviceClass, class_name)

@@ -86,6 +86,26 @@ def test_a_claim_is_planned_from_its_config_and_the_published_device() -> None:
 
 
 @pytest.mark.parametrize(
+    ("ipam", "ipv6"),
+    [
+        ({"ranges": [[{"subnet": "10.90.0.0/24", "gateway": "10.90.0.1"}]]}, False),
+        ({"ranges": [[{"subnet": "10.90.0.0/24"}], [{"subnet": "fd00:79::/64"}]]}, True),
+        ({"type": "static", "addresses": [{"address": "fd00::5/64"}]}, True),
+        ({"routes": [{"dst": "::/0"}]}, True),
+        ({"dataDir": "/var/lib/x:y", "range": "10.9.0.0/16"}, False),
+    ],
+)
+def test_a_plan_may_get_ipv6_when_its_ipam_names_an_ipv6_address_or_network(
+    ipam: dict[str, Any], ipv6: bool
+) -> None:
+    """What decides whether the ADD runs without duplicate address detection (docs/ipam.md)."""
+    claim = sample_claim(
+        (sample_allocation(NIC),), (sample_config(_config(config=_cni(**ipam)), "FromClass"),)
+    )
+    assert _only_plan(claim).may_get_ipv6 is ipv6
+
+
+@pytest.mark.parametrize(
     ("bandwidth_mode", "source", "consumed", "expected"),
     [
         ("enforce", "FromClaim", "1G", 1_000_000_000),

@@ -359,3 +359,38 @@ async def remove_ifb(name: str, netns: str) -> None:
         ifb = await _index(ipr, ifb_name(index)) if index is not None else None
         if ifb is not None:
             await ipr.link("del", index=ifb)
+
+
+_DEFAULT_ACCEPT_DAD = "/proc/sys/net/ipv6/conf/default/accept_dad"  # read in the namespace that opens it
+
+
+def _swap_default_accept_dad(value: str) -> str | None:
+    """Set the calling thread's namespace's default `accept_dad`; the value before, None without IPv6."""
+    try:
+        with open(_DEFAULT_ACCEPT_DAD) as current:  # noqa: PTH123 - a sysctl, on the namespace thread
+            before = current.read().strip()
+        if before != value:
+            with open(_DEFAULT_ACCEPT_DAD, "w") as sysctl:  # noqa: PTH123
+                sysctl.write(value)
+    except FileNotFoundError:
+        return None
+    return before
+
+
+@contextlib.asynccontextmanager
+async def without_dad(netns: str) -> AsyncIterator[None]:
+    """Interfaces made in `netns` inside the block skip IPv6 duplicate address detection; the namespace's
+    default is put back afterwards, so interfaces the pod had, or gets later from others, keep theirs."""
+    try:
+        before = await _in(netns, lambda: _swap_default_accept_dad("0"), lambda _: None)
+    except OSError as err:
+        raise KernelError(f"{_where(netns)}: ipv6 accept_dad: {err.strerror or err}") from err
+    try:
+        yield
+    finally:
+        if before is not None and before != "0":
+            restore = before
+            try:
+                await _in(netns, lambda: _swap_default_accept_dad(restore), lambda _: None)
+            except OSError as err:
+                raise KernelError(f"{_where(netns)}: ipv6 accept_dad: {err.strerror or err}") from err

@@ -140,7 +140,11 @@ class Attacher:
         invocation = Invocation(sandbox.id, sandbox.netns, plan.interface_name, args)
         started = time.monotonic()
         try:
-            result = await self.cni.add(plan.conflist, invocation, deadline)
+            if plan.may_get_ipv6:  # duplicate address detection would hold the ADD 1-2 s: see docs/ipam.md
+                async with netlink.without_dad(sandbox.netns):
+                    result = await self.cni.add(plan.conflist, invocation, deadline)
+            else:
+                result = await self.cni.add(plan.conflist, invocation, deadline)
             cni_ms = round((time.monotonic() - started) * 1000, 1)
             faults.point("inside-add")
             state = await _read_back(plan.interface_name, sandbox.netns)

@@ -136,6 +136,24 @@ class AttachPlan(BaseModel):
     def shared(self) -> bool:
         return self.nic.shared
 
+    @property
+    def may_get_ipv6(self) -> bool:
+        """Whether a plugin's IPAM names an IPv6 address or network: then the interface may get one."""
+        return any(_names_ipv6(plugin.get("ipam")) for plugin in self.conflist["plugins"])
+
+
+def _names_ipv6(value: object) -> bool:
+    if isinstance(value, dict):
+        return any(_names_ipv6(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_names_ipv6(item) for item in value)
+    if isinstance(value, str) and ":" in value:
+        try:
+            return ipaddress.ip_interface(value).version == 6
+        except ValueError:
+            return False
+    return False
+
 
 @dataclass(frozen=True)
 class ClaimNeeds:
