@@ -77,7 +77,7 @@ test: deps bins proto-check lint typecheck
 bench: deps bins
 	$(BIN)/python -m netclaim_lab.benchmarks.suite
 
-# The control plane's cost as the cluster grows: 3, 100 and 500 kubelet-less nodes, four scheduling arms of
+# The control plane's cost as the cluster grows: 3, 100 and 500 kubelet-less nodes, five scheduling arms of
 # 5,000 pods three times (netclaim_lab.benchmarks.scale; an hour or more on 2 cores: each arm's run takes 1 to
 # 10 min; --repeats 1 for one run of each); writes bench/scale.json and README's scale table, and each arm's run
 # to bench/scale-partial.json as soon as it ends (a run stopped early keeps them).

@@ -49,8 +49,17 @@ def test_make_bench_scale_schedules_everything_and_oversubscribes_nothing(tmp_pa
     assert {name: len(arm_runs) for name, arm_runs in runs.items()} == {
         "none": 1,
         "dra": 1,
+        "netclaim_gpus": 1,
         "netclaim_pool": 1,
         "netclaim": 1,
+    }
+    # the no-op driver's devices are on every node for its arm and netclaim_gpus, and gone for the others
+    assert {name: run["noop_slices"] for name, (run,) in runs.items()} == {
+        "none": 0,
+        "dra": quick.nodes,
+        "netclaim_gpus": quick.nodes,
+        "netclaim_pool": 0,
+        "netclaim": 0,
     }
     for name, (run,) in runs.items():
         assert run["pods"] == quick.pods, name
@@ -62,6 +71,7 @@ def test_make_bench_scale_schedules_everything_and_oversubscribes_nothing(tmp_pa
     # it has, nor the pool more addresses
     assert runs["netclaim"][0]["allocation_problems"] == []
     assert runs["netclaim_pool"][0]["allocation_problems"] == []
+    assert runs["netclaim_gpus"][0]["allocation_problems"] == []
     # every pool claim's address taken by the agents' own code, counted by the controller, then freed by it
     # once the claims were deleted (the run waits for both)
     ipam = runs["netclaim_pool"][0]["ipam"]

@@ -153,6 +153,7 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
         "dra": [_run(r, 0.05) for r in (100.0, 90.0, 110.0)],
         "netclaim_pool": [_run(r, 0.2, ipam=_ipam(p)) for r, p in ((40.0, 30.0), (45.0, 80.0), (35.0, 50.0))],
         "netclaim": [_run(r, 0.1) for r in (80.0, 85.0, 75.0)],
+        "netclaim_gpus": [_run(r, 0.3) for r in (30.0, 25.0, 20.0)],
     }
     result: dict[str, Any] = {
         "sizes": {"nodes": 500, "mid_nodes": 100, "churn_pods": 30, "pods": 5000, "repeats": 3},
@@ -181,6 +182,7 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
     assert summary["netclaim"]["ratio_vs_dra"] == pytest.approx(0.8)
     assert summary["netclaim"]["ratio_vs_none"] == pytest.approx(0.4)
     assert summary["netclaim_pool"]["ratio_vs_dra"] == pytest.approx(0.4)
+    assert summary["netclaim_gpus"]["ratio_vs_dra"] == pytest.approx(0.25)
     assert summary["ipam_alloc_p99_ms_median"] == 50.0
     result["scale_line"] = scale.scale_line(result)
     assert result["scale_line"] == (
@@ -193,10 +195,11 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
     assert "| 3, 30 | 100, 30 | 500, 5,000 + 30 |" in table
     assert "| 2 | 2 | 2 |" in table and "| 6 | 24 | 104 |" in table and "| 75.4 | 75.4 | 75.5 |" in table
     assert (
-        "200.0 (150.0 to 240.0) / 100.0 (90.0 to 110.0) / 80.0 (75.0 to 85.0) / 40.0 (35.0 to 45.0)" in table
+        "200.0 (150.0 to 240.0) / 100.0 (90.0 to 110.0) / 80.0 (75.0 to 85.0) / 40.0 (35.0 to 45.0) / "
+        "25.0 (20.0 to 30.0)" in table
     )
-    assert "| 0.80; 0.40 |" in table and "| 0.40; 0.20 |" in table
-    assert "| 20.0 / 50.0 / 100.0 / 200.0 |" in table
+    assert "| 0.80; 0.40; 0.25 |" in table and "| 0.40; 0.20; 0.12 |" in table
+    assert "| 20.0 / 50.0 / 100.0 / 200.0 / 300.0 |" in table
     assert "40 / 90, 700/s; 12 / 50 |" in table and "| 1.5; 380, 4.2; 80.0 |" in table
     assert "publish 497 nodes' slices" in table
     assert "| 66.0 / 40.0 / 60.0; 80.5 / 54.2 / 74.0; 79.0 / 53.0 / 73.0; 10.0 / 30.0, 20.0 / — |" in table
@@ -220,4 +223,5 @@ def test_an_unknown_arm_for_only_is_refused_naming_the_known_ones(capsys: pytest
     with pytest.raises(SystemExit) as exited:
         scale.main(["--only", "netclaim,netclaim_nic"])
     assert exited.value.code == 2
-    assert "--only: no arm netclaim_nic (arms: none, dra, netclaim_pool, netclaim)" in capsys.readouterr().err
+    known = "none, dra, netclaim_gpus, netclaim_pool, netclaim"
+    assert f"--only: no arm netclaim_nic (arms: {known})" in capsys.readouterr().err

@@ -5,6 +5,14 @@ publishes per device: four attributes and two capacities, no request policy, a c
 alone. So the netclaim arms' ratio to it says what netclaim's slice design (ten attributes per NIC,
 consumable capacity with request policies, CEL in the classes, the all-nodes pool device, a matchAttribute
 constraint) costs the scheduler beyond DRA's own work.
+
+Which other drivers' devices a node has matters as much. For each node, the allocator goes through the
+node's pools in no fixed order (a Go map) and evaluates the class's CEL on every device not already
+taken, of every driver, until one fits: a claim walks past the other drivers' free devices. Shared NICs
+are never taken, so a no-op claim walks past a node's 2-8 NICs when their pool comes first; a NIC share
+walks past the no-op driver's 16 devices, all free in its arm. So the NIC arms run with the no-op
+driver's slices removed (its arm keeps netclaim's, which is the fair way round: it pays for the NICs),
+and one more arm, `netclaim_gpus`, runs the NIC shares with the 16 devices per node beside them.
 """
 
 from __future__ import annotations
@@ -126,11 +134,19 @@ class Arm:
     what: str
     claim: Callable[[str, str, str], dict[str, Any]] | None
     netclaim: bool = False  # its results consume netclaim capacities (checked after)
+    noop_devices: bool = False  # the no-op driver's slices are published while it runs
 
 
 NONE = Arm("none", "without claims", None)
-NOOP = Arm("dra", f"with a claim of a no-op DRA driver ({NOOP_DRIVER})", noop_claim)
+NOOP = Arm("dra", f"with a claim of a no-op DRA driver ({NOOP_DRIVER})", noop_claim, noop_devices=True)
 NIC = Arm("netclaim", "with a netclaim NIC share each", nic_claim, netclaim=True)
 NIC_AND_POOL = Arm("netclaim_pool", "with a NIC share and a pool address each", pool_claim, netclaim=True)
+NIC_BESIDE_GPUS = Arm(
+    "netclaim_gpus",
+    f"with a netclaim NIC share each, {NOOP_DEVICES_PER_NODE} devices of the no-op driver on every node",
+    nic_claim,
+    netclaim=True,
+    noop_devices=True,
+)
 # the NIC arm last: the churn window that follows runs with its claims allocated
-ARMS = (NONE, NOOP, NIC_AND_POOL, NIC)
+ARMS = (NONE, NOOP, NIC_BESIDE_GPUS, NIC_AND_POOL, NIC)

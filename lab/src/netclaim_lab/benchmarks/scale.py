@@ -58,7 +58,7 @@ import httpx2
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Node, Pod
-from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 from prometheus_client.parser import text_string_to_metric_families
 
 from netclaim.adapters.kube.connection import KubeConnection
@@ -699,6 +699,7 @@ def schedule(bench: Bench, arm: Arm, repeat: int) -> dict[str, Any]:
         "last_fifth_pods_per_s": fifth / (binds[-1] - binds[-fifth - 1] + 1),
         "scheduler": scheduler_figures(handle),
         "profile": profile.shares(),
+        "noop_slices": _noop_slices(kube),  # every node's, or none (arms.py says why)
     }
     if controller is not None:  # what netclaim's controller did meanwhile (it reacts to every claim change)
         after = ipam_load.controller_figures(work)
@@ -816,12 +817,28 @@ def grow(bench: Bench, nodes: Nodes, total: int) -> dict[str, Any]:
     return {"nodes": total, "added": len(added), "publish_s": seconds, "devices": devices}
 
 
-def publish_noop_driver(bench: Bench) -> None:
-    """The no-op driver's class and every node's slice (what its kubelet plugins would publish)."""
+def _noop_slices(kube: Client) -> int:
+    return sum(1 for _ in kube.list(ResourceSlice, fields={"spec.driver": arms.NOOP_DRIVER}))
+
+
+def noop_driver(bench: Bench, published: bool) -> None:
+    """The no-op driver's class and every node's slice (what its kubelet plugins would publish), or no
+    slice of it; waits until the API server lists what was asked."""
     nodes = [*MEASURED, *bench.others]
-    bodies = [arms.noop_device_class(), *(arms.noop_slice(node) for node in nodes)]
-    asyncio.run(bulk.create_all(bench.handle.kubeconfig, bodies))
-    log(f"  the no-op driver's class and {len(nodes)} slices ({arms.NOOP_DEVICES_PER_NODE} devices each)")
+    present = _noop_slices(bench.kube)
+    if published and present == 0:
+        classes = {c.metadata.name for c in bench.kube.list(DeviceClass) if c.metadata}
+        bodies = [arms.noop_slice(node) for node in nodes]
+        if arms.NOOP_DRIVER not in classes:
+            bodies.append(arms.noop_device_class())
+        asyncio.run(bulk.create_all(bench.handle.kubeconfig, bodies))
+        log(f"  the no-op driver's {len(nodes)} slices ({arms.NOOP_DEVICES_PER_NODE} devices each)")
+    elif not published and present:
+        for node in nodes:
+            bench.kube.delete(ResourceSlice, arms.noop_slice(node)["metadata"]["name"])
+        log(f"  the no-op driver's {present} slices deleted")
+    wanted = len(nodes) if published else 0
+    wait_for(lambda: _noop_slices(bench.kube) == wanted, 120, f"{wanted} slices of the no-op driver")
 
 
 def _pool_published(kube: Client) -> bool:
@@ -843,6 +860,7 @@ def arm_runs(bench: Bench) -> dict[str, list[dict[str, Any]]]:
                 asyncio.run(bulk.create_all(handle.kubeconfig, [arms.ip_pool()]))
                 ipam_load.start_controller(handle, work)
                 wait_for(lambda: _pool_published(kube), 120, "the pool's device published by the controller")
+            noop_driver(bench, arm.noop_devices)
             run = schedule(bench, arm, repeat)
             if arm is arms.NIC_AND_POOL:
                 run["ipam"] = ipam_load.take_addresses(handle, kube, work, NAMESPACE)
@@ -873,7 +891,7 @@ def arms_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         }
         for name, values in rates.items()
     }
-    for name in (arms.NIC.name, arms.NIC_AND_POOL.name):
+    for name in (arms.NIC.name, arms.NIC_AND_POOL.name, arms.NIC_BESIDE_GPUS.name):
         for base in (arms.NONE.name, arms.NOOP.name):
             summary[name][f"ratio_vs_{base}"] = (
                 summary[name]["pods_per_s_median"] / summary[base]["pods_per_s_median"]
@@ -938,7 +956,6 @@ def run(handle: ClusterHandle, sizes: Sizes, work: Path, partial: Path) -> dict[
                 result["mid"] = grow(bench, nodes, sizes.mid_nodes)
                 result["mid"]["churn"] = churn(bench, "mid")
             result["large"] = grow(bench, nodes, sizes.nodes)
-            publish_noop_driver(bench)
             result["large"]["runs"] = arm_runs(bench)
             if sizes.only:
                 return result
