@@ -1,7 +1,7 @@
 """`netclaim controller`: the cluster's one controller. Only wiring: the work is in ipam/, and every task it
 starts is kept running by netclaim.supervisor.
 
-IPPools, IPAllocations, ResourceClaims ──changes──▶ Trigger ──▶ reconcile:
+IPPools, IPAllocations, ResourceClaims of the pools ──changes──▶ Trigger ──▶ reconcile:
     free the addresses of claims that are gone ─▶ the admission parameters of the restricted pools
     ─▶ publish each pool as a device with its capacity (a restricted one once its parameter is in place)
     ─▶ the pools' status ─▶ a Warning Event on Pending pods whose pool is full
@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from netclaim import metrics
 from netclaim.adapters.http import Health
@@ -36,7 +36,7 @@ from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.params import KubePoolParams
 from netclaim.adapters.kube.slices import KubeSlices
-from netclaim.api.ippool import ADDRESSES, IPPool
+from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool
 from netclaim.api.settings import ControllerSettings
 from netclaim.errors import ApiUnavailableError, NetclaimError
 from netclaim.ipam.pools import (
@@ -56,6 +56,7 @@ from netclaim.publish.loop import Trigger, periodic
 from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 ADDRESS_CLASS = "netclaim-address"  # deploy/deviceclasses.yaml
 REST_FACTOR = 4.0  # after a pass, rest this many times its duration (the module's docstring)
 
@@ -255,11 +256,27 @@ async def paced_pass(trigger: Trigger, one_pass: Callable[[], Awaitable[None]]) 
     await asyncio.sleep(REST_FACTOR * (time.monotonic() - started))
 
 
-async def _watch(changes: Callable[[], AsyncIterator[str]], trigger: Trigger) -> None:
-    """Fire once connected (whatever happened meanwhile, reconcile once), then at each change."""
+async def fire_on_changes(
+    changes: Callable[[], AsyncIterator[T]], trigger: Trigger, concerns: Callable[[T], bool] = lambda _: True
+) -> None:
+    """Fire once connected (whatever happened meanwhile, reconcile once), then at each change that
+    `concerns` the pools."""
     trigger.fire()
-    async for _ in changes():
-        trigger.fire()
+    async for changed in changes():
+        if concerns(changed):
+            trigger.fire()
+
+
+def concerns_pools(claim: Claim, driver: str) -> bool:
+    """Whether a claim's change can change a pass: it has results on a pool's device (allocated, changed or
+    deleted), or asks the general address class (its pod may wait on a full pool), or cannot be read. Other
+    drivers' claims, and NIC-only ones, start no pass: before, every claim of the cluster did, and a no-op
+    driver's 5,000 claims cost the controller 14.6 CPU-seconds (docs/scale.md, run G)."""
+    return (
+        bool(claim.unreadable)
+        or any(r.pool == POOLS_POOL and r.driver == driver for r in claim.results)
+        or any(r.device_class == ADDRESS_CLASS for r in claim.requests)
+    )
 
 
 async def run(settings: ControllerSettings) -> None:
@@ -271,11 +288,6 @@ async def run(settings: ControllerSettings) -> None:
     addresses: IPPoolsApi = KubeAddresses(kube)
     params: PoolParamsApi = KubePoolParams(kube, settings.namespace)
     reconciler = Reconciler(claims, addresses, KubeSlices(kube), params, settings.driver_name)
-    watched = {
-        "ippools": addresses.ippool_changes,
-        "ipallocations": addresses.ip_allocation_changes,
-        "resourceclaims": claims.claim_changes,
-    }
     trigger = Trigger()
 
     async def reconciled() -> None:
@@ -284,8 +296,10 @@ async def run(settings: ControllerSettings) -> None:
 
     supervisor = Supervisor()
     supervisor.keep("reconcile", partial(paced_pass, trigger, reconciled))
-    for kind, changes in watched.items():
-        supervisor.keep(f"{kind}-watch", partial(_watch, changes, trigger))
+    supervisor.keep("ippools-watch", partial(fire_on_changes, addresses.ippool_changes, trigger))
+    supervisor.keep("ipallocations-watch", partial(fire_on_changes, addresses.ip_allocation_changes, trigger))
+    concerns = partial(concerns_pools, driver=settings.driver_name)
+    supervisor.keep("resourceclaims-watch", partial(fire_on_changes, claims.claim_changes, trigger, concerns))
     supervisor.keep("resync", partial(periodic, trigger, settings.resync_seconds))
     log.info("controller starting", extra={"driver": settings.driver_name})
     try:

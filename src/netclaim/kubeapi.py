@@ -79,9 +79,10 @@ class ClusterClaimsApi(PodEventsApi, Protocol):
     async def list_claims(self) -> list[Claim]:
         """Every ResourceClaim of the cluster; one read only in part is listed with what was read."""
 
-    def claim_changes(self) -> AsyncIterator[str]:
-        """The event types (ADDED, MODIFIED, DELETED) of every claim, as they happen; an end of the watch
-        the caller must start afresh from is ApiUnavailableError."""
+    def claim_changes(self) -> AsyncIterator[Claim]:
+        """Every claim as each of its events (ADDED, MODIFIED, DELETED) carried it, as they happen (one
+        that cannot be read has `unreadable` set); an end of the watch the caller must start afresh from is
+        ApiUnavailableError."""
 
     async def unschedulable_pods(self) -> list[Pod]:
         """Pending pods the scheduler could not place."""

@@ -37,7 +37,7 @@ class FakeKubeApi(
 ):
     """An in-memory API server playing every role the core asks of it, both programs' (netclaim.kubeapi):
     pass it as each of them. `fail_next` raises errors before calls; each item put on `slice_events` is an
-    event of every watch."""
+    event of every watch but the claims': each claim put on `claim_events` is one of theirs."""
 
     claims: dict[tuple[str, str], Claim] = field(default_factory=dict)
     slices: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -47,6 +47,7 @@ class FakeKubeApi(
     calls: list[str] = field(default_factory=list)
     fail_next: list[NetclaimError] = field(default_factory=list)
     slice_events: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
+    claim_events: asyncio.Queue[Claim] = field(default_factory=asyncio.Queue)
     ippools: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → the object as the API has it
     ippool_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     allocations: dict[str, IPAllocation] = field(default_factory=dict)  # name → object (uid set)
@@ -136,9 +137,10 @@ class FakeKubeApi(
         async for event in self._changes("slice_changes"):
             yield event
 
-    async def claim_changes(self) -> AsyncIterator[str]:
-        async for event in self._changes("claim_changes"):
-            yield event
+    async def claim_changes(self) -> AsyncIterator[Claim]:
+        self._call("claim_changes")
+        while True:
+            yield await self.claim_events.get()
 
     async def ippool_changes(self) -> AsyncIterator[str]:
         async for event in self._changes("ippool_changes"):

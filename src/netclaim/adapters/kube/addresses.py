@@ -62,8 +62,8 @@ class KubeAddresses(AddressesApi, IPPoolsApi):
             )
 
     async def ippool_changes(self) -> AsyncIterator[str]:
-        async for event in self.kube.watch("watch of ippools", IPPOOLS.path()):
-            yield event
+        async for kind, _ in self.kube.watch("watch of ippools", IPPOOLS.path()):
+            yield kind
 
     async def list_ip_allocations(
         self, *, pool: str | None = None, claim_uid: str | None = None
@@ -97,8 +97,8 @@ class KubeAddresses(AddressesApi, IPPoolsApi):
             raise_for_status(await self.kube.http.request("DELETE", path, json=options))
 
     async def ip_allocation_changes(self) -> AsyncIterator[str]:
-        async for event in self.kube.watch("watch of ipallocations", IP_ALLOCATIONS.path()):
-            yield event
+        async for kind, _ in self.kube.watch("watch of ipallocations", IP_ALLOCATIONS.path()):
+            yield kind
 
 
 def _pools_of(listed: ListItems) -> tuple[list[dict[str, Any]], list[Unreadable]]:

@@ -70,10 +70,12 @@ class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
             raise_for_status(response)
         return resource_version_of(response.content)
 
-    async def claim_changes(self) -> AsyncIterator[str]:
-        """Not read further than each event's type."""
-        async for event in self.kube.watch("watch of resourceclaims", CLAIMS.path()):
-            yield event
+    async def claim_changes(self) -> AsyncIterator[Claim]:
+        async for _, found in self.kube.watch("watch of resourceclaims", CLAIMS.path()):
+            try:
+                yield Claim.from_api(found)
+            except ValueError as err:
+                yield Claim("", "", "", "", False, (), (), (), (), unreadable=f"cannot be read ({err})")
 
     async def get_pod(self, namespace: str, name: str) -> Pod:
         with translated(f"pod {namespace}/{name}"):

@@ -342,11 +342,14 @@ class KubeConnection:
         with translated(f"event on {str(involved.kind).lower()} {namespace}/{involved.name}"):
             await self.client.create(event)
 
-    async def watch(self, what: str, path: str, fields: str | None = None) -> AsyncIterator[str]:
-        """The event types of a watch of `path`, on a connection of its own, resumed from the last event's
-        resourceVersion when the server ends the stream. Each event is read without recursion and only its
-        type and resourceVersion are looked at. An ERROR event (e.g. 410: resumed too late) ends the watch
-        with ApiUnavailableError: the caller starts afresh, and reconciles what it may have missed."""
+    async def watch(
+        self, what: str, path: str, fields: str | None = None
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """The events (type, object) of a watch of `path`, on a connection of its own, resumed from the last
+        event's resourceVersion when the server ends the stream. Each event is read without recursion; here
+        only its type and resourceVersion are looked at. An ERROR event (e.g. 410: resumed too late) ends
+        the watch with ApiUnavailableError: the caller starts afresh, and reconciles what it may have
+        missed."""
         version: str | None = None
         async with self._watching() as http:
             while True:
@@ -372,4 +375,4 @@ class KubeConnection:
                                 status = f"{found.get('code')} {found.get('reason')}: {found.get('message')}"
                                 raise ApiUnavailableError(f"{what}: the API server ended it ({status})")
                             version = stamp if isinstance(stamp, str) else version
-                            yield kind
+                            yield kind, found

@@ -44,8 +44,8 @@ class KubeSlices(NodeSlicesApi, PoolSlicesApi):
 
     async def slice_changes(self, node: str, driver: str) -> AsyncIterator[str]:
         fields = selector({"spec.nodeName": node, "spec.driver": driver})
-        async for event in self.kube.watch(f"watch of node {node}'s ResourceSlices", SLICES.path(), fields):
-            yield event
+        async for kind, _ in self.kube.watch(f"watch of node {node}'s ResourceSlices", SLICES.path(), fields):
+            yield kind
 
     async def node_uid(self, node: str) -> str:
         with translated(f"node {node}"):
