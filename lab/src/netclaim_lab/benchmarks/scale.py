@@ -297,17 +297,36 @@ PROFILE_PARTS = {
 }
 
 
-class SchedulerProfile:
-    """kube-scheduler's CPU profile over its serving port while it schedules (a thread), read by pprof."""
+def _scheduled(handle: ClusterHandle) -> float:
+    """Pods the scheduler has placed since it started (0 while its port is not open yet)."""
+    port = handle.spec.ports.schedulerMetrics
+    try:
+        samples = list(_samples(f"https://127.0.0.1:{port}/metrics", _scheduler_context()))
+    except (ConnectionError, urllib.error.URLError):
+        return 0.0
+    return sum(
+        value
+        for name, labels, value in samples
+        if name == "scheduler_schedule_attempts_total" and labels.get("result") == "scheduled"
+    )
 
-    def __init__(self, handle: ClusterHandle, path: Path, seconds: int) -> None:
+
+class SchedulerProfile:
+    """kube-scheduler's CPU profile over its serving port while it schedules (a thread), read by pprof;
+    from the start, or (`after_scheduled`) once the scheduler has placed that many pods."""
+
+    def __init__(self, handle: ClusterHandle, path: Path, seconds: int, after_scheduled: int = 0) -> None:
         port = handle.spec.ports.schedulerMetrics
         self.url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={seconds}"
         self.seconds = seconds
         self.path = path
+        self.handle = handle
+        self.after_scheduled = after_scheduled
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        while self.after_scheduled and _scheduled(self.handle) < self.after_scheduled:
+            time.sleep(1)  # one scrape of /metrics a second: nothing beside the scheduler's own work
         context = _scheduler_context()
         deadline = time.monotonic() + 30
         while True:  # the scheduler was just started: its port opens once it has read its configuration
@@ -681,8 +700,13 @@ def schedule(bench: Bench, arm: Arm, repeat: int) -> dict[str, Any]:
     log("  scheduler started")
     plane.start_scheduler()
     profile = SchedulerProfile(handle, work / f"scheduler-{arm.name}-{repeat}.pprof", sizes.profile_seconds)
+    # the same window once 4/5 of the pods are placed: what a pod costs once the others' claims are allocated
+    late = SchedulerProfile(
+        handle, work / f"scheduler-{arm.name}-{repeat}-late.pprof", sizes.profile_seconds, sizes.pods * 4 // 5
+    )
     controller = ipam_load.controller_figures(work)
     profile.start()
+    late.start()
     _wait_scheduled(kube, sizes.schedule_timeout)
     binds = sorted(_bind_seconds(kube))
     if len(binds) != sizes.pods:
@@ -699,6 +723,7 @@ def schedule(bench: Bench, arm: Arm, repeat: int) -> dict[str, Any]:
         "last_fifth_pods_per_s": fifth / (binds[-1] - binds[-fifth - 1] + 1),
         "scheduler": scheduler_figures(handle),
         "profile": profile.shares(),
+        "profile_late": late.shares(),
         "noop_slices": _noop_slices(kube),  # every node's, or none (arms.py says why)
     }
     if controller is not None:  # what netclaim's controller did meanwhile (it reacts to every claim change)
