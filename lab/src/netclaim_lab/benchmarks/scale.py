@@ -99,6 +99,7 @@ class Sizes:
     churn_seconds: float = 60
     schedule_timeout: float = 1800
     profile_seconds: int = 20  # of the scheduler's CPU, from its start
+    late_profile_after: float = 0.8  # the second profile: once this share of the pods is placed
     repeats: int = 3  # of the large stage's arms, in turn
     dense_claims: int = 1000  # prepared by one agent (dense.py)
     only: tuple[str, ...] = ()  # these arms alone (their runs only: no SCALE line, no README table)
@@ -113,6 +114,7 @@ QUICK = Sizes(
     churn_seconds=15,
     schedule_timeout=300,
     profile_seconds=3,
+    late_profile_after=0.5,  # an arm of 500 pods takes 3-30 s: at 4/5, its last pods may be in backoff
     repeats=1,
     dense_claims=100,
 )
@@ -700,13 +702,22 @@ def schedule(bench: Bench, arm: Arm, repeat: int) -> dict[str, Any]:
     log("  scheduler started")
     plane.start_scheduler()
     profile = SchedulerProfile(handle, work / f"scheduler-{arm.name}-{repeat}.pprof", sizes.profile_seconds)
-    # the same window once 4/5 of the pods are placed: what a pod costs once the others' claims are allocated
-    late = SchedulerProfile(
-        handle, work / f"scheduler-{arm.name}-{repeat}-late.pprof", sizes.profile_seconds, sizes.pods * 4 // 5
+    # the same window once most pods are placed: what a pod costs once the others' claims are allocated
+    # (pods without claims are placed in seconds: no second window)
+    late = (
+        None
+        if arm.claim is None
+        else SchedulerProfile(
+            handle,
+            work / f"scheduler-{arm.name}-{repeat}-late.pprof",
+            sizes.profile_seconds,
+            round(sizes.pods * sizes.late_profile_after),
+        )
     )
     controller = ipam_load.controller_figures(work)
     profile.start()
-    late.start()
+    if late is not None:
+        late.start()
     _wait_scheduled(kube, sizes.schedule_timeout)
     binds = sorted(_bind_seconds(kube))
     if len(binds) != sizes.pods:
@@ -723,7 +734,7 @@ def schedule(bench: Bench, arm: Arm, repeat: int) -> dict[str, Any]:
         "last_fifth_pods_per_s": fifth / (binds[-1] - binds[-fifth - 1] + 1),
         "scheduler": scheduler_figures(handle),
         "profile": profile.shares(),
-        "profile_late": late.shares(),
+        "profile_late": None if late is None else late.shares(),
         "noop_slices": _noop_slices(kube),  # every node's, or none (arms.py says why)
     }
     if controller is not None:  # what netclaim's controller did meanwhile (it reacts to every claim change)
