@@ -11,12 +11,13 @@ and a write about one object that fails is logged and tried again the next pass;
 serve ends a pass early. Passes are counted in netclaim_reconcile_total{result} and the last success is
 netclaim_last_reconcile_timestamp_seconds: what shows that reconcile keeps succeeding.
 
-A pass reads every claim, IPAllocation and IPPool afresh, and a claim change anywhere starts one: at 5,000
+A pass reads every claim, IPAllocation and IPPool afresh. When any claim change started one, at 5,000
 claims a pass cost the controller 1.2 CPU-seconds and kept the API server serving its lists, and back to
 back they held half a core of this 2-core machine while the scheduler placed 4.2 pods/s (make bench-scale,
-docs/scale.md). So after each pass the controller rests REST_FACTOR times as long as the pass took: its
-share of its own core and of the API server stays under 1 / (1 + REST_FACTOR) whatever the cluster's size,
-while a small cluster's passes (milliseconds) still follow a change within a second.
+docs/scale.md). Now only changes of the pools' claims start one (concerns_pools), and after each pass
+the controller rests REST_FACTOR times as long as the pass took: its share of its own core and of the API
+server stays under 1 / (1 + REST_FACTOR) whatever the cluster's size, while a small cluster's passes
+(milliseconds) still follow a change within a second.
 """
 
 from __future__ import annotations
