@@ -68,8 +68,9 @@ unit: deps
 	$(BIN)/pytest -m 'not cluster and not image and not programs' -p no:cacheprovider --cov=netclaim.configure \
 	  --cov=netclaim.publish --cov=netclaim.ipam --cov-report=term-missing --cov-fail-under=90 tests
 
+# --durations: the CI log says which tests a slow run spent its time in
 test: deps bins proto-check lint typecheck
-	$(BIN)/pytest tests
+	$(BIN)/pytest --durations=30 tests
 
 # Figures, not assertions: the costs against a floor from the same run, on a cluster of its own
 # (netclaim_lab.benchmarks.suite); writes bench/report.json, docs/benchmarks.md, its plots and README's table.
