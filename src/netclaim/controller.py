@@ -1,10 +1,13 @@
-"""`netclaim controller`: the cluster's one controller. Only wiring: the work is in ipam/, and every task it
-starts is kept running by netclaim.supervisor.
+"""`netclaim controller`: the cluster's one controller. Only wiring: the work is in ipam/ and services/, and
+every task it starts is kept running by netclaim.supervisor.
 
 IPPools, IPAllocations, ResourceClaims of the pools ──changes──▶ Trigger ──▶ reconcile:
     free the addresses of claims that are gone ─▶ the admission parameters of the restricted pools
     ─▶ publish each pool as a device with its capacity (a restricted one once its parameter is in place)
     ─▶ the pools' status ─▶ a Warning Event on Pending pods whose pool is full
+
+Services over a netclaim network, pods and claims of their namespaces, our EndpointSlices ──changes──▶
+Trigger ──▶ each Service's EndpointSlices from its pods' claims (netclaim.services.endpoints), paced alike
 
 One object never fails a pass: the lists skip (and report) what cannot be read (netclaim.adapters.kube),
 and a write about one object that fails is logged and tried again the next pass; only an API that cannot
@@ -36,10 +39,11 @@ from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.params import KubePoolParams
+from netclaim.adapters.kube.services import KubeServices
 from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool
 from netclaim.api.settings import ControllerSettings
-from netclaim.errors import ApiUnavailableError, NetclaimError
+from netclaim.errors import per_object
 from netclaim.ipam.pools import (
     PoolUse,
     beyond_allocation,
@@ -51,9 +55,10 @@ from netclaim.ipam.pools import (
     pool_use,
     read_pools,
 )
-from netclaim.kubeapi import ClusterClaimsApi, IPPoolsApi, PoolParamsApi, PoolSlicesApi
+from netclaim.kubeapi import ClusterClaimsApi, IPPoolsApi, NetworkServicesApi, PoolParamsApi, PoolSlicesApi
 from netclaim.objects import Claim, IPAllocation, condition
 from netclaim.publish.loop import Trigger, periodic
+from netclaim.services.endpoints import EndpointsReconciler
 from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -94,13 +99,13 @@ class Reconciler:
         allocations = await self.addresses.list_ip_allocations()  # before the claims: see netclaim.ipam.pools
         claims = {c.uid: c for c in await self.claims.list_claims()}
         for orphan in orphans(allocations, set(claims)):
-            await _each(
+            await per_object(
                 f"freeing address {orphan.address} of IPPool {orphan.pool}",
                 self._free(orphan, "address of a deleted claim freed"),
             )
         beyond = beyond_allocation(allocations, claims, self.driver)
         for extra in beyond:
-            await _each(
+            await per_object(
                 f"freeing address {extra.address} of IPPool {extra.pool}",
                 self._free(extra, "address held beyond the claim's allocation freed"),
             )
@@ -123,10 +128,10 @@ class Reconciler:
                 pool_class(pool.name)
             )
             status = _status(pool, uses[pool.name], missing)
-            await _each(f"status of IPPool {pool.name}", self._write_status(pool.name, status, current))
+            await per_object(f"status of IPPool {pool.name}", self._write_status(pool.name, status, current))
         for name, problem in problems.items():
             invalid = {"conditions": [condition("False", "Invalid", problem)]}
-            await _each(f"status of IPPool {name}", self._write_status(name, invalid, current))
+            await per_object(f"status of IPPool {name}", self._write_status(name, invalid, current))
         await self._warn_pending(claims, uses)
         return uses
 
@@ -142,11 +147,11 @@ class Reconciler:
             if present.get(name) != data:
                 uid = str(objects[pool.name]["metadata"].get("uid", ""))
                 write = self.params.apply_pool_params(name, data, pool.name, uid)
-                if not await _each(f"admission parameter of IPPool {pool.name}", write):
+                if not await per_object(f"admission parameter of IPPool {pool.name}", write):
                     continue
             guarded.add(pool.name)
         for name in sorted(set(present) - set(wanted)):
-            await _each(f"admission parameter {name}", self.params.delete_pool_params(name))
+            await per_object(f"admission parameter {name}", self.params.delete_pool_params(name))
         return guarded
 
     async def _free(self, orphan: IPAllocation, what: str) -> None:
@@ -190,23 +195,7 @@ class Reconciler:
                 event = self.claims.create_pod_event(
                     pod.namespace, pod.name, pod.uid, "IPPoolExhausted", message
                 )
-                await _each(f"event on pod {pod.namespace}/{pod.name}", event)
-
-
-async def _each(what: str, write: Awaitable[None]) -> bool:
-    """A write about one object: its failure is that object's (logged; the next pass tries again), and
-    False. Only an API that cannot serve ends the pass, which is then retried with backoff."""
-    try:
-        await write
-    except ApiUnavailableError:
-        raise
-    except NetclaimError as err:
-        log.warning(f"{what} failed; the next pass tries again", extra={"error": str(err)})
-        return False
-    except Exception:
-        log.exception(f"{what} failed (a bug); the next pass tries again")
-        return False
-    return True
+                await per_object(f"event on pod {pod.namespace}/{pod.name}", event)
 
 
 def _count(number: int) -> int | str:
@@ -258,14 +247,20 @@ async def paced_pass(trigger: Trigger, one_pass: Callable[[], Awaitable[None]]) 
 
 
 async def fire_on_changes(
-    changes: Callable[[], AsyncIterator[T]], trigger: Trigger, concerns: Callable[[T], bool] = lambda _: True
+    changes: Callable[[], AsyncIterator[T]], *routes: tuple[Trigger, Callable[[T], bool]]
 ) -> None:
-    """Fire once connected (whatever happened meanwhile, reconcile once), then at each change that
-    `concerns` the pools."""
-    trigger.fire()
+    """Fire every route's trigger once connected (whatever happened meanwhile, reconcile once), then, at
+    each change, the triggers of the routes it concerns: one watch serves several passes."""
+    for trigger, _ in routes:
+        trigger.fire()
     async for changed in changes():
-        if concerns(changed):
-            trigger.fire()
+        for trigger, concerns in routes:
+            if concerns(changed):
+                trigger.fire()
+
+
+def always(_: object) -> bool:
+    return True
 
 
 def concerns_pools(claim: Claim, driver: str) -> bool:
@@ -288,20 +283,48 @@ async def run(settings: ControllerSettings) -> None:
     claims: ClusterClaimsApi = KubeClaims(kube)
     addresses: IPPoolsApi = KubeAddresses(kube)
     params: PoolParamsApi = KubePoolParams(kube, settings.namespace)
+    services: NetworkServicesApi = KubeServices(kube)
     reconciler = Reconciler(claims, addresses, KubeSlices(kube), params, settings.driver_name)
-    trigger = Trigger()
+    endpoints = EndpointsReconciler(services, settings.driver_name)
+    trigger, endpoints_trigger = Trigger(), Trigger()
 
     async def reconciled() -> None:
         await reconciler.reconcile()
         health.set("reconciled", True)
 
+    def served(namespace: str) -> bool:
+        """A change in a namespace with a Service over a network (as of the last pass)."""
+        return namespace in endpoints.namespaces
+
+    def claim_served(claim: Claim) -> bool:
+        return served(claim.namespace)
+
+    pools = (trigger, partial(concerns_pools, driver=settings.driver_name))
     supervisor = Supervisor()
     supervisor.keep("reconcile", partial(paced_pass, trigger, reconciled))
-    supervisor.keep("ippools-watch", partial(fire_on_changes, addresses.ippool_changes, trigger))
-    supervisor.keep("ipallocations-watch", partial(fire_on_changes, addresses.ip_allocation_changes, trigger))
-    concerns = partial(concerns_pools, driver=settings.driver_name)
-    supervisor.keep("resourceclaims-watch", partial(fire_on_changes, claims.claim_changes, trigger, concerns))
+    supervisor.keep("ippools-watch", partial(fire_on_changes, addresses.ippool_changes, (trigger, always)))
+    supervisor.keep(
+        "ipallocations-watch", partial(fire_on_changes, addresses.ip_allocation_changes, (trigger, always))
+    )
+    supervisor.keep(
+        "resourceclaims-watch",
+        partial(fire_on_changes, claims.claim_changes, pools, (endpoints_trigger, claim_served)),
+    )
     supervisor.keep("resync", partial(periodic, trigger, settings.resync_seconds))
+    supervisor.keep("endpoints", partial(paced_pass, endpoints_trigger, endpoints.reconcile))
+    supervisor.keep(
+        "services-watch", partial(fire_on_changes, services.service_changes, (endpoints_trigger, always))
+    )
+    supervisor.keep("pods-watch", partial(fire_on_changes, services.pod_changes, (endpoints_trigger, served)))
+    supervisor.keep(
+        "endpointslices-watch",
+        partial(
+            fire_on_changes,
+            partial(services.slice_changes_by, settings.driver_name),
+            (endpoints_trigger, always),
+        ),
+    )
+    supervisor.keep("endpoints-resync", partial(periodic, endpoints_trigger, settings.resync_seconds))
     log.info("controller starting", extra={"driver": settings.driver_name})
     try:
         await supervisor.run_until_stopped()

@@ -59,9 +59,10 @@ anything else (a bug)
     loops    traceback logged, retried with backoff (the status writer: for that claim or pod only, given
              up after a few tries until it is enqueued again);  one-shot jobs  traceback logged, counted
 
-The controller's reconcile: a write about one object that fails (freeing an orphan's address, a pool's
-status, an Event), whatever the error, is that object's: logged, tried again the next pass; the pass goes
-on. Only ApiUnavailableError ends a pass (retried with backoff). Passes are counted by result.
+The controller's passes (IP pools, network Services' EndpointSlices): a write about one object that fails
+(freeing an orphan's address, a pool's status, a slice, an Event), whatever the error, is that object's
+(per_object): logged, tried again the next pass; the pass goes on. Only ApiUnavailableError ends a pass
+(retried with backoff). Passes are counted by result.
 
 Reading: a listed object that cannot be read (nested deeper than netclaim reads, a field of another shape)
 is skipped, or a claim read as far as it can be, and reported (a log line, a metric, a Warning Event on
@@ -81,7 +82,12 @@ once the claim is gone. Reclaim: one claim's failure, whatever it is, is logged 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable
+
 from pydantic import ValidationError
+
+log = logging.getLogger(__name__)
 
 
 class NetclaimError(Exception):
@@ -204,3 +210,19 @@ def format_validation_error(source: str, err: ValidationError, prefix: str = "")
             message = message.removeprefix("Value error, ")
         lines.append(f"{source}: {field_path(location, prefix)}: {message}")
     return "\n".join(lines)
+
+
+async def per_object(what: str, write: Awaitable[None]) -> bool:
+    """A controller's write about one object: its failure is that object's (logged; the next pass tries
+    again), and False. Only an API that cannot serve ends the pass, which is then retried with backoff."""
+    try:
+        await write
+    except ApiUnavailableError:
+        raise
+    except NetclaimError as err:
+        log.warning(f"{what} failed; the next pass tries again", extra={"error": str(err)})
+        return False
+    except Exception:
+        log.exception(f"{what} failed (a bug); the next pass tries again")
+        return False
+    return True

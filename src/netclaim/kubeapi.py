@@ -19,7 +19,9 @@ the controller (one per cluster)
   of restricted pools;
 - IPPoolsApi: frees the addresses of claims that are gone, writes each IPPool's status, watches both;
 - PoolParamsApi: keeps the parameters of admission policy netclaim-pool-namespaces, ConfigMaps of its own
-  namespace, one per restricted IPPool.
+  namespace, one per restricted IPPool;
+- NetworkServicesApi: reads the Services over a netclaim network, their pods and claims, and keeps their
+  EndpointSlices.
 
 What both programs ask alike is a role of its own that both extend: PodEventsApi, SliceStoreApi (what the
 one slice writer needs, netclaim.publish.slices), AddressRecordsApi. The operator tools read with the
@@ -175,3 +177,41 @@ class PoolParamsApi(Protocol):
 
     async def delete_pool_params(self, name: str) -> None:
         """Gone already is fine."""
+
+
+class NetworkServicesApi(Protocol):
+    """The controller's: Services labelled with a netclaim network, the pods they select, the claims of
+    those pods' namespaces, and the EndpointSlices it keeps for them."""
+
+    async def list_network_services(self) -> list[dict[str, Any]]:
+        """Every Service labelled netclaim.dev/network, as the API has it."""
+
+    async def list_selected_pods(self, namespace: str, selector: str) -> list[Pod]:
+        """The pods of `namespace` that the label selector `selector` selects (ApiRejectedError when the
+        API server does not take it)."""
+
+    async def list_namespace_claims(self, namespace: str) -> list[Claim]:
+        """The ResourceClaims of `namespace`; one read only in part is listed with what was read."""
+
+    async def list_network_slices(self, manager: str) -> list[dict[str, Any]]:
+        """Every EndpointSlice managed by `manager`, as the API has it."""
+
+    async def apply_endpoint_slice(self, body: dict[str, Any]) -> None:
+        """Write the slice as `body` says (server-side apply, taking every field: the controller owns it)."""
+
+    async def delete_endpoint_slice(self, namespace: str, name: str) -> None:
+        """Delete a slice; one already gone is fine."""
+
+    async def create_service_event(
+        self, namespace: str, service: str, service_uid: str, reason: str, message: str
+    ) -> None:
+        """A Warning Event on the Service."""
+
+    def service_changes(self) -> AsyncIterator[str]:
+        """The namespace of each network Service's change, as it happens."""
+
+    def pod_changes(self) -> AsyncIterator[str]:
+        """The namespace of each pod's change, as it happens."""
+
+    def slice_changes_by(self, manager: str) -> AsyncIterator[str]:
+        """The namespace of each change of a slice managed by `manager` (by hand, too), as it happens."""

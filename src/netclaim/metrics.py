@@ -87,6 +87,12 @@ RECONCILES = Counter(
     ["result"],
     registry=REGISTRY,
 )
+ENDPOINT_PASSES = Counter(
+    "netclaim_endpoint_passes_total",
+    "The controller's passes over the EndpointSlices of Services on netclaim networks, by result (ok, error)",
+    ["result"],
+    registry=REGISTRY,
+)
 LAST_RECONCILE = Gauge(
     "netclaim_last_reconcile_timestamp_seconds",
     "When a reconcile pass of the controller last succeeded",

@@ -17,6 +17,11 @@ POD_CLAIM_NAME = (
     f"{STANDARD_DOMAIN}/pod-claim-name"  # on a claim made from a pod's template: the pod's name for it
 )
 API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"
+SLICE_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"  # which controller keeps an EndpointSlice
+SLICE_SERVICE_NAME = "kubernetes.io/service-name"  # the Service an EndpointSlice is of
+# The network a NIC is on: the attribute the admin's publish policy sets, IPPool.spec.network, the label
+# of a Service over it, and the key that carries it in a claim's status.devices[].data.
+NETWORK = f"{DRIVER_DOMAIN}/network"
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")

@@ -20,7 +20,7 @@ from typing import Any
 import ijson.backends.python  # type: ignore[import-untyped]  # no type information shipped
 
 from netclaim.api.cniconfig import MAX_DEPTH, too_deep
-from netclaim.names import DRIVER_DOMAIN, POD_CLAIM_NAME, is_dns_label
+from netclaim.names import DRIVER_DOMAIN, NETWORK, POD_CLAIM_NAME, is_dns_label
 
 CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message
 IPPOOL_API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"  # IPPools' and IPAllocations'
@@ -343,6 +343,35 @@ class Claim:
         """What of the claim could not be read."""
         return [p for p in (self.unreadable, *(c.unreadable for c in self.configs)) if p]
 
+    def network_addresses(self, driver: str) -> dict[str, tuple[str, ...]]:
+        """Network → the addresses the claim's interfaces have on it, as `driver`'s status entries say
+        (attached and Ready, the network named in `data`), in the order of their interfaces' names; never a
+        link-local or loopback address. What Services and policies on a network resolve pods to."""
+        found: dict[str, list[tuple[str, str]]] = {}
+        for entry in self.devices_status:
+            data, shown = entry.get("data"), entry.get("networkData")
+            if entry.get("driver") != driver or not isinstance(data, dict) or not isinstance(shown, dict):
+                continue
+            network = data.get(NETWORK)
+            if not isinstance(network, str) or not _ready(entry.get("conditions")):
+                continue
+            for text in shown.get("ips") or []:
+                try:
+                    address = ipaddress.ip_interface(str(text)).ip
+                except ValueError:
+                    continue
+                if not (address.is_link_local or address.is_loopback):
+                    found.setdefault(network, []).append(
+                        (str(shown.get("interfaceName") or ""), str(address))
+                    )
+        return {net: tuple(a for _, a in sorted(pairs, key=lambda p: p[0])) for net, pairs in found.items()}
+
+
+def _ready(conditions: Any) -> bool:
+    return isinstance(conditions, list) and any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+    )
+
 
 @dataclass(frozen=True)
 class Slice:
@@ -463,6 +492,7 @@ class Pod:
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[dict[str, Any], ...] = ()
     required_affinity: dict[str, Any] | None = None  # a NodeSelector: nodeAffinity's required terms
+    deleting: bool = False  # metadata.deletionTimestamp is set: it is terminating
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> Pod:
@@ -506,6 +536,7 @@ class Pod:
             node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
             tolerations=tuple(spec.get("tolerations") or ()),
             required_affinity=affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
+            deleting=bool(meta.get("deletionTimestamp")),
         )
 
     def condition_of(self, kind: str) -> PodCondition | None:

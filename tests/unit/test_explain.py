@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -327,6 +328,37 @@ def test_a_pod_that_fits_but_waits_for_an_agent_taken_off_its_node() -> None:
     )
     found = explain_pod(pod, demo_snapshot(FIVE_GIG, claims=[claim], agent_pods=[ready_agent]))
     assert found.fixes == []
+
+
+def test_a_pod_on_a_network_says_which_and_the_services_it_serves_there() -> None:
+    entry = {
+        "driver": "netclaim.dev",
+        "pool": "node-1",
+        "device": "enp0s10",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "InterfaceAttached"}],
+        "networkData": {"interfaceName": "net1", "ips": ["10.64.7.5/24"]},
+        "data": {"netclaim.dev/network": "lan3"},
+    }
+    pod, claim = _scheduled({"devices": [entry]})
+    pod = replace(pod, uid="uid-p")
+    labels = {"kubernetes.io/service-name": "db", "netclaim.dev/network": "lan3"}
+
+    def endpoint(uid: str, address: str, ready: bool) -> dict[str, Any]:
+        return {"addresses": [address], "conditions": {"ready": ready}, "targetRef": {"uid": uid}}
+
+    listed = [
+        {
+            "metadata": {"labels": labels},
+            "endpoints": [endpoint("uid-p", "10.64.7.5", True), endpoint("x", "10.64.7.6", True)],
+        },
+        {"metadata": {"labels": labels}, "endpoints": [endpoint("uid-p", "fd00:647::5", False)]},
+    ]
+    found = explain_pod(pod, demo_snapshot(FIVE_GIG, claims=[claim], endpoint_slices=listed))
+    assert "claim c, request nic: enp0s10: ready, net1 10.64.7.5/24, on network lan3" in found.lines
+    assert found.lines[-2:] == [
+        "serves Service db on network lan3 at 10.64.7.5 (ready)",
+        "serves Service db on network lan3 at fd00:647::5 (not ready)",
+    ]
 
 
 def test_a_namespace_table_has_a_row_per_pod_with_claims() -> None:

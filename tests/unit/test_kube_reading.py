@@ -24,6 +24,7 @@ from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.reader import KubeClusterReader
+from netclaim.adapters.kube.services import KubeServices
 from netclaim.errors import ApiUnavailableError, ConfigError, GoneError
 from netclaim.metrics import REGISTRY
 from netclaim.objects import Claim, IPAllocation, ListItems, item_spans, read_json, read_list
@@ -517,6 +518,25 @@ async def test_a_watch_passes_over_objects_no_one_can_read_and_resumes_where_it_
     assert resumed.url.params["resourceVersion"] == "12"  # the server ended the first stream
 
 
+async def test_the_pods_watch_of_network_services_asks_only_metadata_and_names_the_namespace(
+    kube: KubeConnection, server: FakeApiServer
+) -> None:
+    """Every pod event of the cluster reaches the controller: their metadata is all it reads of them."""
+    pod = json.dumps(
+        {"kind": "PartialObjectMetadata", "metadata": {"namespace": "team-a", "resourceVersion": "5"}}
+    )
+    server.streams = [_event("MODIFIED", "", pod)]
+    async with contextlib.aclosing(
+        cast(AsyncGenerator[str, None], KubeServices(kube).pod_changes())
+    ) as watch:
+        assert await anext(watch) == "team-a"
+    [request] = server.requests
+    assert request.url.path == "/api/v1/pods"
+    assert request.headers["Accept"].startswith(
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+    )
+
+
 @pytest.mark.parametrize(
     ("answer", "expected"),
     [
@@ -546,6 +566,7 @@ async def test_the_tools_read_a_cluster_holding_a_claim_nested_as_deep_as_the_ap
         "/apis/resource.k8s.io/v1/deviceclasses",
         "/apis/resource.k8s.io/v1/resourceslices",
         "/api/v1/nodes",
+        "/apis/discovery.k8s.io/v1/namespaces/team-a/endpointslices",
     ):
         server.answers[path] = empty
     server.answers[CLAIMS] = (403, api_status(403, "forbidden"))  # a tenant: its namespace's claims only

@@ -14,6 +14,7 @@ from netclaim import kubeapi
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.reader import KubeClusterReader
+from netclaim.adapters.kube.services import KubeServices
 from netclaim.adapters.kube.slices import KubeSlices
 
 RBAC = Path(__file__).parents[2] / "deploy" / "rbac.yaml"
@@ -24,6 +25,7 @@ ROLES = {
         kubeapi.PoolSlicesApi,
         kubeapi.IPPoolsApi,
         kubeapi.PoolParamsApi,
+        kubeapi.NetworkServicesApi,
     ],
 }
 # Roles a chart value turns on, with their RBAC (tests/test_helm_chart.py renders it): none by default.
@@ -57,6 +59,16 @@ ASKS = {
     "list_pool_params": ("", "configmaps", "list"),
     "apply_pool_params": ("", "configmaps", "patch"),
     "delete_pool_params": ("", "configmaps", "delete"),
+    "list_network_services": ("", "services", "list"),
+    "service_changes": ("", "services", "watch"),
+    "list_selected_pods": ("", "pods", "list"),
+    "pod_changes": ("", "pods", "watch"),
+    "list_namespace_claims": ("resource.k8s.io", "resourceclaims", "list"),
+    "list_network_slices": ("discovery.k8s.io", "endpointslices", "list"),
+    "apply_endpoint_slice": ("discovery.k8s.io", "endpointslices", "patch"),
+    "delete_endpoint_slice": ("discovery.k8s.io", "endpointslices", "delete"),
+    "slice_changes_by": ("discovery.k8s.io", "endpointslices", "watch"),
+    "create_service_event": ("", "events", "create"),
 }
 
 
@@ -98,7 +110,7 @@ def test_every_call_is_some_programs() -> None:
     assert used == set(ASKS)
 
 
-@pytest.mark.parametrize("adapter", [KubeClaims, KubeSlices, KubeAddresses, KubeClusterReader])
+@pytest.mark.parametrize("adapter", [KubeClaims, KubeSlices, KubeAddresses, KubeClusterReader, KubeServices])
 def test_an_adapter_class_stays_small(adapter: type) -> None:
     public = [name for name, _ in inspect.getmembers(adapter, inspect.isfunction) if not name.startswith("_")]
     assert len(public) <= 12, public

@@ -247,7 +247,7 @@ async def test_only_claims_of_the_pools_start_a_pass() -> None:
     api = FakeKubeApi()
     trigger = _CountingTrigger()
     watch = asyncio.create_task(
-        fire_on_changes(api.claim_changes, trigger, partial(concerns_pools, driver=SAMPLE_DRIVER))
+        fire_on_changes(api.claim_changes, (trigger, partial(concerns_pools, driver=SAMPLE_DRIVER)))
     )
     await asyncio.sleep(0)
     assert trigger.fired == 1  # connected: whatever happened meanwhile is reconciled once

@@ -103,6 +103,15 @@ def test_an_attached_device_is_ready_with_its_network_data_and_cni_result() -> N
     )
 
 
+def test_an_attached_device_on_a_network_says_which_in_data_beside_the_cni_result() -> None:
+    nic = ATTACHED.plan.nic
+    on_lan3 = nic.model_copy(update={"attributes": {**nic.attributes, "netclaim.dev/network": "lan3"}})
+    row = replace(ATTACHED, plan=ATTACHED.plan.model_copy(update={"nic": on_lan3}))
+    assert device_entry(SAMPLE_DRIVER, row)["data"] == {**CNI_RESULT, "netclaim.dev/network": "lan3"}
+    without_result = replace(row, outcome=row.outcome.model_copy(update={"cni_result": None}))
+    assert device_entry(SAMPLE_DRIVER, without_result)["data"] == {"netclaim.dev/network": "lan3"}
+
+
 def test_an_attached_device_without_a_cni_result_has_no_data() -> None:
     row = replace(ATTACHED, outcome=ATTACHED.outcome.model_copy(update={"cni_result": None}))
     assert "data" not in device_entry(SAMPLE_DRIVER, row)

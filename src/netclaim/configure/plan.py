@@ -33,12 +33,11 @@ from netclaim.api.publishpolicy import AttributeValue
 from netclaim.api.tenancy import AddressRules, IPNetwork, Target, sharing_problems, tenant_problems
 from netclaim.errors import ConfigError
 from netclaim.ipam.addresses import AddressRequest, Grant
-from netclaim.names import DRIVER_DOMAIN, NETWORK_NAME, PLUGIN_TYPE, check_pod_interface_name
+from netclaim.names import DRIVER_DOMAIN, NETWORK, NETWORK_NAME, PLUGIN_TYPE, check_pod_interface_name
 from netclaim.objects import AllocatedDevice, Claim
 from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, Capacity, Device
 from netclaim.quantity import parse_quantity
 
-NETWORK = f"{DRIVER_DOMAIN}/network"
 POOL_IPAM = "static"  # the IPAM plugin that configures the addresses granted from IP pools
 MTU, MAC, PCI_ADDRESS = (f"{DRIVER_DOMAIN}/{key}" for key in ("mtu", "mac", "pciAddress"))
 

@@ -8,7 +8,8 @@ once more after). No target holds up another: a write the API refuses (ApiReject
 be written) is final for its target until it is enqueued again; a gone target is dropped; an unavailable
 API or a run of conflicts backs off that target only; a bug is retried with backoff for that target only
 and given up after MAX_BUG_ATTEMPTS. Each try is counted in netclaim_status_writes_total{kind,result}.
-Entries: `Ready` True with networkData read back from the pod's namespace and the CNI result in `data`;
+Entries: `Ready` True with networkData read back from the pod's namespace and, in `data`, the CNI result and
+the NIC's network (its `netclaim.dev/network` attribute, when the admin set one: what Services name);
 or `Ready` False with the reason and message. An entry is cut to what the API takes, or it would refuse the
 whole write: the first MAX_IPS addresses, `data` only up to MAX_DATA_BYTES, names and messages to their
 lengths; the condition says what was left out.
@@ -53,6 +54,7 @@ from netclaim.errors import (
     TransientError,
 )
 from netclaim.kubeapi import ClaimsApi, PodAnnotationsApi
+from netclaim.names import NETWORK
 from netclaim.objects import Claim, Pod, condition, read_json
 from netclaim.supervisor import Supervisor
 
@@ -178,6 +180,9 @@ def device_entry(driver: str, row: Attachment) -> dict[str, Any]:
         message = _message(f"{interface.name} is configured in the pod", left_out + not_taken)
         entry["conditions"] = [condition("True", "InterfaceAttached", message, since=_now())]
         entry["networkData"] = shown
+        network = row.plan.nic.attributes.get(NETWORK)
+        if isinstance(network, str):  # what Services and policies name (netclaim.services)
+            data = {**(data or {}), NETWORK: network}
         if data is not None:
             entry["data"] = data
     elif row.error:

@@ -27,7 +27,7 @@ from typing import Any
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, capacity
 from netclaim.errors import ConfigError
 from netclaim.kubeapi import PoolSlicesApi
-from netclaim.names import DRIVER_DOMAIN
+from netclaim.names import DRIVER_DOMAIN, NETWORK
 from netclaim.objects import Claim, IPAllocation
 from netclaim.publish.slices import SliceOwner, SliceWriter
 
@@ -102,7 +102,7 @@ def pool_device(pool: IPPool, use: PoolUse) -> dict[str, Any]:
         f"{DRIVER_DOMAIN}/ipv6": {"bool": 6 in families},
     }
     if pool.spec.network is not None:
-        attributes[f"{DRIVER_DOMAIN}/network"] = {"string": pool.spec.network}
+        attributes[NETWORK] = {"string": pool.spec.network}
     # a pool of some namespaces: the general class netclaim-address never selects it (deploy/admission.yaml,
     # netclaim-pool-namespaces: only those namespaces may name its own class)
     attributes[RESTRICTED] = {"bool": pool.spec.namespaces is not None}

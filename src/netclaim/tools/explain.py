@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from netclaim.api import selectors
-from netclaim.names import DRIVER_DOMAIN
+from netclaim.names import DRIVER_DOMAIN, NETWORK, SLICE_SERVICE_NAME
 from netclaim.objects import Pod, PodClaim
 from netclaim.publish.devices import BANDWIDTH
 from netclaim.quantity import parse_quantity, readable_quantity
@@ -43,6 +43,7 @@ class Snapshot:
     nodes: list[dict[str, Any]]
     agent_pods: list[Pod] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)  # what the reader's RBAC did not let it list
+    endpoint_slices: list[dict[str, Any]] = field(default_factory=list)  # of network Services (ours)
 
 
 @dataclass(frozen=True)
@@ -527,6 +528,7 @@ def explain_pod(pod: Pod, snapshot: Snapshot) -> Explanation:
         return explanation
     if pod.node:
         _explain_scheduled(claims, snapshot, explanation)
+        explanation.lines += served_by(pod, snapshot.endpoint_slices)
         return explanation
     for what in snapshot.unreadable:
         say(f"could not read {what} (RBAC): what follows may be incomplete")
@@ -724,9 +726,11 @@ def _explain_scheduled(
                 data = entry.get("networkData") or {}
                 if condition.get("status") == "True":
                     ready += 1
+                    network = (entry.get("data") or {}).get(NETWORK)
                     say(
                         f"{where}: ready, {data.get('interfaceName', '')} "
                         f"{', '.join(data.get('ips') or [])}".rstrip()
+                        + (f", on network {network}" if network else "")
                     )
                 else:
                     problems.append(f"{where}: {condition.get('reason')}: {condition.get('message')}")
@@ -754,6 +758,22 @@ def _explain_scheduled(
                 + (f": kubectl label node {node} {DISABLED_LABEL}-" if why else "")
             )
     explanation.summary = problems[0] if problems else f"{ready} device(s) ready"
+
+
+def served_by(pod: Pod, endpoint_slices: list[dict[str, Any]]) -> list[str]:
+    """The Services over a network whose endpoints the pod is (docs/services.md), one line per address."""
+    lines = []
+    for found in endpoint_slices:
+        labels = (found.get("metadata") or {}).get("labels") or {}
+        for endpoint in found.get("endpoints") or []:
+            if (endpoint.get("targetRef") or {}).get("uid") != pod.uid:
+                continue
+            ready = "ready" if (endpoint.get("conditions") or {}).get("ready") else "not ready"
+            lines.append(
+                f"serves Service {labels.get(SLICE_SERVICE_NAME)} on network {labels.get(NETWORK)} at "
+                f"{', '.join(endpoint.get('addresses') or [])} ({ready})"
+            )
+    return sorted(lines)
 
 
 def table(snapshot: Snapshot) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ async def read_snapshot(kubeconfig: Path | None, namespace: str | None) -> Snaps
             nodes=found["nodes"],
             agent_pods=[Pod.from_api(p) for p in found["agent_pods"]],
             unreadable=refused,
+            endpoint_slices=found["endpoint_slices"],
         )
     finally:
         await kube.close()

@@ -39,8 +39,8 @@ class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
             raise ConfigError(f"{what}: cannot be read: {err}") from None
 
     async def list_claims(self) -> list[Claim]:
-        """Read (and the claims made) off the event loop; what cannot be read reported (_claims_of)."""
-        claims, unreadable = await self.kube.read_items("ResourceClaims", CLAIMS.path(), _claims_of)
+        """Read (and the claims made) off the event loop; what cannot be read reported (claims_of)."""
+        claims, unreadable = await self.kube.read_items("ResourceClaims", CLAIMS.path(), claims_of)
         self.kube.report_unreadable(CLAIMS, "", unreadable)
         return claims
 
@@ -111,7 +111,7 @@ class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
         return [p for p in pods if p.unschedulable]
 
 
-def _claims_of(listed: ListItems) -> tuple[list[Claim], list[Unreadable]]:
+def claims_of(listed: ListItems) -> tuple[list[Claim], list[Unreadable]]:
     """The claims of a list, and what of them cannot be read: a claim read only in part is listed, one
     without a readable identity is skipped. A claim no parser reads fails the list (ConfigError): its UID
     unread, the addresses it holds would look like a deleted claim's. (The API server stores none: it reads

@@ -72,6 +72,7 @@ MAX_QUEUED_EVENTS = 256
 # cluster's list: megabytes, a second or more), in a thread, so that the program's watches, health checks
 # and writes go on meanwhile
 INLINE_BYTES = 64 * 1024
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,9 @@ CLAIMS = Kind("resource.k8s.io/v1", "ResourceClaim", "resourceclaims")
 SLICES = Kind("resource.k8s.io/v1", "ResourceSlice", "resourceslices")
 IPPOOLS = Kind(IPPOOL_API_VERSION, "IPPool", "ippools")
 IP_ALLOCATIONS = Kind(IPPOOL_API_VERSION, "IPAllocation", "ipallocations")
+SERVICES = Kind("v1", "Service", "services")
+PODS = Kind("v1", "Pod", "pods")
+ENDPOINT_SLICES = Kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices")
 
 
 @dataclass(frozen=True)
@@ -343,20 +347,34 @@ class KubeConnection:
             await self.client.create(event)
 
     async def watch(
-        self, what: str, path: str, fields: str | None = None
+        self,
+        what: str,
+        path: str,
+        fields: str | None = None,
+        labels: str | None = None,
+        metadata_only: bool = False,
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """The events (type, object) of a watch of `path`, on a connection of its own, resumed from the last
         event's resourceVersion when the server ends the stream. Each event is read without recursion; here
         only its type and resourceVersion are looked at. An ERROR event (e.g. 410: resumed too late) ends
         the watch with ApiUnavailableError: the caller starts afresh, and reconciles what it may have
-        missed."""
+        missed. With `metadata_only`, the server sends each object's metadata alone (as client-go's
+        metadata informers ask): a pod's event is a tenth of its size to send and to read."""
+        headers = {"Accept": METADATA_ONLY} if metadata_only else None
         version: str | None = None
         async with self._watching() as http:
             while True:
-                params = {"watch": "true", "fieldSelector": fields, "resourceVersion": version}
+                params = {
+                    "watch": "true",
+                    "fieldSelector": fields,
+                    "labelSelector": labels,
+                    "resourceVersion": version,
+                }
                 query = {key: value for key, value in params.items() if value is not None}
                 with translated(what):
-                    async with http.stream("GET", path, params=query, timeout=WATCH_TIMEOUT) as response:
+                    async with http.stream(
+                        "GET", path, params=query, headers=headers, timeout=WATCH_TIMEOUT
+                    ) as response:
                         if response.is_error:
                             await response.aread()
                             raise_for_status(response)

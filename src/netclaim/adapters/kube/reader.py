@@ -6,10 +6,12 @@ import contextlib
 from typing import Any
 
 from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
 from netclaim.adapters.kube.connection import CLAIMS, KubeConnection, as_data, translated
 from netclaim.errors import ApiRejectedError
+from netclaim.names import DRIVER_DOMAIN, SLICE_MANAGED_BY
 from netclaim.objects import ListItems
 
 
@@ -19,7 +21,8 @@ class KubeClusterReader:
 
     async def read_cluster(self, namespace: str | None) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
         """The namespace's pods and claim templates (every namespace's when None), and the cluster's claims,
-        DeviceClasses, ResourceSlices, nodes and netclaim agent pods, each as the API has it. A list the
+        DeviceClasses, ResourceSlices, nodes and netclaim agent pods, and the namespace's EndpointSlices of
+        network Services (netclaim's), each as the API has it. A list the
         reader may not make is left empty and named in the second value (a tenant with a namespace's rights
         still gets what they may see). Claims are read without lightkube's decoder: a claim nested
         thousands deep fails no one's read."""
@@ -32,11 +35,12 @@ class KubeClusterReader:
             "slices": (ResourceSlice, None, None),
             "nodes": (Node, None, None),
             "agent_pods": (Pod, "*", {"app.kubernetes.io/name": "netclaim-agent"}),
+            "endpoint_slices": (EndpointSlice, scope, {SLICE_MANAGED_BY: DRIVER_DOMAIN}),
         }
         found: dict[str, list[dict[str, Any]]] = {}
         refused = []
         for key, (kind, where, labels) in reads.items():
-            what = f"{kind.__name__} ({'netclaim agent pods' if labels else where or 'cluster'})"
+            what = f"{kind.__name__} ({'netclaim agent pods' if key == 'agent_pods' else where or 'cluster'})"
             try:
                 found[key] = await self._read_all(f"list {what}", kind, where, labels)
             except ApiRejectedError:

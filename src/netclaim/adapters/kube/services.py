@@ -1,0 +1,96 @@
+"""Services over a netclaim network, the pods they select and their EndpointSlices: the controller's
+NetworkServicesApi. Read as JSON (read_json: no recursion), like claims; slices written by server-side apply
+with the connection's field manager."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from lightkube.models.core_v1 import ObjectReference
+
+from netclaim.adapters.kube.claims import claims_of
+from netclaim.adapters.kube.connection import (
+    CLAIMS,
+    ENDPOINT_SLICES,
+    PODS,
+    SERVICES,
+    KubeConnection,
+    raise_for_status,
+    selector,
+    translated,
+)
+from netclaim.errors import GoneError
+from netclaim.kubeapi import NetworkServicesApi
+from netclaim.names import NETWORK, SLICE_MANAGED_BY
+from netclaim.objects import Claim, Pod, as_object
+
+APPLY = "application/apply-patch+yaml"  # JSON is YAML: the API server takes either
+
+
+class KubeServices(NetworkServicesApi):
+    def __init__(self, kube: KubeConnection) -> None:
+        self.kube = kube
+
+    async def _items(self, what: str, path: str, labels: str) -> list[dict[str, Any]]:
+        found = as_object(await self.kube.read(what, path, {"labelSelector": labels}))
+        return [as_object(item) for item in found.get("items") or []]
+
+    async def list_network_services(self) -> list[dict[str, Any]]:
+        return await self._items("Services over netclaim networks", SERVICES.path(), NETWORK)
+
+    async def list_selected_pods(self, namespace: str, selector: str) -> list[Pod]:
+        what = f"pods of namespace {namespace} selected by {selector!r}"
+        return [Pod.from_api(p) for p in await self._items(what, PODS.path(namespace), selector)]
+
+    async def list_namespace_claims(self, namespace: str) -> list[Claim]:
+        claims, unreadable = await self.kube.read_items(
+            f"ResourceClaims of namespace {namespace}", CLAIMS.path(namespace), claims_of
+        )
+        self.kube.report_unreadable(CLAIMS, f"namespace={namespace}", unreadable)
+        return claims
+
+    async def list_network_slices(self, manager: str) -> list[dict[str, Any]]:
+        labels = selector({SLICE_MANAGED_BY: manager})
+        return await self._items(f"EndpointSlices of {manager}", ENDPOINT_SLICES.path(), labels)
+
+    async def apply_endpoint_slice(self, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        path = ENDPOINT_SLICES.path(meta["namespace"], meta["name"])
+        with translated(f"EndpointSlice {meta['namespace']}/{meta['name']}"):
+            response = await self.kube.http.patch(
+                path,
+                content=json.dumps(body).encode(),
+                headers={"Content-Type": APPLY},
+                params={"fieldManager": self.kube.field_manager, "force": "true"},
+            )
+            raise_for_status(response)
+
+    async def delete_endpoint_slice(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(GoneError), translated(f"EndpointSlice {namespace}/{name}"):
+            response = await self.kube.http.delete(ENDPOINT_SLICES.path(namespace, name))
+            raise_for_status(response)
+
+    async def create_service_event(
+        self, namespace: str, service: str, service_uid: str, reason: str, message: str
+    ) -> None:
+        involved = ObjectReference(
+            kind="Service", apiVersion="v1", name=service, namespace=namespace, uid=service_uid
+        )
+        await self.kube.create_event(involved, reason, message)
+
+    async def _namespaces(self, what: str, path: str, labels: str | None = None) -> AsyncIterator[str]:
+        async for _, found in self.kube.watch(what, path, labels=labels, metadata_only=True):
+            yield str(as_object(found.get("metadata")).get("namespace") or "")
+
+    def service_changes(self) -> AsyncIterator[str]:
+        return self._namespaces("watch of Services over netclaim networks", SERVICES.path(), NETWORK)
+
+    def pod_changes(self) -> AsyncIterator[str]:
+        return self._namespaces("watch of pods", PODS.path())
+
+    def slice_changes_by(self, manager: str) -> AsyncIterator[str]:
+        labels = selector({SLICE_MANAGED_BY: manager})
+        return self._namespaces(f"watch of EndpointSlices of {manager}", ENDPOINT_SLICES.path(), labels)

@@ -1,0 +1,1 @@
+"""What the controller keeps for Services over netclaim networks (docs/services.md)."""

@@ -1,0 +1,324 @@
+"""EndpointSlices of Services over a netclaim network: which pods and addresses, the slices' shape, and a
+pass that one bad Service never stops (netclaim.services.endpoints)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from netclaim.errors import ApiRejectedError, ApiUnavailableError, NetclaimError
+from netclaim.objects import Claim, Pod, PodClaim, PodCondition, PodRef
+from netclaim.services.endpoints import (
+    MAX_ENDPOINTS,
+    EndpointsReconciler,
+    NetworkService,
+    desired_slices,
+    endpoints,
+    same_slice,
+)
+from tests.unit.fakes import SAMPLE_DRIVER, sample_claim
+
+READY = [{"type": "Ready", "status": "True", "reason": "InterfaceAttached"}]
+
+
+def _service(**changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "metadata": {
+            "namespace": "team-a",
+            "name": "db",
+            "uid": "svc-uid",
+            "labels": {"netclaim.dev/network": "lan1"},
+            "annotations": {"netclaim.dev/selector": "app=db"},
+        },
+        "spec": {
+            "clusterIP": "None",
+            "ports": [{"name": "pg", "port": 5432, "targetPort": 5432, "protocol": "TCP"}],
+        },
+    }
+    for path, value in changes.items():
+        where = body
+        *parents, last = path.split("__")
+        for parent in parents:
+            where = where.setdefault(parent, {})
+        where[last] = value
+    return body
+
+
+def _entry(ips: list[str], network: str = "lan1", interface: str = "net1", **extra: Any) -> dict[str, Any]:
+    return {
+        "driver": SAMPLE_DRIVER,
+        "pool": "node-1",
+        "device": "enp1s0",
+        "conditions": READY,
+        "networkData": {"interfaceName": interface, "ips": ips},
+        "data": {"cniVersion": "1.0.0", "netclaim.dev/network": network},
+        **extra,
+    }
+
+
+def _pod(name: str, *, ready: bool = True, node: str = "node-1", deleting: bool = False) -> Pod:
+    return Pod(
+        namespace="team-a",
+        name=name,
+        uid=f"{name}-uid",
+        node=node,
+        claims=(PodClaim(name="net", claim=f"{name}-net"),),
+        conditions=(PodCondition("Ready", "True" if ready else "False", "", ""),),
+        deleting=deleting,
+    )
+
+
+def _claim(pod: str, *entries: dict[str, Any]) -> Claim:
+    return sample_claim(
+        (),
+        (),
+        name=f"{pod}-net",
+        uid=f"{pod}-claim-uid",
+        reserved_for=(PodRef(pod, f"{pod}-uid"),),
+        devices_status=entries,
+    )
+
+
+def test_a_service_over_a_network_is_headless_without_a_selector_and_names_its_pods_in_an_annotation() -> (
+    None
+):
+    served = NetworkService.from_api(_service())
+    assert (served.network, served.selector, served.refusal, served.warning) == ("lan1", "app=db", "", "")
+    assert served.ports == ({"name": "pg", "port": 5432, "protocol": "TCP"},)
+    problems = {
+        "selector": NetworkService.from_api(_service(spec__selector={"app": "db"})).refusal,
+        "cluster IP": NetworkService.from_api(_service(spec__clusterIP="10.96.0.9")).refusal,
+        "annotation": NetworkService.from_api(_service(metadata__annotations={})).refusal,
+    }
+    assert "spec.selector is set" in problems["selector"] and "netclaim.dev/selector" in problems["selector"]
+    assert problems["cluster IP"].startswith("not headless")
+    assert "annotation netclaim.dev/selector is missing" in problems["annotation"]
+
+
+def test_a_named_target_port_is_left_out_and_said() -> None:
+    ports = [{"name": "a", "port": 80, "targetPort": "http"}, {"name": "b", "port": 81, "protocol": "UDP"}]
+    served = NetworkService.from_api(_service(spec__ports=ports))
+    assert served.ports == ({"name": "b", "port": 81, "protocol": "UDP"},)
+    assert served.warning == "spec.ports[0].targetPort 'http': only port numbers are served"
+    assert served.refusal == ""
+    both = NetworkService.from_api(_service(spec__ports=ports, spec__selector={"app": "db"}))
+    assert both.refusal.startswith("spec.selector is set") and both.warning
+
+
+def test_a_claims_addresses_on_a_network_are_ours_ready_and_routable() -> None:
+    claim = _claim(
+        "a",
+        _entry(["10.1.0.5/24", "fe80::1/64", "fd01::5/64"], interface="net2"),
+        _entry(["10.1.0.4/24"], interface="net1"),
+        _entry(["10.2.0.4/24"], network="lan2"),
+        _entry(["10.1.0.9/24"], conditions=[{"type": "Ready", "status": "False"}]),
+        {**_entry(["10.1.0.8/24"]), "driver": "gpu.example.com"},
+        {**_entry(["10.1.0.7/24"]), "data": {"cniVersion": "1.0.0"}},  # written before networks were
+    )
+    assert claim.network_addresses(SAMPLE_DRIVER) == {
+        "lan1": ("10.1.0.4", "10.1.0.5", "fd01::5"),
+        "lan2": ("10.2.0.4",),
+    }
+
+
+def test_each_selected_pod_is_one_endpoint_per_family_ready_as_the_pod_and_its_interface() -> None:
+    service = NetworkService.from_api(_service())
+    pods = [
+        _pod("a"),
+        _pod("b", ready=False),
+        _pod("c", deleting=True),
+        _pod("pending", node=""),
+        _pod("borrower"),  # names a claim reserved for another pod
+    ]
+    claims = {
+        "a-net": _claim("a", _entry(["10.1.0.4/24", "10.1.0.40/24", "fd01::4/64"])),
+        "b-net": _claim("b", _entry(["10.1.0.5/24"])),
+        "c-net": _claim("c", _entry(["10.1.0.6/24"])),
+        "pending-net": _claim("pending", _entry(["10.1.0.7/24"])),
+        "borrower-net": replace(_claim("a", _entry(["10.1.0.8/24"])), name="borrower-net"),
+    }
+    found = {
+        (e.pod.name, e.address): (e.ready, e.serving) for e in endpoints(service, pods, claims, SAMPLE_DRIVER)
+    }
+    assert found == {
+        ("a", "10.1.0.4"): (True, True),
+        ("a", "fd01::4"): (True, True),
+        ("b", "10.1.0.5"): (False, False),
+        ("c", "10.1.0.6"): (False, True),  # terminating: serving, no longer ready
+    }
+    publish = replace(service, publish_not_ready=True)
+    assert all(e.serving for e in endpoints(publish, pods[:2], claims, SAMPLE_DRIVER))
+
+
+def test_slices_are_one_per_family_and_hundred_endpoints_owned_by_the_service() -> None:
+    service = NetworkService.from_api(_service())
+    pods = [_pod(f"p{i:03}") for i in range(MAX_ENDPOINTS + 1)]
+    claims = {
+        f"{p.name}-net": _claim(p.name, _entry([f"10.1.{i // 200}.{i % 200 + 1}/16"]))
+        for i, p in enumerate(pods)
+    }
+    claims["p000-net"] = _claim("p000", _entry(["10.1.9.9/16", "fd01::9/64"]))
+    slices = desired_slices(service, endpoints(service, pods, claims, SAMPLE_DRIVER), SAMPLE_DRIVER)
+    assert {name: len(body["endpoints"]) for name, body in slices.items()} == {
+        "db-netclaim-ipv4": MAX_ENDPOINTS,
+        "db-netclaim-ipv4-1": 1,
+        "db-netclaim-ipv6": 1,
+    }
+    body = slices["db-netclaim-ipv6"]
+    assert body["addressType"] == "IPv6"
+    assert body["metadata"]["labels"] == {
+        "kubernetes.io/service-name": "db",
+        "endpointslice.kubernetes.io/managed-by": SAMPLE_DRIVER,
+        "service.kubernetes.io/headless": "",
+        "netclaim.dev/network": "lan1",
+    }
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "svc-uid"
+    assert body["endpoints"] == [
+        {
+            "addresses": ["fd01::9"],
+            "conditions": {"ready": True, "serving": True, "terminating": False},
+            "nodeName": "node-1",
+            "targetRef": {"kind": "Pod", "namespace": "team-a", "name": "p000", "uid": "p000-uid"},
+        }
+    ]
+    assert body["ports"] == [{"name": "pg", "port": 5432, "protocol": "TCP"}]
+    as_stored = copy.deepcopy(body)
+    as_stored["metadata"]["labels"]["added-by-someone"] = "x"
+    as_stored["endpoints"][0]["conditions"]["ready"] = False
+    assert same_slice(body, body) and not same_slice(as_stored, body)
+
+
+@dataclass
+class FakeServices:
+    """The controller's NetworkServicesApi in memory; `app=x` selectors only."""
+
+    services: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[Pod] = field(default_factory=list)
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)  # pod name → labels
+    claims: list[Claim] = field(default_factory=list)
+    slices: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    events: list[tuple[str, str]] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)
+    fail_apply: dict[str, NetclaimError] = field(default_factory=dict)  # slice name → raised once
+
+    async def list_network_services(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.services)
+
+    async def list_selected_pods(self, namespace: str, selector: str) -> list[Pod]:
+        key, _, value = selector.partition("=")
+        if not value or not key.isidentifier():
+            raise ApiRejectedError(f"unable to parse requirement: {selector!r}")
+        return [
+            p for p in self.pods if p.namespace == namespace and self.labels.get(p.name, {}).get(key) == value
+        ]
+
+    async def list_namespace_claims(self, namespace: str) -> list[Claim]:
+        return [c for c in self.claims if c.namespace == namespace]
+
+    async def list_network_slices(self, manager: str) -> list[dict[str, Any]]:
+        return [copy.deepcopy(s) for s in self.slices.values()]
+
+    async def apply_endpoint_slice(self, body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        if name in self.fail_apply:
+            raise self.fail_apply.pop(name)
+        self.writes.append(f"apply {name}")
+        self.slices[(body["metadata"]["namespace"], name)] = copy.deepcopy(body)
+
+    async def delete_endpoint_slice(self, namespace: str, name: str) -> None:
+        self.writes.append(f"delete {name}")
+        self.slices.pop((namespace, name), None)
+
+    async def create_service_event(
+        self, namespace: str, service: str, service_uid: str, reason: str, message: str
+    ) -> None:
+        self.events.append((service, message))
+
+    async def _nothing(self) -> AsyncIterator[str]:
+        return
+        yield ""
+
+    def service_changes(self) -> AsyncIterator[str]:
+        return self._nothing()
+
+    def pod_changes(self) -> AsyncIterator[str]:
+        return self._nothing()
+
+    def slice_changes_by(self, manager: str) -> AsyncIterator[str]:
+        return self._nothing()
+
+
+def _addresses(api: FakeServices, name: str) -> list[tuple[str, bool]]:
+    body = api.slices[("team-a", name)]
+    return [(e["addresses"][0], e["conditions"]["ready"]) for e in body["endpoints"]]
+
+
+async def test_a_pass_writes_what_changed_and_deletes_what_no_service_wants() -> None:
+    api = FakeServices(
+        services=[_service()],
+        pods=[_pod("a"), _pod("b"), _pod("other")],
+        labels={"a": {"app": "db"}, "b": {"app": "db"}, "other": {"app": "web"}},
+        claims=[_claim(p, _entry([f"10.1.0.{i}/24"])) for i, p in enumerate(("a", "b", "other"), 1)],
+    )
+    api.slices[("team-a", "stale-netclaim-ipv4")] = {
+        "metadata": {"namespace": "team-a", "name": "stale-netclaim-ipv4"}
+    }
+    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER)
+    await reconciler.once()
+    assert reconciler.namespaces == {"team-a"}
+    assert _addresses(api, "db-netclaim-ipv4") == [("10.1.0.1", True), ("10.1.0.2", True)]
+    assert sorted(api.writes) == ["apply db-netclaim-ipv4", "delete stale-netclaim-ipv4"]
+
+    api.writes.clear()
+    await reconciler.once()
+    assert api.writes == []  # nothing changed, nothing written
+    api.pods = [_pod("a"), _pod("b", ready=False)]
+    await reconciler.once()
+    assert _addresses(api, "db-netclaim-ipv4") == [("10.1.0.1", True), ("10.1.0.2", False)]
+    api.pods = []
+    await reconciler.once()
+    assert api.slices == {}  # no endpoints: no slice
+
+
+async def test_a_service_served_wrongly_loses_its_slices_and_is_told_once() -> None:
+    api = FakeServices(
+        services=[_service()],
+        pods=[_pod("a")],
+        labels={"a": {"app": "db"}},
+        claims=[_claim("a", _entry(["10.1.0.1/24"]))],
+    )
+    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER)
+    await reconciler.once()
+    assert list(api.slices) == [("team-a", "db-netclaim-ipv4")]
+    api.services = [_service(spec__selector={"app": "db"})]
+    await reconciler.once()
+    await reconciler.once()
+    assert api.slices == {}
+    assert len(api.events) == 1 and "spec.selector is set" in api.events[0][1]
+    api.services = [_service(metadata__annotations={"netclaim.dev/selector": "app in (db"})]
+    await reconciler.once()
+    assert api.slices == {} and "unable to parse requirement" in api.events[-1][1]
+
+
+async def test_one_services_failed_write_stops_neither_the_others_nor_the_next_pass() -> None:
+    other = _service(metadata__name="cache", metadata__uid="cache-uid")
+    api = FakeServices(
+        services=[_service(), other],
+        pods=[_pod("a")],
+        labels={"a": {"app": "db"}},
+        claims=[_claim("a", _entry(["10.1.0.1/24"]))],
+        fail_apply={"db-netclaim-ipv4": ApiRejectedError("admission said no")},
+    )
+    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER)
+    await reconciler.once()
+    assert list(api.slices) == [("team-a", "cache-netclaim-ipv4")]
+    await reconciler.once()
+    assert sorted(api.slices) == [("team-a", "cache-netclaim-ipv4"), ("team-a", "db-netclaim-ipv4")]
+    api.fail_apply["cache-netclaim-ipv4"] = ApiUnavailableError("503")
+    api.pods = [_pod("a", ready=False)]
+    with pytest.raises(ApiUnavailableError):  # an API that cannot serve ends the pass: retried
+        await reconciler.once()
