@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEPS_STAMP := $(VENV)/.deps-stamp
-APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool mmdebstrap
+APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool mmdebstrap nftables
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
 .PHONY: deps system-deps bins deploy image proto proto-check test unit lint typecheck bench bench-scale soak demo demo-down clean

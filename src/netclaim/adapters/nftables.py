@@ -1,0 +1,60 @@
+"""nftables inside a pod's network namespace: `nft` (Debian's nftables) run under `nsenter --net`, a script
+applied in one transaction, the table read back. The only place netclaim runs nft."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+
+from netclaim.errors import KernelError, PrerequisiteError
+
+TIMEOUT_SECONDS = 5.0
+NFT, NSENTER = "nft", "nsenter"
+
+
+async def _run(netns: str, *args: str, script: str = "") -> str:
+    what = f"nft {' '.join(args)} in {netns}"
+    try:
+        process = await asyncio.create_subprocess_exec(
+            NSENTER,
+            f"--net={netns}",
+            "--",
+            NFT,
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError as err:
+        raise PrerequisiteError(
+            f"{what}: {err.filename} is not installed (Debian: nftables, util-linux)"
+        ) from err
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(script.encode()), TIMEOUT_SECONDS)
+    except (TimeoutError, asyncio.CancelledError):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
+        raise
+    if process.returncode != 0:
+        raise KernelError(f"{what}: exit {process.returncode}: {stderr.decode(errors='replace').strip()}")
+    return stdout.decode(errors="replace")
+
+
+async def apply(netns: str, script: str) -> None:
+    """Run the script (`nft -f -`): all of it or, on an error, none of it."""
+    await _run(netns, "-f", "-", script=script)
+
+
+async def table(netns: str, name: str) -> str:
+    """The table as `nft list table` prints it; "" when the namespace has none of that name."""
+    family, _, table_name = name.partition(" ")
+    try:
+        return await _run(netns, "list", "table", family, table_name)
+    except KernelError as err:
+        if "No such file or directory" in str(err):
+            return ""
+        raise

@@ -1,0 +1,181 @@
+"""MultiNetworkPolicies read as a tenant may write them, made into each pod's rules with NetworkPolicy's
+meaning, and those rules as an nftables script (netclaim.api.networkpolicy, netclaim.netpolicy)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from netclaim.api.networkpolicy import netclaim_networks, read_policy_spec
+from netclaim.errors import ConfigError
+from netclaim.netpolicy import nftables
+from netclaim.netpolicy.rules import (
+    Allow,
+    Direction,
+    NetworkRules,
+    PodFacts,
+    PolicyObject,
+    PortMatch,
+    pod_rules,
+)
+
+
+def _pod(
+    name: str,
+    namespace: str = "team-a",
+    labels: dict[str, str] | None = None,
+    addresses: dict[str, tuple[str, ...]] | None = None,
+    ports: dict[str, tuple[str, int]] | None = None,
+) -> PodFacts:
+    return PodFacts(
+        namespace=namespace,
+        name=name,
+        uid=f"{name}-uid",
+        node="node-1",
+        labels=labels or {},
+        named_ports=ports or {},
+        addresses={"lan3": ("10.3.0.1",)} if addresses is None else addresses,
+    )
+
+
+def _policy(spec: dict[str, Any], name: str = "p", networks: tuple[str, ...] = ("lan3",)) -> PolicyObject:
+    return PolicyObject("team-a", name, networks, read_policy_spec(spec, f"MultiNetworkPolicy team-a/{name}"))
+
+
+DB = _pod(
+    "db", labels={"app": "db"}, addresses={"lan3": ("10.3.0.10", "fd03::10")}, ports={"pg": ("TCP", 5432)}
+)
+CLIENT = _pod("client", labels={"role": "client"}, addresses={"lan3": ("10.3.0.20",)})
+OTHER_NS = _pod("client", namespace="team-b", labels={"role": "client"}, addresses={"lan3": ("10.3.0.30",)})
+OFF_NETWORK = _pod("web", labels={"role": "client"}, addresses={"lan1": ("10.1.0.5",)})
+PODS = [DB, CLIENT, OTHER_NS, OFF_NETWORK]
+NAMESPACES = {"team-a": {"kubernetes.io/metadata.name": "team-a"}, "team-b": {"tier": "trusted"}}
+DENY_INGRESS = {"podSelector": {"matchLabels": {"app": "db"}}}
+
+
+def test_the_policy_for_annotation_names_netclaim_networks_and_leaves_multus_names_alone() -> None:
+    annotation = {
+        "k8s.v1.cni.cncf.io/policy-for": "netclaim.dev/lan3, macvlan-net1,default/x , netclaim.dev/lan1"
+    }
+    assert netclaim_networks(annotation) == ("lan1", "lan3")
+    assert netclaim_networks({}) == ()
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({}, "spec.podSelector: Field required"),
+        ({"podSelector": {}, "ingres": []}, "spec.ingres: unknown field"),
+        ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}, "needs values"),
+        ({"podSelector": {}, "ingress": [{"ports": [{"port": 70000}]}]}, "port 70000 is not 1-65535"),
+        (
+            {"podSelector": {}, "ingress": [{"ports": [{"port": "http", "endPort": 90}]}]},
+            "endPort needs a numeric",
+        ),
+        (
+            {
+                "podSelector": {},
+                "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["11.0.0.0/8"]}}]}],
+            },
+            "not inside cidr",
+        ),
+        ({"podSelector": {}, "ingress": [{"from": [{}]}]}, "a peer needs"),
+        (
+            {"podSelector": {}, "ingress": [{"ports": [{"protocol": "ICMP"}]}]},
+            "spec.ingress[0].ports[0].protocol",
+        ),
+        (
+            {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}] * 101},
+            "spec.egress: Tuple should have at most 100 items",
+        ),
+    ],
+)
+def test_a_policy_that_cannot_be_read_names_the_field(spec: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ConfigError, match="MultiNetworkPolicy team-a/p: ") as raised:
+        read_policy_spec(spec, "MultiNetworkPolicy team-a/p")
+    assert problem in str(raised.value)
+
+
+def test_a_selected_pod_is_isolated_on_the_policys_network_only_and_others_not_at_all() -> None:
+    rules = pod_rules([_policy(DENY_INGRESS)], PODS, NAMESPACES)
+    assert rules == {
+        "db-uid": {"lan3": NetworkRules(ingress=Direction((), ("team-a/p",)))}
+    }  # Ingress implied
+    assert pod_rules([_policy(DENY_INGRESS, networks=("lan1",))], PODS, NAMESPACES) == {}  # db is not on lan1
+
+
+def test_peers_are_resolved_to_their_addresses_on_the_same_network_within_the_policys_namespace() -> None:
+    spec = {**DENY_INGRESS, "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}]}
+    [allow] = pod_rules([_policy(spec)], PODS, NAMESPACES)["db-uid"]["lan3"].ingress.allows  # type: ignore[union-attr]
+    assert allow == Allow(("10.3.0.20/32",))  # not team-b's client, not the one off the network
+    both = {
+        "namespaceSelector": {"matchLabels": {"tier": "trusted"}},
+        "podSelector": {"matchLabels": {"role": "client"}},
+    }
+    spec = {**DENY_INGRESS, "ingress": [{"from": [both]}]}
+    [allow] = pod_rules([_policy(spec)], PODS, NAMESPACES)["db-uid"]["lan3"].ingress.allows  # type: ignore[union-attr]
+    assert allow == Allow(("10.3.0.30/32",))
+
+
+def test_named_ports_are_the_selected_pods_for_ingress_and_each_peers_for_egress() -> None:
+    ingress = {
+        **DENY_INGRESS,
+        "ingress": [{"ports": [{"port": "pg"}, {"port": "nope"}, {"port": 80, "endPort": 90}]}],
+    }
+    [allow] = pod_rules([_policy(ingress)], PODS, NAMESPACES)["db-uid"]["lan3"].ingress.allows  # type: ignore[union-attr]
+    assert allow == Allow(("0.0.0.0/0", "::/0"), (), (PortMatch("TCP", 80, 90), PortMatch("TCP", 5432, 5432)))
+    egress = {
+        "podSelector": {"matchLabels": {"role": "client"}},
+        "policyTypes": ["Egress"],
+        "egress": [
+            {
+                "to": [{"podSelector": {"matchLabels": {"app": "db"}}}, {"ipBlock": {"cidr": "10.9.0.0/16"}}],
+                "ports": [{"port": "pg"}],
+            }
+        ],
+    }
+    rules = pod_rules([_policy(egress)], PODS, NAMESPACES)["client-uid"]["lan3"]
+    assert rules.ingress is None  # policyTypes says Egress only
+    assert rules.egress is not None
+    assert rules.egress.allows == (
+        Allow(("10.3.0.10/32", "fd03::10/128"), (), (PortMatch("TCP", 5432, 5432),)),
+    )
+
+
+def test_an_unreadable_policy_isolates_every_pod_of_its_namespace_on_its_networks_both_ways() -> None:
+    broken = PolicyObject("team-a", "broken", ("lan3",), None, "spec.podSelector: Field required")
+    rules = pod_rules([broken], PODS, NAMESPACES)
+    assert set(rules) == {"db-uid", "client-uid"}
+    nothing = Direction((), ("team-a/broken",))
+    assert rules["client-uid"]["lan3"] == NetworkRules(nothing, nothing)
+
+
+def test_policies_add_up_and_an_empty_from_allows_everyone() -> None:
+    everyone = {**DENY_INGRESS, "ingress": [{}]}
+    rules = pod_rules([_policy(DENY_INGRESS, "deny"), _policy(everyone, "open")], PODS, NAMESPACES)
+    assert rules["db-uid"]["lan3"].ingress == Direction(
+        (Allow(("0.0.0.0/0", "::/0")),), ("team-a/deny", "team-a/open")
+    )
+
+
+def test_the_script_matches_only_our_interfaces_and_ends_each_isolated_direction_with_a_drop() -> None:
+    allows = (
+        Allow(
+            ("10.3.0.0/24", "10.3.0.20/32", "fd03::/64"),
+            ("10.3.0.128/25",),
+            (PortMatch("TCP", 80, 90), PortMatch("TCP", 85, 100), PortMatch("UDP")),
+        ),
+    )
+    script = nftables.script(
+        {"net1": NetworkRules(ingress=Direction(allows, ("team-a/p",))), "net2": NetworkRules()}
+    )
+    assert script.startswith("table inet netclaim\ndelete table inet netclaim\ntable inet netclaim {\n")
+    assert '    iifname "net1" jump in_0\n' in script and "net2" not in script and "oifname" not in script
+    assert (
+        "    ip saddr { 10.3.0.0/24 } ip saddr != { 10.3.0.128/25 } tcp dport { 80-100 } accept\n" in script
+    )
+    assert "    ip saddr { 10.3.0.0/24 } ip saddr != { 10.3.0.128/25 } meta l4proto udp accept\n" in script
+    assert "    ip6 saddr { fd03::/64 } tcp dport { 80-100 } accept\n" in script
+    assert script.endswith("    drop\n  }\n}\n")
+    assert nftables.script({"net1": NetworkRules()}) == "table inet netclaim\ndelete table inet netclaim\n"
