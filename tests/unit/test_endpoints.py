@@ -322,3 +322,23 @@ async def test_one_services_failed_write_stops_neither_the_others_nor_the_next_p
     api.pods = [_pod("a", ready=False)]
     with pytest.raises(ApiUnavailableError):  # an API that cannot serve ends the pass: retried
         await reconciler.once()
+
+
+async def test_a_service_that_breaks_the_pass_keeps_its_slices_and_stops_no_other() -> None:
+    """One bad object never stops the loop: a bug about one Service (here a port the code cannot read)
+    leaves that Service's slices as they were, and the others are still made."""
+    other = _service(metadata__name="cache", metadata__uid="cache-uid")
+    api = FakeServices(
+        services=[_service(), other],
+        pods=[_pod("a")],
+        labels={"a": {"app": "db"}},
+        claims=[_claim("a", _entry(["10.1.0.1/24"]))],
+    )
+    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER)
+    await reconciler.once()
+    before = copy.deepcopy(api.slices[("team-a", "db-netclaim-ipv4")])
+    api.services[0]["spec"]["ports"] = [None]  # no API server serves this; a bug would meet it the same way
+    api.pods = [_pod("a", ready=False)]
+    await reconciler.once()
+    assert api.slices[("team-a", "db-netclaim-ipv4")] == before  # kept, not deleted
+    assert _addresses(api, "cache-netclaim-ipv4") == [("10.1.0.1", False)]  # the other one followed

@@ -249,27 +249,32 @@ class EndpointsReconciler:
         metrics.ENDPOINT_PASSES.labels("ok").inc()
 
     async def once(self) -> None:
-        services = [NetworkService.from_api(s) for s in await self.api.list_network_services()]
-        self.namespaces = {s.namespace for s in services}
         current = {
             (str(s["metadata"]["namespace"]), str(s["metadata"]["name"])): s
             for s in await self.api.list_network_slices(self.driver)
         }
         claims: dict[str, dict[str, Claim]] = {}
         wanted: dict[tuple[str, str], dict[str, Any]] = {}
-        for service in services:
+        services: list[NetworkService] = []
+        for found in await self.api.list_network_services():
+            meta = found.get("metadata") or {}
+            where = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
             try:
+                service = NetworkService.from_api(found)
+                services.append(service)
                 made = await self._slices_of(service, claims)
             except ApiUnavailableError:
                 raise
-            except NetclaimError as err:
+            except Exception as err:  # this Service's, whatever it is (a bug too): it keeps its slices
                 log.warning(
                     "Service's endpoints not computed; the next pass tries again",
-                    extra={"service": f"{service.namespace}/{service.name}", "error": str(err)},
+                    extra={"service": "/".join(where), "error": repr(err)},
+                    exc_info=not isinstance(err, NetclaimError),
                 )
-                wanted.update({key: current[key] for key in current if _owned_by(current[key], service)})
+                wanted.update({key: body for key, body in current.items() if _of_service(body, *where)})
                 continue
             wanted.update({(service.namespace, name): body for name, body in made.items()})
+        self.namespaces = {s.namespace for s in services}
         for key, body in wanted.items():
             if key not in current or not same_slice(current[key], body):
                 await per_object(f"EndpointSlice {key[0]}/{key[1]}", self.api.apply_endpoint_slice(body))
@@ -314,5 +319,6 @@ class EndpointsReconciler:
         await per_object(f"event on Service {service.namespace}/{service.name}", event)
 
 
-def _owned_by(body: dict[str, Any], service: NetworkService) -> bool:
-    return any(o.get("uid") == service.uid for o in (body.get("metadata") or {}).get("ownerReferences") or [])
+def _of_service(body: dict[str, Any], namespace: str, name: str) -> bool:
+    meta = body.get("metadata") or {}
+    return meta.get("namespace") == namespace and (meta.get("labels") or {}).get(SLICE_SERVICE_NAME) == name
