@@ -215,3 +215,40 @@ class NetworkServicesApi(Protocol):
 
     def slice_changes_by(self, manager: str) -> AsyncIterator[str]:
         """The namespace of each change of a slice managed by `manager` (by hand, too), as it happens."""
+
+
+class PolicyRulesApi(Protocol):
+    """The agent's: the network policy rules the controller compiled (netclaim.netpolicy.distribute), the
+    ConfigMaps of the given RULES_LABEL values only."""
+
+    async def list_policy_rules(self, labels: list[str]) -> dict[str, str]:
+        """RULES_LABEL value → the ConfigMap's rules (JSON), of those there are."""
+
+    def policy_rules_changes(self, labels: list[str]) -> AsyncIterator[str]:
+        """The event type of each change of those ConfigMaps, as it happens."""
+
+
+class NetworkPoliciesApi(Protocol):
+    """The controller's: MultiNetworkPolicies, what they select (namespaces' labels, pods with theirs and
+    their ports; claims through ClusterClaimsApi), and the rules ConfigMaps it writes for the agents in its
+    own namespace."""
+
+    async def list_network_policies(self) -> list[dict[str, Any]]:
+        """Every MultiNetworkPolicy as the API has it; none when the API does not serve the kind."""
+
+    async def list_namespace_labels(self) -> dict[str, dict[str, str]]: ...
+
+    async def list_pods(self) -> list[Pod]:
+        """Every pod of the cluster that is on a node."""
+
+    async def list_rules_maps(self) -> dict[str, dict[str, str]]:
+        """The rules ConfigMaps there are: name → data."""
+
+    async def apply_rules_map(self, name: str, label: str, data: dict[str, str]) -> None: ...
+
+    async def delete_rules_map(self, name: str) -> None: ...
+
+    def network_policy_changes(self) -> AsyncIterator[str]:
+        """The namespace of each MultiNetworkPolicy's change; ends at once when the kind is not served."""
+
+    def namespace_changes(self) -> AsyncIterator[str]: ...

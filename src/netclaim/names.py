@@ -19,6 +19,9 @@ POD_CLAIM_NAME = (
 API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"
 SLICE_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"  # which controller keeps an EndpointSlice
 SLICE_SERVICE_NAME = "kubernetes.io/service-name"  # the Service an EndpointSlice is of
+# The ConfigMaps of network policy rules the controller writes for the agents (netclaim.netpolicy.distribute)
+POLICY_RULES_LABEL = f"{DRIVER_DOMAIN}/policy-rules"
+POLICY_RULES_KEY = "rules.json"
 # The network a NIC is on: the attribute the admin's publish policy sets, IPPool.spec.network, the label
 # of a Service over it, and the key that carries it in a claim's status.devices[].data.
 NETWORK = f"{DRIVER_DOMAIN}/network"

@@ -493,6 +493,10 @@ class Pod:
     tolerations: tuple[dict[str, Any], ...] = ()
     required_affinity: dict[str, Any] | None = None  # a NodeSelector: nodeAffinity's required terms
     deleting: bool = False  # metadata.deletionTimestamp is set: it is terminating
+    labels: dict[str, str] = field(default_factory=dict)
+    named_ports: dict[str, tuple[str, int]] = field(
+        default_factory=dict
+    )  # container port → (protocol, number)
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> Pod:
@@ -537,6 +541,13 @@ class Pod:
             tolerations=tuple(spec.get("tolerations") or ()),
             required_affinity=affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
             deleting=bool(meta.get("deletionTimestamp")),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            named_ports={
+                str(port["name"]): (str(port.get("protocol") or "TCP"), int(port["containerPort"]))
+                for container in spec.get("containers") or []
+                for port in container.get("ports") or []
+                if port.get("name") and port.get("containerPort")
+            },
         )
 
     def condition_of(self, kind: str) -> PodCondition | None:

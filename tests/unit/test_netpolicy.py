@@ -179,3 +179,68 @@ def test_the_script_matches_only_our_interfaces_and_ends_each_isolated_direction
     assert "    ip6 saddr { fd03::/64 } tcp dport { 80-100 } accept\n" in script
     assert script.endswith("    drop\n  }\n}\n")
     assert nftables.script({"net1": NetworkRules()}) == "table inet netclaim\ndelete table inet netclaim\n"
+
+
+def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> None:
+    from netclaim.netpolicy.distribute import (
+        config_maps,
+        node_label,
+        pod_facts,
+        read_guards,
+        read_rules,
+    )
+    from netclaim.objects import Pod, PodRef
+    from tests.unit.fakes import SAMPLE_DRIVER, sample_claim
+
+    def pod(name: str, node: str, labels: dict[str, str]) -> Pod:
+        return Pod.from_api(
+            {
+                "metadata": {"namespace": "team-a", "name": name, "uid": f"{name}-uid", "labels": labels},
+                "spec": {
+                    "nodeName": node,
+                    "resourceClaims": [{"name": "net", "resourceClaimName": f"{name}-net"}],
+                    "containers": [{"name": "c", "ports": [{"name": "pg", "containerPort": 5432}]}],
+                },
+            }
+        )
+
+    def claim(name: str, address: str) -> Any:
+        entry = {
+            "driver": SAMPLE_DRIVER,
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "networkData": {"interfaceName": "net1", "ips": [f"{address}/24"]},
+            "data": {"netclaim.dev/network": "lan3"},
+        }
+        return sample_claim(
+            (), (), name=f"{name}-net", reserved_for=(PodRef(name, f"{name}-uid"),), devices_status=(entry,)
+        )
+
+    pods = [pod("db", "node-1", {"app": "db"}), pod("client", "node-2", {"role": "client"})]
+    facts = pod_facts(pods, [claim("db", "10.3.0.10"), claim("client", "10.3.0.20")], SAMPLE_DRIVER)
+    assert facts[0].named_ports == {"pg": ("TCP", 5432)} and facts[0].addresses == {"lan3": ("10.3.0.10",)}
+    spec = {
+        **DENY_INGRESS,
+        "ingress": [
+            {"from": [{"podSelector": {"matchLabels": {"role": "client"}}}], "ports": [{"port": "pg"}]}
+        ],
+    }
+    made = config_maps([_policy(spec)], facts, NAMESPACES)
+    assert {name: label for name, (label, _) in made.items()} == {
+        "netclaim-policy-guards": "guards",
+        "netclaim-policy-node-1": "node-1",
+    }
+    [guard] = read_guards(made["netclaim-policy-guards"][1]["rules.json"])
+    assert guard.selects("team-a", {"app": "db"}) and not guard.selects("team-a", {"app": "web"})
+    assert (guard.networks, guard.ingress, guard.egress) == (("lan3",), True, False)
+    rules = read_rules(made["netclaim-policy-node-1"][1]["rules.json"])
+    assert rules == {
+        "db-uid": {
+            "lan3": NetworkRules(
+                ingress=Direction(
+                    (Allow(("10.3.0.20/32",), (), (PortMatch("TCP", 5432, 5432),)),), ("team-a/p",)
+                )
+            )
+        }
+    }
+    assert node_label("x" * 64).startswith("node-") and len(node_label("x" * 64)) == 45
+    assert node_label("guards") != "guards"

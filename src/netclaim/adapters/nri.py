@@ -25,8 +25,8 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -61,11 +61,19 @@ class PodSandbox:
     name: str
     namespace: str
     netns: str
+    labels: Mapping[str, str] = field(default_factory=dict)  # the pod's (what policies select on)
 
     @classmethod
     def from_nri(cls, pod: nri_pb2.PodSandbox) -> PodSandbox:
         netns = next((ns.path for ns in pod.linux.namespaces if ns.type == "network"), "")
-        return cls(id=pod.id, uid=pod.uid, name=pod.name, namespace=pod.namespace, netns=netns)
+        return cls(
+            id=pod.id,
+            uid=pod.uid,
+            name=pod.name,
+            namespace=pod.namespace,
+            netns=netns,
+            labels=dict(pod.labels),
+        )
 
 
 class PodHooks(Protocol):

@@ -14,6 +14,7 @@ from netclaim import faults
 from netclaim.adapters.nri import PodSandbox
 from netclaim.configure.attach import Attacher, PodLocks, netns_exists
 from netclaim.configure.metadata import DeviceMetadataFiles
+from netclaim.configure.policy import PolicyEnforcer
 from netclaim.configure.status import ClaimRef, PodRef, StatusWriter
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import AttachError, HostNetworkPodError, NetclaimError, TransientError
@@ -39,12 +40,14 @@ class PodHooks:
         status: StatusWriter,
         locks: PodLocks,
         metadata: DeviceMetadataFiles | None = None,
+        policies: PolicyEnforcer | None = None,
     ) -> None:
         self.store = store
         self.attacher = attacher
         self.status = status
         self.locks = locks
         self.metadata = metadata
+        self.policies = policies
         self._at_work = InFlight()
 
     async def settle(self, seconds: float) -> bool:
@@ -78,6 +81,9 @@ class PodHooks:
                     current = self.attacher.current(row)  # as it is now that we hold the pod's lock
                     if current is not None:
                         done.append(await self.attacher.attach(current, pod, deadline))
+                if self.policies is not None:  # before it answers: no container runs with the interface open
+                    self.policies.seen(pod.uid, pod.namespace, pod.labels)
+                    await self.policies.enforce(pod.uid, deadline)
                 if self.metadata is not None:  # before the containers are created, so they mount this one
                     self.metadata.attached(done)
             except AttachError as err:
@@ -125,6 +131,10 @@ class PodHooks:
                     except NetclaimError as err:
                         log.warning("detach failed", extra={"claim": row.claim_name, "error": str(err)})
                     self.status.enqueue(claim_of(row))
+                if self.policies is not None and not any(
+                    r.state == State.ATTACHED for r in self.store.for_pod(pod_uid)
+                ):
+                    self.policies.forget(pod_uid)
         except NetclaimError as err:
             log.warning("detach postponed", extra={"pod": pod_uid, "error": str(err)})
         except Exception:
@@ -137,6 +147,9 @@ class PodHooks:
 
     async def _repair_all(self, pods: list[PodSandbox]) -> None:
         sandboxes = {pod.uid: pod for pod in pods}
+        if self.policies is not None:  # their tables are applied once the rules are read (PolicyEnforcer)
+            for pod in pods:
+                self.policies.seen(pod.uid, pod.namespace, pod.labels, inherited=True)
         for row in self.store.all():
             async with self.locks(row.pod_uid):
                 current = self.attacher.current(row)
@@ -174,5 +187,7 @@ class PodHooks:
                 extra={"pod": f"{sandbox.namespace}/{sandbox.name}", "claim": row.claim_name},
             )
             await self.attacher.attach(row, sandbox, deadline)
+            if self.policies is not None:
+                await self.policies.enforce(sandbox.uid, deadline)
             if self.metadata is not None:  # the containers the gate held back mount it when created
                 self.metadata.attached(self.store.for_claim(row.claim_uid))

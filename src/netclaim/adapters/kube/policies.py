@@ -1,0 +1,126 @@
+"""MultiNetworkPolicies, what they select, and the rules ConfigMaps: the controller's NetworkPoliciesApi and
+the agent's PolicyRulesApi. Policies are a tenant's free JSON: read without lightkube's decoder."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap, Namespace
+from lightkube.resources.core_v1 import Pod as PodResource
+
+from netclaim.adapters.kube.connection import Kind, KubeConnection, as_data, translated
+from netclaim.errors import ApiRejectedError, GoneError
+from netclaim.kubeapi import NetworkPoliciesApi, PolicyRulesApi
+from netclaim.names import POLICY_RULES_KEY, POLICY_RULES_LABEL
+from netclaim.objects import Pod, as_object
+
+POLICIES = Kind("k8s.cni.cncf.io/v1beta1", "MultiNetworkPolicy", "multi-networkpolicies")
+CONFIG_MAPS = Kind("v1", "ConfigMap", "configmaps")
+
+
+class KubePolicies(NetworkPoliciesApi):
+    def __init__(self, kube: KubeConnection, namespace: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+
+    async def list_network_policies(self) -> list[dict[str, Any]]:
+        try:
+            found = as_object(await self.kube.read("MultiNetworkPolicies", POLICIES.path()))
+        except ApiRejectedError as err:
+            if "does not serve" in str(err):
+                return []
+            raise
+        return [as_object(item) for item in found.get("items") or []]
+
+    async def list_namespace_labels(self) -> dict[str, dict[str, str]]:
+        with translated("namespaces"):
+            return {
+                str(n.metadata.name): dict(n.metadata.labels or {})
+                async for n in self.kube.client.list(Namespace)
+                if n.metadata is not None
+            }
+
+    async def list_pods(self) -> list[Pod]:
+        with translated("pods"):
+            return [
+                Pod.from_api(as_data(p))
+                async for p in self.kube.client.list(
+                    PodResource, namespace="*", fields={"spec.nodeName!": ""}
+                )
+            ]
+
+    async def list_rules_maps(self) -> dict[str, dict[str, str]]:
+        with translated(f"rules ConfigMaps in {self.namespace}"):
+            return {
+                str(c.metadata.name): dict(c.data or {})
+                async for c in self.kube.client.list(
+                    ConfigMap, namespace=self.namespace, labels={POLICY_RULES_LABEL: None}
+                )
+                if c.metadata is not None
+            }
+
+    async def apply_rules_map(self, name: str, label: str, data: dict[str, str]) -> None:
+        body = ConfigMap(
+            apiVersion="v1",
+            kind="ConfigMap",
+            metadata=ObjectMeta(name=name, namespace=self.namespace, labels={POLICY_RULES_LABEL: label}),
+            data=data,
+        )
+        with translated(f"ConfigMap {self.namespace}/{name}"):
+            await self.kube.client.apply(body, field_manager=self.kube.field_manager, force=True)
+
+    async def delete_rules_map(self, name: str) -> None:
+        with contextlib.suppress(GoneError), translated(f"ConfigMap {self.namespace}/{name}"):
+            await self.kube.client.delete(ConfigMap, name, namespace=self.namespace)
+
+    async def network_policy_changes(self) -> AsyncIterator[str]:
+        try:
+            async for _, found in self.kube.watch(
+                "watch of MultiNetworkPolicies", POLICIES.path(), metadata_only=True
+            ):
+                yield str(as_object(found.get("metadata")).get("namespace") or "")
+        except (ApiRejectedError, GoneError):  # the kind is not served: nothing to watch
+            return
+
+    async def namespace_changes(self) -> AsyncIterator[str]:
+        async for _, found in self.kube.watch(
+            "watch of namespaces", "/api/v1/namespaces", metadata_only=True
+        ):
+            yield str(as_object(found.get("metadata")).get("name") or "")
+
+
+class KubePolicyRules(PolicyRulesApi):
+    """The agent's: the rules ConfigMaps of the given label values, in the controller's namespace."""
+
+    def __init__(self, kube: KubeConnection, namespace: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+
+    def _selector(self, labels: list[str]) -> str:
+        return f"{POLICY_RULES_LABEL} in ({','.join(labels)})"
+
+    async def list_policy_rules(self, labels: list[str]) -> dict[str, str]:
+        found = as_object(
+            await self.kube.read(
+                f"rules ConfigMaps {labels}",
+                CONFIG_MAPS.path(self.namespace),
+                {"labelSelector": self._selector(labels)},
+            )
+        )
+        rules = {}
+        for item in found.get("items") or []:
+            meta, data = as_object(as_object(item).get("metadata")), as_object(item).get("data") or {}
+            label = as_object(meta.get("labels")).get(POLICY_RULES_LABEL)
+            if isinstance(label, str) and isinstance(data.get(POLICY_RULES_KEY), str):
+                rules[label] = data[POLICY_RULES_KEY]
+        return rules
+
+    async def policy_rules_changes(self, labels: list[str]) -> AsyncIterator[str]:
+        path = CONFIG_MAPS.path(self.namespace)
+        async for kind, _ in self.kube.watch(
+            "watch of the rules ConfigMaps", path, labels=self._selector(labels)
+        ):
+            yield kind
