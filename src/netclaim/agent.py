@@ -20,6 +20,7 @@ from netclaim.adapters.http import serve as serve_health
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.policies import KubePolicyRules
 from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.adapters.kubeletplugin import KubeletPlugin
 from netclaim.api.settings import AgentSettings
@@ -29,6 +30,7 @@ from netclaim.configure.gather import Gatherer
 from netclaim.configure.hooks import PodHooks
 from netclaim.configure.metadata import DeviceMetadataFiles
 from netclaim.configure.plan import NodeContext
+from netclaim.configure.policy import PolicyEnforcer
 from netclaim.configure.prepare import Preparer
 from netclaim.configure.reclaim import Reclaimer
 from netclaim.configure.status import StatusWriter
@@ -96,7 +98,9 @@ async def _start_configure_path(
             preparer, unpreparer, settings.kubelet_root_dir, driver, lambda ok: health.set("kubelet", ok)
         )
     if settings.nri_socket is not None:
-        hooks = PodHooks(store, attacher, status, locks, metadata)
+        policies = PolicyEnforcer(KubePolicyRules(kube, settings.namespace), store, node)
+        supervisor.keep("policy-rules-watch", policies.watch)
+        hooks = PodHooks(store, attacher, status, locks, metadata, policies)
         health.expect("nri")
         nri_plugin = partial(
             nri.run_plugin, settings.nri_socket, hooks, supervisor, on_state=lambda ok: health.set("nri", ok)

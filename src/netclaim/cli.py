@@ -238,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--node-name", help="this node (default $NODE_NAME)")
     agent.add_argument("--kubeconfig", type=Path, help="default: in-cluster ServiceAccount, else $KUBECONFIG")
     agent.add_argument("--driver-name", help="DRA driver name (default netclaim.dev)")
+    agent.add_argument(
+        "--namespace",
+        help="netclaim's own, where the controller writes policy rules (default netclaim-system)",
+    )
     agent.add_argument("--kubelet-root-dir", type=Path, help="default /var/lib/kubelet")
     agent.add_argument("--kubelet-plugin", type=_flag, help="serve the kubelet DRA plugin (default true)")
     agent.add_argument("--nri-socket", help="containerd's NRI socket (default /var/run/nri/nri.sock)")

@@ -39,6 +39,7 @@ from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.params import KubePoolParams
+from netclaim.adapters.kube.policies import KubePolicies
 from netclaim.adapters.kube.services import KubeServices
 from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool
@@ -55,7 +56,15 @@ from netclaim.ipam.pools import (
     pool_use,
     read_pools,
 )
-from netclaim.kubeapi import ClusterClaimsApi, IPPoolsApi, NetworkServicesApi, PoolParamsApi, PoolSlicesApi
+from netclaim.kubeapi import (
+    ClusterClaimsApi,
+    IPPoolsApi,
+    NetworkPoliciesApi,
+    NetworkServicesApi,
+    PoolParamsApi,
+    PoolSlicesApi,
+)
+from netclaim.netpolicy.distribute import PolicyReconciler
 from netclaim.objects import Claim, IPAllocation, condition
 from netclaim.publish.loop import Trigger, periodic
 from netclaim.services.endpoints import EndpointsReconciler
@@ -286,7 +295,9 @@ async def run(settings: ControllerSettings) -> None:
     services: NetworkServicesApi = KubeServices(kube)
     reconciler = Reconciler(claims, addresses, KubeSlices(kube), params, settings.driver_name)
     endpoints = EndpointsReconciler(services, settings.driver_name)
-    trigger, endpoints_trigger = Trigger(), Trigger()
+    network_policies: NetworkPoliciesApi = KubePolicies(kube, settings.namespace)
+    policies = PolicyReconciler(network_policies, claims, settings.driver_name)
+    trigger, endpoints_trigger, policies_trigger = Trigger(), Trigger(), Trigger()
 
     async def reconciled() -> None:
         await reconciler.reconcile()
@@ -299,6 +310,10 @@ async def run(settings: ControllerSettings) -> None:
     def claim_served(claim: Claim) -> bool:
         return served(claim.namespace)
 
+    def policed(_: object) -> bool:
+        """Pods, claims and namespaces matter to the policies only while some name a netclaim network."""
+        return bool(policies.namespaces_with_policies)
+
     pools = (trigger, partial(concerns_pools, driver=settings.driver_name))
     supervisor = Supervisor()
     supervisor.keep("reconcile", partial(paced_pass, trigger, reconciled))
@@ -308,14 +323,35 @@ async def run(settings: ControllerSettings) -> None:
     )
     supervisor.keep(
         "resourceclaims-watch",
-        partial(fire_on_changes, claims.claim_changes, pools, (endpoints_trigger, claim_served)),
+        partial(
+            fire_on_changes,
+            claims.claim_changes,
+            pools,
+            (endpoints_trigger, claim_served),
+            (policies_trigger, policed),
+        ),
     )
     supervisor.keep("resync", partial(periodic, trigger, settings.resync_seconds))
     supervisor.keep("endpoints", partial(paced_pass, endpoints_trigger, endpoints.reconcile))
     supervisor.keep(
         "services-watch", partial(fire_on_changes, services.service_changes, (endpoints_trigger, always))
     )
-    supervisor.keep("pods-watch", partial(fire_on_changes, services.pod_changes, (endpoints_trigger, served)))
+    supervisor.keep(
+        "pods-watch",
+        partial(
+            fire_on_changes, services.pod_changes, (endpoints_trigger, served), (policies_trigger, policed)
+        ),
+    )
+    supervisor.keep("policies", partial(paced_pass, policies_trigger, policies.once))
+    supervisor.keep(
+        "multinetworkpolicies-watch",
+        partial(fire_on_changes, network_policies.network_policy_changes, (policies_trigger, always)),
+    )
+    supervisor.keep(
+        "namespaces-watch",
+        partial(fire_on_changes, network_policies.namespace_changes, (policies_trigger, policed)),
+    )
+    supervisor.keep("policies-resync", partial(periodic, policies_trigger, settings.resync_seconds))
     supervisor.keep(
         "endpointslices-watch",
         partial(

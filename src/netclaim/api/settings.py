@@ -21,6 +21,9 @@ class AgentSettings(BaseModel):
     driver_name: str = Field(
         default="netclaim.dev", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=63
     )
+    namespace: str = Field(  # netclaim's own: where the controller writes the network policy rules
+        default="netclaim-system", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63
+    )
     kubelet_root_dir: Path = Path("/var/lib/kubelet")
     kubelet_plugin: bool = True
     nri_socket: Path | None = Path("/var/run/nri/nri.sock")
