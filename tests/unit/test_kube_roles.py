@@ -13,19 +13,26 @@ import yaml
 from netclaim import kubeapi
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
+from netclaim.adapters.kube.policies import KubePolicies
 from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.adapters.kube.services import KubeServices
 from netclaim.adapters.kube.slices import KubeSlices
 
 RBAC = Path(__file__).parents[2] / "deploy" / "rbac.yaml"
 ROLES = {
-    "netclaim-agent": [kubeapi.ClaimsApi, kubeapi.NodeSlicesApi, kubeapi.AddressesApi],
+    "netclaim-agent": [
+        kubeapi.ClaimsApi,
+        kubeapi.NodeSlicesApi,
+        kubeapi.AddressesApi,
+        kubeapi.PolicyRulesApi,
+    ],
     "netclaim-controller": [
         kubeapi.ClusterClaimsApi,
         kubeapi.PoolSlicesApi,
         kubeapi.IPPoolsApi,
         kubeapi.PoolParamsApi,
         kubeapi.NetworkServicesApi,
+        kubeapi.NetworkPoliciesApi,
     ],
 }
 # Roles a chart value turns on, with their RBAC (tests/test_helm_chart.py renders it): none by default.
@@ -69,6 +76,16 @@ ASKS = {
     "delete_endpoint_slice": ("discovery.k8s.io", "endpointslices", "delete"),
     "slice_changes_by": ("discovery.k8s.io", "endpointslices", "watch"),
     "create_service_event": ("", "events", "create"),
+    "list_policy_rules": ("", "configmaps", "list"),
+    "policy_rules_changes": ("", "configmaps", "watch"),
+    "list_network_policies": ("k8s.cni.cncf.io", "multi-networkpolicies", "list"),
+    "network_policy_changes": ("k8s.cni.cncf.io", "multi-networkpolicies", "watch"),
+    "list_namespace_labels": ("", "namespaces", "list"),
+    "namespace_changes": ("", "namespaces", "watch"),
+    "list_pods": ("", "pods", "list"),
+    "list_rules_maps": ("", "configmaps", "list"),
+    "apply_rules_map": ("", "configmaps", "patch"),
+    "delete_rules_map": ("", "configmaps", "delete"),
 }
 
 
@@ -110,7 +127,9 @@ def test_every_call_is_some_programs() -> None:
     assert used == set(ASKS)
 
 
-@pytest.mark.parametrize("adapter", [KubeClaims, KubeSlices, KubeAddresses, KubeClusterReader, KubeServices])
+@pytest.mark.parametrize(
+    "adapter", [KubeClaims, KubeSlices, KubeAddresses, KubeClusterReader, KubeServices, KubePolicies]
+)
 def test_an_adapter_class_stays_small(adapter: type) -> None:
     public = [name for name, _ in inspect.getmembers(adapter, inspect.isfunction) if not name.startswith("_")]
     assert len(public) <= 12, public

@@ -228,6 +228,7 @@ def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> N
     assert {name: label for name, (label, _) in made.items()} == {
         "netclaim-policy-guards": "guards",
         "netclaim-policy-node-1": "node-1",
+        "netclaim-policy-node-2": "node-2",  # the client, selected by none: listed with no rules
     }
     [guard] = read_guards(made["netclaim-policy-guards"][1]["rules.json"])
     assert guard.selects("team-a", {"app": "db"}) and not guard.selects("team-a", {"app": "web"})
@@ -242,5 +243,6 @@ def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> N
             )
         }
     }
+    assert read_rules(made["netclaim-policy-node-2"][1]["rules.json"]) == {"client-uid": {}}
     assert node_label("x" * 64).startswith("node-") and len(node_label("x" * 64)) == 45
     assert node_label("guards") != "guards"

@@ -98,3 +98,20 @@ async def test_a_hook_before_the_rules_are_read_fails_the_sandbox_and_an_inherit
     assert script == "table inet netclaim\ndelete table inet netclaim\n"
     await enforcer.refresh()
     assert len(nft.applied) == 1
+
+
+async def test_a_pod_relabelled_out_of_a_policy_is_opened_though_it_started_with_the_guards_labels(
+    tmp_path: Path,
+) -> None:
+    """The agent knows a pod's labels from its sandbox, as they were when it started: once compiled, the
+    controller's word (here: listed, selected by none) decides, not the guard on the old labels."""
+    store = await _attached_store(tmp_path)
+    rules, nft = FakeRules({"guards": _guard({"app": "db"})}), Recorder()
+    enforcer = PolicyEnforcer(rules, store, NODE, nft)
+    await enforcer.refresh()
+    enforcer.seen("pod-uid-1", "team-a", {"app": "db"})
+    await enforcer.enforce("pod-uid-1", time.monotonic() + 2)
+    assert "drop" in nft.applied[-1][1]
+    rules.maps["node-1"] = RULES_JSON.dump_json({"pod-uid-1": {}}).decode()
+    await enforcer.refresh()
+    assert nft.applied[-1][1] == "table inet netclaim\ndelete table inet netclaim\n"

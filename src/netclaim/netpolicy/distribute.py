@@ -6,7 +6,8 @@ Two kinds of ConfigMap in the controller's namespace, labelled POLICY_RULES_LABE
   policy cannot be read: every pod), networks and directions. An agent starting a pod that a guard
   selects but whose rules it has not received isolates it, allowing nothing, until they come.
 - `netclaim-policy-<node>` (label value: the node's name, or its hash when too long): pod UID → network →
-  the rules (netclaim.netpolicy.rules) of the node's pods some policy selects.
+  the rules (netclaim.netpolicy.rules) of the node's pods on a netclaim network in a namespace with
+  policies (none for a pod no policy selects).
 
 Agents read only these two (a label selector `in (guards, <node>)`), so no agent watches the cluster's
 pods, namespaces or claims: the flat agent of docs/scale.md.
@@ -110,10 +111,13 @@ def config_maps(
 ) -> dict[str, tuple[str, dict[str, str]]]:
     """ConfigMap name → (POLICY_RULES_LABEL value, data): the guards, and one per node with pods selected."""
     rules = pod_rules(policies, facts, namespaces)
+    policed = {p.namespace for p in policies}
     nodes: dict[str, dict[str, dict[str, NetworkRules]]] = {}
     for pod in facts:
-        if pod.uid in rules:
-            nodes.setdefault(pod.node, {})[pod.uid] = rules[pod.uid]
+        # a pod of a policed namespace that no policy selects is listed too, with no rules: the agent's
+        # guards judge a pod by the labels it started with, and a relabelled pod must not stay isolated
+        if pod.uid in rules or (pod.namespace in policed and pod.addresses):
+            nodes.setdefault(pod.node, {})[pod.uid] = rules.get(pod.uid, {})
     made = {
         config_name(GUARDS): (GUARDS, {POLICY_RULES_KEY: _dumped(GUARDS_JSON.dump_python(guards(policies)))})
     }

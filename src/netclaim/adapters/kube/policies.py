@@ -3,6 +3,7 @@ the agent's PolicyRulesApi. Policies are a tenant's free JSON: read without ligh
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,6 +20,7 @@ from netclaim.objects import Pod, as_object
 
 POLICIES = Kind("k8s.cni.cncf.io/v1beta1", "MultiNetworkPolicy", "multi-networkpolicies")
 CONFIG_MAPS = Kind("v1", "ConfigMap", "configmaps")
+NOT_SERVED_RETRY_SECONDS = 300.0
 
 
 class KubePolicies(NetworkPoliciesApi):
@@ -82,8 +84,9 @@ class KubePolicies(NetworkPoliciesApi):
                 "watch of MultiNetworkPolicies", POLICIES.path(), metadata_only=True
             ):
                 yield str(as_object(found.get("metadata")).get("namespace") or "")
-        except (ApiRejectedError, GoneError):  # the kind is not served: nothing to watch
-            return
+        except (ApiRejectedError, GoneError):
+            # the kind is not served (no CRD): look again later; the periodic pass lists it meanwhile
+            await asyncio.sleep(NOT_SERVED_RETRY_SECONDS)
 
     async def namespace_changes(self) -> AsyncIterator[str]:
         async for _, found in self.kube.watch(
