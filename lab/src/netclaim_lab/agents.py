@@ -45,7 +45,7 @@ CLUSTER_MANIFESTS = (
 )
 DAEMONSET = "daemonset.yaml"
 CONTROLLER = "controller.yaml"
-CRDS = ("ippools.netclaim.dev", "ipallocations.netclaim.dev")
+CRDS = ("ippools.netclaim.dev", "ipallocations.netclaim.dev", "multi-networkpolicies.k8s.cni.cncf.io")
 AGENT_LABEL = "app.kubernetes.io/name=netclaim-agent"
 DISABLED_LABEL = "netclaim.dev/agent"  # =disabled takes the agent off a node (deploy/daemonset.yaml)
 FAULTS_FILE = "faults"  # in the node's /var/lib/netclaim (NodeLayout.state_dir), the DaemonSet's hostPath
