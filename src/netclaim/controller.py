@@ -96,12 +96,7 @@ class Reconciler:
 
     async def reconcile(self) -> None:
         """One pass, counted: netclaim_reconcile_total{result}, and the time of the last that succeeded."""
-        try:
-            await self.once()
-        except Exception:
-            metrics.RECONCILES.labels("error").inc()
-            raise
-        metrics.RECONCILES.labels("ok").inc()
+        await metrics.counted_pass(metrics.RECONCILES, self.once)
         metrics.LAST_RECONCILE.set_to_current_time()
 
     async def once(self) -> dict[str, PoolUse]:
@@ -342,7 +337,7 @@ async def run(settings: ControllerSettings) -> None:
             fire_on_changes, services.pod_changes, (endpoints_trigger, served), (policies_trigger, policed)
         ),
     )
-    supervisor.keep("policies", partial(paced_pass, policies_trigger, policies.once))
+    supervisor.keep("policies", partial(paced_pass, policies_trigger, policies.reconcile))
     supervisor.keep(
         "multinetworkpolicies-watch",
         partial(fire_on_changes, network_policies.network_policy_changes, (policies_trigger, always)),

@@ -16,6 +16,7 @@
     │                             time (also a CniError)
     ├── ApiRejectedError     the Kubernetes API refused a request (a 4xx but 409 and the 404 of a named
     │   │                    object): a bug, RBAC, or a kind the server does not serve
+    │   ├── NotServedError        404 for a kind: the server does not serve it (a CRD not installed, a skew)
     │   └── ApiForbiddenError     401/403: RBAC, or a restarted API server whose RBAC caches are not
     │                             filled yet (it denies every role for a moment)
     ├── CniError             a CNI plugin failed (its code and message) or could not be run: what it
@@ -136,6 +137,10 @@ class StateStoreError(TransientError):
 
 class ApiRejectedError(NetclaimError):
     """The Kubernetes API refused a request netclaim made (not 404/409): a bug or a missing permission."""
+
+
+class NotServedError(ApiRejectedError):
+    """The API server does not serve the kind asked for: a CRD that is not installed, or a version skew."""
 
 
 class ApiForbiddenError(ApiRejectedError):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry()
@@ -93,6 +97,36 @@ ENDPOINT_PASSES = Counter(
     ["result"],
     registry=REGISTRY,
 )
+POLICY_PASSES = Counter(
+    "netclaim_policy_passes_total",
+    "The controller's passes compiling MultiNetworkPolicies into each node's rules, by result (ok, error)",
+    ["result"],
+    registry=REGISTRY,
+)
+POLICY_PASS_SECONDS = Histogram(
+    "netclaim_policy_pass_seconds",
+    "One policy pass of the controller: listing policies, namespaces, pods and claims, compiling, writing",
+    registry=REGISTRY,
+)
+POLICY_RULES = Gauge(
+    "netclaim_policy_rules",
+    "Allow rules programmed by MultiNetworkPolicies in the node's pod namespaces (nftables), and the "
+    "interfaces they isolate",
+    ["kind"],
+    registry=REGISTRY,
+)
+POLICY_SYNC_SECONDS = Histogram(
+    "netclaim_policy_sync_seconds",
+    "From the agent reading changed rules to every attached pod's table following them",
+    registry=REGISTRY,
+)
+POLICY_FAILURES = Counter(
+    "netclaim_policy_failures_total",
+    "Pod tables not applied, by when (sandbox: the pod's start failed and is retried; sync: retried at the "
+    "next change or resync)",
+    ["when"],
+    registry=REGISTRY,
+)
 LAST_RECONCILE = Gauge(
     "netclaim_last_reconcile_timestamp_seconds",
     "When a reconcile pass of the controller last succeeded",
@@ -112,3 +146,18 @@ TASK_FAILURES = Counter(
     ["task"],
     registry=REGISTRY,
 )
+
+
+async def counted_pass(
+    passes: Counter, work: Callable[[], Awaitable[Any]], seconds: Histogram | None = None
+) -> None:
+    """One of the controller's passes, counted in `passes` by result (ok, error), and timed in `seconds`."""
+    started = time.monotonic()
+    try:
+        await work()
+    except Exception:
+        passes.labels("error").inc()
+        raise
+    passes.labels("ok").inc()
+    if seconds is not None:
+        seconds.observe(time.monotonic() - started)

@@ -18,7 +18,15 @@ from lightkube import Client
 
 from netclaim_lab import agents
 from netclaim_lab.cluster import ClusterHandle
-from tests.cluster.helpers import apply, in_node, in_pod_netns, kubectl_json, running, sandbox_netns
+from tests.cluster.helpers import (
+    apply,
+    in_node,
+    in_pod_netns,
+    kubectl_json,
+    kubectl_netclaim,
+    running,
+    sandbox_netns,
+)
 from tests.cluster.ipam import NETWORK, ip_pool, pod_addresses, pod_on, pool_template
 from tests.kube import wait_for
 
@@ -165,6 +173,13 @@ def test_default_deny_on_net1_then_an_allow_rule_follows_labels_and_the_primary_
     allowed_s = _timed(lambda: net.tcp("client", db) == "db", "client allowed to db:PORT over net1")
     assert net.tcp("client", db, OTHER_PORT) == "" and not net.pings("client", db)
     assert net.tcp("other", db) == ""
+    explained = kubectl_netclaim(cluster, "explain", "pod/db", "-n", ns)
+    for policy, rules in (("deny-db", 0), ("allow-clients", 1)):
+        line = (
+            f"policy {ns}/{policy} selects it on net1 (network {NETWORK}): ingress isolated, {rules} rule(s)"
+        )
+        assert line in explained, explained
+    assert "policy" not in kubectl_netclaim(cluster, "explain", "pod/other", "-n", ns)
 
     # a new pod matching the rule is allowed; a relabelled one is cut off
     apply(cluster, ns, _server("client-2", "node-4", {"role": "client"}))

@@ -361,6 +361,59 @@ def test_a_pod_on_a_network_says_which_and_the_services_it_serves_there() -> Non
     ]
 
 
+def test_a_pod_on_a_network_says_which_policies_select_it_on_which_interface() -> None:
+    entry = {
+        "driver": "netclaim.dev",
+        "pool": "node-1",
+        "device": "enp0s10",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "InterfaceAttached"}],
+        "networkData": {"interfaceName": "net1", "ips": ["10.64.7.5/24"]},
+        "data": {"netclaim.dev/network": "lan3"},
+    }
+    pod, claim = _scheduled({"devices": [entry]})
+    pod = replace(pod, labels={"app": "db"})
+
+    def policy(
+        name: str, spec: Any, networks: str = "netclaim.dev/lan3", namespace: str = ""
+    ) -> dict[str, Any]:
+        annotations = {"k8s.v1.cni.cncf.io/policy-for": networks}
+        meta = {"namespace": namespace or pod.namespace, "name": name, "annotations": annotations}
+        return {"metadata": meta, "spec": spec}
+
+    listed = [
+        policy("deny", {"podSelector": {"matchLabels": {"app": "db"}}}),
+        policy(
+            "both",
+            {
+                "podSelector": {},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{}],
+                "egress": [{}, {}],
+            },
+        ),
+        policy("web-only", {"podSelector": {"matchLabels": {"app": "web"}}}),
+        policy("multus", {"podSelector": {}}, networks="default/macvlan"),  # Multus's, not ours
+        policy("elsewhere", {"podSelector": {}}, namespace="other"),
+        policy("broken", {"podSelector": {"matchLabels": {"app": "db"}}, "ingres": []}),
+    ]
+    found = explain_pod(pod, demo_snapshot(FIVE_GIG, claims=[claim], network_policies=listed))
+    said = [line for line in found.lines if "policy" in line or "open" in line]
+    assert said[:2] == [
+        "policy demo/deny selects it on net1 (network lan3): ingress isolated, 0 rule(s) allow",
+        "policy demo/both selects it on net1 (network lan3): ingress isolated, 1 rule(s) allow; "
+        "egress isolated, 2 rule(s) allow",
+    ]
+    assert said[2].startswith(
+        "policy demo/broken cannot be read, so it isolates net1 (network lan3) both ways"
+    )
+    assert "spec.ingres" in said[2] and len(said) == 3
+
+    alone = explain_pod(pod, demo_snapshot(FIVE_GIG, claims=[claim], network_policies=listed[2:3]))
+    assert "net1 (network lan3): open, no MultiNetworkPolicy of the namespace selects the pod" in alone.lines
+    none = explain_pod(pod, demo_snapshot(FIVE_GIG, claims=[claim]))
+    assert not [line for line in none.lines if "policy" in line.lower() or "open" in line]
+
+
 def test_a_namespace_table_has_a_row_per_pod_with_claims() -> None:
     plain = Pod.from_api(
         {"metadata": {"namespace": "demo", "name": "plain"}, "spec": {}, "status": {"phase": "Running"}}

@@ -15,6 +15,7 @@ from netclaim.api.networkpolicy import LabelSelector
 from netclaim.configure.policy import PolicyEnforcer
 from netclaim.configure.store import State, Store
 from netclaim.errors import AttachError
+from netclaim.metrics import REGISTRY
 from netclaim.netpolicy.distribute import GUARDS_JSON, RULES_JSON, Guard
 from netclaim.netpolicy.rules import Allow, Direction, NetworkRules
 from tests.unit.fakes import sample_device, sample_row
@@ -80,6 +81,10 @@ async def test_an_unselected_pod_costs_no_nft_and_a_selected_one_is_isolated_bef
     rules.maps["node-1"] = RULES_JSON.dump_json({"pod-uid-1": {"lan3": allow}}).decode()
     await enforcer.refresh()  # the compiled rules replace the guard's isolation
     assert "ip saddr { 10.3.0.20/32 } accept" in nft.applied[-1][1]
+    shown = {
+        k: REGISTRY.get_sample_value("netclaim_policy_rules", {"kind": k}) for k in ("allow", "isolated")
+    }
+    assert shown == {"allow": 1, "isolated": 1}
     await enforcer.refresh()
     assert len(nft.applied) == 2  # unchanged: not applied again
 
@@ -115,3 +120,4 @@ async def test_a_pod_relabelled_out_of_a_policy_is_opened_though_it_started_with
     rules.maps["node-1"] = RULES_JSON.dump_json({"pod-uid-1": {}}).decode()
     await enforcer.refresh()
     assert nft.applied[-1][1] == "table inet netclaim\ndelete table inet netclaim\n"
+    assert REGISTRY.get_sample_value("netclaim_policy_rules", {"kind": "isolated"}) == 0

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from netclaim import metrics
 from netclaim.adapters import nftables as nft
 from netclaim.configure.store import Attachment, State, Store
 from netclaim.errors import AttachError, NetclaimError
@@ -56,9 +57,10 @@ class PolicyView:
         )
 
 
-def pod_script(
+def pod_interfaces(
     view: PolicyView, uid: str, namespace: str, labels: Mapping[str, str], rows: list[Attachment]
-) -> str:
+) -> dict[str, NetworkRules]:
+    """Interface name → its rules, of the pod's attached interfaces some rule or guard isolates."""
     interfaces = {}
     for row in rows:
         network = row.plan.nic.attributes.get(NETWORK)
@@ -67,7 +69,7 @@ def pod_script(
         rules = view.for_pod(uid, namespace, labels, network)
         if rules is not None:
             interfaces[row.plan.interface_name] = rules
-    return nftables.script(interfaces)
+    return interfaces
 
 
 EMPTY = nftables.script({})
@@ -83,6 +85,7 @@ class PolicyEnforcer:
         self._read = asyncio.Event()
         self.pods: dict[str, tuple[str, dict[str, str]]] = {}  # pod UID → its namespace and labels
         self.applied: dict[str, str] = {}  # pod UID → the script its namespace holds
+        self.programmed: dict[str, tuple[int, int]] = {}  # pod UID → its (allow rules, isolated directions)
         # pods attached before this agent started: their namespace may hold an older agent's table, so
         # even "nothing" is applied to them once
         self.inherited: set[str] = set()
@@ -96,14 +99,17 @@ class PolicyEnforcer:
         )
         self.view = view
         self._read.set()
+        started = time.monotonic()
         for uid in sorted({row.pod_uid for row in self.store.all() if row.state == State.ATTACHED}):
             try:
                 await self._enforce(uid, time.monotonic() + nft.TIMEOUT_SECONDS)
             except NetclaimError as err:
+                metrics.POLICY_FAILURES.labels("sync").inc()
                 log.warning(
                     "policy rules not applied; tried again at the next change",
                     extra={"pod_uid": uid, "error": str(err)},
                 )
+        metrics.POLICY_SYNC_SECONDS.observe(time.monotonic() - started)
 
     async def watch(self) -> None:
         await self.refresh()
@@ -119,6 +125,12 @@ class PolicyEnforcer:
         self.pods.pop(uid, None)
         self.applied.pop(uid, None)
         self.inherited.discard(uid)
+        self.programmed.pop(uid, None)
+        self._show()
+
+    def _show(self) -> None:
+        metrics.POLICY_RULES.labels("allow").set(sum(r for r, _ in self.programmed.values()))
+        metrics.POLICY_RULES.labels("isolated").set(sum(i for _, i in self.programmed.values()))
 
     async def enforce(self, uid: str, deadline: float) -> None:
         """RunPodSandbox's: the pod's rules in place before it answers (AttachError when they cannot be)."""
@@ -131,6 +143,7 @@ class PolicyEnforcer:
         try:
             await self._enforce(uid, deadline)
         except NetclaimError as err:
+            metrics.POLICY_FAILURES.labels("sandbox").inc()
             raise AttachError(f"network policy not applied: {err}") from err
 
     async def _enforce(self, uid: str, deadline: float) -> None:
@@ -140,10 +153,13 @@ class PolicyEnforcer:
         rows = [r for r in self.store.for_pod(uid) if r.state == State.ATTACHED]
         if not rows:
             return
-        script = pod_script(self.view, uid, namespace, labels, rows)
+        interfaces = pod_interfaces(self.view, uid, namespace, labels, rows)
+        script = nftables.script(interfaces)
         holds = self.applied.get(uid, None if uid in self.inherited else EMPTY)
         if holds == script:
             return
         await asyncio.wait_for(self.apply(rows[0].netns, script), max(0.1, deadline - time.monotonic()))
         self.applied[uid] = script
         self.inherited.discard(uid)
+        self.programmed[uid] = nftables.counted(interfaces)
+        self._show()

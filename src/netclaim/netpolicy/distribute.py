@@ -24,8 +24,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from netclaim.api.networkpolicy import LabelSelector, netclaim_networks, read_policy_spec
-from netclaim.errors import ConfigError, per_object
+from netclaim import metrics
+from netclaim.api.networkpolicy import LabelSelector
+from netclaim.errors import per_object
 from netclaim.kubeapi import ClusterClaimsApi, NetworkPoliciesApi
 from netclaim.names import POLICY_RULES_KEY
 from netclaim.netpolicy.rules import NetworkRules, PodFacts, PolicyObject, pod_rules
@@ -151,9 +152,12 @@ class PolicyReconciler:
     warned: set[tuple[str, str]] = field(default_factory=set)  # (policy, problem) reported
     namespaces_with_policies: set[str] = field(default_factory=set)
 
+    async def reconcile(self) -> None:
+        await metrics.counted_pass(metrics.POLICY_PASSES, self.once, metrics.POLICY_PASS_SECONDS)
+
     async def once(self) -> None:
         objects = await self.api.list_network_policies()
-        policies = [p for p in (_policy_object(o) for o in objects) if p.networks]
+        policies = [p for p in (PolicyObject.from_api(o) for o in objects) if p.networks]
         self.namespaces_with_policies = {p.namespace for p in policies}
         for policy in policies:
             if policy.problem and (policy.name, policy.problem) not in self.warned:
@@ -173,15 +177,3 @@ class PolicyReconciler:
                 await per_object(f"ConfigMap {name}", self.api.apply_rules_map(name, label, data))
         for name in sorted(set(present) - set(wanted)):
             await per_object(f"ConfigMap {name}", self.api.delete_rules_map(name))
-
-
-def _policy_object(data: dict[str, Any]) -> PolicyObject:
-    meta = data.get("metadata") or {}
-    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-    annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
-    networks = netclaim_networks(annotations)
-    try:
-        spec = read_policy_spec(data.get("spec"), f"MultiNetworkPolicy {namespace}/{name}")
-    except ConfigError as err:
-        return PolicyObject(namespace, name, networks, None, str(err))
-    return PolicyObject(namespace, name, networks, spec)

@@ -50,6 +50,17 @@ def script(interfaces: Mapping[str, NetworkRules]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def counted(interfaces: Mapping[str, NetworkRules]) -> tuple[int, int]:
+    """(allow rules, isolated directions) the script of `interfaces` programs: what the metrics show."""
+    rules = isolated = 0
+    for network_rules in interfaces.values():
+        for direction, side in ((network_rules.ingress, "saddr"), (network_rules.egress, "daddr")):
+            if direction is not None:
+                isolated += 1
+                rules += sum(len(_matches(allow, side)) for allow in direction.allows)
+    return rules, isolated
+
+
 def _chain(chain: str, direction: Direction, side: str) -> list[str]:
     lines = [
         f"  chain {chain} {{",

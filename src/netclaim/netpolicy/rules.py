@@ -18,8 +18,17 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from netclaim.api.networkpolicy import EgressRule, IngressRule, Peer, PolicySpec
+from netclaim.api.networkpolicy import (
+    EgressRule,
+    IngressRule,
+    Peer,
+    PolicySpec,
+    netclaim_networks,
+    read_policy_spec,
+)
+from netclaim.errors import ConfigError
 
 ANY = ("0.0.0.0/0", "::/0")
 
@@ -33,6 +42,21 @@ class PolicyObject:
     networks: tuple[str, ...]
     spec: PolicySpec | None
     problem: str = ""
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> PolicyObject:
+        """The policy as the API has it: a tenant's free JSON, read field by field."""
+        meta = data.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        annotations = meta.get("annotations")
+        annotations = annotations if isinstance(annotations, dict) else {}
+        networks = netclaim_networks({str(k): str(v) for k, v in annotations.items()})
+        try:
+            spec = read_policy_spec(data.get("spec"), f"MultiNetworkPolicy {namespace}/{name}")
+        except ConfigError as err:
+            return cls(namespace, name, networks, None, str(err))
+        return cls(namespace, name, networks, spec)
 
 
 @dataclass(frozen=True)

@@ -241,12 +241,7 @@ class EndpointsReconciler:
     warned: dict[str, str] = field(default_factory=dict)  # Service UID → the problem last reported
 
     async def reconcile(self) -> None:
-        try:
-            await self.once()
-        except Exception:
-            metrics.ENDPOINT_PASSES.labels("error").inc()
-            raise
-        metrics.ENDPOINT_PASSES.labels("ok").inc()
+        await metrics.counted_pass(metrics.ENDPOINT_PASSES, self.once)
 
     async def once(self) -> None:
         current = {

@@ -22,6 +22,7 @@ from typing import Any
 
 from netclaim.api import selectors
 from netclaim.names import DRIVER_DOMAIN, NETWORK, SLICE_SERVICE_NAME
+from netclaim.netpolicy.rules import PolicyObject
 from netclaim.objects import Pod, PodClaim
 from netclaim.publish.devices import BANDWIDTH
 from netclaim.quantity import parse_quantity, readable_quantity
@@ -44,6 +45,7 @@ class Snapshot:
     agent_pods: list[Pod] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)  # what the reader's RBAC did not let it list
     endpoint_slices: list[dict[str, Any]] = field(default_factory=list)  # of network Services (ours)
+    network_policies: list[dict[str, Any]] = field(default_factory=list)  # MultiNetworkPolicies
 
 
 @dataclass(frozen=True)
@@ -528,6 +530,9 @@ def explain_pod(pod: Pod, snapshot: Snapshot) -> Explanation:
         return explanation
     if pod.node:
         _explain_scheduled(claims, snapshot, explanation)
+        explanation.lines += policed_by(
+            pod, [c for _, c, _ in claims if c is not None], snapshot.network_policies
+        )
         explanation.lines += served_by(pod, snapshot.endpoint_slices)
         return explanation
     for what in snapshot.unreadable:
@@ -758,6 +763,52 @@ def _explain_scheduled(
                 + (f": kubectl label node {node} {DISABLED_LABEL}-" if why else "")
             )
     explanation.summary = problems[0] if problems else f"{ready} device(s) ready"
+
+
+def policed_by(pod: Pod, claims: list[dict[str, Any]], network_policies: list[dict[str, Any]]) -> list[str]:
+    """The MultiNetworkPolicies that select the pod on each interface netclaim attached (docs/services.md),
+    one line per interface and policy; an interface of a network some policy of the namespace names but
+    none selects the pod on is said to be open."""
+    interfaces = sorted(
+        {
+            (
+                str((e.get("networkData") or {}).get("interfaceName") or ""),
+                str((e.get("data") or {})[NETWORK]),
+            )
+            for claim in claims
+            for e in (claim.get("status") or {}).get("devices") or []
+            if e.get("driver") == DRIVER_DOMAIN and isinstance((e.get("data") or {}).get(NETWORK), str)
+        }
+    )
+    policies = [
+        p
+        for p in (PolicyObject.from_api(found) for found in network_policies)
+        if p.namespace == pod.namespace and p.networks
+    ]
+    lines = []
+    for interface, network in interfaces:
+        where = f"{interface} (network {network})"
+        naming = [p for p in policies if network in p.networks]
+        selecting = [p for p in naming if p.spec is None or p.spec.pod_selector.matches(pod.labels)]
+        for policy in selecting:
+            name = f"{policy.namespace}/{policy.name}"
+            if policy.spec is None:
+                lines.append(
+                    f"policy {name} cannot be read, so it isolates {where} both ways: {policy.problem}"
+                )
+                continue
+            isolated = [
+                f"{direction} isolated, {count} rule(s) allow"
+                for direction, isolates, count in (
+                    ("ingress", policy.spec.isolates_ingress, len(policy.spec.ingress)),
+                    ("egress", policy.spec.isolates_egress, len(policy.spec.egress)),
+                )
+                if isolates
+            ]
+            lines.append(f"policy {name} selects it on {where}: {'; '.join(isolated)}")
+        if naming and not selecting:
+            lines.append(f"{where}: open, no MultiNetworkPolicy of the namespace selects the pod")
+    return lines
 
 
 def served_by(pod: Pod, endpoint_slices: list[dict[str, Any]]) -> list[str]:

@@ -26,6 +26,7 @@ async def read_snapshot(kubeconfig: Path | None, namespace: str | None) -> Snaps
             agent_pods=[Pod.from_api(p) for p in found["agent_pods"]],
             unreadable=refused,
             endpoint_slices=found["endpoint_slices"],
+            network_policies=found["network_policies"],
         )
     finally:
         await kube.close()

@@ -51,6 +51,7 @@ from netclaim.errors import (
     ConflictError,
     GoneError,
     NetclaimError,
+    NotServedError,
 )
 from netclaim.objects import IPPOOL_API_VERSION, ListItems, as_object, as_text, cut, read_json, read_list
 
@@ -125,7 +126,7 @@ def translated(what: str) -> Iterator[None]:
         code, message = err.status.code, str(err.status.message)
         if code == 404 and not (err.status.details and err.status.details.name):
             # not a named object that is gone: the server does not serve this kind (an upgrade, a skew)
-            raise ApiRejectedError(f"{what}: {message} (the API server does not serve it)") from err
+            raise NotServedError(f"{what}: {message} (the API server does not serve it)") from err
         if code == 404 or (code == 422 and "no longer" in message):
             raise GoneError(f"{what}: {message}") from err
         if code == 409 and err.status.reason == "AlreadyExists":

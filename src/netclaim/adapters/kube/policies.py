@@ -13,7 +13,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from netclaim.adapters.kube.connection import Kind, KubeConnection, as_data, translated
-from netclaim.errors import ApiRejectedError, GoneError
+from netclaim.errors import GoneError, NotServedError
 from netclaim.kubeapi import NetworkPoliciesApi, PolicyRulesApi
 from netclaim.names import POLICY_RULES_KEY, POLICY_RULES_LABEL
 from netclaim.objects import Pod, as_object
@@ -31,10 +31,8 @@ class KubePolicies(NetworkPoliciesApi):
     async def list_network_policies(self) -> list[dict[str, Any]]:
         try:
             found = as_object(await self.kube.read("MultiNetworkPolicies", POLICIES.path()))
-        except ApiRejectedError as err:
-            if "does not serve" in str(err):
-                return []
-            raise
+        except NotServedError:  # no CRD: no policies
+            return []
         return [as_object(item) for item in found.get("items") or []]
 
     async def list_namespace_labels(self) -> dict[str, dict[str, str]]:
@@ -84,7 +82,7 @@ class KubePolicies(NetworkPoliciesApi):
                 "watch of MultiNetworkPolicies", POLICIES.path(), metadata_only=True
             ):
                 yield str(as_object(found.get("metadata")).get("namespace") or "")
-        except (ApiRejectedError, GoneError):
+        except (NotServedError, GoneError):
             # the kind is not served (no CRD): look again later; the periodic pass lists it meanwhile
             await asyncio.sleep(NOT_SERVED_RETRY_SECONDS)
 

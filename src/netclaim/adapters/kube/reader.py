@@ -10,7 +10,8 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
 from netclaim.adapters.kube.connection import CLAIMS, KubeConnection, as_data, translated
-from netclaim.errors import ApiRejectedError
+from netclaim.adapters.kube.policies import POLICIES
+from netclaim.errors import ApiRejectedError, GoneError, NotServedError
 from netclaim.names import DRIVER_DOMAIN, SLICE_MANAGED_BY
 from netclaim.objects import ListItems
 
@@ -22,7 +23,7 @@ class KubeClusterReader:
     async def read_cluster(self, namespace: str | None) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
         """The namespace's pods and claim templates (every namespace's when None), and the cluster's claims,
         DeviceClasses, ResourceSlices, nodes and netclaim agent pods, and the namespace's EndpointSlices of
-        network Services (netclaim's), each as the API has it. A list the
+        network Services (netclaim's) and MultiNetworkPolicies, each as the API has it. A list the
         reader may not make is left empty and named in the second value (a tenant with a namespace's rights
         still gets what they may see). Claims are read without lightkube's decoder: a claim nested
         thousands deep fails no one's read."""
@@ -39,6 +40,15 @@ class KubeClusterReader:
         }
         found: dict[str, list[dict[str, Any]]] = {}
         refused = []
+        try:
+            found["network_policies"] = await self.kube.read_items(
+                f"list MultiNetworkPolicies ({scope})", POLICIES.path(namespace), _objects_of
+            )
+        except (NotServedError, GoneError):  # no CRD: no policies, nothing the reader missed
+            found["network_policies"] = []
+        except ApiRejectedError:
+            found["network_policies"] = []
+            refused.append(f"MultiNetworkPolicy ({scope})")
         for key, (kind, where, labels) in reads.items():
             what = f"{kind.__name__} ({'netclaim agent pods' if key == 'agent_pods' else where or 'cluster'})"
             try:
