@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool mmdebstrap nftables
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
-.PHONY: deps system-deps bins deploy image proto proto-check test unit lint typecheck bench bench-scale soak demo demo-down clean
+.PHONY: deps system-deps bins deploy image proto proto-check test unit lint typecheck bench bench-scale bench-policy soak demo demo-down clean
 
 deps: system-deps $(DEPS_STAMP)
 
@@ -84,6 +84,11 @@ bench: deps bins
 # to bench/scale-partial.json as soon as it ends (a run stopped early keeps them).
 bench-scale: deps bins
 	$(BIN)/python -m netclaim_lab.benchmarks.scale
+
+# MultiNetworkPolicy at scale: 200 pods and 100 policies on the lab cluster (netclaim_lab.benchmarks.policy_scale;
+# prints a POLICY line: rules per pod, the time to apply them all and to follow a relabelled peer).
+bench-policy: deps bins
+	$(BIN)/python -m netclaim_lab.benchmarks.policy_scale 200 100
 
 # 1,000 pod create/delete cycles (about 35 min on 2 cores); exits 1 if anything leaked.
 soak: deps bins

@@ -118,6 +118,31 @@ def test_peers_are_resolved_to_their_addresses_on_the_same_network_within_the_po
     assert allow == Allow(("10.3.0.30/32",))
 
 
+def test_the_peers_of_one_port_list_are_one_allow_however_many_pods_they_are() -> None:
+    """A rule per peer pod grew each pod's table with its namespace; one set per port list does not."""
+    clients = [
+        _pod(f"c{i}", labels={"role": "client"}, addresses={"lan3": (f"10.3.1.{i}", f"fd03::1:{i}")})
+        for i in range(20)
+    ]
+    spec = {
+        **DENY_INGRESS,
+        "ingress": [
+            {"from": [{"podSelector": {"matchLabels": {"role": "client"}}}], "ports": [{"port": 80}]},
+            {
+                "from": [{"ipBlock": {"cidr": "10.9.0.0/16", "except": ["10.9.1.0/24"]}}],
+                "ports": [{"port": 80}],
+            },
+        ],
+    }
+    direction = pod_rules([_policy(spec)], [DB, *clients], NAMESPACES)["db-uid"]["lan3"].ingress
+    assert direction is not None
+    port = (PortMatch("TCP", 80, 80),)
+    by_peer, block = sorted(direction.allows, key=lambda a: a.excepts)
+    assert block == Allow(("10.9.0.0/16",), ("10.9.1.0/24",), port)  # its except kept to it
+    assert by_peer.ports == port and len(by_peer.cidrs) == 40  # both families of the 20 clients
+    assert nftables.counted({"net1": NetworkRules(ingress=direction)}) == (3, 1)  # IPv4 set, IPv6 set, block
+
+
 def test_named_ports_are_the_selected_pods_for_ingress_and_each_peers_for_egress() -> None:
     ingress = {
         **DENY_INGRESS,

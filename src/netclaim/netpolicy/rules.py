@@ -130,7 +130,7 @@ def pod_rules(
                     building.allows.update(allows)
     result: dict[str, dict[str, NetworkRules]] = {}
     for (uid, network, direction), building in built.items():
-        made = Direction(tuple(sorted(building.allows)), tuple(sorted(building.policies)))
+        made = Direction(tuple(sorted(_merged(building.allows))), tuple(sorted(building.policies)))
         current = result.setdefault(uid, {}).get(network, NetworkRules())
         result[uid][network] = (
             NetworkRules(made, current.egress)
@@ -138,6 +138,15 @@ def pod_rules(
             else NetworkRules(current.ingress, made)
         )
     return result
+
+
+def _merged(allows: Iterable[Allow]) -> set[Allow]:
+    """Allows that differ only in their addresses, as one: a rule with one set of every peer, not a rule per
+    peer (one per pod would grow each table with the namespace)."""
+    grouped: dict[tuple[tuple[str, ...], tuple[PortMatch, ...]], set[str]] = {}
+    for allow in allows:
+        grouped.setdefault((allow.excepts, allow.ports), set()).update(allow.cidrs)
+    return {Allow(tuple(sorted(cidrs)), excepts, ports) for (excepts, ports), cidrs in grouped.items()}
 
 
 def _directions(
