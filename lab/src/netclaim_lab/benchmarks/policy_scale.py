@@ -16,6 +16,7 @@ Figures:
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 import json
 import re
@@ -245,11 +246,17 @@ def run(handle: ClusterHandle, pods: int, policies: int, out: Any = sys.stdout) 
     )
     try:
         _apply(handle, workload)
-        started_s = _wait(
-            lambda: sum(p["status"].get("phase") == "Running" for p in _pods(handle)) == pods,
-            60 + pods * 3,
-            f"{pods} pods running",
-        )
+        try:
+            started_s = _wait(
+                lambda: sum(p["status"].get("phase") == "Running" for p in _pods(handle)) == pods,
+                60 + pods * 3,
+                f"{pods} pods running",
+            )
+        except TimeoutError:
+            phases = collections.Counter(str(p["status"].get("phase")) for p in _pods(handle))
+            events = handle.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", "type=Warning")
+            print(f"pods by phase: {dict(phases)}\n{events[-3000:]}", file=out, flush=True)
+            raise
         _apply(handle, policy_objects)
         # every pod isolated with its two allow rules: a guard's isolation alone (nothing allowed, while the
         # controller compiles) is not the end
