@@ -323,6 +323,24 @@ def apply(cluster: ClusterHandle, namespace: str, *documents: dict[str, Any]) ->
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input_text=yaml.safe_dump_all(documents))
 
 
+def example_documents(example: str, name: str, replacements: dict[str, str]) -> list[dict[str, Any]]:
+    """A file of examples/<example> as shipped, with each text of `replacements` replaced (the example's
+    network names by the test cluster's, tests/cluster/policy.yaml)."""
+    text = (REPO_ROOT / "examples" / example / name).read_text()
+    for old, new in replacements.items():
+        assert old in text, f"examples/{example}/{name} no longer says {old!r}"
+        text = text.replace(old, new)
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def runnable_here(pod: dict[str, Any]) -> dict[str, Any]:
+    """An example's pod as the test cluster runs it: the lab's preloaded busybox, no grace period."""
+    for container in pod["spec"]["containers"]:
+        container.update(image=BUSYBOX_IMAGE, imagePullPolicy="Never", command=["sleep", "3600"])
+    pod["spec"]["terminationGracePeriodSeconds"] = 0
+    return pod
+
+
 def deployment(name: str, replicas: int, claim_template: str) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",

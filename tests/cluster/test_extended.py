@@ -9,30 +9,39 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
 from netclaim_lab.cluster import ClusterHandle
-from netclaim_lab.images import BUSYBOX_IMAGE
-from netclaim_lab.layout import REPO_ROOT
-from tests.cluster.helpers import apply, claim_devices, exists, interface_in_pod, kubectl_json, running
+from tests.cluster.helpers import (
+    apply,
+    claim_devices,
+    example_documents,
+    exists,
+    interface_in_pod,
+    kubectl_json,
+    runnable_here,
+    running,
+)
 from tests.cluster.ipam import NETWORK
 from tests.kube import delete, wait_for
 
-EXAMPLE = REPO_ROOT / "examples" / "extended-resources"
 SUBNET = "10.78.0.0/24"  # the example's 10.40.0.0/24 is a tenant's host-local range in test_configure
+# the example, on this cluster's network (its NICs say netclaim.dev/network: lan3)
+REPLACEMENTS = {
+    "classes.yaml": {'network == "fabric"': f'network == "{NETWORK}"'},
+    "ippool.yaml": {
+        "network: fabric": f"network: {NETWORK}",
+        "10.40.0.0/24": SUBNET,
+        "10.40.0.1": "10.78.0.1",
+    },
+    "pod.yaml": {},
+}
 
 
 def _documents(name: str) -> list[dict[str, Any]]:
-    """The example's file, on this cluster's network (its NICs say netclaim.dev/network: lan3)."""
-    text = (EXAMPLE / name).read_text()
-    text = text.replace('network == "fabric"', f'network == "{NETWORK}"').replace(
-        "network: fabric", f"network: {NETWORK}"
-    )
-    text = text.replace("10.40.0.0/24", SUBNET).replace("10.40.0.1", "10.78.0.1")
-    return [d for d in yaml.safe_load_all(text) if d]
+    return example_documents("extended-resources", name, REPLACEMENTS[name])
 
 
 @pytest.fixture
@@ -57,11 +66,8 @@ def test_a_pod_asking_the_extended_resource_gets_the_interface_and_a_pool_addres
     cluster: ClusterHandle, kube: Client, ns: str, classes: None
 ) -> None:
     [pod] = _documents("pod.yaml")
-    container = pod["spec"]["containers"][0]
-    container.update(image=BUSYBOX_IMAGE, imagePullPolicy="Never", command=["sleep", "3600"])
-    pod["spec"]["terminationGracePeriodSeconds"] = 0
     assert "resourceClaims" not in pod["spec"]  # the workload as a device-plugin cluster wrote it
-    apply(cluster, ns, pod)
+    apply(cluster, ns, runnable_here(pod))
     wait_for(
         lambda: any(p.metadata and p.metadata.name == "fabric-user" for p in running(kube, ns)),
         120,

@@ -1,103 +1,105 @@
-"""Several networks per pod: two claims, one of them with two NIC requests, give a pod three interfaces on
-two networks, each shaped and addressed as its own request asks; a name two claims of a pod both ask is
-refused at prepare, before the pod's sandbox."""
+"""Several networks per pod: examples/multinet as shipped, on the test cluster's lan3 and lan1 networks.
+Its two claims, one of them with two NIC requests, give a pod three interfaces on two networks, each
+shaped and addressed (from its network's pool) as its own request asks; a name two claims of a pod both
+ask is refused at prepare, before the pod's sandbox."""
 
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
+import time
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from lightkube import Client
 from lightkube.core.client import FieldSelector
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
+from netclaim.api.ippool import POOLS_POOL
 from netclaim.quantity import parse_quantity
 from netclaim_lab.cluster import ClusterHandle
-from netclaim_lab.images import BUSYBOX_IMAGE
 from tests.cluster.helpers import (
     apply,
     claim_devices,
-    cni_config,
+    example_documents,
     interface_in_pod,
     metadata_devices,
     network_status,
     ping,
+    runnable_here,
     running,
 )
+from tests.cluster.ipam import allocations
 from tests.kube import wait_for
 
-ON_LAN0 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
-ON_LAN1 = (
-    '"network" in device.attributes["netclaim.dev"] && device.attributes["netclaim.dev"].network == "lan1"'
-)
-SIDES = {"left": ("node-1", 10), "right": ("node-2", 20)}  # node, first host number of its ranges
-# interface → (network's NIC selector, subnet, bandwidth asked)
+# the example's networks → the test cluster's (tests/cluster/policy.yaml: ipn0 is lan3, ens1f0 and enp94s0
+# lan1; node-1 and node-2 have both)
+NETWORKS = {"front": "lan3", "back": "lan1"}
+# interface → the pod's claim, its request, the pool of its address, the bandwidth asked (the example's)
 INTERFACES = {
-    "net1": (ON_LAN0, "10.74.0.0/24", "200Mi"),
-    "net2": (ON_LAN1, "10.75.0.0/24", "300Mi"),
-    "net3": (ON_LAN0, "10.76.0.0/24", "100Mi"),
+    "net1": ("front-and-back", "nic-front", "front", "200Mi"),
+    "net2": ("front-and-back", "nic-back", "back", "300Mi"),
+    "net3": ("front", "nic-front", "front", "100Mi"),
 }
+SIDES = {"left": "node-1", "right": "node-2"}
 
 
-def _macvlan(subnet: str, first: int) -> dict[str, Any]:
-    """host-local is per node: each side takes its own ten addresses of the subnet."""
-    prefix = subnet.rsplit(".", 1)[0]
-    ranges = [[{"subnet": subnet, "rangeStart": f"{prefix}.{first}", "rangeEnd": f"{prefix}.{first + 9}"}]]
-    return {
-        "type": "macvlan",
-        "master": "{{ device.ifName }}",
-        "mode": "bridge",
-        "ipam": {"type": "host-local", "ranges": ranges},
-    }
+def _documents(name: str) -> list[dict[str, Any]]:
+    said = {"ippools.yaml": "network: {}", "claim-templates.yaml": 'network == "{}"'}.get(name)
+    replacements = {said.format(ours): said.format(lab) for ours, lab in NETWORKS.items()} if said else {}
+    return example_documents("multinet", name, replacements)
 
 
-def _claim(name: str, interfaces: list[str], first: int) -> dict[str, Any]:
-    requests, configs = [], []
-    for interface in interfaces:
-        cel, subnet, bandwidth = INTERFACES[interface]
-        request = f"nic-{interface}"
-        requests.append(
-            {
-                "name": request,
-                "exactly": {
-                    "deviceClassName": "netclaim-shared",
-                    "selectors": [{"cel": {"expression": cel}}],
-                    "capacity": {"requests": {"netclaim.dev/bandwidth": bandwidth}},
-                },
-            }
+@pytest.fixture
+def pools(cluster: ClusterHandle) -> Iterator[dict[str, str]]:
+    """The example's pools, created: name → subnet."""
+    documents = _documents("ippools.yaml")
+    apply(cluster, "default", *documents)
+    yield {d["metadata"]["name"]: d["spec"]["ranges"][0]["subnet"] for d in documents}
+    for document in documents:
+        cluster.kubectl("delete", "ippool", document["metadata"]["name"], "--ignore-not-found")
+
+
+def _pod(name: str, node: str, claims: list[str] | None = None) -> dict[str, Any]:
+    """The example's pod, on `node`; `claims`: its claims made from these templates instead."""
+    [pod] = _documents("pod.yaml")
+    pod["metadata"]["name"] = name
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    if claims is not None:
+        pod["spec"]["resourceClaims"] = [
+            {"name": f"claim-{i}", "resourceClaimTemplateName": t} for i, t in enumerate(claims)
+        ]
+        pod["spec"]["containers"][0]["resources"]["claims"] = [
+            {"name": f"claim-{i}"} for i in range(len(claims))
+        ]
+    return runnable_here(pod)
+
+
+def _pod_claims(kube: Client, namespace: str, pod: str) -> dict[str, str]:
+    """The pod's name for each of its claims → the claim made for it (none while not made yet)."""
+    found = kube.get(Pod, pod, namespace=namespace)
+    statuses = (found.status.resourceClaimStatuses if found.status else None) or []
+    return {s.name: s.resourceClaimName for s in statuses if s.resourceClaimName}
+
+
+def _nic_entries(kube: Client, namespace: str, claims: list[str]) -> list[dict[str, Any]]:
+    return [e for c in claims for e in claim_devices(kube, namespace, c) if e["pool"] != POOLS_POOL]
+
+
+def _all_ready(kube: Client, namespace: str, pod: str) -> bool:
+    claims = _pod_claims(kube, namespace, pod)
+    entries = _nic_entries(kube, namespace, list(claims.values()))
+    return (
+        len(claims) == 2
+        and len(entries) == len(INTERFACES)
+        and all(
+            any(c["type"] == "Ready" and c["status"] == "True" for c in e.get("conditions", []))
+            for e in entries
         )
-        config = cni_config([_macvlan(subnet, first)], interface=interface, name=f"mn-{interface}")
-        configs.append({"requests": [request], "opaque": {"driver": "netclaim.dev", "parameters": config}})
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {"devices": {"requests": requests, "config": configs}},
-    }
-
-
-def _pod(name: str, node: str, claims: list[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "resourceClaims": [{"name": c, "resourceClaimName": c} for c in claims],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": BUSYBOX_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sleep", "3600"],
-                    "resources": {"claims": [{"name": c} for c in claims]},
-                }
-            ],
-        },
-    }
+    )
 
 
 def _addresses_in_pod(cluster: ClusterHandle, namespace: str, pod: str) -> dict[str, set[str]]:
@@ -110,70 +112,71 @@ def _addresses_in_pod(cluster: ClusterHandle, namespace: str, pod: str) -> dict[
     return found
 
 
-def _entries(kube: Client, namespace: str, claims: list[str]) -> list[dict[str, Any]]:
-    return [e for c in claims for e in claim_devices(kube, namespace, c)]
-
-
-def _all_ready(kube: Client, namespace: str, claims: list[str], count: int) -> bool:
-    entries = _entries(kube, namespace, claims)
-    return len(entries) == count and all(
-        any(c["type"] == "Ready" and c["status"] == "True" for c in e.get("conditions", [])) for e in entries
-    )
-
-
 def test_three_interfaces_from_two_claims_on_two_networks_each_as_asked_and_reaching_the_other_node(
-    cluster: ClusterHandle, kube: Client, ns: str
+    cluster: ClusterHandle, kube: Client, ns: str, pools: dict[str, str]
 ) -> None:
-    claims = {side: [f"{side}-a", f"{side}-b"] for side in SIDES}
-    for side, (node, first) in SIDES.items():
-        a, b = claims[side]
-        apply(
-            cluster,
-            ns,
-            _claim(a, ["net1", "net2"], first),
-            _claim(b, ["net3"], first),
-            _pod(side, node, claims[side]),
-        )
-    for side_claims in claims.values():
-        wait_for(
-            functools.partial(_all_ready, kube, ns, side_claims, 3),
-            120,
-            f"{side_claims}: three interfaces Ready",
-        )
+    apply(cluster, ns, *_documents("claim-templates.yaml"))
+    apply(cluster, ns, *(_pod(side, node) for side, node in SIDES.items()))
+    for side in SIDES:
+        wait_for(functools.partial(_all_ready, kube, ns, side), 120, f"{side}: three interfaces Ready")
     wait_for(lambda: len(running(kube, ns)) == 2, 60, "both pods running")
 
     shown: dict[str, dict[str, set[str]]] = {}
-    for side, (node, first) in SIDES.items():
+    for side, node in SIDES.items():
         shown[side] = _addresses_in_pod(cluster, ns, side)
         assert set(shown[side]) == set(INTERFACES), shown[side]
-        entries = _entries(kube, ns, claims[side])
-        # one status entry per interface, with the addresses `ip a` shows
+        claims = _pod_claims(kube, ns, side)
+        # one NIC status entry per interface, with the addresses `ip a` shows
+        entries = _nic_entries(kube, ns, list(claims.values()))
+        assert len(entries) == len(INTERFACES), entries
         assert {e["networkData"]["interfaceName"]: set(e["networkData"]["ips"]) for e in entries} == shown[
             side
         ]
-        for interface, (_, subnet, _) in INTERFACES.items():
+        # each interface's one address is its network's pool's, and the pool's entry of its claim says so
+        pool_entries = [
+            (e["device"], e["networkData"]["interfaceName"], set(e["networkData"]["ips"]))
+            for c in claims.values()
+            for e in claim_devices(kube, ns, c)
+            if e["pool"] == POOLS_POOL
+        ]
+        assert sorted(pool_entries) == sorted(
+            (pool, interface, shown[side][interface]) for interface, (_, _, pool, _) in INTERFACES.items()
+        )
+        for interface, (_, _, pool, _) in INTERFACES.items():
             [cidr] = shown[side][interface]
-            host = int(cidr.split("/")[0].rsplit(".", 1)[1])
-            assert cidr.startswith(subnet.rsplit(".", 1)[0]) and first <= host < first + 10, (interface, cidr)
+            assert ipaddress.ip_interface(cidr).network == ipaddress.ip_network(pools[pool]), (
+                interface,
+                cidr,
+            )
         # each NIC result consumed the bandwidth its request asked
-        for name in claims[side]:
-            claim = kube.get(ResourceClaim, name, namespace=ns)
+        for pod_claim, claim_name in claims.items():
+            claim = kube.get(ResourceClaim, claim_name, namespace=ns)
             assert claim.status is not None and claim.status.allocation is not None
             assert claim.status.allocation.devices is not None
-            for result in claim.status.allocation.devices.results or []:
-                asked = INTERFACES[result.request.removeprefix("nic-")][2]
+            results = [r for r in claim.status.allocation.devices.results or [] if r.pool != POOLS_POOL]
+            asked = {request: bw for c, request, _, bw in INTERFACES.values() if c == pod_claim}
+            assert sorted(r.request for r in results) == sorted(asked), (pod_claim, results)
+            for result in results:
                 consumed = (result.consumedCapacity or {}).get("netclaim.dev/bandwidth")
-                assert consumed is not None and parse_quantity(consumed) == parse_quantity(asked), (
-                    name,
-                    result,
-                )
+                assert consumed is not None, result
+                assert parse_quantity(consumed) == parse_quantity(asked[result.request]), result
                 assert result.pool == node
+    # the pools hold exactly the addresses the pods show: one each, none twice across the nodes
+    for pool in pools:
+        held = sorted(a.address for a in allocations(cluster, pool))
+        assert held == sorted(
+            cidr
+            for side in SIDES
+            for interface, (_, _, of, _) in INTERFACES.items()
+            if of == pool
+            for cidr in shown[side][interface]
+        )
     # each container reads its interfaces where Kubernetes says (KEP-5304), as `ip a` shows them
-    for interface in INTERFACES:
-        holder = claims["left"][0] if interface in ("net1", "net2") else claims["left"][1]
-        [device] = metadata_devices(cluster, ns, "left", f"resourceclaims/{holder}/nic-{interface}")
+    for interface, (pod_claim, request, pool, _) in INTERFACES.items():
+        [device] = metadata_devices(cluster, ns, "left", f"resourceclaimtemplates/{pod_claim}/{request}")
         mac, ips, _ = interface_in_pod(cluster, ns, "left", interface)
         assert device["networkData"] == {"interfaceName": interface, "ips": ips, "hardwareAddress": mac}
+        assert device["attributes"]["netclaim.dev/network"] == {"string": NETWORKS[pool]}
     # the Multus network-status annotation (on in the test cluster) lists all three, as Multus would
     annotated = {e["interface"]: e for e in network_status(kube, ns, "left")}
     assert set(annotated) == set(INTERFACES), annotated
@@ -185,12 +188,11 @@ def test_three_interfaces_from_two_claims_on_two_networks_each_as_asked_and_reac
 
 
 def test_two_claims_of_a_pod_naming_one_interface_are_refused_before_its_sandbox(
-    cluster: ClusterHandle, kube: Client, ns: str
+    cluster: ClusterHandle, kube: Client, ns: str, pools: dict[str, str]
 ) -> None:
-    first = _claim("first", ["net1"], 30)
-    second = _claim("second", ["net3"], 30)
-    second["spec"]["devices"]["config"][0]["opaque"]["parameters"]["interfaceName"] = "net1"
-    apply(cluster, ns, first, second, _pod("clash", "node-1", ["first", "second"]))
+    """The same template twice: both claims name net1 and net2."""
+    apply(cluster, ns, *_documents("claim-templates.yaml"))
+    apply(cluster, ns, _pod("clash", "node-1", ["front-and-back", "front-and-back"]))
 
     def refusal() -> str:
         selector: FieldSelector = {"involvedObject.name": "clash", "reason": "NetclaimPrepareFailed"}
@@ -198,11 +200,25 @@ def test_two_claims_of_a_pod_naming_one_interface_are_refused_before_its_sandbox
         return str(events[0].message) if events else ""
 
     wait_for(lambda: bool(refusal()), 120, "the pod's second claim refused at prepare")
-    assert re.search(
-        rf"claim {ns}/(first|second): request nic-net\d names interface net1, as claim "
-        rf"{ns}/(first|second) of the same pod does; give one of them another interfaceName",
+    found = re.search(
+        rf"claim {ns}/(\S+): request nic-(front|back) names interface net[12], as claim {ns}/(\S+) of the "
+        "same pod does; give one of them another interfaceName",
         refusal(),
-    ), refusal()
+    )
+    assert found and found.group(1) != found.group(3), refusal()
+    refused, prepared = found.group(1), found.group(3)
+    assert set(_pod_claims(kube, ns, "clash").values()) == {refused, prepared}
+
+    def failed(claim: str) -> bool:
+        return any(
+            c["status"] == "False" and c["reason"] == "PrepareFailed"
+            for e in claim_devices(kube, ns, claim)
+            for c in e.get("conditions", [])
+        )
+
+    wait_for(lambda: failed(refused), 60, f"claim {refused} Ready=False PrepareFailed")
+    assert not failed(prepared)
+    time.sleep(5)  # kubelet keeps retrying prepare meanwhile: the pod must stay without a container
     pod = kube.get(Pod, "clash", namespace=ns)
-    statuses = (pod.status.containerStatuses if pod.status else None) or []
-    assert not any(s.state and s.state.running for s in statuses)  # never started
+    assert pod.status is not None and pod.status.phase == "Pending", pod.status
+    assert not any(s.state and s.state.running for s in pod.status.containerStatuses or [])

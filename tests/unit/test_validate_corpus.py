@@ -1,6 +1,6 @@
 """`netclaim validate`: the offline-checkable mistakes users make (issue 14's list), each refused naming
 the field; what is valid passes; a file with nothing to check is said to be so; and every example in
-docs/ is accepted by what consumes it."""
+docs/ and examples/ is accepted by what consumes it."""
 
 from __future__ import annotations
 
@@ -397,6 +397,14 @@ def test_every_yaml_example_in_the_docs_is_accepted(tmp_path: Path, where: str, 
 
 def test_the_docs_have_examples_to_check() -> None:
     assert len(_docs_blocks()) >= 10
+
+
+@pytest.mark.parametrize("example", ["demo", "extended-resources", "multinet"])
+def test_every_shipped_example_is_accepted(example: str) -> None:
+    """What a user applies first: examples/<example> as a set (a pod and its claims' templates together)."""
+    paths = sorted((ROOT / "examples" / example).glob("*.yaml"))
+    report = validate_files([p for p in paths if p.name != "cluster.yaml"], KNOWN)
+    assert report.problems == [], report
 
 
 def test_a_claim_wide_config_does_not_make_another_drivers_request_an_interface(tmp_path: Path) -> None:
