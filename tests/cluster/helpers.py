@@ -458,6 +458,21 @@ def controller_metrics(cluster: ClusterHandle) -> dict[str, float]:
     return found
 
 
+METADATA_DIR = "/var/lib/kubelet/plugins/netclaim.dev/dra-device-metadata"  # the agent's, on the node
+
+
+def metadata_on_node(cluster: ClusterHandle, node: str, namespace: str, claim: str, uid: str) -> list[str]:
+    """What the node keeps of a claim's device metadata: "files" (its directory of metadata files) and
+    "cdi" (a device of the claim in the node's metadata CDI spec)."""
+    directories = in_node(cluster, node, "sh", "-c", f"ls {METADATA_DIR} 2>/dev/null; true").split()
+    specs = in_node(cluster, node, "sh", "-c", "cat /run/cdi/netclaim.dev_metadata* 2>/dev/null; true")
+    return [
+        what
+        for what, kept in (("files", f"{namespace}_{claim}" in directories), ("cdi", uid in specs))
+        if kept
+    ]
+
+
 def metadata_devices(cluster: ClusterHandle, namespace: str, pod: str, where: str) -> list[dict[str, Any]]:
     """The devices of a claim's request as the pod's container reads them (KEP-5304): `where` is
     resourceclaims/<claim>/<request> or resourceclaimtemplates/<pod's name for the claim>/<request>; the

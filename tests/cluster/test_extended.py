@@ -1,6 +1,9 @@
 """Extended resources backed by netclaim (KEP-5004): examples/extended-resources as shipped, on the test
 cluster's lan3 network. A pod that asks `limits: {netclaim.dev/fabric: 1, netclaim.dev/fabric-ip: 1}` and
-no claim runs with the class's interface and an address of the pool; deleting it releases everything."""
+no claim runs with the class's interface and an address of the pool; deleting it releases everything: the
+claim, the address, and on the node the agent's rows, the metadata files and the interface.
+
+Why two limits and not one: docs/composing.md, "Why a pool address takes a second resource"."""
 
 from __future__ import annotations
 
@@ -19,10 +22,14 @@ from tests.cluster.helpers import (
     claim_devices,
     example_documents,
     exists,
+    in_node,
     interface_in_pod,
     kubectl_json,
+    metadata_on_node,
+    node_name,
     runnable_here,
     running,
+    store_rows,
 )
 from tests.cluster.ipam import NETWORK
 from tests.kube import delete, wait_for
@@ -87,6 +94,24 @@ def test_a_pod_asking_the_extended_resource_gets_the_interface_and_a_pool_addres
     assert {e["networkData"]["interfaceName"] for e in entries} == {"fabric0"}
     assert address in {ip for e in entries for ip in e["networkData"]["ips"]}
 
+    # what the node keeps for the claim while its pod runs, so that its absence after says something
+    node = node_name(kube.get(Pod, "fabric-user", namespace=ns))
+    claim = kube.get(ResourceClaim, claim_name, namespace=ns)
+    assert claim.metadata is not None
+    uid = str(claim.metadata.uid)
+    assert [r for r in store_rows(cluster, node) if r["claim_uid"] == uid]
+    assert metadata_on_node(cluster, node, ns, claim_name, uid) == ["files", "cdi"]
+
     delete(kube, Pod, "fabric-user", ns)
     wait_for(lambda: not exists(kube, ResourceClaim, claim_name, ns), 60, "the pod's claim deleted with it")
     wait_for(lambda: _allocations(cluster) == [], 60, "the pool's address released")
+    wait_for(
+        lambda: (
+            not [r for r in store_rows(cluster, node) if r["claim_uid"] == uid]
+            and metadata_on_node(cluster, node, ns, claim_name, uid) == []
+        ),
+        60,
+        "the claim's store rows, metadata files and CDI device removed from the node",
+    )
+    # the macvlan went with the pod's namespace; one left in the node's would be a half-done ADD's
+    assert "macvlan" not in in_node(cluster, node, "ip", "-d", "-o", "link", "show")

@@ -17,6 +17,7 @@ from tests.cluster.helpers import (
     interface_in_pod,
     macvlan,
     metadata_devices,
+    metadata_on_node,
     node_name,
     pod_claim_name,
     pod_manifest,
@@ -24,7 +25,6 @@ from tests.cluster.helpers import (
 from tests.kube import delete, wait_for
 
 ON_ENP0S10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
-DATA_DIR = "/var/lib/kubelet/plugins/netclaim.dev/dra-device-metadata"
 
 
 def test_a_container_reads_its_interface_and_device_from_the_metadata_file(
@@ -48,14 +48,13 @@ def test_a_container_reads_its_interface_and_device_from_the_metadata_file(
 
     claim = kube.get(ResourceClaim, pod_claim_name(kube, ns, "reader"), namespace=ns)
     assert claim.metadata is not None
-    uid, name = claim.metadata.uid, claim.metadata.name
-    assert f"{ns}_{name}" in in_node(cluster, node, "ls", DATA_DIR)
+    uid, name = str(claim.metadata.uid), str(claim.metadata.name)
+    assert metadata_on_node(cluster, node, ns, name, uid) == ["files", "cdi"]
     # one spec for the node's metadata devices (containerd rereads every spec file at each change)
     assert f'"{uid}_nic"' in in_node(cluster, node, "cat", "/run/cdi/netclaim.dev_metadata.json")
     delete(kube, Pod, "reader", ns)
-
-    def nothing_left() -> bool:
-        specs = in_node(cluster, node, "sh", "-c", "cat /run/cdi/netclaim.dev_metadata* 2>/dev/null; true")
-        return f"{ns}_{name}" not in in_node(cluster, node, "ls", DATA_DIR) and str(uid) not in specs
-
-    wait_for(nothing_left, 60, "the claim's metadata file and its CDI device removed")
+    wait_for(
+        lambda: metadata_on_node(cluster, node, ns, name, uid) == [],
+        60,
+        "the claim's metadata file and its CDI device removed",
+    )
