@@ -473,12 +473,15 @@ def metadata_on_node(cluster: ClusterHandle, node: str, namespace: str, claim: s
     ]
 
 
-def metadata_devices(cluster: ClusterHandle, namespace: str, pod: str, where: str) -> list[dict[str, Any]]:
-    """The devices of a claim's request as the pod's container reads them (KEP-5304): `where` is
-    resourceclaims/<claim>/<request> or resourceclaimtemplates/<pod's name for the claim>/<request>; the
-    first object of the stream, the newest version."""
+def metadata_devices(
+    cluster: ClusterHandle, namespace: str, pod: str, where: str, container: str | None = None
+) -> list[dict[str, Any]]:
+    """The devices of a claim's request as a container of the pod (its first unless named) reads them
+    (KEP-5304): `where` is resourceclaims/<claim>/<request> or resourceclaimtemplates/<pod's name for the
+    claim>/<request>; the first object of the stream, the newest version."""
     path = f"/var/run/kubernetes.io/dra-device-attributes/{where}/netclaim.dev-metadata.json"
-    text = cluster.kubectl("exec", "-n", namespace, pod, "--", "cat", path)
+    chosen = ["-c", container] if container else []
+    text = cluster.kubectl("exec", "-n", namespace, pod, *chosen, "--", "cat", path)
     first, _ = json.JSONDecoder().raw_decode(text)
     assert first["apiVersion"] == "metadata.resource.k8s.io/v1beta1", first
     return [d for r in first["requests"] for d in r["devices"]]

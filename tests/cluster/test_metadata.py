@@ -1,7 +1,10 @@
-"""Network metadata inside the pod (KEP-5304): the container reads its claim's interface from the file
-Kubernetes defines, the same as `ip a` shows, and nothing of it stays on the node once the pod is gone."""
+"""Network metadata inside the pod (KEP-5304): each container using the claim reads its interface from
+the file Kubernetes defines (name, addresses and MAC as `ip a` shows them; gateways, routes and network as
+the CNI config made them), and nothing of it stays on the node once the pod is gone."""
 
 from __future__ import annotations
+
+import copy
 
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
@@ -30,15 +33,28 @@ ON_ENP0S10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
 def test_a_container_reads_its_interface_and_device_from_the_metadata_file(
     cluster: ClusterHandle, kube: Client, ns: str
 ) -> None:
-    config = cni_config([macvlan("10.77.0.0/24")], name="md-net")
-    apply(
-        cluster, ns, claim_template("t", "netclaim-shared", ON_ENP0S10, config), pod_manifest("reader", "t")
-    )
+    plugin = macvlan("10.77.0.0/24")
+    plugin["ipam"]["ranges"][0][0]["gateway"] = "10.77.0.1"
+    plugin["ipam"]["routes"] = [{"dst": "10.99.0.0/16", "gw": "10.77.0.1"}]
+    pod = pod_manifest("reader", "t")
+    [main] = pod["spec"]["containers"]
+    pod["spec"]["containers"].append({**copy.deepcopy(main), "name": "second"})  # uses the same claim
+    config = cni_config([plugin], name="md-net")
+    apply(cluster, ns, claim_template("t", "netclaim-shared", ON_ENP0S10, config), pod)
     wait_for(lambda: configured_and_running(kube, ns, "reader"), 120, "the pod configured and running")
     # a claim from the pod's template: found under the pod's name for it (net) and the request (nic)
     [device] = metadata_devices(cluster, ns, "reader", "resourceclaimtemplates/net/nic")
+    assert metadata_devices(cluster, ns, "reader", "resourceclaimtemplates/net/nic", container="second") == [
+        device
+    ]
     mac, ips, _ = interface_in_pod(cluster, ns, "reader", "net1")
     assert device["networkData"] == {"interfaceName": "net1", "ips": ips, "hardwareAddress": mac}
+    # what networkData has no field for, under our names: from the CNI result, as the pod has it
+    routes = cluster.kubectl("exec", "-n", ns, "reader", "--", "ip", "route", "show", "dev", "net1")
+    assert "10.99.0.0/16 via 10.77.0.1" in routes, routes
+    assert device["attributes"]["netclaim.dev/routes"] == {"strings": ["10.99.0.0/16 via 10.77.0.1"]}
+    assert device["attributes"]["netclaim.dev/gateways"] == {"strings": ["10.77.0.1"]}
+    assert device["attributes"]["netclaim.dev/cniNetwork"] == {"string": "md-net"}
     node = node_name(kube.get(Pod, "reader", namespace=ns))
     assert (device["driver"], device["pool"]) == ("netclaim.dev", node)
     # the NIC's attributes as published, the standard ones included (tests/cluster/cluster.yaml)

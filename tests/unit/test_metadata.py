@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from netclaim.configure.metadata import API_VERSIONS, DeviceMetadataFiles
+from netclaim.configure.metadata import API_VERSIONS, MAX_ATTRIBUTES, DeviceMetadataFiles
 from netclaim.configure.status import ClaimRef
+from netclaim.configure.store import Interface, Outcome, State
+from netclaim.names import NETWORK
 from netclaim.objects import Claim, PodRef
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
@@ -22,6 +24,7 @@ from tests.unit.fakes import (
     sample_claim,
     sample_config,
     sample_device,
+    sample_row,
 )
 
 NIC = sample_device("enp1s0")
@@ -60,6 +63,12 @@ def _host_file(rig: ConfigureRig, claim: Claim = CLAIM, request: str = "net") ->
 
 def _spec(rig: ConfigureRig, claim: Claim = CLAIM) -> dict[str, Any]:
     found: dict[str, Any] = json.loads((rig.root / "cdi" / "netclaim.dev_metadata.json").read_text())
+    return found
+
+
+def _attributes(rig: ConfigureRig) -> dict[str, Any]:
+    [device] = _stream(_host_file(rig))[0]["requests"][0]["devices"]
+    found: dict[str, Any] = device["attributes"]
     return found
 
 
@@ -224,3 +233,74 @@ async def test_an_attach_the_repair_loop_makes_updates_the_file_too(rig: Configu
     await rig.hooks.synchronize([rig.sandbox()])
     [device] = _stream(_host_file(rig))[0]["requests"][0]["devices"]
     assert device["networkData"]["interfaceName"] == "net1"
+
+
+# A bridge-like chain's result: the host side's address and gateway are not the pod interface's.
+CNI_RESULT = {
+    "cniVersion": "1.0.0",
+    "interfaces": [
+        {"name": "br-lan", "mac": "02:00:00:00:00:01"},
+        {"name": "net1", "mac": "02:00:0a:5a:00:0a", "sandbox": "/var/run/netns/pod-1"},
+    ],
+    "ips": [
+        {"address": "10.90.0.10/24", "gateway": "10.90.0.1", "interface": 1},
+        {"address": "fd00:90::a/64", "gateway": "fd00:90:0:0::1", "interface": 1},
+        {"address": "10.90.0.254/24", "gateway": "10.90.0.254", "interface": 0},
+    ],
+    "routes": [
+        {"dst": "0.0.0.0/0", "gw": "10.90.0.1"},
+        {"dst": "10.99.0.0/16"},  # no gw: CNI's "the interface's gateway", kept as the result says it
+        {"dst": "fd00:99::/48", "gw": "not an address"},
+        {"dst": "2001:db8:aaaa:bbbb:cccc:dddd:eeee:0/112", "gw": "2001:db8:aaaa:bbbb:cccc:dddd:eeee:ffff"},
+    ],
+}
+
+
+def test_an_interface_carries_its_network_gateways_and_routes_beside_the_standard_network_data(
+    rig: ConfigureRig,
+) -> None:
+    """networkData is the KEP's (name, addresses, MAC); the rest a container needs of its interface is in
+    the NIC's attributes: the network's names, then, once the ADD ran, the result's gateways and routes."""
+    nic = sample_device("ipn0")
+    row = sample_row(replace(nic, attributes={**nic.attributes, NETWORK: "lan3"}))
+    rig.metadata.prepared([row], "")
+    before = _attributes(rig)
+    assert before["netclaim.dev/cniNetwork"] == {"string": "lan"}  # the CNI config's name
+    assert before[NETWORK] == {"string": "lan3"}  # the admin's, as published
+    assert "netclaim.dev/gateways" not in before and "netclaim.dev/routes" not in before
+
+    interface = Interface(
+        name="net1", mac="02:00:0a:5a:00:0a", mtu=1500, addresses=("10.90.0.10/24", "fd00:90::a/64")
+    )
+    rig.metadata.attached(
+        [row.with_state(State.ATTACHED, outcome=Outcome(cni_result=CNI_RESULT, interface=interface))]
+    )
+    [device] = _stream(_host_file(rig))[0]["requests"][0]["devices"]
+    assert device["networkData"] == {
+        "interfaceName": "net1",
+        "ips": ["10.90.0.10/24", "fd00:90::a/64"],
+        "hardwareAddress": "02:00:0a:5a:00:0a",
+    }
+    assert device["attributes"]["netclaim.dev/gateways"] == {"strings": ["10.90.0.1", "fd00:90::1"]}
+    # a route whose gateway is no address is left out, and so is one longer than an attribute's 64
+    assert device["attributes"]["netclaim.dev/routes"] == {
+        "strings": ["0.0.0.0/0 via 10.90.0.1", "10.99.0.0/16"]
+    }
+    assert device["attributes"][NETWORK] == {"string": "lan3"}
+
+
+def test_a_nic_with_too_many_attributes_keeps_the_interfaces_and_the_standard_ones(
+    rig: ConfigureRig,
+) -> None:
+    nic = sample_device()
+    many: dict[str, bool | int | str] = {f"netclaim.dev/extra{i:02d}": i for i in range(MAX_ATTRIBUTES)}
+    standard: dict[str, bool | int | str] = {
+        "resource.kubernetes.io/pcieRoot": "pci0000:5d",
+        "resource.kubernetes.io/numaNode": 0,
+    }
+    rig.metadata.prepared([sample_row(replace(nic, attributes={**many, **standard}))], "")
+    attributes = _attributes(rig)
+    assert len(attributes) == MAX_ATTRIBUTES
+    assert "netclaim.dev/cniNetwork" in attributes
+    assert attributes["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:5d"}
+    assert attributes["resource.kubernetes.io/numaNode"] == {"int": 0}

@@ -1,5 +1,5 @@
 """Device metadata inside the pod (KEP-5304, Kubernetes 1.37): every container that uses a claim can read
-its interfaces (name, addresses, MAC) and its devices' attributes from a file at
+its interfaces (name, addresses, MAC; gateways, routes and network) and its devices' attributes from a file at
 `/var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/netclaim.dev-metadata.json`
 (`resourceclaimtemplates/<pod's name for the claim>/…` for a claim made from a template), as every driver
 built on Kubernetes' kubelet plugin library writes it:
@@ -15,7 +15,11 @@ built on Kubernetes' kubelet plugin library writes it:
 - deferred, as the KEP made it for network devices: prepare writes generation 1 (the devices and their
   attributes; pool addresses, known by then), the sandbox hook writes generation 2 with each interface's
   networkData once it is in the pod. The runtime makes the mount when it creates a container, after the
-  sandbox hook: containers see generation 2.
+  sandbox hook: containers see generation 2;
+- networkData is the KEP's (name, addresses, MAC). What else a container needs of its interface is in the
+  NIC's attributes, under netclaim.dev names: `cniNetwork` (the CNI config's network name), and from the
+  ADD's CNI result `gateways` and `routes` (lists of strings, `<dst>` or `<dst> via <gw>`, as the result
+  says them). The NIC's `network`, when the admin's policy names one, is a published attribute already.
 
 Metadata never fails a claim: a file that cannot be written is logged and the claim goes without it (the
 library does the same). NodeUnprepareResources removes the claim's directory and its devices from the
@@ -24,6 +28,7 @@ spec.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -36,6 +41,7 @@ from typing import Any
 from netclaim.configure.gate import CDI_VERSION
 from netclaim.configure.status import network_data
 from netclaim.configure.store import Attachment, State
+from netclaim.names import DRIVER_DOMAIN, STANDARD_DOMAIN
 from netclaim.publish.devices import typed_attribute
 
 log = logging.getLogger(__name__)
@@ -43,7 +49,9 @@ log = logging.getLogger(__name__)
 API_VERSIONS = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")  # newest first
 CONTAINER_ROOT = "/var/run/kubernetes.io/dra-device-attributes"
 MAX_ATTRIBUTES = 32  # a reader's validation refuses more
+MAX_TEXT = 64  # characters of an attribute's string, as in a ResourceSlice
 SUBDIRECTORY = "dra-device-metadata"
+CNI_NETWORK, GATEWAYS, ROUTES = (f"{DRIVER_DOMAIN}/{key}" for key in ("cniNetwork", "gateways", "routes"))
 
 
 def base_request(request: str) -> str:
@@ -52,8 +60,87 @@ def base_request(request: str) -> str:
 
 
 def _attributes(row: Attachment) -> dict[str, Any]:
-    names = sorted(row.plan.nic.attributes)[:MAX_ATTRIBUTES]
-    return {name: typed_attribute(row.plan.nic.attributes[name]) for name in names}
+    """The interface's attributes and the NIC's published ones. Past MAX_ATTRIBUTES the interface's are
+    kept first, then the standard ones (what a reader aligning devices of several drivers looks for)."""
+    found = _interface_attributes(row)
+    published = sorted(
+        (name for name in row.plan.nic.attributes if name not in found),
+        key=lambda name: (not name.startswith(f"{STANDARD_DOMAIN}/"), name),
+    )
+    for name in published[: MAX_ATTRIBUTES - len(found)]:
+        found[name] = typed_attribute(row.plan.nic.attributes[name])
+    return dict(sorted(found.items()))
+
+
+def _interface_attributes(row: Attachment) -> dict[str, Any]:
+    """The CNI network's name from the plan; once attached, the gateways and routes of the ADD's result."""
+    found: dict[str, Any] = {}
+    name = row.plan.conflist.get("name")
+    if isinstance(name, str):
+        found[CNI_NETWORK] = {"string": name[:MAX_TEXT]}
+    interface = row.outcome.interface
+    result = row.outcome.cni_result
+    if row.state != State.ATTACHED or interface is None or result is None:
+        return found
+    gateways = _gateways(result, interface.name)
+    if gateways:
+        found[GATEWAYS] = {"strings": gateways}
+    routes = _routes(result)
+    if routes:
+        found[ROUTES] = {"strings": routes}
+    return found
+
+
+def _gateways(result: dict[str, Any], interface: str) -> list[str]:
+    """The gateways of the result's addresses on the pod's interface (a chain may also report addresses
+    of a host-side interface, by index into `interfaces`), once each, in the result's order."""
+    listed = result.get("interfaces")
+    interfaces = listed if isinstance(listed, list) else []
+    found: list[str] = []
+    ips = result.get("ips")
+    for entry in ips if isinstance(ips, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        index = entry.get("interface")
+        if isinstance(index, int) and 0 <= index < len(interfaces):
+            named = interfaces[index]
+            if not isinstance(named, dict) or named.get("name") != interface:
+                continue
+        gateway = _address(entry.get("gateway"))
+        if gateway is not None and gateway not in found:
+            found.append(gateway)
+    return found
+
+
+def _routes(result: dict[str, Any]) -> list[str]:
+    """The result's routes as `<dst>` or `<dst> via <gw>`; one that is not a route (a destination or a
+    gateway that is not an address), or longer than an attribute's string may be, is left out."""
+    found: list[str] = []
+    routes = result.get("routes")
+    for route in routes if isinstance(routes, list) else []:
+        if not isinstance(route, dict):
+            continue
+        try:
+            destination = str(ipaddress.ip_network(str(route.get("dst")), strict=False))
+        except ValueError:
+            continue
+        gateway = _address(route.get("gw"))
+        if gateway is None and route.get("gw") is not None:
+            continue
+        text = f"{destination} via {gateway}" if gateway is not None else destination
+        if len(text) <= MAX_TEXT and text not in found:
+            found.append(text)
+    return found
+
+
+def _address(value: object) -> str | None:
+    """An IP address in canonical form; None for anything else."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return None
 
 
 def _devices(driver: str, rows: Iterable[Attachment]) -> dict[str, list[dict[str, Any]]]:
