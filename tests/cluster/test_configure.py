@@ -257,8 +257,9 @@ def test_an_admins_host_local_ipv6_range_reaches_the_pod_and_its_status(
 def test_a_claim_named_by_a_second_pod_is_refused_before_that_pod_starts(
     cluster: ClusterHandle, kube: Client, ns: str
 ) -> None:
-    """One claim, one pod (docs/config.md): the scheduler's reservation of the claim for a second pod is
-    refused by admission, so that pod stays Pending, saying why; the first keeps its interface."""
+    """One claim, one pod (docs/composing.md, "One claim, one pod"; the admission policy in
+    docs/security.md): the scheduler's reservation of the claim for a second pod is refused by admission,
+    so that pod stays Pending, saying why; the first keeps its interface."""
     spec = claim_template(
         "unused", "netclaim-shared", "true", cni_config([macvlan("10.51.0.0/24")], name="sh")
     )
