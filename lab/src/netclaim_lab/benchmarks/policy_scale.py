@@ -21,10 +21,12 @@ import ipaddress
 import json
 import re
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -40,6 +42,7 @@ SUBNET = "10.66.0.0/22"
 NETWORK = "lan3"  # ipn0 on node-1, node-2 and node-4 of tests/cluster/cluster.yaml
 NODES = ("node-1", "node-2", "node-4")
 ROLES = 10
+TEST_POLICY = REPO_ROOT / "tests" / "cluster" / "policy.yaml"
 CONTROLLER_METRICS = "/api/v1/namespaces/netclaim-system/pods/{pod}:9178/proxy/metrics"
 
 
@@ -326,9 +329,21 @@ def run(handle: ClusterHandle, pods: int, policies: int, out: Any = sys.stdout) 
     return figures
 
 
+def publish_policy(pods: int, path: Path) -> Path:
+    """The test suite's publish policy with room for `pods` shares of ipn0 across NODES (32 a NIC by
+    default, docs/policy.md), written to `path`."""
+    policy = yaml.safe_load(TEST_POLICY.read_text())
+    for rule in policy["rules"]:
+        if rule["match"].get("names") == ["ipn0"]:
+            rule["attachments"] = max(32, -(-pods // len(NODES)) + 4)
+    path.write_text(yaml.safe_dump(policy))
+    return path
+
+
 def main(pods: int = 200, policies: int = 100) -> int:
     handle = cluster.up(REPO_ROOT / "tests" / "cluster" / "cluster.yaml")
-    agents.deploy(handle, REPO_ROOT / "tests" / "cluster" / "policy.yaml")
+    with tempfile.TemporaryDirectory() as scratch:
+        agents.deploy(handle, publish_policy(pods, Path(scratch) / "policy.yaml"))
     try:
         run(handle, pods, policies)
     finally:
