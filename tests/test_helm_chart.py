@@ -272,9 +272,19 @@ def test_namespace_and_crd_switches(helm: Path) -> None:
     assert render(helm, "--set", "namespace.create=false") == {
         k: v for k, v in default.items() if k != namespace
     }
+    policies: Key = (
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "",
+        "multi-networkpolicies.k8s.cni.cncf.io",
+    )
+    assert render(helm, "--set", "crds.multiNetworkPolicy=false") == {
+        k: v for k, v in default.items() if k != policies
+    }
     crds = {k for k in default if k[1] == "CustomResourceDefinition"}
-    assert len(crds) == 2
-    assert render(helm, "--set", "crds.install=false") == {k: v for k, v in default.items() if k not in crds}
+    assert len(crds) == 3 and policies in crds
+    ipam = crds - {policies}  # crds.install: the IPAM CRDs; the policies' CRD has a value of its own
+    assert render(helm, "--set", "crds.install=false") == {k: v for k, v in default.items() if k not in ipam}
     kept = render(helm, "--set", "crds.keep=true")
     for key in crds:
         assert kept[key]["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
