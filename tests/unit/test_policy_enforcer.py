@@ -121,3 +121,21 @@ async def test_a_pod_relabelled_out_of_a_policy_is_opened_though_it_started_with
     await enforcer.refresh()
     assert nft.applied[-1][1] == "table inet netclaim\ndelete table inet netclaim\n"
     assert REGISTRY.get_sample_value("netclaim_policy_rules", {"kind": "isolated"}) == 0
+
+
+async def test_a_pod_whose_rows_went_by_any_path_is_forgotten_and_its_rules_no_longer_shown(
+    tmp_path: Path,
+) -> None:
+    """Rows also go through kubelet's unprepare, which the hooks do not see: 108 isolated interfaces of
+    gone pods were still shown after a 200-pod run before this."""
+    store = await _attached_store(tmp_path)
+    rules, nft = FakeRules({"guards": _guard({"app": "db"})}), Recorder()
+    enforcer = PolicyEnforcer(rules, store, NODE, nft)
+    await enforcer.refresh()
+    enforcer.seen("pod-uid-1", "team-a", {"app": "db"})
+    await enforcer.enforce("pod-uid-1", time.monotonic() + 2)
+    assert REGISTRY.get_sample_value("netclaim_policy_rules", {"kind": "isolated"}) == 1
+    await store.delete(*store.all())  # not through the enforcer
+    enforcer.prune()
+    assert (enforcer.pods, enforcer.applied, enforcer.programmed) == ({}, {}, {})
+    assert REGISTRY.get_sample_value("netclaim_policy_rules", {"kind": "isolated"}) == 0

@@ -131,10 +131,8 @@ class PodHooks:
                     except NetclaimError as err:
                         log.warning("detach failed", extra={"claim": row.claim_name, "error": str(err)})
                     self.status.enqueue(claim_of(row))
-                if self.policies is not None and not any(
-                    r.state == State.ATTACHED for r in self.store.for_pod(pod_uid)
-                ):
-                    self.policies.forget(pod_uid)
+                if self.policies is not None:
+                    self.policies.prune()
         except NetclaimError as err:
             log.warning("detach postponed", extra={"pod": pod_uid, "error": str(err)})
         except Exception:
@@ -148,6 +146,7 @@ class PodHooks:
     async def _repair_all(self, pods: list[PodSandbox]) -> None:
         sandboxes = {pod.uid: pod for pod in pods}
         if self.policies is not None:  # their tables are applied once the rules are read (PolicyEnforcer)
+            self.policies.prune()
             for pod in pods:
                 self.policies.seen(pod.uid, pod.namespace, pod.labels, inherited=True)
         for row in self.store.all():

@@ -99,6 +99,7 @@ class PolicyEnforcer:
         )
         self.view = view
         self._read.set()
+        self.prune()
         started = time.monotonic()
         for uid in sorted({row.pod_uid for row in self.store.all() if row.state == State.ATTACHED}):
             try:
@@ -121,11 +122,15 @@ class PolicyEnforcer:
         if inherited:
             self.inherited.add(uid)
 
-    def forget(self, uid: str) -> None:
-        self.pods.pop(uid, None)
-        self.applied.pop(uid, None)
-        self.inherited.discard(uid)
-        self.programmed.pop(uid, None)
+    def prune(self) -> None:
+        """Forget the pods with no attached interface left, however their rows went (a sandbox's stop,
+        kubelet's unprepare, the repair loop): what is kept per pod, and the rules shown, never outlive it."""
+        attached = {row.pod_uid for row in self.store.all() if row.state == State.ATTACHED}
+        for uid in (set(self.pods) | set(self.applied) | set(self.programmed)) - attached:
+            self.pods.pop(uid, None)
+            self.applied.pop(uid, None)
+            self.inherited.discard(uid)
+            self.programmed.pop(uid, None)
         self._show()
 
     def _show(self) -> None:
