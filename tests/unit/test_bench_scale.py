@@ -40,6 +40,7 @@ def _write(path: Path, entries: list[dict[str, object]]) -> Path:
 
 def test_named_reads_and_own_node_selectors_are_narrow_everything_else_is_wide(tmp_path: Path) -> None:
     slices = "/apis/resource.k8s.io/v1/resourceslices"
+    rules = "/api/v1/namespaces/netclaim-system/configmaps?labelSelector=netclaim.dev%2Fpolicy-rules+in+"
     entries = [
         _entry("1", "get", "/apis/resource.k8s.io/v1/namespaces/a/resourceclaims/c", "resourceclaims", "c"),
         _entry(
@@ -65,6 +66,8 @@ def test_named_reads_and_own_node_selectors_are_narrow_everything_else_is_wide(t
         _entry("5", "create", "/api/v1/namespaces/a/events", "events"),
         # the admin's pools: as many as the admin made, whatever the cluster's size
         _entry("5b", "list", "/apis/netclaim.dev/v1alpha1/ippools", "ippools"),
+        # the policy guards and its own node's rules: two ConfigMaps
+        _entry("5c", "watch", f"{rules}%28guards%2Cnode-1%29&watch=true", "configmaps"),
         # wide: another node's slices, every slice, every claim
         _entry("6", "list", f"{slices}?fieldSelector=spec.nodeName%3Dnode-2", "resourceslices"),
         _entry("7", "watch", f"{slices}?watch=true", "resourceslices"),
@@ -75,6 +78,7 @@ def test_named_reads_and_own_node_selectors_are_narrow_everything_else_is_wide(t
             "/apis/netclaim.dev/v1alpha1/ipallocations?labelSelector=netclaim.dev%2Fpool%21%3Dx",
             "ipallocations",
         ),
+        _entry("9b", "list", f"{rules}%28guards%2Cnode-2%29", "configmaps"),  # another node's
         {
             **_entry("10", "watch", "/api/v1/pods?watch=true", "pods"),
             "user": {"username": "system:kube-scheduler"},
@@ -82,11 +86,12 @@ def test_named_reads_and_own_node_selectors_are_narrow_everything_else_is_wide(t
     ]
     requests = measure.agent_requests(_write(tmp_path / "audit.log", entries))
     assert [r.resource for r in requests][3] == "resourceclaims/status"
-    assert [r.node for r in requests] == ["node-1"] * 10  # the scheduler's entry is not an agent's
+    assert [r.node for r in requests] == ["node-1"] * 12  # the scheduler's entry is not an agent's
     wide = [r.wide() for r in requests]
-    assert wide[:6] == [None] * 6
-    assert all(wide[6:]) and "node-2" in str(wide[6]) and "resourceclaims" in str(wide[8])
-    assert "pool!=x" in str(wide[9])  # every pool's but one
+    assert wide[:7] == [None] * 7
+    assert all(wide[7:]) and "node-2" in str(wide[7]) and "resourceclaims" in str(wide[9])
+    assert "pool!=x" in str(wide[10])  # every pool's but one
+    assert "guards,node-2" in str(wide[11])
 
 
 def test_a_request_logged_at_two_stages_counts_once_and_a_half_written_line_is_skipped(
