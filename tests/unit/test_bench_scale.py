@@ -3,6 +3,7 @@ quantiles, the SCALE line and README's table, the node keeper's Lease time."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -221,6 +222,17 @@ def test_discovery_is_not_a_read_and_the_answer_is_kept(tmp_path: Path) -> None:
     refused = {**_entry("2", "list", "/api/v1/secrets", "secrets"), "responseStatus": {"code": 403}}
     requests = measure.agent_requests(_write(tmp_path / "audit.log", [discovery, refused]))
     assert [(r.wide() is None, r.code) for r in requests] == [(True, 200), (False, 403)]
+
+
+def test_the_arm_beside_the_no_op_devices_runs_in_the_first_repeat_only() -> None:
+    names = [[arm.name for arm in scale.arms_of_repeat(scale.FULL, repeat)] for repeat in range(3)]
+    assert names == [
+        ["none", "dra", "netclaim_gpus", "netclaim_pool", "netclaim"],
+        ["none", "dra", "netclaim_pool", "netclaim"],
+        ["none", "dra", "netclaim_pool", "netclaim"],
+    ]
+    only = dataclasses.replace(scale.FULL, only=("netclaim_gpus", "netclaim"))
+    assert [arm.name for arm in scale.arms_of_repeat(only, 1)] == ["netclaim"]
 
 
 def test_an_unknown_arm_for_only_is_refused_naming_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:

@@ -660,7 +660,7 @@ def scale_table(result: dict[str, Any]) -> str:
         row(
             f"scheduling {sizes['pods']:,} pods, pods/s, median (range) of {sizes['repeats']} runs: "
             "no claim / no-op DRA driver's claim / netclaim NIC share / NIC share and pool address / NIC "
-            "share beside the no-op driver's 16 devices per node",
+            "share beside the no-op driver's 16 devices per node (its first run only)",
             [*last, " / ".join(rate(arm) for arm in arm_names)],
         ),
         row(

@@ -884,14 +884,22 @@ def _pool_published(kube: Client) -> bool:
     )
 
 
+def arms_of_repeat(sizes: Sizes, repeat: int) -> list[Arm]:
+    """The arms run in `repeat` (from 0), in order."""
+    return [
+        arm
+        for arm in arms.ARMS
+        if (not sizes.only or arm.name in sizes.only) and (repeat == 0 or not arm.once)
+    ]
+
+
 def arm_runs(bench: Bench) -> dict[str, list[dict[str, Any]]]:
     """The arms in turn, `repeats` times; the last arm's pods and claims are left in place. netclaim's
     controller runs from the first pool arm on (its pool device published), as long as the benchmark."""
     handle, kube, work, sizes = bench.handle, bench.kube, bench.work, bench.sizes
-    chosen = [arm for arm in arms.ARMS if not sizes.only or arm.name in sizes.only]
-    runs: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in chosen}
+    runs: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms_of_repeat(sizes, 0)}
     for repeat in range(sizes.repeats):
-        for arm in chosen:
+        for arm in arms_of_repeat(sizes, repeat):
             if arm is arms.NIC_AND_POOL and processes.recorded(work, ipam_load.CONTROLLER) is None:
                 asyncio.run(bulk.create_all(handle.kubeconfig, [arms.ip_pool()]))
                 ipam_load.start_controller(handle, work)
