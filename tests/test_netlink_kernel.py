@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import subprocess
 from collections.abc import Iterator
@@ -89,3 +91,39 @@ async def test_an_interface_made_without_dad_has_its_ipv6_address_at_once_and_th
         _ip(netns, "link", "set", name, "up")
     assert "tentative" not in _ip(netns, "-6", "addr", "show", "dev", "nodad")
     assert "tentative" in _ip(netns, "-6", "addr", "show", "dev", "later")  # DAD lasts at least 1 s
+
+
+async def _changes_of(events: netlink.LinkEvents, index: int) -> list[netlink.LinkChange]:
+    """The link events for `index` in the batches that arrive within half a second."""
+    found: list[netlink.LinkChange] = []
+    with contextlib.suppress(TimeoutError):
+        while True:
+            batch = await asyncio.wait_for(events.next_batch(), 0.5)
+            found += [c for c in batch if c.index == index and c.link is not None]
+    return found
+
+
+async def test_a_macvlan_made_on_a_nic_and_moved_away_sends_the_nic_events_that_change_nothing(
+    netns: str,
+) -> None:
+    """What the inventory's filter relies on: the NIC's own RTM_NEWLINK for a macvlan made on it (the
+    CNI plugin's attach) and moved into another namespace describe the NIC as it was; an MTU change does
+    not."""
+    pod = f"{Path(netns).name}-pod"
+    subprocess.run(["ip", "netns", "add", pod], check=True)
+    try:
+        _ip(netns, "link", "set", "v1", "up")
+        _ip(netns, "link", "set", "v2", "up")
+        async with netlink.LinkEvents(netns) as events:
+            await _changes_of(events, 0)  # what setting them up sent
+            [before] = [link for link in await netlink.links(netns) if link.name == "v1"]
+            _ip(netns, "link", "add", "mv0", "link", "v1", "type", "macvlan", "mode", "bridge")
+            _ip(netns, "link", "set", "mv0", "netns", pod)
+            seen = await _changes_of(events, before.index)
+            assert len(seen) >= 1, "the kernel sent the NIC nothing: the filter is not exercised"
+            assert {change.link for change in seen} == {before}, seen
+            _ip(netns, "link", "set", "v1", "mtu", "1400")
+            [changed] = await _changes_of(events, before.index)
+            assert changed.link is not None and changed.link.mtu == 1400 and changed.link != before
+    finally:
+        subprocess.run(["ip", "netns", "delete", pod], check=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncio
 import ipaddress
 import os
@@ -314,6 +316,32 @@ async def test_the_primary_networks_links_and_link_local_addresses_change_nothin
         await anext(changes)
     await changes.aclose()
 
+
+
+async def test_a_nics_own_event_that_changes_nothing_scanned_wakes_no_rescan(
+    fake_netlink: FakeNetlink, tmp_path: Path
+) -> None:
+    """A macvlan made on a NIC and moved into a pod gives the NIC two RTM_NEWLINK that alter nothing the
+    scan reads; every attach and every detach cost the node a rescan."""
+    inventory = NodeInventory(sysfs=Sysfs(tmp_path))
+    await inventory.scan()
+    changes = cast(AsyncGenerator[None], inventory.changes())
+    as_scanned = link(3, "ens1f0")
+    fake_netlink.batches.put_nowait([LinkChange("RTM_NEWLINK", 3, name="ens1f0", link=as_scanned)] * 2)
+    fake_netlink.batches.put_nowait([LinkChange("RTM_NEWADDR", 3, scope=0)])
+    await anext(changes)
+    assert fake_netlink.batches.empty()  # the NIC's unchanged links were read, and yielded nothing
+    for changed in (
+        dataclasses.replace(as_scanned, mtu=9000),
+        dataclasses.replace(as_scanned, operstate="LOWERLAYERDOWN"),  # its carrier lost
+        dataclasses.replace(as_scanned, vf_count=8),
+        dataclasses.replace(as_scanned, up=not as_scanned.up),
+    ):
+        fake_netlink.batches.put_nowait([LinkChange("RTM_NEWLINK", 3, name="ens1f0", link=changed)])
+        await anext(changes)
+    fake_netlink.batches.put_nowait([LinkChange("RTM_DELLINK", 3, name="ens1f0", link=as_scanned)])
+    await anext(changes)
+    await changes.aclose()
 
 # --- FileInventory -------------------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ class Link:
     loopback: bool
     master: int | None
     operstate: str
+    vf_count: int = 0  # SR-IOV virtual functions enabled (IFLA_NUM_VF)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -142,6 +143,7 @@ def _link(message: Any) -> Link:
         loopback=bool(flags & IFF_LOOPBACK),
         master=int(master) if master else None,
         operstate=str(message.get("operstate") or "UNKNOWN"),
+        vf_count=int(message.get("num_vf") or 0),
     )
 
 
@@ -171,31 +173,41 @@ async def default_route_interfaces(netns: str | None = None) -> set[int]:
 
 @dataclass(frozen=True)
 class LinkChange:
-    """One notification: its kind (RTM_NEWLINK, RTM_DELADDR…), the link's index, and its name (link events)
-    or the address's scope (address events)."""
+    """One notification: its kind (RTM_NEWLINK, RTM_DELADDR…), the link's index, and for link events its
+    name and the link as the message describes it (the kernel sends a whole RTM_NEWLINK for any change,
+    also one that alters nothing a scan reads: a macvlan made on a NIC, or moved away from it), or the
+    address's scope (address events)."""
 
     event: str
     index: int
     name: str | None = None
     scope: int | None = None
+    link: Link | None = None
 
 
 def _change(message: Any) -> LinkChange:
     event, index = str(message.get("event")), int(message.get("index") or 0)
     if event.endswith("LINK"):
-        return LinkChange(event, index, name=str(message.get("ifname") or ""))
+        return LinkChange(event, index, name=str(message.get("ifname") or ""), link=_link(message))
     return LinkChange(event, index, scope=int(message.get("scope") or 0))
 
 
 class LinkEvents:
-    """Notifications of link and address changes in the node's namespace (the caller re-reads the content)."""
+    """Notifications of link and address changes in `netns` (None: the node's namespace)."""
 
-    def __init__(self) -> None:
+    def __init__(self, netns: str | None = None) -> None:
+        self._netns = netns
         self._ipr: AsyncIPRoute | None = None
 
     async def __aenter__(self) -> LinkEvents:
-        self._ipr = AsyncIPRoute()
-        await self._ipr.bind(groups=_RTMGRP_LINK | _RTMGRP_IPV4_IFADDR | _RTMGRP_IPV6_IFADDR)
+        try:
+            fileno = await _in(self._netns, _netlink_socket, os.close) if self._netns else None
+            self._ipr = AsyncIPRoute() if fileno is None else AsyncIPRoute(fileno=fileno)
+            await self._ipr.bind(groups=_RTMGRP_LINK | _RTMGRP_IPV4_IFADDR | _RTMGRP_IPV6_IFADDR)
+        except (NetlinkError, OSError) as err:
+            if self._ipr is not None:
+                self._ipr.close()
+            raise KernelError(f"{_where(self._netns)}: {err}") from err
         return self
 
     async def __aexit__(self, *_: object) -> None:
