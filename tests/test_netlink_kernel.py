@@ -42,6 +42,10 @@ async def test_an_interface_is_read_back_and_a_missing_one_leaves_no_socket_open
     assert _open_fds() == before
 
 
+def _netns(*args: str) -> None:
+    subprocess.run(["ip", "netns", *args], check=True)
+
+
 def _ip(netns: str, *args: str) -> str:
     return subprocess.run(
         ["ip", "-n", Path(netns).name, *args], capture_output=True, text=True, check=True
@@ -110,7 +114,7 @@ async def test_a_macvlan_made_on_a_nic_and_moved_away_sends_the_nic_events_that_
     CNI plugin's attach) and moved into another namespace describe the NIC as it was; an MTU change does
     not."""
     pod = f"{Path(netns).name}-pod"
-    subprocess.run(["ip", "netns", "add", pod], check=True)
+    _netns("add", pod)
     try:
         _ip(netns, "link", "set", "v1", "up")
         _ip(netns, "link", "set", "v2", "up")
@@ -126,4 +130,4 @@ async def test_a_macvlan_made_on_a_nic_and_moved_away_sends_the_nic_events_that_
             [changed] = await _changes_of(events, before.index)
             assert changed.link is not None and changed.link.mtu == 1400 and changed.link != before
     finally:
-        subprocess.run(["ip", "netns", "delete", pod], check=True)
+        _netns("delete", pod)

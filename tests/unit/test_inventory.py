@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import asyncio
+import dataclasses
 import ipaddress
 import os
 from collections.abc import AsyncGenerator
@@ -317,7 +316,6 @@ async def test_the_primary_networks_links_and_link_local_addresses_change_nothin
     await changes.aclose()
 
 
-
 async def test_a_nics_own_event_that_changes_nothing_scanned_wakes_no_rescan(
     fake_netlink: FakeNetlink, tmp_path: Path
 ) -> None:
@@ -342,6 +340,7 @@ async def test_a_nics_own_event_that_changes_nothing_scanned_wakes_no_rescan(
     fake_netlink.batches.put_nowait([LinkChange("RTM_DELLINK", 3, name="ens1f0", link=as_scanned)])
     await anext(changes)
     await changes.aclose()
+
 
 # --- FileInventory -------------------------------------------------------------------------------------
 
