@@ -131,3 +131,31 @@ async def test_a_macvlan_made_on_a_nic_and_moved_away_sends_the_nic_events_that_
             assert changed.link is not None and changed.link.mtu == 1400 and changed.link != before
     finally:
         _netns("delete", pod)
+
+
+async def test_a_nic_whose_peer_goes_down_loses_its_carrier_and_the_kernel_counts_it(netns: str) -> None:
+    """What link health is read from: the node's side of the veth keeps its admin state up, its carrier
+    goes with the peer, and IFLA_CARRIER_CHANGES counts every loss and return (a flap between two reads
+    still shows)."""
+    _ip(netns, "link", "set", "v1", "up")
+    _ip(netns, "link", "set", "v2", "up")
+
+    async def v1() -> netlink.Link:
+        [found] = [link for link in await netlink.links(netns) if link.name == "v1"]
+        return found
+
+    up = await v1()
+    assert (up.up, up.carrier) == (True, True)
+    async with netlink.LinkEvents(netns) as events:
+        await _changes_of(events, 0)
+        _ip(netns, "link", "set", "v2", "down")
+        lost = [change.link for change in await _changes_of(events, up.index)]
+    down = await v1()
+    assert (down.up, down.carrier, down.operstate) == (True, False, "LOWERLAYERDOWN")
+    assert down.carrier_changes == up.carrier_changes + 1
+    assert lost and lost[-1] == down, "the event describes the link as a read does"
+    _ip(netns, "link", "set", "v2", "up")
+    _ip(netns, "link", "set", "v2", "down")
+    _ip(netns, "link", "set", "v2", "up")
+    back = await v1()
+    assert back.carrier and back.carrier_changes == down.carrier_changes + 3

@@ -39,6 +39,7 @@ from netclaim.configure.unprepare import Unpreparer
 from netclaim.ipam.addresses import AddressBook
 from netclaim.kubeapi import ClaimsApi, NodeSlicesApi, PodAnnotationsApi
 from netclaim.publish.devices import Device, DeviceCatalog
+from netclaim.publish.health import LinkHealth
 from netclaim.publish.inventory import FileInventory, InventorySource, NodeInventory
 from netclaim.publish.loop import Trigger, periodic, publish_pass, watch_inventory, watch_policy, watch_slices
 from netclaim.publish.policy import PolicyFile
@@ -133,7 +134,9 @@ async def run(settings: AgentSettings) -> None:
     published = partial(health.set, "published", True)
     supervisor.keep(
         "publish",
-        partial(publish_pass, source, policy, publisher, trigger, catalog, held_devices, published),
+        partial(
+            publish_pass, source, policy, publisher, trigger, catalog, held_devices, published, LinkHealth()
+        ),
         on_error=metrics.PUBLISH_ERRORS.inc,
     )
     supervisor.keep("inventory-watch", partial(watch_inventory, source, trigger))

@@ -22,6 +22,7 @@ from netclaim.adapters.netlink import LinkChange
 from netclaim.errors import ApiUnavailableError, ConfigError
 from netclaim.publish import loop
 from netclaim.publish.devices import Device, DeviceCatalog
+from netclaim.publish.health import LinkHealth
 from netclaim.publish.inventory import NetworkInterface, NodeInventory, Sysfs
 from netclaim.publish.loop import Trigger, periodic, publish_pass, watch_inventory, watch_slices
 from netclaim.publish.policy import PolicyFile
@@ -75,12 +76,21 @@ def keep_publishing(
     published: Published,
     catalog: DeviceCatalog | None = None,
     held_devices: Callable[[set[str]], list[Device]] = lambda _: [],
+    link_health: LinkHealth | None = None,
 ) -> None:
     """The publish pass kept running, as the agent keeps it."""
     publisher = SlicePublisher(api, NODE, DRIVER)
     catalog = catalog or DeviceCatalog()
     work = partial(
-        publish_pass, source, PolicyFile(None), publisher, trigger, catalog, held_devices, published
+        publish_pass,
+        source,
+        PolicyFile(None),
+        publisher,
+        trigger,
+        catalog,
+        held_devices,
+        published,
+        link_health or LinkHealth(),
     )
     supervisor.keep("publish", work, on_error=metrics.PUBLISH_ERRORS.inc)
 
@@ -243,6 +253,40 @@ async def test_a_pass_publishes_the_scanned_and_held_devices(supervisor: Supervi
     assert [d["name"] for d in body["spec"]["devices"]] == ["enp1s0", "enp7s0"]
     assert body["spec"]["pool"]["generation"] == 2
     assert catalog.get("enp2s0") is None
+
+
+async def test_a_nic_whose_link_goes_down_is_tainted_and_untainted_once_it_settles(
+    supervisor: Supervisor,
+) -> None:
+    source = FakeInventory([nic("enp1s0", 2), nic("enp2s0", 3)])
+    api = FakeKubeApi()
+    trigger = Trigger()
+    published = Published()
+    keep_publishing(supervisor, source, api, trigger, published, link_health=LinkHealth(settle_seconds=0.05))
+    trigger.fire()
+    await within(published.events.get())
+
+    def taints() -> dict[str, list[tuple[str, str]]]:
+        [body] = api.slices.values()
+        return {
+            d["name"]: [(t["key"], t["effect"]) for t in d.get("taints", [])] for d in body["spec"]["devices"]
+        }
+
+    source.interfaces = [nic("enp1s0", 2, carrier=False, carrier_changes=1), nic("enp2s0", 3)]
+    trigger.fire(compare=False)
+    await within(published.events.get())
+    assert taints() == {"enp1s0": [("netclaim.dev/link-down", "NoSchedule")], "enp2s0": []}
+    [body] = api.slices.values()
+    [down] = [d for d in body["spec"]["devices"] if d["name"] == "enp1s0"]
+    assert down["capacity"]["netclaim.dev/bandwidth"]["value"] == "10Gi", "its bandwidth is unchanged"
+    source.interfaces = [nic("enp1s0", 2, carrier_changes=2), nic("enp2s0", 3)]
+    trigger.fire(compare=False)  # back: the pass that sees it keeps the taint, and looks again later
+    await within(published.events.get())
+    assert taints()["enp1s0"] == [("netclaim.dev/link-down", "NoSchedule")]
+    while taints()["enp1s0"]:
+        await within(published.events.get())
+    [body] = api.slices.values()
+    assert body["spec"]["pool"]["generation"] == 3, "two writes: the taint on, and off"
 
 
 async def test_a_failed_publish_is_retried_until_it_succeeds(

@@ -28,10 +28,10 @@ def _device(name: str) -> Device:
     )
 
 
-def test_devices_are_sorted_and_cut_into_slices_of_128() -> None:
+def test_devices_are_sorted_and_cut_into_slices_of_64() -> None:
     devices = [_device(f"nic{i:04d}").to_api() for i in reversed(range(300))]
     slices = chunk(devices)
-    assert [len(s) for s in slices] == [128, 128, 44]
+    assert [len(s) for s in slices] == [64, 64, 64, 64, 44]
     assert slices[0][0]["name"] == "nic0000" and slices[-1][-1]["name"] == "nic0299"
     assert chunk([]) == [[]]  # an empty pool is still published: "this node has none"
 
@@ -83,7 +83,7 @@ async def _published(devices: list[Device]) -> tuple[FakeKubeApi, SlicePublisher
 async def test_first_publish_writes_every_slice_owned_by_the_node() -> None:
     api = FakeKubeApi(node_uids={NODE: "0b1c-node-uid"})
     publisher = SlicePublisher(api, NODE, DRIVER)
-    devices = [_device(f"nic{i:03d}") for i in range(130)]
+    devices = [_device(f"nic{i:03d}") for i in range(66)]
     assert await publisher.publish(devices) == 2
     assert api.calls == ["list_slices", "node_uid", "apply_slice", "apply_slice"]
     assert sorted(api.slices) == [f"{NODE}-{DRIVER}-0", f"{NODE}-{DRIVER}-1"]
@@ -96,12 +96,12 @@ async def test_first_publish_writes_every_slice_owned_by_the_node() -> None:
         spec = body["spec"]
         assert spec["driver"] == DRIVER and spec["nodeName"] == NODE
         assert spec["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 2}
-        assert [d["name"] for d in spec["devices"]] == [d["name"] for d in _api(devices)[index * 128 :][:128]]
-    assert metrics.REGISTRY.get_sample_value("netclaim_published_devices") == 130
+        assert [d["name"] for d in spec["devices"]] == [d["name"] for d in _api(devices)[index * 64 :][:64]]
+    assert metrics.REGISTRY.get_sample_value("netclaim_published_devices") == 66
 
 
 async def test_unchanged_devices_make_no_write() -> None:
-    devices = [_device(f"nic{i:03d}") for i in range(130)]
+    devices = [_device(f"nic{i:03d}") for i in range(66)]
     api, publisher = await _published(devices)
     assert await publisher.publish(list(reversed(devices))) == 0
     assert api.calls == ["list_slices"]
@@ -120,7 +120,7 @@ async def test_server_spelled_quantities_read_back_make_no_write() -> None:
 
 
 async def test_any_change_bumps_the_generation_of_every_slice() -> None:
-    devices = [_device(f"nic{i:03d}") for i in range(130)]
+    devices = [_device(f"nic{i:03d}") for i in range(66)]
     api, publisher = await _published(devices)
     changed = [*devices[:-1], replace(devices[-1], attributes={"netclaim.dev/ifName": "renamed"})]
     assert await publisher.publish(changed) == 2  # the first slice is unchanged, yet rewritten
@@ -132,7 +132,7 @@ async def test_any_change_bumps_the_generation_of_every_slice() -> None:
 
 
 async def test_shrinking_deletes_the_stale_slice() -> None:
-    api, publisher = await _published([_device(f"nic{i:03d}") for i in range(130)])
+    api, publisher = await _published([_device(f"nic{i:03d}") for i in range(66)])
     assert await publisher.publish([_device("nic000")]) == 2
     assert api.calls == ["list_slices", "node_uid", "apply_slice", "delete_slice"]
     assert list(_pool(api)) == [f"{NODE}-{DRIVER}-0"]
@@ -161,7 +161,7 @@ async def test_a_node_without_devices_publishes_one_empty_slice() -> None:
 async def test_an_inconsistent_pool_is_rewritten_with_a_higher_generation(
     what: str, path: tuple[str, str], value: object
 ) -> None:
-    devices = [_device(f"nic{i:03d}") for i in range(130)]
+    devices = [_device(f"nic{i:03d}") for i in range(66)]
     api, publisher = await _published(devices)
     api.slices[f"{NODE}-{DRIVER}-1"]["spec"][path[0]][path[1]] = value
     assert await publisher.publish(devices) == 2, what
@@ -172,7 +172,7 @@ async def test_an_inconsistent_pool_is_rewritten_with_a_higher_generation(
 
 
 async def test_a_slice_deleted_by_someone_else_is_written_again() -> None:
-    devices = [_device(f"nic{i:03d}") for i in range(130)]
+    devices = [_device(f"nic{i:03d}") for i in range(66)]
     api, publisher = await _published(devices)
     del api.slices[f"{NODE}-{DRIVER}-1"]
     assert await publisher.publish(devices) == 2
@@ -210,7 +210,7 @@ def test_up_to_date(current: list[Slice], expected: bool) -> None:
 
 def test_mixed_generations_are_never_current_even_with_the_right_devices() -> None:
     publisher = SlicePublisher(FakeKubeApi(), NODE, DRIVER)
-    desired = chunk(_api([_device(f"nic{i:03d}") for i in range(130)]))
+    desired = chunk(_api([_device(f"nic{i:03d}") for i in range(66)]))
     current = [_slice(i, 1 + i, 2, NODE, part) for i, part in enumerate(desired)]
     assert not publisher.slices.up_to_date(current, desired)
     current[1] = replace(current[1], generation=1)
@@ -218,7 +218,7 @@ def test_mixed_generations_are_never_current_even_with_the_right_devices() -> No
 
 
 async def test_remove_all_deletes_only_this_pool() -> None:
-    api, publisher = await _published([_device(f"nic{i:03d}") for i in range(130)])
+    api, publisher = await _published([_device(f"nic{i:03d}") for i in range(66)])
     await SlicePublisher(api, "node-b", DRIVER).publish([_device("nic0")])
     await SlicePublisher(api, NODE, "other.example.com").publish([_device("nic0")])
     await publisher.remove_all()
@@ -257,7 +257,7 @@ async def test_the_slices_are_written_together_and_one_failing_fails_the_publish
         await written(body)
 
     api.apply_slice = apply  # type: ignore[method-assign]
-    devices = [_device(f"nic{i:03d}") for i in range(300)]  # 3 slices
+    devices = [_device(f"nic{i:03d}") for i in range(150)]  # 3 slices
     with pytest.raises(ApiUnavailableError):
         await publisher.publish(devices)
     assert most[0] == 3

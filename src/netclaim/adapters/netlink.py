@@ -52,6 +52,8 @@ class Link:
     master: int | None
     operstate: str
     vf_count: int = 0  # SR-IOV virtual functions enabled (IFLA_NUM_VF)
+    carrier: bool = True  # IFLA_CARRIER: the link has a peer (cable, switch port, veth peer up)
+    carrier_changes: int = 0  # IFLA_CARRIER_CHANGES: the kernel's count of carrier losses and returns
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -144,6 +146,8 @@ def _link(message: Any) -> Link:
         master=int(master) if master else None,
         operstate=str(message.get("operstate") or "UNKNOWN"),
         vf_count=int(message.get("num_vf") or 0),
+        carrier=bool(message.get("carrier", 1)),
+        carrier_changes=int(message.get("carrier_changes") or 0),
     )
 
 

@@ -107,6 +107,11 @@ class Rule(_Strict):
         default=[], max_length=64, description="where a claim's own host-local/static IPAM may take addresses"
     )
     attributes: dict[QualifiedName, AttributeValue] = Field(default={}, description="extra device attributes")
+    linkDown: Literal["NoSchedule", "NoExecute"] = Field(
+        default="NoSchedule",
+        description="the effect of the taint a NIC's device gets while its link is down: NoSchedule keeps "
+        "new claims off it, NoExecute also evicts the pods using it",
+    )
 
     @model_validator(mode="after")
     def _per_claim(self) -> Rule:

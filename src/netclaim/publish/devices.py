@@ -6,8 +6,10 @@ fit is dropped with a log line (never a slice the apiserver rejects, which would
 
 from __future__ import annotations
 
+import datetime
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from netclaim.api.publishpolicy import AttributeValue, PublishPolicy, Rule
@@ -24,6 +26,7 @@ BANDWIDTH = f"{DRIVER_DOMAIN}/bandwidth"
 ATTACHMENTS = f"{DRIVER_DOMAIN}/attachments"
 CHILD_TYPE = f"{DRIVER_DOMAIN}/childType"  # a shared NIC's: macvlan or ipvlan (SHARING_ATTRIBUTES)
 IPVLAN_MODE = f"{DRIVER_DOMAIN}/ipvlanMode"
+LINK_DOWN = f"{DRIVER_DOMAIN}/link-down"  # the taint of a device whose link is down (netclaim.publish.health)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,20 @@ class Capacity:
 
 
 @dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: str  # NoSchedule or NoExecute
+    added: datetime.datetime
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "effect": self.effect,
+            "timeAdded": self.added.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+
+
+@dataclass(frozen=True)
 class Device:
     name: str
     if_name: str
@@ -54,6 +71,7 @@ class Device:
     attributes: dict[str, AttributeValue] = field(default_factory=dict)  # fully qualified names
     capacity: dict[str, Capacity] = field(default_factory=dict)
     tenant_ranges: tuple[str, ...] = ()  # not published: where a claim's own IPAM may take addresses
+    taints: tuple[Taint, ...] = ()
 
     @property
     def child_type(self) -> str:
@@ -74,6 +92,8 @@ class Device:
             api["capacity"] = {k: c.to_api() for k, c in self.capacity.items()}
         if self.shared:
             api["allowMultipleAllocations"] = True
+        if self.taints:
+            api["taints"] = [taint.to_api() for taint in self.taints]
         return api
 
 
@@ -94,7 +114,13 @@ def typed_attribute(value: AttributeValue) -> dict[str, AttributeValue]:
     return {"string": value}
 
 
-def decide(interfaces: list[NetworkInterface], policy: PublishPolicy, driver: str) -> list[Decision]:
+def decide(
+    interfaces: list[NetworkInterface],
+    policy: PublishPolicy,
+    driver: str,
+    links_down: Mapping[str, datetime.datetime] | None = None,
+) -> list[Decision]:
+    """`links_down`: the interfaces whose link is down, and since when (their devices are tainted)."""
     decisions = []
     names: dict[str, str] = {}
     for interface in interfaces:
@@ -113,6 +139,9 @@ def decide(interfaces: list[NetworkInterface], policy: PublishPolicy, driver: st
             decisions.append(Decision(interface, None, f"policy rule {position} ignores it"))
             continue
         device = _device(interface, rule, grouped)
+        down_since = (links_down or {}).get(interface.name)
+        if down_since is not None:
+            device = replace(device, taints=(Taint(LINK_DOWN, rule.linkDown, down_since),))
         if device.name in names:
             log.warning(
                 "two interfaces map to device %s (%s, %s); keeping the first",

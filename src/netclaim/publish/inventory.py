@@ -36,6 +36,8 @@ class NetworkInterface:
     mtu: int
     up: bool
     virtual: bool
+    carrier: bool = True
+    carrier_changes: int = 0  # the kernel's count of carrier losses and returns
     speed_bps: int | None = None
     driver: str | None = None
     pci_address: str | None = None
@@ -229,6 +231,9 @@ class NodeInventory:
         self.cni_conf_dir = cni_conf_dir
         self.sysfs = sysfs or Sysfs()
         self._candidates: dict[int, netlink.Link] = {}  # the last scan's links that may be published
+        # A NIC without carrier reads no speed: the last one read stands, or the bandwidth a device offers
+        # would change (and its slice be rewritten) with every loss of its link.
+        self._speeds: dict[str, int] = {}
 
     async def scan(self) -> list[NetworkInterface]:
         links, addresses, uplinks = await asyncio.gather(
@@ -240,6 +245,11 @@ class NodeInventory:
         interfaces = []
         for link in sorted(links, key=lambda item: item.name):
             facts = self.sysfs.facts(link.name)
+            speed = facts.get("speed_bps")
+            if isinstance(speed, int):
+                self._speeds[link.name] = speed
+            elif not link.carrier and link.name in self._speeds:
+                facts["speed_bps"] = self._speeds[link.name]
             ips = addresses.get(link.index, [])
             interface = NetworkInterface(
                 name=link.name,
@@ -248,6 +258,8 @@ class NodeInventory:
                 mac=link.mac,
                 mtu=link.mtu,
                 up=link.up,
+                carrier=link.carrier,
+                carrier_changes=link.carrier_changes,
                 virtual=bool(facts.pop("virtual", True)),
                 ipv4=tuple(str(ip) for ip in ips if ip.version == 4),
                 ipv6=tuple(str(ip) for ip in ips if ip.version == 6),

@@ -2,8 +2,8 @@
 comparison of the node's devices with its ResourceSlices (netclaim.publish.publisher writes the difference).
 The agent keeps each of these tasks running (netclaim.supervisor: restarted with backoff when they fail).
 
-inventory ──changes──▶ Trigger ──▶ decide (policy) ──▶ publish ──▶ ResourceSlices
-slice watch ────────────▲           (+ whole NICs now inside pods, still this node's devices)
+inventory ──changes──▶ Trigger ──▶ link health ──▶ decide (policy, taints) ──▶ publish ──▶ ResourceSlices
+slice watch ────────────▲                          (+ whole NICs now inside pods, still this node's devices)
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from netclaim.kubeapi import NodeSlicesApi
 from netclaim.publish.devices import Device, DeviceCatalog, decide
+from netclaim.publish.health import LinkHealth
 from netclaim.publish.inventory import InventorySource
 from netclaim.publish.policy import PolicyFile
 from netclaim.publish.publisher import SlicePublisher
@@ -60,15 +61,20 @@ async def publish_pass(
     catalog: DeviceCatalog,
     held_devices: Callable[[set[str]], list[Device]],
     on_published: Callable[[], None],
+    link_health: LinkHealth,
 ) -> None:
     """Wait for the trigger, then make the slices hold the node's devices. `held_devices(present names)`:
     whole NICs now inside pods, published while they are away. A pass that fails fires the trigger again:
     the next one (after the supervisor's backoff) must publish, whatever fires meanwhile. A pass woken
     only by the node's own changes (every pod's veth is one) reads no slice when the devices are those it
-    last published."""
+    last published. A link back from down is looked at again once it may have settled."""
     compare = await trigger.wait()
     try:
-        scanned = decide(await source.scan(), policy.policy, publisher.driver)
+        interfaces = await source.scan()
+        settle_in = link_health.observe(interfaces)
+        if settle_in is not None:
+            asyncio.get_running_loop().call_later(settle_in, trigger.fire, False)
+        scanned = decide(interfaces, policy.policy, publisher.driver, link_health.down)
         devices = [d.device for d in scanned if d.device is not None]
         devices += held_devices({d.name for d in devices})
         catalog.update(devices)

@@ -28,7 +28,9 @@ from netclaim.objects import Slice
 from netclaim.quantity import parse_quantity
 
 log = logging.getLogger(__name__)
-MAX_DEVICES_PER_SLICE = 128
+# The API allows 128 devices a slice, but 64 once any of them has a taint, as a NIC gets when its link
+# goes down: 64 always, so that a link going down never reshapes the node's slices.
+MAX_DEVICES_PER_SLICE = 64
 MAX_GENERATION = 2**62  # started again before it could ever pass int64
 
 ApiDevice = dict[str, Any]  # a device as ResourceSlice.spec.devices has it
@@ -56,6 +58,12 @@ def normalized_device(device: ApiDevice) -> dict[str, Any]:
         "attributes": attributes,
         "capacity": _normalized_capacity(device.get("capacity") or {}),
         "allowMultipleAllocations": bool(device.get("allowMultipleAllocations")),
+        # timeAdded left out: the API server stamps a taint written without it, and a restarted agent
+        # would otherwise rewrite a down NIC's slice only to move the time of the loss
+        "taints": [
+            {k: v for k, v in taint.items() if k != "timeAdded" and v is not None}
+            for taint in device.get("taints") or []
+        ],
     }
 
 
