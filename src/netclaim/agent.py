@@ -33,7 +33,7 @@ from netclaim.configure.plan import NodeContext
 from netclaim.configure.policy import PolicyEnforcer
 from netclaim.configure.prepare import Preparer
 from netclaim.configure.reclaim import Reclaimer
-from netclaim.configure.status import StatusWriter
+from netclaim.configure.status import StatusWriter, follow_links
 from netclaim.configure.store import Store
 from netclaim.configure.unprepare import Unpreparer
 from netclaim.ipam.addresses import AddressBook
@@ -77,10 +77,11 @@ async def _start_configure_path(
     adapter = KubeClaims(kube)
     claims: ClaimsApi = adapter
     pods: PodAnnotationsApi | None = adapter if settings.network_status_annotation else None
-    status = StatusWriter(claims, driver, store, supervisor, pods=pods)
+    status = StatusWriter(claims, driver, store, supervisor, pods=pods, links=catalog)
     locks = PodLocks()
     attacher = Attacher(store, cni, locks, supervisor)
     supervisor.keep("status-writer", status.run)
+    supervisor.keep("link-watch", partial(follow_links, catalog, store, status))
     plugin = hooks = None
     metadata = None
     if settings.device_metadata and settings.cdi_spec_dir is not None:
@@ -96,7 +97,13 @@ async def _start_configure_path(
         supervisor.keep("reclaim", Reclaimer(store, claims, unpreparer).next_round)
         health.expect("kubelet")
         plugin = await kubeletplugin.serve(
-            preparer, unpreparer, settings.kubelet_root_dir, driver, lambda ok: health.set("kubelet", ok)
+            preparer,
+            unpreparer,
+            catalog,
+            settings.kubelet_root_dir,
+            driver,
+            node,
+            lambda ok: health.set("kubelet", ok),
         )
     if settings.nri_socket is not None:
         policies = PolicyEnforcer(KubePolicyRules(kube, settings.namespace), store, node)

@@ -43,12 +43,12 @@ from netclaim.objects import Claim, IPAllocation, Pod, Slice
 
 
 class PodEventsApi(Protocol):
-    """Warning Events on pods: both programs'."""
+    """Events on pods: both programs'."""
 
     async def create_pod_event(
-        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str
+        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str, warning: bool = True
     ) -> None:
-        """A Warning Event on the pod, its message cut to what the API takes."""
+        """A Warning (or Normal) Event on the pod, its message cut to what the API takes."""
 
 
 class ClaimsApi(PodEventsApi, Protocol):

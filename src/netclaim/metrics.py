@@ -28,6 +28,25 @@ LAST_PUBLISH = Gauge(
     registry=REGISTRY,
 )
 PUBLISH_ERRORS = Counter("netclaim_publish_errors_total", "Failed publish attempts", registry=REGISTRY)
+NIC_LINK_UP = Gauge(
+    "netclaim_nic_link_up",
+    "1 while a published NIC's link is up; 0 from the first loss of its carrier until it has settled back",
+    ["device"],
+    registry=REGISTRY,
+)
+NIC_LINK_LOSSES = Counter(
+    "netclaim_nic_link_losses_total",
+    "Published NICs going down (a flapping link counts once, until it has settled)",
+    registry=REGISTRY,
+)
+TAINTED_DEVICES = Gauge(
+    "netclaim_tainted_devices", "Devices published with a taint, by effect", ["effect"], registry=REGISTRY
+)
+HEALTH_REPORTS = Counter(
+    "netclaim_health_reports_total",
+    "Device health reports sent to kubelet (every device each)",
+    registry=REGISTRY,
+)
 KUBELET_CALLS = Counter(
     "netclaim_kubelet_calls_total",
     "NodePrepare/NodeUnprepare per claim, by outcome",

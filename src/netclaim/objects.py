@@ -175,11 +175,13 @@ def cut(text: str, limit: int) -> str:
     return text.encode()[:limit].decode(errors="ignore")
 
 
-def condition(status: str, reason: str, message: str, since: str | None = None) -> dict[str, str]:
-    """A `Ready` condition as the API takes it, the message cut to its limit (claims' and IPPools');
-    `since` is its lastTransitionTime (a claim's conditions need one)."""
+def condition(
+    status: str, reason: str, message: str, since: str | None = None, kind: str = "Ready"
+) -> dict[str, str]:
+    """A condition (of type `kind`) as the API takes it, the message cut to its limit (claims' and
+    IPPools'); `since` is its lastTransitionTime (a claim's conditions need one)."""
     found = {
-        "type": "Ready",
+        "type": kind,
         "status": status,
         "reason": reason,
         "message": cut(message, CONDITION_MESSAGE_BYTES),

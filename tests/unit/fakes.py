@@ -29,6 +29,7 @@ class Event:
     pod_uid: str
     reason: str
     message: str
+    warning: bool = True
 
 
 @dataclass
@@ -106,10 +107,10 @@ class FakeKubeApi(
         current["resourceVersion"] = str(int(current["resourceVersion"]) + 1)
 
     async def create_pod_event(
-        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str
+        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str, warning: bool = True
     ) -> None:
         self._call("create_pod_event")
-        self.events.append(Event(namespace, pod, pod_uid, reason, message))
+        self.events.append(Event(namespace, pod, pod_uid, reason, message, warning))
 
     async def node_uid(self, node: str) -> str:
         self._call("node_uid")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import stat
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from netclaim._proto import (
+    dra_health_v1_grpc,
+    dra_health_v1_pb2,
     dra_v1_grpc,
     dra_v1_pb2,
     dra_v1beta1_grpc,
@@ -43,6 +46,7 @@ from netclaim.errors import (
     StateStoreError,
 )
 from netclaim.metrics import REGISTRY
+from netclaim.publish.devices import LINK_DOWN, Device, DeviceCatalog, Taint
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     ConfigureRig,
@@ -249,6 +253,11 @@ class Served:
     registration_socket: Path
     dra_socket: Path
     registered: list[bool]
+    catalog: DeviceCatalog
+
+
+def _nic(name: str, *taints: Taint) -> Device:
+    return Device(name=name, if_name=name, shared=True, taints=taints)
 
 
 @pytest.fixture
@@ -259,8 +268,10 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
         stale.write_text("stale")
     preparer = FakePreparer(failures={"bad": ConfigError("config.plugins[0]: no such plugin")})
     registered: list[bool] = []
-    plugin = await serve(preparer, preparer, tmp_path, DRIVER, registered.append)
-    yield Served(plugin, preparer, registration_socket, dra_socket, registered)
+    catalog = DeviceCatalog()
+    catalog.update([_nic("enp1s0"), _nic("enp2s0")])
+    plugin = await serve(preparer, preparer, catalog, tmp_path, DRIVER, "node-1", registered.append)
+    yield Served(plugin, preparer, registration_socket, dra_socket, registered, catalog)
     await plugin.stop()
 
 
@@ -368,3 +379,44 @@ async def test_stop_lets_a_call_under_way_finish_refuses_new_ones_and_removes_th
     finally:
         channel.close()
     assert served.preparer.unprepared == []
+
+
+async def test_kubelet_is_sent_every_devices_health_at_once_and_at_each_change(served: Served) -> None:
+    """What kubelet 1.37 shows in each pod's allocatedResourcesStatus: the stream it opens on the DRA
+    socket, since the registration names v1.DRAResourceHealth."""
+    assert "v1.DRAResourceHealth" in SUPPORTED_VERSIONS
+    before = REGISTRY.get_sample_value("netclaim_health_reports_total") or 0.0
+    channel = Channel(path=str(served.dra_socket))
+    try:
+        health = dra_health_v1_grpc.DRAResourceHealthStub(channel)
+        async with health.NodeWatchResources.open() as stream:
+            await stream.send_message(dra_health_v1_pb2.NodeWatchResourcesRequest(), end=True)
+
+            async def report() -> dict[tuple[str, str], tuple[int, str, int]]:
+                response = await asyncio.wait_for(stream.recv_message(), 5)
+                assert response is not None
+                return {
+                    (d.device.pool_name, d.device.device_name): (
+                        d.health,
+                        d.message,
+                        d.health_check_timeout_seconds,
+                    )
+                    for d in response.devices
+                }
+
+            healthy = (dra_health_v1_pb2.HEALTHY, "", 30)
+            assert await report() == {("node-1", "enp1s0"): healthy, ("node-1", "enp2s0"): healthy}
+            loss = datetime.datetime(2026, 12, 2, 22, 0, tzinfo=datetime.UTC)
+            served.catalog.update([_nic("enp1s0"), _nic("enp2s0", Taint(LINK_DOWN, "NoSchedule", loss))])
+            assert await report() == {
+                ("node-1", "enp1s0"): healthy,
+                ("node-1", "enp2s0"): (
+                    dra_health_v1_pb2.UNHEALTHY,
+                    "enp2s0: link down (no carrier) since 2026-12-02T22:00:00Z",
+                    30,
+                ),
+            }
+            await stream.cancel()
+    finally:
+        channel.close()
+    assert (REGISTRY.get_sample_value("netclaim_health_reports_total") or 0.0) == before + 2

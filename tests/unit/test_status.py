@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import copy
+import datetime
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -24,11 +25,13 @@ from netclaim.configure.status import (
     PodRef,
     StatusWriter,
     device_entry,
+    follow_links,
     network_status,
 )
 from netclaim.configure.store import Interface, Outcome, State, Store
 from netclaim.errors import ApiRejectedError, ApiUnavailableError, GoneError
 from netclaim.objects import Claim, Pod
+from netclaim.publish.devices import LINK_DOWN, DeviceCatalog, Taint
 from netclaim.supervisor import Supervisor
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
 
@@ -509,3 +512,85 @@ def test_the_status_writer_imports_no_adapter() -> None:
         alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
     }
     assert not {name for name in imported if name.startswith("netclaim.adapters")}
+
+
+# --- the NIC's link: LinkDown on the attached devices, Events on their pods ----------------------------
+
+LOSS = datetime.datetime(2026, 12, 2, 22, 0, tzinfo=datetime.UTC)
+
+
+def _catalog(down: bool) -> DeviceCatalog:
+    catalog = DeviceCatalog()
+    device = sample_device("enp1s0")
+    taints = (Taint(LINK_DOWN, "NoSchedule", LOSS),) if down else ()
+    catalog.update(
+        [replace(device, taints=taints), sample_device("enp9s0", shared=False)], inside_pods={"dev-enp9s0"}
+    )
+    return catalog
+
+
+def _link(entry: dict[str, Any]) -> tuple[str, str, str, str] | None:
+    found = [c for c in entry["conditions"] if c["type"] == "LinkDown"]
+    if not found:
+        return None
+    [condition] = found
+    return condition["status"], condition["reason"], condition["message"], condition["lastTransitionTime"]
+
+
+def test_an_attached_device_says_whether_its_nic_has_its_link() -> None:
+    up = _link(device_entry(SAMPLE_DRIVER, ATTACHED, _catalog(down=False)))
+    assert up is not None and up[:3] == ("False", "CarrierUp", "enp1s0 has its link")
+    down = _link(device_entry(SAMPLE_DRIVER, ATTACHED, _catalog(down=True)))
+    assert down == (
+        "True",
+        "NoCarrier",
+        "enp1s0 lost its link (no carrier): the pod's net1 carries nothing",
+        "2026-12-02T22:00:00Z",
+    )
+    assert device_entry(SAMPLE_DRIVER, ATTACHED, _catalog(down=True))["conditions"][0]["type"] == "Ready"
+    inside = replace(ATTACHED, device="dev-enp9s0")
+    assert _link(device_entry(SAMPLE_DRIVER, inside, _catalog(down=True))) is None, (
+        "a link the node cannot see"
+    )
+    assert _link(device_entry(SAMPLE_DRIVER, ROW, _catalog(down=True))) is None, "not attached yet"
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    async def reached() -> None:
+        while not condition():  # noqa: ASYNC110 - the fakes' state, polled
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(reached(), 5)
+
+
+def _written_link(api: FakeKubeApi) -> str | None:
+    claim = api.claims[("team-a", "claim-1")]
+    ours = [e for e in claim.devices_status if e["driver"] == SAMPLE_DRIVER]
+    found = _link(ours[0]) if ours else None
+    return found[0] if found else None
+
+
+async def test_a_link_going_down_and_back_rewrites_its_claims_and_tells_their_pods(
+    api: FakeKubeApi, store: Store
+) -> None:
+    catalog = _catalog(down=False)
+    supervisor = Supervisor()
+    writer = StatusWriter(api, SAMPLE_DRIVER, store, supervisor, links=catalog)
+    await store.put(ATTACHED, replace(ATTACHED, claim_uid="claim-uid-2", device="dev-enp2s0", share_id=""))
+    tasks = [asyncio.create_task(follow_links(catalog, store, writer)), asyncio.create_task(writer.run())]
+    try:
+        await asyncio.sleep(0)
+        catalog.update([replace(sample_device("enp1s0"), taints=(Taint(LINK_DOWN, "NoSchedule", LOSS),))])
+        await _until(lambda: len(api.events) == 1 and _written_link(api) == "True")
+        [event] = api.events
+        assert (event.pod, event.reason, event.warning) == ("pod-1", "NetclaimLinkDown", True)
+        assert event.message == "enp1s0: link down (no carrier) since 2026-12-02T22:00:00Z"
+        catalog.update([sample_device("enp1s0")])
+        await _until(lambda: len(api.events) == 2 and _written_link(api) == "False")
+        assert (api.events[1].reason, api.events[1].warning) == ("NetclaimLinkUp", False)
+        assert api.events[1].message == "enp1s0 has its link again: net1 carries traffic"
+        assert [e.pod_uid for e in api.events] == ["pod-uid-1"] * 2, "the other device's claim is left alone"
+    finally:
+        for task in tasks:
+            task.cancel()
+        await supervisor.stop()

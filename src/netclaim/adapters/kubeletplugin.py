@@ -1,4 +1,5 @@
-"""The kubelet side: plugin registration and the DRAPlugin service (v1 and v1beta1) over unix sockets.
+"""The kubelet side: plugin registration, the DRAPlugin service (v1 and v1beta1) and the DRAResourceHealth
+stream (v1) over unix sockets.
 
 grpclib serves them: asyncio gRPC on h2, which the agent loads anyway for the API server (grpcio's C core
 cost the agent ~10 MiB resident).
@@ -25,6 +26,8 @@ from grpclib.server import Server, Stream
 
 from netclaim import metrics
 from netclaim._proto import (
+    dra_health_v1_grpc,
+    dra_health_v1_pb2,
     dra_v1_grpc,
     dra_v1_pb2,
     dra_v1beta1_grpc,
@@ -36,7 +39,10 @@ from netclaim.errors import CniError, ConfigError, NetclaimError, TransientError
 from netclaim.stopping import InFlight
 
 log = logging.getLogger(__name__)
-SUPPORTED_VERSIONS = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+# kubelet 1.37 opens the health stream only for a plugin that names it here
+SUPPORTED_VERSIONS = ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth"]
+HEALTH_RESEND_SECONDS = 10.0  # every device reported again at least this often, changed or not
+HEALTH_TIMEOUT_SECONDS = 30  # kubelet shows a device not reported again within it as Unknown
 STOP_GRACE_SECONDS = 2.0  # a call kubelet has under way when the agent stops gets this long to finish
 CLOSE_WAIT_SECONDS = 0.5  # then the cancelled ones this long to unwind
 _Request = TypeVar("_Request")
@@ -64,6 +70,16 @@ class ClaimUnpreparer(Protocol):
     """What NodeUnprepareResources asks of netclaim, per claim."""
 
     async def unprepare(self, namespace: str, name: str, uid: str) -> None: ...
+
+
+class DeviceHealthSource(Protocol):
+    """The node's devices and what is wrong with each (None: nothing), for kubelet's health stream."""
+
+    def device_problems(self) -> dict[str, str | None]: ...
+
+    async def health_changed(self) -> None:
+        """Return at the next change of a device's problem."""
+        ...
 
 
 async def _claim_error(call: str, claim: Any, err: Exception, preparer: ClaimPreparer) -> str:
@@ -205,6 +221,50 @@ class _DraV1beta1(dra_v1beta1_grpc.DRAPluginBase):
         await _unary(self.calls, stream, self.service.unprepare)
 
 
+class _HealthV1(dra_health_v1_grpc.DRAResourceHealthBase):
+    """Every device of the node's pool with its health: at once, at each change and every
+    HEALTH_RESEND_SECONDS, for as long as kubelet keeps the stream (its own health clock restarts at each
+    report). Not counted among the calls a stop waits for: it never ends by itself."""
+
+    def __init__(self, source: DeviceHealthSource, pool: str, calls: _Calls) -> None:
+        self.source = source
+        self.pool = pool
+        self.calls = calls
+
+    def _report(self) -> dra_health_v1_pb2.NodeWatchResourcesResponse:
+        now = int(time.time())
+        return dra_health_v1_pb2.NodeWatchResourcesResponse(
+            devices=[
+                dra_health_v1_pb2.DeviceHealth(
+                    device=dra_health_v1_pb2.DeviceIdentifier(pool_name=self.pool, device_name=name),
+                    health=dra_health_v1_pb2.HEALTHY if problem is None else dra_health_v1_pb2.UNHEALTHY,
+                    last_updated_time=now,
+                    health_check_timeout_seconds=HEALTH_TIMEOUT_SECONDS,
+                    message=(problem or "")[:1024],
+                )
+                for name, problem in sorted(self.source.device_problems().items())
+            ]
+        )
+
+    async def NodeWatchResources(
+        self,
+        stream: Stream[
+            dra_health_v1_pb2.NodeWatchResourcesRequest, dra_health_v1_pb2.NodeWatchResourcesResponse
+        ],
+    ) -> None:
+        if not self.calls.open:
+            raise GRPCError(Status.UNAVAILABLE, "the netclaim agent is stopping")
+        await stream.recv_message()
+        log.info("kubelet watches device health")
+        while True:
+            report = self._report()
+            await stream.send_message(report)
+            metrics.HEALTH_REPORTS.inc()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(HEALTH_RESEND_SECONDS):
+                    await self.source.health_changed()
+
+
 class _Registration(pluginregistration_grpc.RegistrationBase):
     def __init__(
         self, driver: str, endpoint: Path, on_registered: Callable[[bool], None], calls: _Calls
@@ -298,14 +358,21 @@ class KubeletPlugin:
 async def serve(
     preparer: ClaimPreparer,
     unpreparer: ClaimUnpreparer,
+    health: DeviceHealthSource,
     kubelet_root: Path,
     driver: str,
+    pool: str,
     on_registered: Callable[[bool], None],
 ) -> KubeletPlugin:
-    """Start the DRA service, then the registration socket kubelet watches."""
+    """Start the DRA and health services, then the registration socket kubelet watches. `pool`: the node's
+    pool, where the devices the health stream names are."""
     registration_socket, dra_socket = socket_paths(kubelet_root, driver)
     dra = await _Listener.start(
-        lambda calls: [_DraV1(preparer, unpreparer, calls), _DraV1beta1(preparer, unpreparer, calls)],
+        lambda calls: [
+            _DraV1(preparer, unpreparer, calls),
+            _DraV1beta1(preparer, unpreparer, calls),
+            _HealthV1(health, pool, calls),
+        ],
         dra_socket,
     )
     registration = await _Listener.start(

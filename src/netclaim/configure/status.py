@@ -39,7 +39,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from netclaim import faults, metrics
 from netclaim.api.cniconfig import MAX_DEPTH, too_deep
@@ -169,7 +169,28 @@ def address_entries(driver: str, row: Attachment) -> list[dict[str, Any]]:
     return entries
 
 
-def device_entry(driver: str, row: Attachment) -> dict[str, Any]:
+class LinkSight(Protocol):
+    """What the node sees of its NICs' links (netclaim.publish.devices.DeviceCatalog)."""
+
+    def link_seen(self, name: str) -> bool: ...
+
+    def link_down_since(self, name: str) -> datetime.datetime | None: ...
+
+
+def link_condition(row: Attachment, links: LinkSight | None) -> list[dict[str, str]]:
+    """`LinkDown` on an attached device whose link the node sees: True from its loss, False otherwise."""
+    if links is None or not links.link_seen(row.device):
+        return []
+    since = links.link_down_since(row.device)
+    nic = row.plan.nic.if_name
+    if since is None:
+        return [condition("False", "CarrierUp", f"{nic} has its link", since=_now(), kind="LinkDown")]
+    stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    message = f"{nic} lost its link (no carrier): the pod's {row.plan.interface_name} carries nothing"
+    return [condition("True", "NoCarrier", message, since=stamp, kind="LinkDown")]
+
+
+def device_entry(driver: str, row: Attachment, links: LinkSight | None = None) -> dict[str, Any]:
     entry: dict[str, Any] = {"driver": driver, "pool": row.pool, "device": row.device}
     if row.share_id:
         entry["shareID"] = row.share_id
@@ -178,7 +199,10 @@ def device_entry(driver: str, row: Attachment) -> dict[str, Any]:
         shown, left_out = network_data(interface.name, interface.addresses, interface.mac)
         data, not_taken = _cni_data(row.outcome.cni_result) if row.outcome.cni_result else (None, [])
         message = _message(f"{interface.name} is configured in the pod", left_out + not_taken)
-        entry["conditions"] = [condition("True", "InterfaceAttached", message, since=_now())]
+        entry["conditions"] = [
+            condition("True", "InterfaceAttached", message, since=_now()),
+            *link_condition(row, links),
+        ]
         entry["networkData"] = shown
         network = row.plan.nic.attributes.get(NETWORK)
         if isinstance(network, str):  # what Services and policies name (netclaim.services)
@@ -256,6 +280,7 @@ class StatusWriter:
     store: Store
     background: Supervisor  # runs each write and each Event, so that a bug in one is never lost
     pods: PodAnnotationsApi | None = None  # the network-status annotation's; None: not written
+    links: LinkSight | None = None  # the NICs' links, for the LinkDown condition; None: not written
     retry: Callable[[], Backoff] = Backoff  # each target's backoff
     _queued: dict[Target, _Queued] = field(default_factory=dict)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -308,7 +333,7 @@ class StatusWriter:
 
     def desired(self, claim: ClaimRef) -> list[dict[str, Any]]:
         rows = self.store.for_claim(claim.uid)
-        entries = [device_entry(self.driver, row) for row in rows]
+        entries = [device_entry(self.driver, row, self.links) for row in rows]
         entries += [entry for row in rows for entry in address_entries(self.driver, row)]
         failure = self._failures.get(claim.uid)
         if failure is not None and not rows:
@@ -471,13 +496,63 @@ class StatusWriter:
         await self.pods.write_pod_annotation(pod, NETWORK_STATUS, value)
         log.info("network-status written", extra={"pod": f"{ref.namespace}/{ref.name}"})
 
+    def tell_pod_later(self, claim: ClaimRef, pod_uid: str, reason: str, message: str, warning: bool) -> None:
+        """An Event on the claim's pod `pod_uid`, named as the claim's reservedFor names it, written off
+        the caller's path."""
+
+        async def tell() -> None:
+            try:
+                known = self._known.get(claim.uid) or await self.api.get_claim(claim.namespace, claim.name)
+            except NetclaimError as err:
+                log.info("could not record a pod event", extra={"error": str(err)})
+                return
+            for pod in known.reserved_for:
+                if pod.uid == pod_uid:
+                    await self.warn(claim.namespace, pod.name, pod_uid, reason, message, warning)
+
+        self.background.spawn("pod-event", tell())
+
     def warn_later(self, pod: PodRef, reason: str, message: str) -> None:
         """A Warning Event on the pod, written off the caller's path (never inside the runtime's budget)."""
         self.background.spawn("pod-event", self.warn(pod.namespace, pod.name, pod.uid, reason, message))
 
-    async def warn(self, namespace: str, pod: str, pod_uid: str, reason: str, message: str) -> None:
-        """A Warning Event on the pod (best effort: failures are logged, never raised)."""
+    async def warn(
+        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str, warning: bool = True
+    ) -> None:
+        """A Warning (or Normal) Event on the pod (best effort: failures are logged, never raised)."""
         try:
-            await self.api.create_pod_event(namespace, pod, pod_uid, reason, message)
+            await self.api.create_pod_event(namespace, pod, pod_uid, reason, message, warning)
         except NetclaimError as err:
             log.info("could not record a pod event", extra={"error": str(err)})
+
+
+class LinkEvents(LinkSight, Protocol):
+    """The NICs' links as kubelet's health stream sees them (netclaim.publish.devices.DeviceCatalog)."""
+
+    def device_problems(self) -> dict[str, str | None]: ...
+
+    async def health_changed(self) -> None: ...
+
+
+async def follow_links(links: LinkEvents, store: Store, status: StatusWriter) -> None:
+    """At each change of a NIC's link: the LinkDown condition of every claim attached to it written again,
+    and an Event on each of their pods."""
+    seen = links.device_problems()
+    while True:
+        await links.health_changed()
+        now = links.device_problems()
+        changed = {name for name in seen.keys() | now.keys() if seen.get(name) != now.get(name)}
+        seen = now
+        for row in store.all():
+            if row.device not in changed or row.state != State.ATTACHED:
+                continue
+            claim = ClaimRef(row.claim_namespace, row.claim_name, row.claim_uid)
+            status.enqueue(claim)
+            problem = now.get(row.device)
+            if problem is not None:
+                status.tell_pod_later(claim, row.pod_uid, "NetclaimLinkDown", problem, warning=True)
+            else:
+                message = (
+                    f"{row.plan.nic.if_name} has its link again: {row.plan.interface_name} carries traffic"
+                )
+                status.tell_pod_later(claim, row.pod_uid, "NetclaimLinkUp", message, warning=False)

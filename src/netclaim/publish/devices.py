@@ -6,9 +6,10 @@ fit is dropped with a log line (never a slice the apiserver rejects, which would
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -218,14 +219,49 @@ def _device(interface: NetworkInterface, rule: Rule, grouped: dict[str, dict[str
     )
 
 
+def link_down_since(device: Device) -> datetime.datetime | None:
+    return next((t.added for t in device.taints if t.key == LINK_DOWN), None)
+
+
+def _problem(device: Device) -> str | None:
+    since = link_down_since(device)
+    if since is None:
+        return None
+    return f"{device.if_name}: link down (no carrier) since {since.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
 class DeviceCatalog:
-    """The devices this node publishes now, by name (what prepare fills placeholders from)."""
+    """The devices this node publishes now, by name (what prepare fills placeholders from), and what is
+    wrong with those whose link the node sees (kubelet's health stream, the claims' LinkDown condition):
+    not a whole NIC inside a pod's namespace."""
 
     def __init__(self) -> None:
         self._devices: dict[str, Device] = {}
+        self._problems: dict[str, str | None] = {}
+        self._health_changed = asyncio.Event()
 
-    def update(self, devices: list[Device]) -> None:
+    def update(self, devices: list[Device], inside_pods: Collection[str] = ()) -> None:
+        """`inside_pods`: the names of the devices whose link is out of the node's sight."""
         self._devices = {d.name: d for d in devices}
+        problems = {d.name: _problem(d) for d in devices if d.name not in inside_pods}
+        if problems != self._problems:
+            self._problems = problems
+            self._health_changed.set()  # wakes who waits on it; the next wait is on a new one
+            self._health_changed = asyncio.Event()
 
     def get(self, name: str) -> Device | None:
         return self._devices.get(name)
+
+    def device_problems(self) -> dict[str, str | None]:
+        return dict(self._problems)
+
+    def link_seen(self, name: str) -> bool:
+        """Whether the node sees the device's link (a device it publishes, not inside a pod)."""
+        return name in self._problems
+
+    def link_down_since(self, name: str) -> datetime.datetime | None:
+        device = self._devices.get(name)
+        return link_down_since(device) if device is not None and self.link_seen(name) else None
+
+    async def health_changed(self) -> None:
+        await self._health_changed.wait()

@@ -12,6 +12,7 @@ import datetime
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from netclaim import metrics
 from netclaim.publish.inventory import NetworkInterface
 
 SETTLE_SECONDS = 1.0
@@ -53,6 +54,7 @@ class LinkHealth:
             if not interface.carrier:
                 if name not in self._down_since:
                     self._down_since[name] = self._wall_clock()
+                    metrics.NIC_LINK_LOSSES.inc()
                 self._back.pop(name, None)
                 continue
             if name not in self._down_since:

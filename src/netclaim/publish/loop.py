@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import Counter
 from collections.abc import Callable
 
+from netclaim import metrics
 from netclaim.kubeapi import NodeSlicesApi
 from netclaim.publish.devices import Device, DeviceCatalog, decide
 from netclaim.publish.health import LinkHealth
@@ -76,14 +78,26 @@ async def publish_pass(
             asyncio.get_running_loop().call_later(settle_in, trigger.fire, False)
         scanned = decide(interfaces, policy.policy, publisher.driver, link_health.down)
         devices = [d.device for d in scanned if d.device is not None]
-        devices += held_devices({d.name for d in devices})
-        catalog.update(devices)
+        _count_links(devices, link_health)
+        held = held_devices({d.name for d in devices})
+        devices += held
+        catalog.update(devices, inside_pods={d.name for d in held})
         if compare or publisher.changed(devices):
             await publisher.publish(devices)
         on_published()
     except BaseException:
         trigger.fire()
         raise
+
+
+def _count_links(devices: list[Device], link_health: LinkHealth) -> None:
+    metrics.NIC_LINK_UP.clear()
+    effects: Counter[str] = Counter()
+    for device in devices:
+        metrics.NIC_LINK_UP.labels(device.name).set(0 if device.if_name in link_health.down else 1)
+        effects.update(t.effect for t in device.taints)
+    for effect in ("NoSchedule", "NoExecute"):
+        metrics.TAINTED_DEVICES.labels(effect).set(effects[effect])
 
 
 async def watch_inventory(source: InventorySource, trigger: Trigger) -> None:

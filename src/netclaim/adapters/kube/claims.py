@@ -95,10 +95,10 @@ class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
             )
 
     async def create_pod_event(
-        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str
+        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str, warning: bool = True
     ) -> None:
         involved = ObjectReference(kind="Pod", apiVersion="v1", name=pod, namespace=namespace, uid=pod_uid)
-        await self.kube.create_event(involved, reason, message)
+        await self.kube.create_event(involved, reason, message, warning)
 
     async def unschedulable_pods(self) -> list[Pod]:
         with translated("pending pods"):

@@ -328,8 +328,11 @@ class KubeConnection:
             except Exception:  # a bug in one Event stops none of the others
                 log.exception("could not record an event (a bug)", extra={"object": involved.name})
 
-    async def create_event(self, involved: ObjectReference, reason: str, message: str) -> None:
-        """A Warning Event on the object; a cluster-scoped object's goes to `default`, where kubectl looks."""
+    async def create_event(
+        self, involved: ObjectReference, reason: str, message: str, warning: bool = True
+    ) -> None:
+        """A Warning (or Normal) Event on the object; a cluster-scoped object's goes to `default`, where
+        kubectl looks."""
         namespace = involved.namespace or "default"
         now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         event = Event(
@@ -338,7 +341,7 @@ class KubeConnection:
             involvedObject=involved,
             reason=reason,
             message=cut(message, EVENT_MESSAGE_BYTES),
-            type="Warning",
+            type="Warning" if warning else "Normal",
             source=EventSource(component=self.field_manager),
             firstTimestamp=now,
             lastTimestamp=now,
