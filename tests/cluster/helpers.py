@@ -447,8 +447,22 @@ def controller_metrics(cluster: ClusterHandle) -> dict[str, float]:
     pod = kubectl_json(
         cluster, "get", "pods", "-n", "netclaim-system", "-l", "app.kubernetes.io/name=netclaim-controller"
     )["items"][0]["metadata"]["name"]
+    return _pod_metrics(cluster, pod, 9178)
+
+
+def agent_metrics(cluster: ClusterHandle, node: str) -> dict[str, float]:
+    """The node's agent's /metrics, as controller_metrics reads the controller's."""
+    pods = kubectl_json(
+        cluster,
+        *("get", "pods", "-n", "netclaim-system", "-l", "app.kubernetes.io/name=netclaim-agent"),
+        f"--field-selector=spec.nodeName={node}",
+    )["items"]
+    return _pod_metrics(cluster, pods[0]["metadata"]["name"], 9177)
+
+
+def _pod_metrics(cluster: ClusterHandle, pod: str, port: int) -> dict[str, float]:
     text = cluster.kubectl(
-        "get", "--raw", f"/api/v1/namespaces/netclaim-system/pods/{pod}:9178/proxy/metrics"
+        "get", "--raw", f"/api/v1/namespaces/netclaim-system/pods/{pod}:{port}/proxy/metrics"
     )
     found = {}
     for line in text.splitlines():
