@@ -31,6 +31,7 @@ from tests.kube import wait_for
 
 NODE, NIC = "node-2", "enp94s0"
 LINK_DOWN = "netclaim.dev/link-down"
+ON_THE_NIC = f'device.attributes["netclaim.dev"].ifName == "{NIC}"'
 
 
 def _switch_side(cluster: ClusterHandle) -> str:
@@ -65,13 +66,7 @@ def _documents(names: list[str]) -> list[dict[str, Any]]:
                             "name": "nic",
                             "exactly": {
                                 "deviceClassName": "netclaim-shared",
-                                "selectors": [
-                                    {
-                                        "cel": {
-                                            "expression": f'device.attributes["netclaim.dev"].ifName == "{NIC}"'
-                                        }
-                                    }
-                                ],
+                                "selectors": [{"cel": {"expression": ON_THE_NIC}}],
                             },
                         }
                     ],
