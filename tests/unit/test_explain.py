@@ -208,6 +208,25 @@ def test_an_untolerated_taint_and_a_cordon_keep_a_node_out() -> None:
     assert explain_pod(tolerated, snapshot).fits_on == ["node-1"]
 
 
+def test_a_nic_whose_link_is_down_is_named_with_its_taint_unless_the_request_tolerates_it() -> None:
+    down = {
+        **nic("enp0s10"),
+        "taints": [
+            {"key": "netclaim.dev/link-down", "effect": "NoSchedule", "timeAdded": "2026-12-02T22:00:00Z"}
+        ],
+    }
+    snapshot = demo_snapshot(FIVE_GIG, claims=[], nodes=[node("node-1")])
+    snapshot = Snapshot(**{**snapshot.__dict__, "slices": [node_slice("node-1", down)]})
+    text = _text(pending_pod("t"), snapshot)
+    assert (
+        "enp0s10 on node-1: does not fit: tainted netclaim.dev/link-down (NoSchedule) since "
+        "2026-12-02T22:00:00Z: its link is down, and the request does not tolerate it"
+    ) in text, text
+    tolerant = {**FIVE_GIG, "tolerations": [{"key": "netclaim.dev/link-down", "operator": "Exists"}]}
+    snapshot = Snapshot(**{**snapshot.__dict__, "templates": [template("t", tolerant)]})
+    assert explain_pod(pending_pod("t"), snapshot).fits_on == ["node-1"]
+
+
 def test_a_request_without_bandwidth_is_told_it_gets_the_default() -> None:
     request = {k: v for k, v in FIVE_GIG.items() if k != "capacity"}
     found = explain_pod(pending_pod("t"), demo_snapshot(request, claims=[]))

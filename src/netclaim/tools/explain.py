@@ -24,7 +24,7 @@ from netclaim.api import selectors
 from netclaim.names import DRIVER_DOMAIN, NETWORK, SLICE_SERVICE_NAME
 from netclaim.netpolicy.rules import PolicyObject
 from netclaim.objects import Pod, PodClaim
-from netclaim.publish.devices import BANDWIDTH
+from netclaim.publish.devices import BANDWIDTH, LINK_DOWN
 from netclaim.quantity import parse_quantity, readable_quantity
 
 DISABLED_LABEL = f"{DRIVER_DOMAIN}/agent"
@@ -59,6 +59,7 @@ class PublishedDevice:
     policies: dict[str, dict[str, Any]]  # the name as published -> its requestPolicy
     shared: bool
     node_selector: dict[str, Any] | None = None  # a NodeSelector; None with node "": every node
+    taints: tuple[dict[str, Any], ...] = ()
 
     @property
     def defaults(self) -> dict[str, Decimal]:
@@ -175,6 +176,7 @@ def published_devices(slices: list[dict[str, Any]]) -> list[PublishedDevice]:
                     policies=policies,
                     shared=bool(device.get("allowMultipleAllocations")),
                     node_selector=where.get("nodeSelector") if not where.get("allNodes") else None,
+                    taints=tuple(dict(t) for t in device.get("taints") or []),
                 )
             )
     return devices
@@ -288,6 +290,13 @@ def _over_policy(consumed: Decimal, policy: dict[str, Any] | None) -> str:
 def show_quantity(value: Decimal) -> str:
     """Counts (attachments, addresses) as numbers; bandwidth in its shortest exact unit (10G, 5Gi)."""
     return str(int(value)) if value < 1_000_000 else readable_quantity(int(value))
+
+
+def _taint_reason(taint: dict[str, Any]) -> str:
+    since = f" since {taint['timeAdded']}" if taint.get("timeAdded") else ""
+    why = ": its link is down" if taint.get("key") == LINK_DOWN else ""
+    named = f"{taint.get('key')} ({taint.get('effect')})"
+    return f"tainted {named}{since}{why}, and the request does not tolerate it"
 
 
 def _tolerated(taint: dict[str, Any], tolerations: tuple[dict[str, Any], ...]) -> bool:
@@ -419,6 +428,10 @@ def judge_request(
                     judged.unjudged.append(f"{origin}: `{expression}` {why}")
                 elif result is False:
                     judged.reasons.append(f"{origin}: {failing_clause(expression, device)}")
+        tolerations = tuple(dict(t) for t in request.get("tolerations") or [])
+        for taint in device.taints:
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(taint, tolerations):
+                judged.reasons.append(_taint_reason(taint))
         if judged.reasons:
             verdict.devices.append(judged)
             continue
