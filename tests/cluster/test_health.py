@@ -23,6 +23,7 @@ from tests.cluster.helpers import (
     apply,
     claim_devices,
     configured_and_running,
+    kubectl_netclaim,
     pod_claim_name,
     published,
     runnable_here,
@@ -210,6 +211,8 @@ def test_a_nic_that_loses_its_link_is_tainted_shown_unhealthy_and_cleared_when_b
     )
     time.sleep(5)  # the scheduler retrying meanwhile does not place it either
     assert _pending_unschedulable(kube, ns, "user-c")
+    explained = kubectl_netclaim(cluster, "explain", "pod/user-c", "-n", ns)
+    assert f"{NIC} on {NODE}: does not fit: tainted {LINK_DOWN} (NoSchedule) since " in explained, explained
 
     back = time.monotonic()
     link("up")
