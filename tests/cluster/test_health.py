@@ -10,13 +10,16 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import Client
 from lightkube.core.client import FieldSelector
+from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event, Pod
 
+from netclaim_lab import agents
 from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import (
     agent_metrics,
@@ -261,3 +264,59 @@ def test_a_link_flapping_a_hundred_times_in_ten_seconds_costs_a_handful_of_slice
     figures(f"slice writes for 100 flaps: {written:.0f}; outages counted: {losses() - lost_before:.0f}")
     assert 1 <= written <= 4, written
     assert _taints(kube) == []
+
+
+POLICY = Path(__file__).with_name("policy.yaml")
+
+
+@pytest.fixture
+def evicting_policy(cluster: ClusterHandle, kube: Client, tmp_path: Path) -> Iterator[None]:
+    """The test policy with `linkDown: NoExecute` on lan1's NICs (and an attribute to see it published);
+    the original back afterwards, once node-2's agent publishes it again."""
+    edited = tmp_path / "policy.yaml"
+    lan1 = "attributes: {netclaim.dev/network: lan1}"
+    edited.write_text(
+        POLICY.read_text().replace(
+            lan1, "attributes: {netclaim.dev/network: lan1, netclaim.dev/tier: evict}\n  linkDown: NoExecute"
+        )
+    )
+    assert edited.read_text() != POLICY.read_text()
+    agents.set_policy(cluster, edited)
+    wait_for(
+        lambda: "netclaim.dev/tier" in published(kube, NODE)[NIC]["attributes"], 120, "the policy in force"
+    )
+    yield
+    agents.set_policy(cluster, POLICY)
+    wait_for(
+        lambda: "netclaim.dev/tier" not in published(kube, NODE)[NIC]["attributes"],
+        120,
+        "the original policy back",
+    )
+
+
+def test_with_no_execute_chosen_the_pods_on_a_dead_link_are_evicted(
+    cluster: ClusterHandle,
+    kube: Client,
+    ns: str,
+    evicting_policy: None,
+    link: Callable[[str], None],
+    figures: Callable[[str], None],
+) -> None:
+    apply(cluster, ns, *_documents(["evicted"]))
+    wait_for(lambda: configured_and_running(kube, ns, "evicted"), 120, "the pod running with net1")
+    lost = time.monotonic()
+    link("down")
+    wait_for(lambda: [t["effect"] for t in _taints(kube)] == ["NoExecute"], 30, "a NoExecute taint")
+
+    def evicted() -> bool:
+        try:
+            found = kube.get(Pod, "evicted", namespace=ns)
+        except ApiError as err:
+            return err.status.code == 404
+        conditions = (found.status.conditions if found.status else None) or []
+        return any(
+            c.type == "DisruptionTarget" and c.reason == "DeletionByDeviceTaintManager" for c in conditions
+        )
+
+    wait_for(evicted, 60, "the pod evicted by Kubernetes' device taint eviction controller")
+    figures(f"pod evicted {time.monotonic() - lost:.2f} s after its NIC's carrier went")
