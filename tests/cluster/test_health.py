@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +174,7 @@ def test_a_nic_that_loses_its_link_is_tainted_shown_unhealthy_and_cleared_when_b
 ) -> None:
     apply(cluster, ns, *_documents(["user-a", "user-b"]))
     for pod in ("user-a", "user-b"):
-        wait_for(lambda pod=pod: configured_and_running(kube, ns, pod), 120, f"{pod} running with net1")
+        wait_for(partial(configured_and_running, kube, ns, pod), 120, f"{pod} running with net1")
     assert _taints(kube) == []
     wait_for(
         lambda: all(_device_health(kube, ns, p) == ["Healthy"] for p in ("user-a", "user-b")),

@@ -206,10 +206,10 @@ def test_orphans_are_the_allocations_of_claims_that_are_gone() -> None:
 
 
 def test_slice_bodies_cut_the_devices_into_slices_of_all_nodes() -> None:
-    devices = [pool_device(_pool(f"p{i:03d}", SIX), PoolUse(6, 0, {})) for i in reversed(range(130))]
+    devices = [pool_device(_pool(f"p{i:03d}", SIX), PoolUse(6, 0, {})) for i in reversed(range(66))]
     bodies = pool_slices(FakeKubeApi(), SAMPLE_DRIVER).bodies(devices, 4, "crd-uid")
     assert [b["metadata"]["name"] for b in bodies] == [f"{SLICE_PREFIX}-0", f"{SLICE_PREFIX}-1"]
-    assert [len(b["spec"]["devices"]) for b in bodies] == [128, 2]
+    assert [len(b["spec"]["devices"]) for b in bodies] == [64, 2]
     assert bodies[0]["spec"]["devices"][0]["name"] == "p000"
     for body in bodies:
         assert body["spec"]["allNodes"] is True
@@ -289,7 +289,7 @@ async def test_a_capacity_change_is_written_with_the_next_generation() -> None:
 async def test_a_new_pool_is_written_and_a_slice_no_longer_needed_deleted() -> None:
     api = FakeKubeApi()
     publisher = pool_slices(api, SAMPLE_DRIVER)
-    many = [_device(f"p{i:03d}", 6) for i in range(129)]
+    many = [_device(f"p{i:03d}", 6) for i in range(65)]
     assert await publisher.write(many) == 2
     assert sorted(api.slices) == [f"{SLICE_PREFIX}-0", f"{SLICE_PREFIX}-1"]
     assert await publisher.write(many[:3]) == 2  # one written, one deleted

@@ -205,7 +205,9 @@ class LinkEvents:
 
     async def __aenter__(self) -> LinkEvents:
         try:
-            fileno = await _in(self._netns, _netlink_socket, os.close) if self._netns else None
+            fileno: int | None = None
+            if self._netns:
+                fileno = await _in(self._netns, _netlink_socket, os.close)
             self._ipr = AsyncIPRoute() if fileno is None else AsyncIPRoute(fileno=fileno)
             await self._ipr.bind(groups=_RTMGRP_LINK | _RTMGRP_IPV4_IFADDR | _RTMGRP_IPV6_IFADDR)
         except (NetlinkError, OSError) as err:
