@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.core.client import FieldSelector
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event, Pod
 
@@ -26,8 +25,11 @@ from tests.cluster.helpers import (
     agent_metrics,
     apply,
     claim_devices,
+    claim_template,
+    cni_config,
     configured_and_running,
     kubectl_netclaim,
+    macvlan,
     pod_claim_name,
     published,
     runnable_here,
@@ -59,50 +61,11 @@ def link(cluster: ClusterHandle) -> Iterator[Callable[[str], None]]:
 
 
 def _documents(names: list[str]) -> list[dict[str, Any]]:
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "on-enp94s0"},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "nic",
-                            "exactly": {
-                                "deviceClassName": "netclaim-shared",
-                                "selectors": [{"cel": {"expression": ON_THE_NIC}}],
-                            },
-                        }
-                    ],
-                    "config": [
-                        {
-                            "requests": ["nic"],
-                            "opaque": {
-                                "driver": "netclaim.dev",
-                                "parameters": {
-                                    "apiVersion": "netclaim.dev/v1alpha1",
-                                    "kind": "NetworkConfig",
-                                    "interfaceName": "net1",
-                                    "config": {
-                                        "cniVersion": "1.0.0",
-                                        "name": "health",
-                                        "plugins": [
-                                            {
-                                                "type": "macvlan",
-                                                "mode": "bridge",
-                                                "ipam": {"type": "host-local", "subnet": "10.33.7.0/24"},
-                                            }
-                                        ],
-                                    },
-                                },
-                            },
-                        }
-                    ],
-                }
-            }
-        },
-    }
+    """The claim template of a share of node-2's enp94s0 (its address from a tenant range of the test
+    policy), and a pod per name using it."""
+    template = claim_template(
+        "on-enp94s0", "netclaim-shared", ON_THE_NIC, cni_config([macvlan("10.33.7.0/24")])
+    )
     pods = [
         runnable_here(
             {
@@ -155,10 +118,7 @@ def _link_down(kube: Client, ns: str, pod: str) -> str | None:
 
 
 def _reasons(kube: Client, ns: str, pod: str) -> list[str]:
-    return [
-        str(e.reason)
-        for e in kube.list(Event, namespace=ns, fields=FieldSelector({"involvedObject.name": pod}))
-    ]
+    return [str(e.reason) for e in kube.list(Event, namespace=ns, fields={"involvedObject.name": pod})]
 
 
 def _pending_unschedulable(kube: Client, ns: str, pod: str) -> bool:
