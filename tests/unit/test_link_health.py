@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 
 from netclaim.publish.health import LinkHealth
 from netclaim.publish.inventory import NetworkInterface
@@ -81,6 +82,12 @@ def test_a_hundred_flaps_in_ten_seconds_are_one_outage() -> None:
     assert all(seen) and losses == [LOSS], "down throughout, from the first loss"
     clock.now += 1.0
     assert health.observe([nic(True, changes)]) is None and dict(health.down) == {}
+
+
+def test_a_nic_set_down_by_hand_or_handed_back_down_from_a_pod_is_not_a_dead_link() -> None:
+    health = LinkHealth(Clock(), lambda: LOSS)
+    admin_down = replace(nic(False, 1), up=False)
+    assert health.observe([admin_down]) is None and dict(health.down) == {}
 
 
 def test_a_nic_that_went_away_is_forgotten() -> None:

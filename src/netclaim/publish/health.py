@@ -51,7 +51,8 @@ class LinkHealth:
         for interface in interfaces:
             name = interface.name
             present.add(name)
-            if not interface.carrier:
+            if interface.up and not interface.carrier:  # admin down: no cable to judge (a whole NIC
+                # handed back from a pod stays down until the next pod's plugin sets it up)
                 if name not in self._down_since:
                     self._down_since[name] = self._wall_clock()
                     metrics.NIC_LINK_LOSSES.inc()
