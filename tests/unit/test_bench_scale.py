@@ -3,17 +3,21 @@ quantiles, the SCALE line and README's table, the node keeper's Lease time."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.resources.resource_v1 import ResourceSlice
 
+from netclaim.names import DRIVER_DOMAIN
 from netclaim_lab import keeper
-from netclaim_lab.benchmarks import measure, report, scale
+from netclaim_lab.benchmarks import arms, measure, report, scale
 
 NODE_EXTRA = {measure.NODE_NAME_EXTRA: ["node-1"]}
 
@@ -235,10 +239,33 @@ def test_the_arm_beside_the_no_op_devices_runs_in_the_first_repeat_only() -> Non
     assert [arm.name for arm in scale.arms_of_repeat(only, 1)] == ["netclaim"]
 
 
+def test_the_shared_no_op_arm_runs_only_when_asked_for() -> None:
+    asked = dataclasses.replace(scale.FULL, only=("dra", "dra_shared", "netclaim"))
+    assert [arm.name for arm in scale.arms_of_repeat(asked, 0)] == ["dra", "dra_shared", "netclaim"]
+
+
+def test_the_shared_no_op_devices_are_the_nodes_nics_with_netclaims_request_policy() -> None:
+    """What separates DRA's consumable capacity from netclaim's attributes: the same NICs, bandwidth and
+    request policy as the agent publishes for the node, four attributes and no other capacity."""
+    node = scale.node_name(3)
+    body = arms.noop_slice(node, scale.nic_count(node))
+    devices = ResourceSlice.from_dict(body).to_dict()["spec"]["devices"]  # through the API's own model
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch)
+        nics = asyncio.run(scale.node_devices(scale.write_inventory(work, node), scale.virtual_policy(work)))
+    assert len(devices) == len(nics) == 4
+    for device, nic in zip(devices, nics, strict=True):
+        assert device["allowMultipleAllocations"] is True
+        assert device["capacity"] == {"bandwidth": nic.to_api()["capacity"][f"{DRIVER_DOMAIN}/bandwidth"]}
+        assert sorted(device["attributes"]) == ["driverVersion", "index", "model", "uuid"]
+    claim = arms.noop_shared_claim("c", "ns", "5G")["spec"]["devices"]["requests"][0]["exactly"]
+    assert claim == {"deviceClassName": arms.NOOP_DRIVER, "capacity": {"requests": {"bandwidth": "5G"}}}
+
+
 def test_an_unknown_arm_for_only_is_refused_naming_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
     """Before, `--only netclaim_nic` ran no arm and still wrote its file: 0.7 min of nothing."""
     with pytest.raises(SystemExit) as exited:
         scale.main(["--only", "netclaim,netclaim_nic"])
     assert exited.value.code == 2
-    known = "none, dra, netclaim_gpus, netclaim_pool, netclaim"
+    known = "none, dra, dra_shared, netclaim_gpus, netclaim_pool, netclaim"
     assert f"--only: no arm netclaim_nic (arms: {known})" in capsys.readouterr().err

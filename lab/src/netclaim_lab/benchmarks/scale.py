@@ -853,28 +853,39 @@ def grow(bench: Bench, nodes: Nodes, total: int) -> dict[str, Any]:
     return {"nodes": total, "added": len(added), "publish_s": seconds, "devices": devices}
 
 
-def _noop_slices(kube: Client) -> int:
-    return sum(1 for _ in kube.list(ResourceSlice, fields={"spec.driver": arms.NOOP_DRIVER}))
+def _noop_slices(kube: Client) -> dict[str, int]:
+    """How many of the no-op driver's slices are published, by the kind of devices they hold."""
+    kinds: dict[str, int] = {}
+    for found in kube.list(ResourceSlice, fields={"spec.driver": arms.NOOP_DRIVER}):
+        shared = any(device.allowMultipleAllocations for device in found.spec.devices or [])
+        kind = "shared_nics" if shared else "gpus"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
 
 
-def noop_driver(bench: Bench, published: bool) -> None:
-    """The no-op driver's class and every node's slice (what its kubelet plugins would publish), or no
-    slice of it; waits until the API server lists what was asked."""
+def noop_driver(bench: Bench, devices: arms.NoopDevices | None) -> None:
+    """The no-op driver's class and every node's slice of these devices (what its kubelet plugins would
+    publish), or no slice of it; waits until the API server lists what was asked."""
     nodes = [*MEASURED, *bench.others]
+    wanted = {devices: len(nodes)} if devices else {}
     present = _noop_slices(bench.kube)
-    if published and present == 0:
+    if present == wanted:
+        return
+    if present:
+        for node in nodes:
+            bench.kube.delete(ResourceSlice, arms.noop_slice(node)["metadata"]["name"])
+        log(f"  the no-op driver's {sum(present.values())} slices deleted")
+        wait_for(lambda: not _noop_slices(bench.kube), 120, "no slice of the no-op driver")
+    if devices:
         classes = {c.metadata.name for c in bench.kube.list(DeviceClass) if c.metadata}
-        bodies = [arms.noop_slice(node) for node in nodes]
+        shared = devices == "shared_nics"
+        bodies = [arms.noop_slice(node, nic_count(node) if shared else 0) for node in nodes]
         if arms.NOOP_DRIVER not in classes:
             bodies.append(arms.noop_device_class())
         asyncio.run(bulk.create_all(bench.handle.kubeconfig, bodies))
-        log(f"  the no-op driver's {len(nodes)} slices ({arms.NOOP_DEVICES_PER_NODE} devices each)")
-    elif not published and present:
-        for node in nodes:
-            bench.kube.delete(ResourceSlice, arms.noop_slice(node)["metadata"]["name"])
-        log(f"  the no-op driver's {present} slices deleted")
-    wanted = len(nodes) if published else 0
-    wait_for(lambda: _noop_slices(bench.kube) == wanted, 120, f"{wanted} slices of the no-op driver")
+        what = "2-8 shared NIC-like devices" if shared else f"{arms.NOOP_DEVICES_PER_NODE} devices"
+        log(f"  the no-op driver's {len(nodes)} slices ({what} each)")
+    wait_for(lambda: _noop_slices(bench.kube) == wanted, 120, f"the no-op driver's slices: {wanted}")
 
 
 def _pool_published(kube: Client) -> bool:
@@ -889,7 +900,7 @@ def arms_of_repeat(sizes: Sizes, repeat: int) -> list[Arm]:
     return [
         arm
         for arm in arms.ARMS
-        if (not sizes.only or arm.name in sizes.only) and (repeat == 0 or not arm.once)
+        if (arm.name in sizes.only if sizes.only or arm.asked else True) and (repeat == 0 or not arm.once)
     ]
 
 
