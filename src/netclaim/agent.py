@@ -25,9 +25,11 @@ from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.adapters.kubeletplugin import KubeletPlugin
 from netclaim.api.settings import AgentSettings
 from netclaim.configure.attach import Attacher, PodLocks
+from netclaim.configure.check import AttachmentChecker
 from netclaim.configure.gate import CdiGate
 from netclaim.configure.gather import Gatherer
 from netclaim.configure.hooks import PodHooks
+from netclaim.configure.lifecycle import NetworkCollector, NetworkGate, PluginReadiness
 from netclaim.configure.metadata import DeviceMetadataFiles
 from netclaim.configure.plan import NodeContext
 from netclaim.configure.policy import PolicyEnforcer
@@ -79,7 +81,12 @@ async def _start_configure_path(
     pods: PodAnnotationsApi | None = adapter if settings.network_status_annotation else None
     status = StatusWriter(claims, driver, store, supervisor, pods=pods, links=catalog)
     locks = PodLocks()
-    attacher = Attacher(store, cni, locks, supervisor)
+    readiness, networks = PluginReadiness(cni, health.set), NetworkGate()
+    attacher = Attacher(store, cni, locks, supervisor, readiness, networks)
+    supervisor.keep("cni-gc", NetworkCollector(store, cni, networks, readiness).run)
+    if settings.check_seconds:
+        checker = AttachmentChecker(store, attacher, locks, status, settings.check_seconds)
+        supervisor.keep("cni-check", checker.run)
     supervisor.keep("status-writer", status.run)
     supervisor.keep("link-watch", partial(follow_links, catalog, store, status))
     plugin = hooks = None

@@ -255,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--cni-plugins", help="comma-separated plugin types claims may use (default: all installed)"
     )
     agent.add_argument(
+        "--check-seconds",
+        type=float,
+        help="CNI CHECK of every attached interface this often, re-added when broken (default 300, 0: off)",
+    )
+    agent.add_argument(
         "--ipam-data-dir",
         type=Path,
         help="host-local reservations of configs naming no dataDir go here (default <state-dir>/host-local)",

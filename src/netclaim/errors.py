@@ -12,8 +12,10 @@
     │   ├── PodBusyError          an earlier operation on the same pod still holds its lock
     │   ├── StateStoreError       the state database is locked, cannot be written, or its disk did not
     │   │                         take a write within the bound (the write is still made, in its turn)
-    │   └── CniTryAgainError      a CNI plugin answered code 11 ("try again later"), or did not answer in
-    │                             time (also a CniError)
+    │   ├── CniTryAgainError      a CNI plugin answered code 11 ("try again later"), or did not answer in
+    │   │                         time (also a CniError)
+    │   └── CniNotReadyError      a plugin's STATUS failed (50/51, or its IPAM plugin missing): it
+    │                             cannot serve an ADD now (also a CniError)
     ├── ApiRejectedError     the Kubernetes API refused a request (a 4xx but 409 and the 404 of a named
     │   │                    object): a bug, RBAC, or a kind the server does not serve
     │   ├── NotServedError        404 for a kind: the server does not serve it (a CRD not installed, a skew)
@@ -37,7 +39,7 @@ ConfigError, CniError (the claim's config, or the node cannot run its plugins)
     kubelet  the claim's error; Ready=False PrepareFailed on its devices; a Warning Event on its pod
 GoneError
     kubelet  the claim's error, nothing written;          loops  the claim is dropped
-TransientError (ApiUnavailable, Conflict, PoolExhausted, PodBusy, StateStore, CniTryAgain)
+TransientError (ApiUnavailable, Conflict, PoolExhausted, PodBusy, StateStore, CniTryAgain, CniNotReady)
     kubelet  the claim's error only: kubelet retries, the user is not blamed (no condition, no Event)
     NRI      the sandbox fails, nothing recorded (kubelet retries);    loops  retried with backoff
 AttachError (any cause, after the rollback)
@@ -167,13 +169,23 @@ class CniError(NetclaimError):
 
     @staticmethod
     def of(plugin: str, command: str, code: int, message: str, details: str = "") -> CniError:
-        """The error for a plugin's answer: code 11 says "try again later" (CniTryAgainError)."""
-        kind = CniTryAgainError if code == CNI_TRY_AGAIN else CniError
+        """The error for a plugin's answer: code 11 says "try again later" (CniTryAgainError); any failed
+        STATUS says "not ready for ADD" (CniNotReadyError: 50 and 51 by the spec, or whatever a plugin
+        answers when the IPAM plugin it asks cannot be found or run)."""
+        kind: type[CniError] = CniError
+        if code == CNI_TRY_AGAIN:
+            kind = CniTryAgainError
+        elif command == "STATUS":
+            kind = CniNotReadyError
         return kind(plugin, command, code, message, details)
 
 
 class CniTryAgainError(CniError, TransientError):
     """A plugin answered code 11 ("try again later") or did not answer in time: the same call may work."""
+
+
+class CniNotReadyError(CniError, TransientError):
+    """A plugin's STATUS failed: it cannot serve an ADD now; the attach is retried until it is ready."""
 
 
 class KernelError(NetclaimError):

@@ -47,6 +47,29 @@ HEALTH_REPORTS = Counter(
     "Device health reports sent to kubelet (every device each)",
     registry=REGISTRY,
 )
+CNI_NOT_READY = Counter(
+    "netclaim_cni_not_ready_total",
+    "Attaches refused because a plugin's STATUS said it cannot serve an ADD, by plugin",
+    ["plugin"],
+    registry=REGISTRY,
+)
+CNI_CHECKS = Counter(
+    "netclaim_cni_checks_total",
+    "CNI CHECKs of attached interfaces, by result (ok, failed: repaired by DEL and ADD, error: not run)",
+    ["result"],
+    registry=REGISTRY,
+)
+CNI_GC_RUNS = Counter(
+    "netclaim_cni_gc_runs_total",
+    "CNI GC calls of a network's chain, by result (ok, error)",
+    ["result"],
+    registry=REGISTRY,
+)
+CNI_GC_REMOVED = Counter(
+    "netclaim_cni_gc_removed_total",
+    "Reservations of host-local that a CNI GC removed (attachments gone without their DEL)",
+    registry=REGISTRY,
+)
 KUBELET_CALLS = Counter(
     "netclaim_kubelet_calls_total",
     "NodePrepare/NodeUnprepare per claim, by outcome",

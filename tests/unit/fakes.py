@@ -328,11 +328,13 @@ import pytest  # noqa: E402
 from netclaim.adapters.cni import CniRunner, Invocation  # noqa: E402
 from netclaim.adapters.netlink import InterfaceState  # noqa: E402
 from netclaim.adapters.nri import PodSandbox  # noqa: E402
-from netclaim.api.cniconfig import CNI_VERSIONS  # noqa: E402
+from netclaim.api.cniconfig import CNI_VERSIONS, speaks_lifecycle  # noqa: E402
 from netclaim.configure import attach as attach_module  # noqa: E402
 from netclaim.configure.attach import Attacher, PodLocks  # noqa: E402
+from netclaim.configure.check import AttachmentChecker  # noqa: E402
 from netclaim.configure.gather import Gatherer  # noqa: E402
 from netclaim.configure.hooks import PodHooks  # noqa: E402
+from netclaim.configure.lifecycle import NetworkCollector, NetworkGate, PluginReadiness  # noqa: E402
 from netclaim.configure.metadata import DeviceMetadataFiles  # noqa: E402
 from netclaim.configure.plan import (  # noqa: E402
     POOL_IPAM,
@@ -417,20 +419,26 @@ class FakePodNetlink:
 
 @dataclass(frozen=True)
 class CniCall:
-    command: str  # ADD or DEL
+    command: str  # ADD, DEL, STATUS or GC
     network: str  # the config list's name
     cni_version: str
     invocation: Invocation
     prev_result: dict[str, Any] | None  # what DEL was given as the ADD result (None for ADD)
+    valid: tuple[tuple[str, str], ...] = ()  # GC's valid attachments
+
+
+NO_INVOCATION = Invocation("", "", "", "")  # STATUS and GC act for no attachment
 
 
 class FakeCni(CniRunner):
-    """CNI plugins in memory. ADD leases an address (keyed like host-local's: container ID and interface),
-    puts the interface into the pod's namespace of `netlink`, then raises what `fail_add` holds first (a
-    chain failing half-way; None: that ADD succeeds). DEL raises what `fail_delete` holds first (None: that
-    DEL succeeds), else releases the lease and removes
-    the interface, also when the namespace is gone (netns ""). While `gate` (`delete_gate`) is an unset
-    Event, every ADD (DEL) waits for it: a slow plugin; `adding` (`deleting`) tells that one started."""
+    """CNI plugins in memory. ADD leases an address (keyed like host-local's: container ID and interface;
+    CNI_ARGS IP= asks for one), puts the interface into the pod's namespace of `netlink`, then raises what
+    `fail_add` holds first (a chain failing half-way; None: that ADD succeeds). DEL raises what
+    `fail_delete` holds first (None: that DEL succeeds), else releases the lease and removes the interface,
+    also when the namespace is gone (netns ""). While `gate` (`delete_gate`) is an unset Event, every ADD
+    (DEL) waits for it: a slow plugin; `adding` (`deleting`) tells that one started. STATUS (1.1 chains)
+    and CHECK raise what `fail_status` and `fail_check` hold first; GC drops the leases of its network that
+    are not valid (as host-local does in its directory), keyed by container ID and interface."""
 
     def __init__(self, netlink: FakePodNetlink) -> None:
         super().__init__(Path("/nonexistent/cni/bin"), timeout=5.0)
@@ -439,9 +447,12 @@ class FakeCni(CniRunner):
         self.calls: list[CniCall] = []
         self.version_queries: list[str] = []
         self.leases: dict[tuple[str, str], str] = {}  # (container ID, ifName) -> address
+        self.lease_networks: dict[tuple[str, str], str] = {}  # (container ID, ifName) -> network name
         self.fail_add: list[Exception | None] = []
         self.fail_delete: list[Exception | None] = []
         self.fail_versions: list[Exception] = []
+        self.fail_status: list[Exception | None] = []
+        self.fail_check: list[Exception | None] = []
         self.missing: set[str] = set()  # plugin types not installed on the node
         self.create_interface = True
         self.gate: asyncio.Event | None = None
@@ -453,6 +464,11 @@ class FakeCni(CniRunner):
     def commands(self) -> list[tuple[str, str, str]]:
         """(command, container ID, netns) of every call, in order."""
         return [(c.command, c.invocation.container_id, c.invocation.netns) for c in self.calls]
+
+    def plugin_path(self, kind: str) -> Path:
+        if kind in self.missing:
+            raise ConfigError(f"plugin type {kind!r}: no such plugin in {self.bin_dir}")
+        return self.bin_dir / kind
 
     async def versions(self, kind: str) -> list[str]:
         self.version_queries.append(kind)
@@ -474,9 +490,13 @@ class FakeCni(CniRunner):
         if self.gate is not None:
             await self.gate.wait()
         lease = (invocation.container_id, invocation.if_name)
+        asked = dict(p.split("=", 1) for p in invocation.args.split(";") if "=" in p).get("IP")
+        if asked:  # host-local's CNI_ARGS IP=: that address again
+            self.leases[lease] = f"{asked}/24"
         if lease not in self.leases:
             self.leases[lease] = f"10.90.0.{self._hosts}/24"
             self._hosts += 1
+        self.lease_networks[lease] = conflist["name"]
         address = self.leases[lease]
         mac = f"02:00:0a:5a:00:{int(address.split('.')[3].split('/')[0]):02x}"
         if self.create_interface:
@@ -510,6 +530,30 @@ class FakeCni(CniRunner):
         self.leases.pop((invocation.container_id, invocation.if_name), None)
         if invocation.netns:
             self.netlink.interfaces.pop((invocation.netns, invocation.if_name), None)
+
+    async def status(self, conflist: dict[str, Any], deadline: float) -> None:
+        if not speaks_lifecycle(conflist):
+            return
+        self.calls.append(CniCall("STATUS", conflist["name"], conflist["cniVersion"], NO_INVOCATION, None))
+        failure = self.fail_status.pop(0) if self.fail_status else None
+        if failure is not None:
+            raise failure
+
+    async def check(
+        self, conflist: dict[str, Any], invocation: Invocation, result: dict[str, Any], deadline: float
+    ) -> None:
+        self.calls.append(CniCall("CHECK", conflist["name"], conflist["cniVersion"], invocation, result))
+        failure = self.fail_check.pop(0) if self.fail_check else None
+        if failure is not None:
+            raise failure
+
+    async def gc(self, conflist: dict[str, Any], valid: list[tuple[str, str]], deadline: float) -> None:
+        call = CniCall("GC", conflist["name"], conflist["cniVersion"], NO_INVOCATION, None, tuple(valid))
+        self.calls.append(call)
+        network = conflist["name"]
+        stale = [held for held, n in self.lease_networks.items() if n == network and held not in set(valid)]
+        for lease in stale:
+            self.leases.pop(lease, None)
 
     def release_host_local(self, conflist: dict[str, Any], container_id: str) -> list[str]:
         released = [address for (owner, _), address in self.leases.items() if owner == container_id]
@@ -650,6 +694,9 @@ class ConfigureRig:
     reclaimer: Reclaimer
     background: Supervisor
     metadata: DeviceMetadataFiles
+    health: dict[str, bool]  # the agent's readiness parts, as PluginReadiness reports them
+    collector: NetworkCollector
+    checker: AttachmentChecker
 
     def sandbox(
         self, sandbox_id: str = "sandbox-1", uid: str = "pod-uid-1", name: str = "pod-1"
@@ -682,7 +729,9 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
     cni = FakeCni(netlink)
     locks = PodLocks()
     background = Supervisor()
-    attacher = Attacher(store, cni, locks, background)
+    health: dict[str, bool] = {}
+    readiness, networks = PluginReadiness(cni, health.__setitem__), NetworkGate()
+    attacher = Attacher(store, cni, locks, background, readiness, networks)
     status = StatusWriter(api, SAMPLE_DRIVER, store, background, pods=api)
     catalog = DeviceCatalog()
     addresses = AddressBook(api, SAMPLE_NODE)
@@ -707,6 +756,9 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
         Reclaimer(store, api, unpreparer),
         background,
         metadata,
+        health,
+        NetworkCollector(store, cni, networks, readiness),
+        AttachmentChecker(store, attacher, locks, status),
     )
 
 

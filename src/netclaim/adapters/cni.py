@@ -1,4 +1,5 @@
-"""Run CNI plugins (spec 1.1, and the ≤ 1.0.0 plugins distributions ship): ADD, DEL, VERSION.
+"""Run CNI plugins (spec 1.1, and the ≤ 1.0.0 plugins distributions ship): ADD, DEL, CHECK, VERSION, and
+for chains of cniVersion 1.1.0, STATUS and GC.
 
 Plugins run only from the configured directory, by name (never a path), without a shell, with a bounded
 time, and never outlive the call that started them (a timeout or a cancellation kills the plugin's process
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from netclaim.api.cniconfig import speaks_lifecycle
 from netclaim.errors import CNI_TRY_AGAIN, CniError, CniTryAgainError, ConfigError, NetclaimError
 from netclaim.names import PLUGIN_TYPE
 
@@ -27,6 +30,28 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BIN_DIR = Path("/usr/lib/cni")
 HOST_LOCAL_DATA_DIR = Path("/var/lib/cni/networks")  # host-local's default dataDir
+# How long a plugin's ready answer to STATUS is believed: a burst of pods on one network asks once.
+STATUS_FRESH_SECONDS = 5.0
+
+
+def host_local_dirs(conflist: dict[str, Any]) -> list[Path]:
+    """The directories where the chain's host-local plugins keep this network's reservations."""
+    dirs: list[Path] = []
+    for plugin in conflist.get("plugins", []):
+        ipam = plugin.get("ipam") if isinstance(plugin, dict) else None
+        if isinstance(ipam, dict) and ipam.get("type") == "host-local":
+            dirs.append(Path(str(ipam.get("dataDir") or HOST_LOCAL_DATA_DIR)) / str(conflist.get("name", "")))
+    return dirs
+
+
+def host_local_reservations(conflist: dict[str, Any]) -> set[str]:
+    """The addresses host-local holds for the network (one file each, named by the address)."""
+    held: set[str] = set()
+    for network in host_local_dirs(conflist):
+        for path in network.glob("*") if network.is_dir() else []:
+            with contextlib.suppress(ValueError):
+                held.add(str(ipaddress.ip_address(path.name)))
+    return held
 
 
 @dataclass(frozen=True)
@@ -46,6 +71,12 @@ def cni_args(namespace: str, pod: str, sandbox_id: str, pod_uid: str) -> str:
     )
 
 
+def pod_of_cni_args(args: str) -> tuple[str, str]:
+    """The pod's namespace and name from what cni_args made."""
+    pairs = dict(part.split("=", 1) for part in args.split(";") if "=" in part)
+    return pairs.get("K8S_POD_NAMESPACE", ""), pairs.get("K8S_POD_NAME", "")
+
+
 class CniRunner:
     def __init__(
         self,
@@ -57,6 +88,7 @@ class CniRunner:
         self.allowed = allowed
         self.timeout = timeout
         self._versions: dict[str, tuple[float, list[str]]] = {}
+        self._ready_until: dict[str, float] = {}  # a plugin config's STATUS answer: ready, until then
 
     def release_host_local(self, conflist: dict[str, Any], container_id: str) -> list[str]:
         """Remove host-local's reservations of `container_id` by hand, when its own DEL cannot run: one
@@ -65,11 +97,7 @@ class CniRunner:
         released: list[str] = []
         if not container_id:
             return released
-        for plugin in conflist.get("plugins", []):
-            ipam = plugin.get("ipam") if isinstance(plugin, dict) else None
-            if not isinstance(ipam, dict) or ipam.get("type") != "host-local":
-                continue
-            network = Path(str(ipam.get("dataDir") or HOST_LOCAL_DATA_DIR)) / str(conflist.get("name", ""))
+        for network in host_local_dirs(conflist):
             for reservation in sorted(network.glob("*")) if network.is_dir() else []:
                 try:
                     owner = reservation.read_text().splitlines()[:1]
@@ -135,6 +163,9 @@ class CniRunner:
             # race the DEL of whoever repairs the pod next, so the plugin is gone before we let go
             await _kill(process)
             raise
+        if process.stdin is not None:  # a plugin that exits before reading all of stdin breaks the pipe:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # Python 3.11 logs it unless
+                await process.stdin.wait_closed()  # it is retrieved here
         output = _json(stdout)
         if process.returncode != 0:
             code, message, details = output.get("code"), output.get("msg"), output.get("details")
@@ -187,6 +218,57 @@ class CniRunner:
             result = await self._exec(str(plugin["type"]), "ADD", stdin, invocation, deadline)
         assert result is not None
         return result
+
+    async def status(self, conflist: dict[str, Any], deadline: float) -> None:
+        """STATUS of every plugin of a 1.1 chain (each asks its own IPAM plugin); CniNotReadyError names
+        the first plugin that cannot serve an ADD now. Older chains have no STATUS: nothing is asked."""
+        if not speaks_lifecycle(conflist):
+            return
+        now = time.monotonic()
+        self._ready_until = {k: until for k, until in self._ready_until.items() if until > now}
+        for plugin in conflist["plugins"]:
+            stdin = self._stdin(conflist, plugin, None, None)
+            asked = json.dumps(stdin, sort_keys=True)
+            if asked in self._ready_until:
+                continue
+            await self._exec(str(plugin["type"]), "STATUS", stdin, None, deadline)
+            self._ready_until[asked] = time.monotonic() + STATUS_FRESH_SECONDS
+
+    async def check(
+        self, conflist: dict[str, Any], invocation: Invocation, result: dict[str, Any], deadline: float
+    ) -> None:
+        """CHECK the chain against the ADD's `result`: the first plugin that finds its part missing or
+        changed raises (CNI errors are the plugin's words)."""
+        for plugin in conflist["plugins"]:
+            stdin = self._stdin(conflist, plugin, result, None)
+            await self._exec(str(plugin["type"]), "CHECK", stdin, invocation, deadline)
+
+    async def gc(self, conflist: dict[str, Any], valid: list[tuple[str, str]], deadline: float) -> None:
+        """GC of a 1.1 chain with the attachments (container ID, interface) that are still valid: each
+        plugin, and the IPAM plugin it delegates to, since a main plugin need not forward GC (v1.10's
+        macvlan does not). Every plugin is called even if one fails (first failure raised)."""
+        if not speaks_lifecycle(conflist):
+            return
+        attachments = [{"containerID": container, "ifname": name} for container, name in valid]
+        first: NetclaimError | None = None
+        for plugin in conflist["plugins"]:
+            # both keys, as libcni sends them: "cni.dev/attachments" is the name plugins read before 1.1.0
+            stdin = self._stdin(conflist, plugin, None, None) | {
+                "cni.dev/valid-attachments": attachments,
+                "cni.dev/attachments": attachments,
+            }
+            ipam = plugin.get("ipam")
+            kinds = [str(plugin["type"])]
+            if isinstance(ipam, dict) and isinstance(ipam.get("type"), str):
+                kinds.append(ipam["type"])
+            for kind in kinds:
+                try:
+                    await self._exec(kind, "GC", stdin, None, deadline)
+                except NetclaimError as err:
+                    log.warning("CNI GC failed", extra={"plugin": kind, "error": str(err)})
+                    first = first or err
+        if first is not None:
+            raise first
 
     async def delete(
         self,

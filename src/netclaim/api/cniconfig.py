@@ -39,6 +39,20 @@ MAX_PLUGINS = 16
 MAX_DEPTH = 32  # objects and lists inside each other; a CNI config needs 6
 MAX_DEVICES_PER_REQUEST = 16
 CNI_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+LIFECYCLE_VERSION = (1, 1, 0)  # the spec version that brings STATUS and GC
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """A CNI spec version (one of CNI_VERSIONS) as numbers, to compare."""
+    return tuple(int(part) for part in version.split("."))
+
+
+def speaks_lifecycle(conflist: dict[str, Any]) -> bool:
+    """Whether the chain runs at cniVersion 1.1.0 or later: STATUS and GC exist only there."""
+    version = str(conflist.get("cniVersion", ""))
+    return version in CNI_VERSIONS and version_key(version) >= LIFECYCLE_VERSION
+
+
 RESERVED_PLUGIN_KEYS = ("runtimeConfig", "args", "prevResult")
 DEFAULT_INTERFACE = "net1"
 

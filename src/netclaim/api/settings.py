@@ -32,6 +32,12 @@ class AgentSettings(BaseModel):
     cni_conf_dir: Path | None = Path("/etc/cni/net.d")
     cni_bin_dir: Path = Path("/opt/cni/bin")
     cni_plugins: str = Field(default="", description="comma-separated allow-list of plugin types; empty: all")
+    check_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="CNI CHECK of every attached interface this often, repaired by DEL and ADD when it "
+        "fails (0: never)",
+    )
     ipam_data_dir: Path | None = Field(
         default=None,
         description="where host-local IPAM naming no dataDir keeps reservations (default: in state_dir)",

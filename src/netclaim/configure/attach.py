@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 
 from netclaim import faults
 from netclaim.adapters import netlink
-from netclaim.adapters.cni import CniRunner, Invocation, cni_args
+from netclaim.adapters.cni import CniRunner, Invocation, cni_args, host_local_dirs, pod_of_cni_args
 from netclaim.adapters.nri import PodSandbox
+from netclaim.api.cniconfig import speaks_lifecycle
+from netclaim.configure.lifecycle import NetworkGate, PluginReadiness, network_key
 from netclaim.configure.store import Attachment, Interface, Key, Outcome, State, Store
-from netclaim.errors import AttachError, NetclaimError, PodBusyError, TransientError
+from netclaim.errors import AttachError, CniError, NetclaimError, PodBusyError, TransientError
 from netclaim.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -102,12 +104,22 @@ def netns_exists(path: str) -> bool:
 
 
 class Attacher:
-    def __init__(self, store: Store, cni: CniRunner, locks: PodLocks, background: Supervisor) -> None:
+    def __init__(
+        self,
+        store: Store,
+        cni: CniRunner,
+        locks: PodLocks,
+        background: Supervisor,
+        readiness: PluginReadiness,
+        gate: NetworkGate,
+    ) -> None:
         self._release_tries: dict[Key, int] = {}  # transient failures of a row's release, so far
         self.store = store
         self.cni = cni
         self.locks = locks
         self.background = background  # runs the undo of an ADD whose rollback ran out of time
+        self.readiness = readiness
+        self.gate = gate
 
     def _invocation(self, row: Attachment) -> Invocation:
         netns = row.netns if netns_exists(row.netns) else ""
@@ -121,14 +133,35 @@ class Attacher:
             return False
         return await netlink.interface(row.plan.interface_name, sandbox.netns) is not None
 
-    async def attach(self, row: Attachment, sandbox: PodSandbox, deadline: float) -> Attachment:
-        """ADD the plan into `sandbox`; idempotent for the same sandbox. Raises AttachError after rollback."""
+    async def attach(
+        self, row: Attachment, sandbox: PodSandbox, deadline: float, keep: tuple[str, ...] = ()
+    ) -> Attachment:
+        """ADD the plan into `sandbox`; idempotent for the same sandbox. Raises AttachError after rollback.
+        `keep`: the addresses host-local is to hand out again (CNI_ARGS IP=, which it reads)."""
         if await self.is_attached(row, sandbox):
             return row
         if row.state in (State.ATTACHING, State.ATTACHED):
             row = await self.detach(row, deadline)
         plan = row.plan
+        try:
+            await self.readiness.check(plan.conflist, deadline)  # before anything is written or made
+        except CniError as err:
+            message = f"claim {row.claim_namespace}/{row.claim_name} device {row.device}: {err}"
+            await self.store.transition(row.with_state(row.state, error=message), durable=False)
+            raise AttachError(message) from err
+        network = network_key(plan.conflist)
+        async with self.gate.adding(network, deadline):  # never beside the network's GC
+            if speaks_lifecycle(plan.conflist):
+                await self.store.remember_network(network, plan.conflist)
+            return await self._add(row, sandbox, deadline, keep)
+
+    async def _add(
+        self, row: Attachment, sandbox: PodSandbox, deadline: float, keep: tuple[str, ...]
+    ) -> Attachment:
+        plan = row.plan
         args = cni_args(sandbox.namespace, sandbox.name, sandbox.id, sandbox.uid)
+        if keep and host_local_dirs(plan.conflist):
+            args += f";IP={','.join(keep)}"
         row = row.with_state(
             State.ATTACHING,
             sandbox_id=sandbox.id,
@@ -201,6 +234,25 @@ class Attacher:
                     await self.detach(current, time.monotonic() + self.cni.timeout)
 
         self.background.spawn("attach-undo", undo())
+
+    async def check(self, row: Attachment, deadline: float) -> None:
+        """CNI CHECK of an attached row against its ADD's result; the plugin's error says what is amiss."""
+        result = row.outcome.cni_result
+        if row.state != State.ATTACHED or result is None or not netns_exists(row.netns):
+            return
+        await self.cni.check(row.plan.conflist, self._invocation(row), result, deadline)
+
+    async def reattach(self, row: Attachment, deadline: float) -> Attachment:
+        """DEL and ADD again into the row's sandbox, with the addresses it had (a CHECK found it broken)."""
+        namespace, name = pod_of_cni_args(row.outcome.cni_args)
+        sandbox = PodSandbox(row.sandbox_id, row.pod_uid, name, namespace, row.netns)
+        result = row.outcome.cni_result or {}
+        keep = tuple(
+            str(ip["address"]).split("/", 1)[0]
+            for ip in result.get("ips", [])
+            if isinstance(ip, dict) and isinstance(ip.get("address"), str)
+        )
+        return await self.attach(await self.detach(row, deadline), sandbox, deadline, keep)
 
     async def detach(self, row: Attachment, deadline: float) -> Attachment:
         """DEL what an `attaching`/`attached` row may have added (the netns may be gone: IPAM is still

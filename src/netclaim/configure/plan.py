@@ -26,7 +26,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from netclaim.api.cniconfig import EffectiveConfig, SourcedConfig, as_conflist, decode, merge, plugin_types
+from netclaim.api.cniconfig import (
+    EffectiveConfig,
+    SourcedConfig,
+    as_conflist,
+    decode,
+    merge,
+    plugin_types,
+    version_key,
+)
 from netclaim.api.ippool import POOLS_POOL, AddressConfig, IPPool
 from netclaim.api.placeholders import ScalarValue, render
 from netclaim.api.publishpolicy import AttributeValue
@@ -528,10 +536,6 @@ def with_node_defaults(
     return {**conflist, "plugins": plugins}
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 def negotiate(
     conflist: dict[str, Any], supported: Mapping[str, Sequence[str]]
 ) -> tuple[dict[str, Any], bool]:
@@ -544,18 +548,18 @@ def negotiate(
     wanted = conflist.get("cniVersions") or [conflist["cniVersion"]]
     kinds = plugin_types(conflist)
     common = set.intersection(*(set(supported[kind]) for kind in kinds)) if kinds else set()
-    candidates = sorted((v for v in common if v in wanted), key=_version_key, reverse=True)
+    candidates = sorted((v for v in common if v in wanted), key=version_key, reverse=True)
     lowered = False
     if not candidates and "cniVersions" not in conflist:
-        ceiling = _version_key(conflist["cniVersion"])
+        ceiling = version_key(conflist["cniVersion"])
         candidates = sorted(
-            (v for v in common if (0, 4, 0) <= _version_key(v) <= ceiling), key=_version_key, reverse=True
+            (v for v in common if (0, 4, 0) <= version_key(v) <= ceiling), key=version_key, reverse=True
         )
         lowered = bool(candidates)
     if not candidates:
         raise ConfigError(
             f"cniVersion: the config asks for {wanted}, the installed plugins "
-            f"{kinds} share only {sorted(common, key=_version_key)}"
+            f"{kinds} share only {sorted(common, key=version_key)}"
         )
     negotiated = {k: v for k, v in conflist.items() if k != "cniVersions"}
     negotiated["cniVersion"] = candidates[0]

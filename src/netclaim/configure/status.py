@@ -203,6 +203,10 @@ def device_entry(driver: str, row: Attachment, links: LinkSight | None = None) -
             condition("True", "InterfaceAttached", message, since=_now()),
             *link_condition(row, links),
         ]
+        if row.outcome.check:  # configure.check: what a CNI CHECK found, restored by DEL and ADD
+            entry["conditions"].append(
+                condition("True", "RepairedByReAdd", row.outcome.check, since=_now(), kind="CheckFailed")
+            )
         entry["networkData"] = shown
         network = row.plan.nic.attributes.get(NETWORK)
         if isinstance(network, str):  # what Services and policies name (netclaim.services)

@@ -81,12 +81,14 @@ class Interface(BaseModel):
 
 
 class Outcome(BaseModel):
-    """What the last ADD did: its CNI_ARGS (DEL needs the same), the CNI result, the interface."""
+    """What the last ADD did: its CNI_ARGS (DEL needs the same), the CNI result, the interface; what the
+    last CNI CHECK found amiss since, and whether DEL and ADD restored it ("" while every CHECK passed)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     cni_args: str = ""
     cni_result: dict[str, Any] | None = None
     interface: Interface | None = None
+    check: str = ""
 
 
 Key = tuple[str, str, str, str]  # claim UID, pool, device, share ID
@@ -220,6 +222,7 @@ class Store:
         self._migrate()
         self._reader = sqlite3.connect(path, isolation_level=None, timeout=READ_BUSY_SECONDS)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netclaim-store")
+        self._networks = set(self.networks())  # their keys: remember_network writes a new one only
 
     def _migrate(self) -> None:
         with self._transaction() as db:
@@ -240,6 +243,12 @@ class Store:
                     updated REAL NOT NULL,
                     PRIMARY KEY (claim_uid, pool, device, share_id))""")
             db.execute("CREATE INDEX IF NOT EXISTS attachments_by_pod ON attachments (pod_uid)")
+            # the CNI 1.1 networks this node has attached to, for their plugins' GC (configure.lifecycle);
+            # a table older agents never read, so no schema change
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS networks (key TEXT PRIMARY KEY, conflist TEXT NOT NULL, "
+                "used REAL NOT NULL)"
+            )
             old = db.execute("SELECT rowid, plan, result FROM attachments").fetchall() if found < 3 else []
             for rowid, plan, result in old:
                 update = "UPDATE attachments SET plan = ?, result = ? WHERE rowid = ?"
@@ -390,6 +399,38 @@ class Store:
 
     def all(self) -> list[Attachment]:
         return self._select("")
+
+    async def remember_network(self, key: str, conflist: dict[str, Any]) -> None:
+        """Keep a network's config for its plugins' GC, once (not fsync'd: a network lost to a power cut
+        is written again at its next attach, and its leftovers wait for that)."""
+        if key in self._networks:
+            return
+
+        def write() -> None:
+            with self._transaction(durable=False) as db:
+                db.execute(
+                    "INSERT OR REPLACE INTO networks VALUES (?, ?, ?)",
+                    (key, json.dumps(conflist), time.time()),
+                )
+
+        await self._write(write)
+        self._networks.add(key)
+
+    async def forget_network(self, key: str) -> None:
+        def write() -> None:
+            with self._transaction(durable=False) as db:
+                db.execute("DELETE FROM networks WHERE key = ?", (key,))
+
+        self._networks.discard(key)
+        await self._write(write)
+
+    def networks(self) -> dict[str, dict[str, Any]]:
+        """The networks remembered, by key."""
+        try:
+            found = self._reader.execute("SELECT key, conflist FROM networks ORDER BY key").fetchall()
+        except sqlite3.OperationalError as err:
+            raise StateStoreError(f"{self.path}: {err}") from err
+        return {key: json.loads(conflist) for key, conflist in found}
 
     def held_devices(self, present: set[str]) -> list[Device]:
         """Whole NICs now inside pods: gone from the node's netns, still this node's (allocated) devices."""
