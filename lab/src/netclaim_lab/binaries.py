@@ -30,8 +30,15 @@ PROGRAMS = (
     "containerd", "containerd-shim-runc-v2", "ctr", "crictl", "etcd", "pause",
     "whereabouts", "whereabouts-reconcile", "helm", "dra-example-kubeletplugin",
 )  # fmt: skip
-# The local cluster's agents run these CNI plugins beside Debian's (netclaim_lab.agents.cni_bin_dir).
+# The local cluster's agents run these CNI plugins beside the node's set (node.install_cni_plugins).
 CNI_PLUGINS = ("whereabouts",)
+# containernetworking/plugins, the reference set of the CNI project (spec 1.1 from v1.10: STATUS, GC), as
+# Debian ships it: the local cluster's default plugins (Debian's 1.0-level build stays a tested choice)
+REFERENCE_CNI_PLUGINS = (
+    "main/bridge", "main/host-device", "main/ipvlan", "main/loopback", "main/macvlan", "main/ptp",
+    "main/vlan", "ipam/host-local", "ipam/static", "ipam/dhcp",
+    "meta/bandwidth", "meta/firewall", "meta/portmap", "meta/sbr", "meta/tuning", "meta/vrf",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,16 @@ _BUILDS = (
 )
 
 
+_REFERENCE_CNI_NAMES = tuple(p.rsplit("/", 1)[1] for p in REFERENCE_CNI_PLUGINS)
+# built apart from _BUILDS, into a directory of its own: a plugin pin change rebuilds the plugins alone
+_REFERENCE_CNI = GoBuild(
+    "cni-plugins",
+    tuple(f"github.com/containernetworking/plugins/plugins/{p}" for p in REFERENCE_CNI_PLUGINS),
+    "github.com/containernetworking/plugins",
+    ("github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion={version}",),
+)
+
+
 def tools_dir() -> Path:
     """`tools/k8s` of the checkout this package runs from (or NETCLAIM_TOOLS_DIR)."""
     override = os.environ.get("NETCLAIM_TOOLS_DIR")
@@ -133,13 +150,14 @@ def _go_version() -> str:
     return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def pins_hash(tools: Path) -> str:
-    digest = hashlib.sha256()
+def pins_hash(tools: Path, builds: tuple[GoBuild, ...] = _BUILDS) -> str:
+    digest, modules = hashlib.sha256(), {build.module_dir for build in builds}
     for path in sorted(tools.rglob("*")):
-        if path.is_file() and (path.name in {"go.mod", "go.sum"} or path.suffix == ".go"):
+        pinned = path.name in {"go.mod", "go.sum"} or path.suffix == ".go"
+        if path.is_file() and pinned and path.relative_to(tools).parts[0] in modules:
             digest.update(str(path.relative_to(tools)).encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(_go_version().encode())
-    digest.update(repr(_BUILDS).encode())
+    digest.update(repr(builds).encode())
     return digest.hexdigest()[:16]
 
 
@@ -176,15 +194,26 @@ def bin_dir() -> Path:
     return cache_root() / "bin" / pins_hash(tools)
 
 
-def built_bin_dir() -> Path:
-    directory = bin_dir()
-    missing = [p for p in PROGRAMS if not (directory / p).is_file()]
+def reference_cni_dir() -> Path:
+    """Where the reference CNI plugins of the current pin are; it exists only once they are built."""
+    return cache_root() / "cni-plugins" / pins_hash(tools_dir(), (_REFERENCE_CNI,))
+
+
+def _built(directory: Path, names: tuple[str, ...], what: str) -> Path:
+    missing = [n for n in names if not (directory / n).is_file()]
     if missing:
         raise PrerequisiteError(
-            f"the cluster programs are not built ({', '.join(missing)} missing in {directory}): "
-            "run `make bins`"
+            f"the {what} are not built ({', '.join(missing)} missing in {directory}): run `make bins`"
         )
     return directory
+
+
+def built_reference_cni_dir() -> Path:
+    return _built(reference_cni_dir(), _REFERENCE_CNI_NAMES, "reference CNI plugins")
+
+
+def built_bin_dir() -> Path:
+    return _built(bin_dir(), PROGRAMS, "cluster programs")
 
 
 @contextlib.contextmanager
@@ -196,7 +225,14 @@ def build_lock(root: Path) -> Iterator[None]:
 
 
 def build(log: TextIO = sys.stderr) -> Path:
-    """Build every pinned program unless this pin set is already in the cache; return the directory."""
+    """Build every pinned program and the reference CNI plugins unless this pin set is already in the
+    cache; return the programs' directory."""
+    target = _build_programs(log)
+    _build_reference_cni(log)
+    return target
+
+
+def _build_programs(log: TextIO) -> Path:
     target = bin_dir()
     with build_lock(target.parent):
         if all((target / p).is_file() for p in PROGRAMS):
@@ -214,6 +250,20 @@ def build(log: TextIO = sys.stderr) -> Path:
         minutes = (time.monotonic() - started) / 60
         print(f"built {len(PROGRAMS)} programs in {minutes:.1f} min into {target}", file=log)
         return target
+
+
+def _build_reference_cni(log: TextIO) -> None:
+    target = reference_cni_dir()
+    with build_lock(target.parent):
+        if all((target / n).is_file() for n in _REFERENCE_CNI_NAMES):
+            print(f"reference CNI plugins up to date in {target}", file=log)
+            return
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        _go_build(_REFERENCE_CNI, staging, log)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
 
 
 def _go_build(step: GoBuild, output: Path, log: TextIO) -> None:

@@ -19,7 +19,7 @@ from netclaim_lab import binaries, processes
 from netclaim_lab.controlplane import ControlPlane
 from netclaim_lab.images import build_images
 from netclaim_lab.layout import ClusterLayout
-from netclaim_lab.node import LocalNode, install_cni_plugins
+from netclaim_lab.node import DEBIAN_CNI_DIR, LocalNode, install_cni_plugins
 from netclaim_lab.spec import ClusterSpec, load_cluster_spec
 
 CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
@@ -185,7 +185,8 @@ def _bring_up(handle: ClusterHandle, step: Callable[[str], None]) -> None:
     control_plane.start_scheduler()
     step("images")
     archives = build_images(binaries.cache_root() / "images", bin_dir / "pause")
-    install_cni_plugins(layout, bin_dir, binaries.CNI_PLUGINS)
+    plugins = binaries.built_reference_cni_dir() if spec.cniPlugins == "reference" else DEBIAN_CNI_DIR
+    install_cni_plugins(layout, plugins, bin_dir, binaries.CNI_PLUGINS)
     for index, node_spec in enumerate(spec.nodes):
         if not node_spec.kubelet:
             continue

@@ -401,13 +401,14 @@ class LocalNode:
             time.sleep(0.1)
 
 
-def install_cni_plugins(layout: ClusterLayout, bin_dir: Path, pinned: tuple[str, ...]) -> None:
-    """Every node's /opt/cni/bin: Debian's plugins and the pinned ones the cluster programs include,
-    hard-linked (copied across file systems). Not symlinks: the agent runs only plugins whose real file is
-    in its --cni-bin-dir. Entries already there are kept, so a test may wrap a plugin."""
+def install_cni_plugins(layout: ClusterLayout, plugins: Path, bin_dir: Path, pinned: tuple[str, ...]) -> None:
+    """Every node's /opt/cni/bin: the plugins of the `plugins` directory (the reference set or Debian's)
+    and the pinned ones the cluster programs include, hard-linked (copied across file systems). Not
+    symlinks: the agent runs only plugins whose real file is in its --cni-bin-dir. Entries already there
+    are kept, so a test may wrap a plugin."""
     directory = layout.cni_bin
     directory.mkdir(parents=True, exist_ok=True)
-    sources = [p for p in sorted(DEBIAN_CNI_DIR.iterdir()) if p.is_file()]
+    sources = [p for p in sorted(plugins.iterdir()) if p.is_file() and not p.name.startswith(".")]
     for source in sources + [bin_dir / name for name in pinned]:
         target = directory / source.name
         if target.exists():

@@ -131,6 +131,11 @@ class ClusterSpec(_Strict):
         default="2s", description="containerd's NRI plugin_request_timeout (README: raise it for slow chains)"
     )
     maxPods: int = Field(default=110, ge=10, le=250, description="kubelet's maxPods on every node")
+    cniPlugins: Literal["reference", "debian"] = Field(
+        default="reference",
+        description="every node's /opt/cni/bin: containernetworking/plugins as pinned in "
+        "tools/k8s/cni-plugins (CNI 1.1: STATUS, GC), or Debian's containernetworking-plugins (1.0-level)",
+    )
     schedulerQPS: int = Field(
         default=50, ge=1, le=10000, description="kube-scheduler's clientConnection.qps (burst: twice it)"
     )

@@ -16,13 +16,13 @@ import sys
 import time
 from collections.abc import Mapping
 
-CNI = "/usr/lib/cni"
+CNI = "/opt/cni/bin"  # the node's plugins: those its agent runs (the lab's reference set by default)
 
 
 def config(index: int, master: str) -> dict[str, object]:
     """The config list netclaim runs for the benchmark's claims (suite.py), master filled in."""
     return {
-        "cniVersion": "1.0.0",
+        "cniVersion": "1.1.0",
         "name": f"raw-bench-{index}",
         "type": "macvlan",
         "master": master,

@@ -116,7 +116,7 @@ def _cni_config(index: int) -> dict[str, Any]:
         "kind": "CNIConfig",
         "interfaceName": f"net{index + 1}",
         "config": {
-            "cniVersion": "1.0.0",
+            "cniVersion": "1.1.0",  # STATUS before each ADD and the GC gate on the path, as with v1.10
             "name": f"bench-{index}",
             "plugins": [
                 {
