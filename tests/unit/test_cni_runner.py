@@ -10,7 +10,7 @@ import pytest
 
 from netclaim.adapters.cni import CniRunner, Invocation
 from netclaim.configure.plan import with_node_defaults
-from netclaim.errors import CniError, CniTryAgainError, ConfigError, TransientError
+from netclaim.errors import CniError, CniNotReadyError, CniTryAgainError, ConfigError, TransientError
 
 CONFLIST = {"cniVersion": "1.0.0", "name": "t", "plugins": [{"type": "sleepy"}]}
 INVOCATION = Invocation("c1", "/proc/self/ns/net", "net1", "IgnoreUnknown=1")
@@ -139,3 +139,34 @@ def test_a_plugins_code_decides_whether_its_failure_is_transient(tmp_path: Path)
         with pytest.raises(CniError) as err:
             asyncio.run(CniRunner(tmp_path).add(CONFLIST, INVOCATION, time.monotonic() + 5))
         assert (err.value.code, isinstance(err.value, TransientError)) == (code, transient)
+
+
+def test_status_is_asked_once_per_network_and_plugin_while_fresh_and_a_refusal_is_never_kept(
+    tmp_path: Path,
+) -> None:
+    """A pool claim's static addresses make each claim's config its own: the answer is the network's."""
+    calls, refuse = tmp_path / "calls", tmp_path / "refuse"
+    _plugin(
+        tmp_path,
+        "macvlan",
+        f'cat >/dev/null; echo "$CNI_COMMAND" >> {calls}; '
+        f'if [ -e {refuse} ]; then echo \'{{"code":50,"msg":"not now"}}\'; exit 1; fi',
+    )
+    runner = CniRunner(tmp_path)
+
+    def conflist(network: str, address: str) -> dict[str, object]:
+        ipam = {"type": "static", "addresses": [{"address": address}]}
+        return {"cniVersion": "1.1.0", "name": network, "plugins": [{"type": "macvlan", "ipam": ipam}]}
+
+    for address in ("10.1.0.1/24", "10.1.0.2/24"):
+        asyncio.run(runner.status(conflist("lan", address), time.monotonic() + 5))
+    asyncio.run(runner.status(conflist("storage", "10.2.0.1/24"), time.monotonic() + 5))
+    asyncio.run(
+        runner.status({**conflist("old", "10.3.0.1/24"), "cniVersion": "1.0.0"}, time.monotonic() + 5)
+    )
+    assert calls.read_text().split() == ["STATUS", "STATUS"]  # lan once, storage once, 1.0.0 never
+    refuse.touch()
+    for _ in range(2):
+        with pytest.raises(CniNotReadyError, match="not now"):
+            asyncio.run(runner.status(conflist("backplane", "10.4.0.1/24"), time.monotonic() + 5))
+    assert calls.read_text().split().count("STATUS") == 4

@@ -30,8 +30,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BIN_DIR = Path("/usr/lib/cni")
 HOST_LOCAL_DATA_DIR = Path("/var/lib/cni/networks")  # host-local's default dataDir
-# How long a plugin's ready answer to STATUS is believed: a burst of pods on one network asks once.
-STATUS_FRESH_SECONDS = 5.0
+# How long a plugin's ready answer to STATUS is believed, per network: pods of a network ask once in that
+# time (kubelet itself polls the runtime's network status every 5-10 s; an ADD to a plugin that went
+# unready meanwhile fails with the plugin's own error, and the next STATUS says so)
+STATUS_FRESH_SECONDS = 30.0
 
 
 def host_local_dirs(conflist: dict[str, Any]) -> list[Path]:
@@ -88,7 +90,7 @@ class CniRunner:
         self.allowed = allowed
         self.timeout = timeout
         self._versions: dict[str, tuple[float, list[str]]] = {}
-        self._ready_until: dict[str, float] = {}  # a plugin config's STATUS answer: ready, until then
+        self._ready_until: dict[str, float] = {}  # a network's plugin's STATUS answer: ready, until then
 
     def release_host_local(self, conflist: dict[str, Any], container_id: str) -> list[str]:
         """Remove host-local's reservations of `container_id` by hand, when its own DEL cannot run: one
@@ -227,10 +229,15 @@ class CniRunner:
         now = time.monotonic()
         self._ready_until = {k: until for k, until in self._ready_until.items() if until > now}
         for plugin in conflist["plugins"]:
-            stdin = self._stdin(conflist, plugin, None, None)
-            asked = json.dumps(stdin, sort_keys=True)
+            ipam = plugin.get("ipam")
+            # the network's plugin and its IPAM plugin, not the claim's rendering (a pool claim's static
+            # addresses would make every ADD ask again)
+            asked = json.dumps(
+                [conflist["name"], plugin["type"], ipam.get("type") if isinstance(ipam, dict) else None]
+            )
             if asked in self._ready_until:
                 continue
+            stdin = self._stdin(conflist, plugin, None, None)
             await self._exec(str(plugin["type"]), "STATUS", stdin, None, deadline)
             self._ready_until[asked] = time.monotonic() + STATUS_FRESH_SECONDS
 

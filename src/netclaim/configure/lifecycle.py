@@ -6,8 +6,8 @@ hand when a DEL cannot run (adapters.cni.release_host_local).
 STATUS: the attach asks every plugin of the chain before it writes anything (PluginReadiness); a plugin
 that answers 50/51 fails the sandbox with its own words, kubelet retries, and the agent's /readyz names
 the plugin until it answers ready again (each GC round asks again, so a plugin no pod asks for any more
-does not keep the agent unready). A ready answer is believed for a few seconds (the adapter's
-STATUS_FRESH_SECONDS): a burst of pods on one network asks once.
+does not keep the agent unready). A ready answer is believed for 30 s per network and plugin (the
+adapter's STATUS_FRESH_SECONDS): the pods of a network ask once in that time.
 
 GC: at start and every GC_SECONDS, for every network this node attached to (the store remembers each at
 its first attach), with the attachments the store still holds for it (NetworkCollector). A network's
