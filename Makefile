@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool mmdebstrap nftables
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
-.PHONY: deps system-deps bins deploy image proto proto-check test unit lint typecheck bench bench-scale bench-policy soak demo demo-down clean
+.PHONY: deps system-deps bins deploy image proto proto-check test test-debian-cni unit lint typecheck bench bench-scale bench-policy soak demo demo-down clean
 
 deps: system-deps $(DEPS_STAMP)
 
@@ -71,6 +71,11 @@ unit: deps
 # --durations: the CI log says which tests a slow run spent its time in
 test: deps bins proto-check lint typecheck
 	$(BIN)/pytest --durations=30 tests
+
+# The cluster suite again with every node on Debian's 1.0-level CNI plugins instead of the reference set
+# (the plugin sets the README's compatibility table names); ~30 min
+test-debian-cni: deps bins
+	NETCLAIM_TEST_CNI_PLUGINS=debian $(BIN)/pytest --durations=30 -m cluster tests
 
 # Figures, not assertions: the costs against a floor from the same run, on a cluster of its own
 # (netclaim_lab.benchmarks.suite); writes bench/report.json, docs/benchmarks.md, its plots and README's table.

@@ -10,6 +10,7 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from lightkube import Client, KubeConfig
 from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 
@@ -67,10 +68,23 @@ def pytest_runtest_makereport(
     return report
 
 
+def _cluster_file(tmp: Path) -> Path:
+    """cluster.yaml, with the nodes' CNI plugin set NETCLAIM_TEST_CNI_PLUGINS names (`make test-debian-cni`:
+    the suite on Debian's 1.0-level plugins) instead of its default (the reference set)."""
+    plugins = os.environ.get("NETCLAIM_TEST_CNI_PLUGINS")
+    if not plugins:
+        return CLUSTER_FILE
+    spec = yaml.safe_load(CLUSTER_FILE.read_text())
+    spec["cniPlugins"] = plugins
+    path = tmp / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[ClusterHandle]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
     require_root_prerequisites()
-    handle = local_cluster.up(CLUSTER_FILE, log=sys.stderr)
+    handle = local_cluster.up(_cluster_file(tmp_path_factory.mktemp("spec")), log=sys.stderr)
     agents.deploy(handle, POLICY_FILE, CHART_VALUES)
     yield handle
     if not os.environ.get("NETCLAIM_KEEP_CLUSTER"):
