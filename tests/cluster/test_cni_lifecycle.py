@@ -4,14 +4,18 @@ pinned in tools/k8s/cni-plugins) and a claim config at cniVersion 1.1.0:
   and ADD into the same sandbox, with the same address; the claim says so (CheckFailed) and so does an
   Event on the pod;
 - GC: a reservation planted in the network's host-local directory, for a sandbox that never had its DEL,
-  is removed by the GC an agent runs at its start, and the live pod's reservation stays.
+  is removed by the GC an agent runs at its start, and the live pod's reservation stays;
+- STATUS: with `static` gone from the nodes' plugin directory (macvlan's STATUS asks its IPAM plugin; the
+  primary network's host-local stays), the pod's replacement sandbox fails with the plugin's words and the
+  agent is not ready, naming the plugin; with `static` back, the pod runs again with net1.
 The agents run with --check-seconds=2 for this module (their DaemonSet patched, then put back)."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -19,7 +23,7 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Event, Pod
 
-from netclaim_lab import agents
+from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import (
     agent_metrics,
@@ -59,12 +63,19 @@ def checking(cluster: ClusterHandle) -> Iterator[None]:
     _set_args(cluster, args)
 
 
-def _documents() -> list[dict[str, Any]]:
+STATIC = {"type": "static", "addresses": [{"address": "10.33.9.77/24"}]}
+
+
+def _documents(ipam: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The claim template (host-local in a tenant range, or `ipam`) and the pod using it."""
+    plugin = macvlan("10.33.9.0/24")
+    if ipam is not None:
+        plugin["ipam"] = ipam
     config = {
         "apiVersion": "netclaim.dev/v1alpha1",
         "kind": "CNIConfig",
         "interfaceName": "net1",
-        "config": {"cniVersion": "1.1.0", "name": NETWORK, "plugins": [macvlan("10.33.9.0/24")]},
+        "config": {"cniVersion": "1.1.0", "name": NETWORK, "plugins": [plugin]},
     }
     template = claim_template("lifecycle", "netclaim-shared", "true", config)
     return [template, pod_manifest("checked", "lifecycle")]
@@ -83,9 +94,11 @@ def _check_failed(kube: Client, ns: str) -> str | None:
     return None
 
 
-def _started(cluster: ClusterHandle, kube: Client, ns: str) -> tuple[str, str, str]:
+def _started(
+    cluster: ClusterHandle, kube: Client, ns: str, ipam: dict[str, Any] | None = None
+) -> tuple[str, str, str]:
     """The pod running with net1: its node, its sandbox's netns and net1's address."""
-    apply(cluster, ns, *_documents())
+    apply(cluster, ns, *_documents(ipam))
     wait_for(partial(configured_and_running, kube, ns, "checked"), 120, "the pod running with net1")
     pod = kube.get(Pod, "checked", namespace=ns)
     node = node_name(pod)
@@ -129,3 +142,47 @@ def test_gc_at_the_agents_start_removes_a_stale_reservation_and_keeps_the_live_o
     assert (directory / live).is_file()
     assert agent_metrics(cluster, node).get("netclaim_cni_gc_removed_total", 0) >= 1
     wait_for(partial(configured_and_running, kube, ns, "checked"), 60, "the pod still running with net1")
+
+
+def _sandbox_events(kube: Client, ns: str) -> list[str]:
+    found = kube.list(Event, namespace=ns, fields={"involvedObject.name": "checked"})
+    return [str(e.message) for e in found if e.reason == "FailedCreatePodSandBox"]
+
+
+def _agent_ready(cluster: ClusterHandle, node: str) -> bool:
+    pod = agents.agent_pod(cluster, node) or {}
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def test_a_plugin_made_not_ready_fails_the_new_sandbox_with_its_words_then_the_pod_runs(
+    cluster: ClusterHandle, kube: Client, ns: str, checking: None, figures: Callable[[str], None]
+) -> None:
+    node, _, _ = _started(cluster, kube, ns, STATIC)
+    pod = kube.get(Pod, "checked", namespace=ns)
+    assert pod.metadata is not None
+    crictl = cluster.node(node).crictl()
+    label = f"io.kubernetes.pod.uid={pod.metadata.uid}"
+    [sandbox] = processes.run([*crictl, "pods", "--state", "ready", "--label", label, "-q"]).split()
+    static = cluster.layout.cni_bin / "static"
+    hidden = static.with_name(".static.hidden")
+    static.rename(hidden)
+    try:
+        processes.run([*crictl, "stopp", sandbox])  # kubelet makes the pod a new sandbox
+        wait_for(
+            lambda: any("CNI STATUS macvlan" in m for m in _sandbox_events(kube, ns)),
+            120,
+            "the new sandbox failing with macvlan's STATUS",
+        )
+        [said] = {m for m in _sandbox_events(kube, ns) if "CNI STATUS macvlan" in m}
+        assert 'failed to find plugin "static"' in said, said
+        figures(f"the new sandbox's Event: {said}")
+        wait_for(lambda: not _agent_ready(cluster, node), 60, "the agent not ready")
+        metrics = agent_metrics(cluster, node)
+        assert metrics.get('netclaim_cni_not_ready_total{plugin="macvlan"}', 0) >= 1
+    finally:
+        hidden.rename(static)
+    back = time.monotonic()
+    wait_for(partial(configured_and_running, kube, ns, "checked"), 180, "the pod running with net1 again")
+    figures(f"running with net1 {time.monotonic() - back:.1f} s after static was back (kubelet's back-off)")
+    wait_for(lambda: _agent_ready(cluster, node), 60, "the agent ready again")

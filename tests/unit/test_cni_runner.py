@@ -170,3 +170,15 @@ def test_status_is_asked_once_per_network_and_plugin_while_fresh_and_a_refusal_i
         with pytest.raises(CniNotReadyError, match="not now"):
             asyncio.run(runner.status(conflist("backplane", "10.4.0.1/24"), time.monotonic() + 5))
     assert calls.read_text().split().count("STATUS") == 4
+
+
+def test_a_list_that_disables_check_or_gc_is_neither_checked_nor_collected(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    _plugin(tmp_path, "macvlan", f'cat >/dev/null; echo "$CNI_COMMAND" >> {calls}')
+    runner = CniRunner(tmp_path)
+    listed = {"cniVersion": "1.1.0", "name": "lan", "plugins": [{"type": "macvlan"}]}
+    for flags in ({"disableCheck": True, "disableGC": True}, {}):
+        conflist = {**listed, **flags}
+        asyncio.run(runner.check(conflist, INVOCATION, {"cniVersion": "1.1.0"}, time.monotonic() + 5))
+        asyncio.run(runner.gc(conflist, [("c1", "net1")], time.monotonic() + 5))
+    assert calls.read_text().split() == ["CHECK", "GC"]  # the second round only

@@ -170,3 +170,22 @@ async def test_an_add_waits_for_a_gc_no_longer_than_its_deadline() -> None:
         pass  # another network's ADDs are not held
     held.set()
     await gc
+
+
+async def test_a_new_sandbox_whose_plugin_is_not_ready_leaves_the_old_attachment_as_it_is(
+    rig: ConfigureRig,
+) -> None:
+    """kubelet replacing a pod's sandbox while the network's IPAM plugin is gone: nothing is DEL'ed (that
+    would fail too) until STATUS says ready; then the old sandbox's attachment is undone and the new made."""
+    await rig.store.put(ROW)
+    await rig.hooks.run_pod_sandbox(rig.sandbox("sandbox-1"), BUDGET)
+    rig.cni.fail_status = [CniNotReadyError("macvlan", "STATUS", 999, 'failed to find plugin "host-local"')]
+    with pytest.raises(AttachError, match='failed to find plugin "host-local"'):
+        await rig.hooks.run_pod_sandbox(rig.sandbox("sandbox-2"), BUDGET)
+    assert _commands(rig) == ["STATUS", "ADD", "STATUS"]
+    stored = rig.store.get(ROW.key)
+    assert stored is not None and (stored.state, stored.sandbox_id) == (State.ATTACHED, "sandbox-1")
+    await rig.hooks.run_pod_sandbox(rig.sandbox("sandbox-2"), BUDGET)
+    assert _commands(rig) == ["STATUS", "ADD", "STATUS", "STATUS", "DEL", "ADD"]
+    stored = rig.store.get(ROW.key)
+    assert stored is not None and (stored.state, stored.sandbox_id) == (State.ATTACHED, "sandbox-2")

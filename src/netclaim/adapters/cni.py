@@ -245,7 +245,10 @@ class CniRunner:
         self, conflist: dict[str, Any], invocation: Invocation, result: dict[str, Any], deadline: float
     ) -> None:
         """CHECK the chain against the ADD's `result`: the first plugin that finds its part missing or
-        changed raises (CNI errors are the plugin's words)."""
+        changed raises (CNI errors are the plugin's words). A list with `disableCheck: true` is not
+        checked (the spec's key, as libcni reads it)."""
+        if conflist.get("disableCheck") is True:
+            return
         for plugin in conflist["plugins"]:
             stdin = self._stdin(conflist, plugin, result, None)
             await self._exec(str(plugin["type"]), "CHECK", stdin, invocation, deadline)
@@ -253,8 +256,9 @@ class CniRunner:
     async def gc(self, conflist: dict[str, Any], valid: list[tuple[str, str]], deadline: float) -> None:
         """GC of a 1.1 chain with the attachments (container ID, interface) that are still valid: each
         plugin, and the IPAM plugin it delegates to, since a main plugin need not forward GC (v1.10's
-        macvlan does not). Every plugin is called even if one fails (first failure raised)."""
-        if not speaks_lifecycle(conflist):
+        macvlan does not). Every plugin is called even if one fails (first failure raised). A list with
+        `disableGC: true` is never collected (the spec's key: its plugins' state is someone else's too)."""
+        if not speaks_lifecycle(conflist) or conflist.get("disableGC") is True:
             return
         attachments = [{"containerID": container, "ifname": name} for container, name in valid]
         first: NetclaimError | None = None

@@ -140,15 +140,15 @@ class Attacher:
         `keep`: the addresses host-local is to hand out again (CNI_ARGS IP=, which it reads)."""
         if await self.is_attached(row, sandbox):
             return row
-        if row.state in (State.ATTACHING, State.ATTACHED):
-            row = await self.detach(row, deadline)
         plan = row.plan
-        try:
-            await self.readiness.check(plan.conflist, deadline)  # before anything is written or made
+        try:  # before anything is undone, written or made: a new sandbox of a pod whose plugins are not
+            await self.readiness.check(plan.conflist, deadline)  # ready keeps the old one's as it is
         except CniError as err:
             message = f"claim {row.claim_namespace}/{row.claim_name} device {row.device}: {err}"
             await self.store.transition(row.with_state(row.state, error=message), durable=False)
             raise AttachError(message) from err
+        if row.state in (State.ATTACHING, State.ATTACHED):
+            row = await self.detach(row, deadline)
         network = network_key(plan.conflist)
         async with self.gate.adding(network, deadline):  # never beside the network's GC
             if speaks_lifecycle(plan.conflist):
@@ -307,9 +307,12 @@ class Attacher:
             if left and await netlink.interface(row.plan.interface_name, row.netns) is not None:
                 await netlink.delete_link(row.plan.interface_name, row.netns)
                 found.append(f"removed {row.plan.interface_name} from the pod")
-            released = self.cni.release_host_local(row.plan.conflist, row.sandbox_id)
-            if released:
-                found.append(f"released host-local addresses {released}")
+            if speaks_lifecycle(row.plan.conflist) and row.plan.conflist.get("disableGC") is not True:
+                found.append("what the plugins hold for it is left to the network's CNI GC (within 10 min)")
+            else:  # a 1.0-level chain has no GC: host-local's files of the sandbox are removed here
+                released = self.cni.release_host_local(row.plan.conflist, row.sandbox_id)
+                if released:
+                    found.append(f"released host-local addresses {released}")
             await self._restore_host_nic(row)
         except Exception as err:  # noqa: BLE001 - what is left is reported on the claim, never raised
             found.append(f"clean-up failed: {_described(err)}")

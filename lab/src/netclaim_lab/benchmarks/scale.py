@@ -735,7 +735,7 @@ def schedule(bench: Bench, arm: Arm, repeat: int) -> dict[str, Any]:
         "scheduler": scheduler_figures(handle),
         "profile": profile.shares(),
         "profile_late": None if late is None else late.shares(),
-        "noop_slices": _noop_slices(kube),  # every node's, or none (arms.py says why)
+        "noop_slices": sum(_noop_slices(kube).values()),  # every node's, or none (arms.py says why)
     }
     if controller is not None:  # what netclaim's controller did meanwhile (it reacts to every claim change)
         after = ipam_load.controller_figures(work)
