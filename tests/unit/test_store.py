@@ -410,3 +410,26 @@ async def test_only_the_writes_that_precede_what_outlives_a_reboot_are_fsyncd(st
     await store.put(row)
     seen.append(level())
     assert seen == [2, 2, 1, 1, 2]
+
+
+async def test_a_row_without_a_check_finding_is_stored_as_the_agent_before_the_check_read_it(
+    store: Store,
+) -> None:
+    """A rolled-back upgrade: the previous agent's Outcome forbids unknown keys, so `check` is written only
+    when a CHECK found something."""
+    interface = Interface(name="net1", mac="02:00:00:00:00:01", mtu=1500, addresses=("10.9.0.2/24",))
+    attached = sample_row().with_state(
+        State.ATTACHED, sandbox_id="s1", outcome=Outcome(cni_args="a", interface=interface)
+    )
+    await store.put(attached)
+
+    def stored() -> dict[str, Any]:
+        with sqlite3.connect(store.path) as db:
+            [(result,)] = db.execute("SELECT result FROM attachments").fetchall()
+        return dict(json.loads(result))
+
+    assert set(stored()) == {"cni_args", "cni_result", "interface"}
+    told = attached.with_state(State.ATTACHED, outcome=attached.outcome.model_copy(update={"check": "x"}))
+    await store.transition(told, durable=False)
+    assert stored()["check"] == "x"
+    assert store.get(attached.key) == told

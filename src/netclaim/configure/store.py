@@ -195,7 +195,10 @@ def _migrated(schema: int, plan: str, result: str) -> tuple[str, str]:
 
 
 def _outcome_json(outcome: Outcome) -> str:
-    return outcome.model_dump_json() if outcome != Outcome() else ""
+    if outcome == Outcome():
+        return ""
+    # `check` only when a CHECK found something: the agent before it (a rolled-back upgrade) reads the rest
+    return outcome.model_dump_json(exclude=None if outcome.check else {"check"})
 
 
 @functools.lru_cache(maxsize=4096)
