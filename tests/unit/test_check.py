@@ -109,3 +109,27 @@ async def test_a_check_failing_while_a_plugin_is_missing_repairs_nothing(rig: Co
     assert [c.command for c in rig.cni.calls] == ["ADD", "CHECK"]
     stored = rig.store.get(ROW.key)
     assert stored is not None and stored.state == State.ATTACHED and stored.outcome.check == ""
+
+
+async def test_only_plain_addresses_of_the_add_result_reach_cni_args_on_a_repair(rig: ConfigureRig) -> None:
+    """CNI_ARGS is `;`-separated: an address the result spells with more in it must not add a key."""
+    await _attached(rig)
+    stored = rig.store.get(ROW.key)
+    assert stored is not None and stored.outcome.cni_result is not None
+    odd = {
+        **stored.outcome.cni_result,
+        "ips": [
+            {"address": "10.90.0.10/24;K8S_POD_NAME=other"},
+            {"nothing": 1},
+            "x",
+            {"address": "fd00::5/64"},
+        ],
+    }
+    await rig.store.transition(
+        stored.with_state(State.ATTACHED, outcome=stored.outcome.model_copy(update={"cni_result": odd})),
+        durable=False,
+    )
+    rig.cni.fail_check = [BROKEN]
+    await rig.checker.check_all()
+    readd = rig.cni.calls[-1].invocation
+    assert readd.args.endswith(";IP=fd00::5") and "other" not in readd.args

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from netclaim import faults
 from netclaim.adapters import netlink
@@ -97,6 +99,15 @@ async def _read_back(name: str, netns: str) -> netlink.InterfaceState:
     if state is None:
         raise AttachError(f"CNI ADD succeeded but {name} is not in the pod's namespace")
     return state
+
+
+def _addresses_of(result: dict[str, Any]) -> tuple[str, ...]:
+    """The addresses of a CNI result, as plain addresses (what goes into CNI_ARGS: nothing else can)."""
+    found = []
+    for ip in result.get("ips", []):
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            found.append(str(ipaddress.ip_interface(ip["address"]).ip))
+    return tuple(found)
 
 
 def netns_exists(path: str) -> bool:
@@ -246,12 +257,7 @@ class Attacher:
         """DEL and ADD again into the row's sandbox, with the addresses it had (a CHECK found it broken)."""
         namespace, name = pod_of_cni_args(row.outcome.cni_args)
         sandbox = PodSandbox(row.sandbox_id, row.pod_uid, name, namespace, row.netns)
-        result = row.outcome.cni_result or {}
-        keep = tuple(
-            str(ip["address"]).split("/", 1)[0]
-            for ip in result.get("ips", [])
-            if isinstance(ip, dict) and isinstance(ip.get("address"), str)
-        )
+        keep = _addresses_of(row.outcome.cni_result or {})
         return await self.attach(await self.detach(row, deadline), sandbox, deadline, keep)
 
     async def detach(self, row: Attachment, deadline: float) -> Attachment:
