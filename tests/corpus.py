@@ -35,6 +35,17 @@ VALID_CONFIG: dict[str, Any] = {
     },
 }
 
+
+def single_plugin_form(parameters: dict[str, Any]) -> dict[str, Any]:
+    """`parameters` with its one-plugin list written as a single plugin config (the list's cniVersion and
+    name beside the plugin's own keys), as libcni reads a .conf file."""
+    single = copy.deepcopy(parameters)
+    config = single["config"]
+    [plugin] = config.pop("plugins")
+    single["config"] = {**config, **plugin}
+    return single
+
+
 VALID_POLICY = """apiVersion: netclaim.dev/v1alpha1
 kind: PublishPolicy
 rules:

@@ -499,3 +499,24 @@ def metadata_devices(
     first, _ = json.JSONDecoder().raw_decode(text)
     assert first["apiVersion"] == "metadata.resource.k8s.io/v1beta1", first
     return [d for r in first["requests"] for d in r["devices"]]
+
+
+def refused_in_dry_run(
+    cluster: ClusterHandle, manifest: dict[str, Any], kubeconfig: Path | None = None
+) -> str | None:
+    """None when the apiserver (its admission policies included) accepts creating `manifest` in a server
+    dry run as `kubeconfig`'s user (default: the admin), else its message. Raw JSON through kubectl: typed
+    clients cannot even express some malformed parameters (a string)."""
+    result = subprocess.run(
+        [
+            str(cluster.bin_dir / "kubectl"),
+            f"--kubeconfig={kubeconfig or cluster.kubeconfig}",
+            *("create", "--dry-run=server", "-n", "default", "-f", "-"),
+        ],
+        input=json.dumps(manifest),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return None if result.returncode == 0 else result.stderr.strip()

@@ -3,10 +3,12 @@ agent can catch is caught at prepare and leaves nothing behind; least privilege 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +41,11 @@ from tests.cluster.helpers import (
     pod_claim_name,
     pod_manifest,
     ready_entry,
+    refused_in_dry_run,
     store_rows,
 )
 from tests.cluster.ipam import ip_allocation
-from tests.corpus import VALID_CONFIG, config_cases
+from tests.corpus import VALID_CONFIG, config_cases, single_plugin_form
 from tests.kube import delete, typed, wait_for
 
 CASES = config_cases()
@@ -65,35 +68,11 @@ def _claim(parameters: Any, name: str = "corpus") -> dict[str, Any]:
     }
 
 
-def _admission(cluster: ClusterHandle, manifest: dict[str, Any]) -> str | None:
-    """None when the apiserver (with its admission policies) accepts it in a dry run, else its message.
-
-    Raw JSON through kubectl: typed clients cannot even express some malformed parameters (a string)."""
-    result = subprocess.run(
-        [
-            str(cluster.bin_dir / "kubectl"),
-            f"--kubeconfig={cluster.kubeconfig}",
-            "create",
-            "--dry-run=server",
-            "-n",
-            "default",
-            "-f",
-            "-",
-        ],
-        input=json.dumps(manifest),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    return None if result.returncode == 0 else result.stderr.strip()
-
-
 def test_admission_and_the_agent_agree_on_the_corpus(cluster: ClusterHandle) -> None:
-    assert _admission(cluster, _claim(VALID_CONFIG)) is None
+    assert refused_in_dry_run(cluster, _claim(VALID_CONFIG)) is None
     disagreements = []
     for case in CASES:
-        message = _admission(cluster, _claim(case.parameters))
+        message = refused_in_dry_run(cluster, _claim(case.parameters))
         verdict = "prepare" if message is None else "admission"
         if verdict != case.caught_at:
             disagreements.append(f"{case.name}: expected {case.caught_at}, admission said {message!r}")
@@ -106,6 +85,86 @@ def test_admission_and_the_agent_agree_on_the_corpus(cluster: ClusterHandle) -> 
     admitted = sum(1 for c in CASES if c.caught_at == "admission")
     print(f"corpus: {admitted} of {len(CASES)} configs refused at admission, the rest at prepare")
     assert disagreements == []
+
+
+@contextlib.contextmanager
+def _matching_probe(cluster: ClusterHandle) -> Iterator[None]:
+    """netclaim-config's own match (constraints and conditions, from deploy/admission.yaml) in a policy that
+    refuses everything it matches: what is refused is exactly what the real policy evaluates. (The
+    apiserver counts a policy's denials only, so the real one cannot show what it skipped.)"""
+    documents = yaml.safe_load_all((REPO_ROOT / "deploy" / "admission.yaml").read_text())
+    [real] = [
+        d
+        for d in documents
+        if d and d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "netclaim-config"
+    ]
+    probe = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "netclaim-config-match-probe"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": real["spec"]["matchConstraints"],
+            "matchConditions": real["spec"]["matchConditions"],
+            "validations": [{"expression": "false", "message": "matched by netclaim-config"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "netclaim-config-match-probe"},
+        "spec": {"policyName": "netclaim-config-match-probe", "validationActions": ["Deny"]},
+    }
+    for document in (probe, binding):
+        cluster.kubectl("apply", "-f", "-", input_text=json.dumps(document))
+    try:
+        yield
+    finally:
+        for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
+            cluster.kubectl("delete", kind, "netclaim-config-match-probe", "--ignore-not-found")
+
+
+def test_the_single_plugin_form_is_admitted_and_other_drivers_objects_are_never_evaluated(
+    cluster: ClusterHandle,
+) -> None:
+    single = single_plugin_form(VALID_CONFIG)
+    assert "plugins" not in single["config"] and single["config"]["type"] == "macvlan"
+    assert refused_in_dry_run(cluster, _claim(single)) is None
+    refused = copy.deepcopy(single)
+    refused["config"]["runtimeConfig"] = {}  # a key no claim may set, in the single form too
+    message = refused_in_dry_run(cluster, _claim(refused))
+    assert message is not None and "spec.devices.config[0].opaque.parameters" in message, message
+    assert "runtimeConfig" in message, message
+
+    # the match condition: objects without a netclaim.dev config (another driver's GPU claim, template,
+    # class) are not evaluated, so netclaim's failurePolicy: Fail can never refuse them; ours are
+    gpu = _claim({"driverSpecific": "anything"})
+    gpu["spec"]["devices"]["config"][0]["opaque"]["driver"] = "gpu.example.com"
+    gpu["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "gpu.example.com"
+    plain = _claim(VALID_CONFIG)
+    del plain["spec"]["devices"]["config"]  # a netclaim request with nothing to check
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpu"},
+        "spec": {"spec": gpu["spec"]},
+    }
+    gpu_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu-probe"},
+        "spec": {"config": [{"opaque": gpu["spec"]["devices"]["config"][0]["opaque"]}]},
+    }
+    ours_template = {**template, "spec": {"spec": _claim(single)["spec"]}}
+    with _matching_probe(cluster):
+        wait_for(
+            lambda: "matched by netclaim-config" in (refused_in_dry_run(cluster, _claim(VALID_CONFIG)) or ""),
+            30,
+            "the probe policy in force",
+        )
+        assert "matched by netclaim-config" in (refused_in_dry_run(cluster, ours_template) or "")
+        for other in (gpu, plain, template, gpu_class):
+            assert refused_in_dry_run(cluster, other) is None, other
 
 
 @pytest.mark.parametrize("kind", ["DeviceClass", "ResourceClaimTemplate"])
@@ -136,7 +195,7 @@ def test_the_other_kinds_are_checked_too(cluster: ClusterHandle, kind: str) -> N
             },
         }
         path = "spec.spec.devices.config[0]"
-    message = _admission(cluster, obj)
+    message = refused_in_dry_run(cluster, obj)
     assert message is not None and f"{path}.opaque.parameters.interfaceName" in message
 
 
