@@ -349,15 +349,19 @@ def test_a_pod_that_fits_but_waits_for_an_agent_taken_off_its_node() -> None:
     assert found.fixes == []
 
 
-def test_a_pod_on_a_network_says_which_and_the_services_it_serves_there() -> None:
-    entry = {
+def _attached_entry() -> dict[str, Any]:
+    """The claim's status entry of an interface the agent attached: net1 with 10.64.7.5/24 on enp0s10."""
+    return {
         "driver": "netclaim.dev",
         "pool": "node-1",
         "device": "enp0s10",
         "conditions": [{"type": "Ready", "status": "True", "reason": "InterfaceAttached"}],
         "networkData": {"interfaceName": "net1", "ips": ["10.64.7.5/24"]},
-        "data": {"netclaim.dev/network": "lan3"},
     }
+
+
+def test_a_pod_on_a_network_says_which_and_the_services_it_serves_there() -> None:
+    entry = {**_attached_entry(), "data": {"netclaim.dev/network": "lan3"}}
     pod, claim = _scheduled({"devices": [entry]})
     pod = replace(pod, uid="uid-p")
     labels = {"kubernetes.io/service-name": "db", "netclaim.dev/network": "lan3"}
@@ -792,3 +796,24 @@ def test_two_nic_requests_that_must_be_on_different_pci_devices_name_the_distinc
         "values (a: 0000:5e:00.0; b: 0000:5e:00.0)"
     ) in found.lines
     assert found.fits_on == []
+
+
+def test_a_ready_pod_says_the_bandwidth_it_holds_and_loudly_when_it_is_the_nics_default() -> None:
+    pod, claim = _scheduled({"devices": [_attached_entry()]})
+    claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = {
+        "netclaim.dev/bandwidth": "100Mi"
+    }
+    found = explain_pod(pod, demo_snapshot(FIVE_GIG, claims=[claim]))
+    assert (
+        "claim c, request nic: enp0s10: ready, net1 10.64.7.5/24, bandwidth 100Mi "
+        "(the NIC's default: the claim asks for none, and is capped at it)" in found.lines
+    ), found.lines
+    claim["spec"] = {
+        "devices": {
+            "requests": [
+                {"name": "nic", "exactly": {"capacity": {"requests": {"netclaim.dev/bandwidth": "100Mi"}}}}
+            ]
+        }
+    }
+    found = explain_pod(pod, demo_snapshot(FIVE_GIG, claims=[claim]))
+    assert "claim c, request nic: enp0s10: ready, net1 10.64.7.5/24, bandwidth 100Mi" in found.lines

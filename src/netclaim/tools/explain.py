@@ -389,6 +389,33 @@ def _claim_specs(pod: Pod, snapshot: Snapshot) -> Iterator[tuple[str, dict[str, 
             yield f"claim {ref.name}", None, {}
 
 
+def _asks_bandwidth(claim: dict[str, Any], request_name: str) -> bool:
+    """Whether the claim's request (or firstAvailable subrequest, "name/sub") names a bandwidth."""
+    name, _, sub = request_name.partition("/")
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        if request.get("name") != name:
+            continue
+        chosen = (
+            next((s for s in request.get("firstAvailable") or [] if s.get("name") == sub), {})
+            if sub
+            else request.get("exactly") or {}
+        )
+        return BANDWIDTH in ((chosen.get("capacity") or {}).get("requests") or {})
+    return False
+
+
+def _bandwidth_taken(claim: dict[str, Any], result: dict[str, Any]) -> str:
+    """ ", bandwidth 5Gi" as the scheduler consumed it for this result; said loudly when it is the NIC's
+    default because the claim asked for none: that is also the cap the agent puts on the interface."""
+    consumed = (result.get("consumedCapacity") or {}).get(BANDWIDTH)
+    if consumed is None:
+        return ""
+    taken = show_quantity(parse_quantity(str(consumed)))
+    if _asks_bandwidth(claim, str(result.get("request", ""))):
+        return f", bandwidth {taken}"
+    return f", bandwidth {taken} (the NIC's default: the claim asks for none, and is capped at it)"
+
+
 def judge_request(
     claim: str,
     request: dict[str, Any],
@@ -748,6 +775,7 @@ def _explain_scheduled(
                     say(
                         f"{where}: ready, {data.get('interfaceName', '')} "
                         f"{', '.join(data.get('ips') or [])}".rstrip()
+                        + _bandwidth_taken(claim, result)
                         + (f", on network {network}" if network else "")
                     )
                 else:
