@@ -221,7 +221,9 @@ def test_scheduling_resources_port_and_args_values(helm: Path, tmp_path: Path) -
     assert "--metrics-address=0.0.0.0:9301" in controller_pod["containers"][0]["args"]
 
 
-def test_policy_value_becomes_the_configmap_the_agent_reads(helm: Path, tmp_path: Path) -> None:
+def test_policy_value_becomes_the_configmap_the_agent_reads_and_there_is_none_by_default(
+    helm: Path, tmp_path: Path
+) -> None:
     policy = {
         "apiVersion": "netclaim.dev/v1alpha1",
         "kind": "PublishPolicy",
@@ -230,7 +232,13 @@ def test_policy_value_becomes_the_configmap_the_agent_reads(helm: Path, tmp_path
     rendered = render(helm, "-f", _values_file(tmp_path, {"policy": policy}))[POLICY]["data"]["policy.yaml"]
     assert yaml.safe_load(rendered) == policy
     PublishPolicy.model_validate(yaml.safe_load(rendered))
-    PublishPolicy.model_validate(yaml.safe_load(render(helm)[POLICY]["data"]["policy.yaml"]))
+    # without the value no ConfigMap: the agents publish nothing until the admin writes one, and an upgrade
+    # from the chart or deploy/ never replaces the admin's
+    assert POLICY not in render(helm)
+    daemonset = render(helm)[DAEMONSET]["spec"]["template"]["spec"]
+    assert {"name": "policy", "configMap": {"name": "netclaim-policy", "optional": True}} in daemonset[
+        "volumes"
+    ]
     # a policy file, verbatim with its comments
     text = (
         "# the lab's NICs\napiVersion: netclaim.dev/v1alpha1\nkind: PublishPolicy\nrules:\n- mode: shared\n"

@@ -245,7 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--kubelet-root-dir", type=Path, help="default /var/lib/kubelet")
     agent.add_argument("--kubelet-plugin", type=_flag, help="serve the kubelet DRA plugin (default true)")
     agent.add_argument("--nri-socket", help="containerd's NRI socket (default /var/run/nri/nri.sock)")
-    agent.add_argument("--policy-file", type=Path, help="PublishPolicy YAML (default: physical NICs, shared)")
+    agent.add_argument(
+        "--policy-file", type=Path, help="PublishPolicy YAML (default: none, nothing is published)"
+    )
     agent.add_argument("--nic-overrides", type=Path, help="NicOverrides YAML: declared NIC facts")
     agent.add_argument("--cni-conf-dir", help="primary CNI config dir (its bridges are never published)")
     agent.add_argument(

@@ -135,6 +135,5 @@ def test_deploy_manifests_pass_a_server_side_dry_run(cluster: ClusterHandle) -> 
         "deviceclass.resource.k8s.io/netclaim-address",
         "clusterrole.rbac.authorization.k8s.io/netclaim-agent",
         "deviceclass.resource.k8s.io/netclaim-shared",
-        "configmap/netclaim-policy",
     ):
         assert kind in output, output

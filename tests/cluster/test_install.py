@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -20,6 +21,7 @@ from netclaim_lab import agents, demo
 from netclaim_lab import cluster as local_cluster
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.layout import REPO_ROOT
+from tests.cluster.helpers import refused_in_dry_run
 from tests.conftest import require_root_prerequisites
 from tests.kube import wait_for
 
@@ -88,21 +90,23 @@ def _run(handle: ClusterHandle, block: str, *, node: str | None = None) -> None:
     )
 
 
-def _assert_running_as_deployed(handle: ClusterHandle) -> str:
+def _assert_running_as_deployed(handle: ClusterHandle, namespace: str) -> str:
     nodes = agents.kubelet_nodes(handle)
     wanted = len(nodes)
     agents.wait_ready(handle, nodes)
 
     def counts() -> tuple[int, int]:
-        ds = json.loads(handle.kubectl("get", "ds", "netclaim-agent", "-n", agents.NAMESPACE, "-o", "json"))
+        ds = json.loads(handle.kubectl("get", "ds", "netclaim-agent", "-n", namespace, "-o", "json"))
         return ds["status"].get("desiredNumberScheduled", 0), ds["status"].get("numberReady", 0)
 
     wait_for(lambda: counts() == (wanted, wanted), 60, f"the DaemonSet's status: {wanted} desired, ready")
     crashed = {
-        node: agents.agent_log(handle, node)[-3000:] for node in nodes if agents.restarts(handle, node)
+        node: agents.agent_log(handle, node, namespace)[-3000:]
+        for node in nodes
+        if agents.restarts(handle, node, namespace)
     }
     assert not crashed, crashed
-    pod = agents.agent_pod(handle, agents.kubelet_nodes(handle)[0])
+    pod = agents.agent_pod(handle, agents.kubelet_nodes(handle)[0], namespace)
     assert pod is not None
     projected = [
         source["serviceAccountToken"]
@@ -115,16 +119,42 @@ def _assert_running_as_deployed(handle: ClusterHandle) -> str:
     slices = json.loads(handle.kubectl("get", "resourceslices", "-o", "json"))["items"]
     published = {s["spec"].get("nodeName") for s in slices if s["spec"]["driver"] == "netclaim.dev"}
     assert set(agents.kubelet_nodes(handle)) <= published, published
-    return f"{wanted}/{wanted} agents ready"
+    return f"{wanted}/{wanted} agents ready in {namespace}"
 
 
-def _leftovers(handle: ClusterHandle) -> list[str]:
+def _own_node_policies_hold(handle: ClusterHandle, namespace: str) -> None:
+    """An agent's own token (its pod's, in `namespace`) may write its node's slice, not another node's:
+    the admission policies name the installed ServiceAccount, wherever it was installed."""
+    first, second = agents.kubelet_nodes(handle)[:2]
+    kubeconfig = agents.pod_token_kubeconfig(handle, first, namespace)
+
+    def slice_for(node: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"probe-{node}"},
+            "spec": {
+                "driver": "netclaim.dev",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [],
+            },
+        }
+
+    assert refused_in_dry_run(handle, slice_for(first), kubeconfig) is None
+    refused = refused_in_dry_run(handle, slice_for(second), kubeconfig)
+    assert (
+        refused is not None and f"may only write ResourceSlices of its own node, not of {second}" in refused
+    )
+
+
+def _leftovers(handle: ClusterHandle, namespace: str) -> list[str]:
     found = []
     for kind, prefix in OURS.items():
         names = handle.kubectl("get", kind, "-o", "name").split()
         found += [n for n in names if n.split("/", 1)[1].startswith(prefix) or n.endswith(prefix)]
-    if handle.kubectl("get", "namespace", agents.NAMESPACE, "--ignore-not-found", "-o", "name").strip():
-        found.append(f"namespace/{agents.NAMESPACE}")
+    if handle.kubectl("get", "namespace", namespace, "--ignore-not-found", "-o", "name").strip():
+        found.append(f"namespace/{namespace}")
     slices = json.loads(handle.kubectl("get", "resourceslices", "-o", "json"))["items"]
     found += [
         f"resourceslice/{s['metadata']['name']}" for s in slices if s["spec"]["driver"] == "netclaim.dev"
@@ -132,11 +162,15 @@ def _leftovers(handle: ClusterHandle) -> list[str]:
     return found
 
 
-def _uninstalled(handle: ClusterHandle, block: str) -> float:
+def _uninstalled(handle: ClusterHandle, block: str, namespace: str) -> float:
     started = time.monotonic()
     _run(handle, block)
     # kubelet wipes a gone driver's slices of its node after 30 s
-    wait_for(lambda: not _leftovers(handle), 120, f"nothing of netclaim's left: {_leftovers(handle)}")
+    wait_for(
+        lambda: not _leftovers(handle, namespace),
+        120,
+        f"nothing of netclaim's left: {_leftovers(handle, namespace)}",
+    )
     return time.monotonic() - started
 
 
@@ -155,16 +189,21 @@ def test_the_readme_install_steps_work_as_written_with_kubectl_and_with_helm(fre
         _run(fresh, blocks["on every node, without a registry"], node=node)
 
     _run(fresh, blocks["with kubectl"])
-    applied = _assert_running_as_deployed(fresh)
-    kubectl_gone = _uninstalled(fresh, blocks["uninstall, with kubectl"])
+    applied = _assert_running_as_deployed(fresh, agents.NAMESPACE)
+    _own_node_policies_hold(fresh, agents.NAMESPACE)
+    kubectl_gone = _uninstalled(fresh, blocks["uninstall, with kubectl"], agents.NAMESPACE)
 
+    # Helm into a namespace of the user's choosing: the own-node policies follow it
+    helm_namespace = re.search(r"helm install netclaim \S+ --namespace (\S+)", blocks["with helm"])
+    assert helm_namespace is not None and helm_namespace[1] != agents.NAMESPACE, blocks["with helm"]
     _run(fresh, blocks["with helm"])
-    installed = _assert_running_as_deployed(fresh)
+    installed = _assert_running_as_deployed(fresh, helm_namespace[1])
+    _own_node_policies_hold(fresh, helm_namespace[1])
     outcome = demo.run(fresh)
     assert outcome.problems == []
     claims = json.loads(fresh.kubectl("get", "resourceclaims", "-n", demo.NAMESPACE, "-o", "json"))["items"]
     entries = sum(len(c.get("status", {}).get("devices") or []) for c in claims)
-    helm_gone = _uninstalled(fresh, blocks["uninstall, with helm"])
+    helm_gone = _uninstalled(fresh, blocks["uninstall, with helm"], helm_namespace[1])
     claims = json.loads(fresh.kubectl("get", "resourceclaims", "-n", demo.NAMESPACE, "-o", "json"))["items"]
     kept = sum(len(c.get("status", {}).get("devices") or []) for c in claims)
     print(

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from netclaim.api.publishpolicy import DEFAULT_POLICY, Bandwidth, Match, PublishPolicy, Rule
+from netclaim.api.publishpolicy import NO_POLICY, Bandwidth, Match, PublishPolicy, Rule
 from netclaim.configure.plan import NicRecord
 from netclaim.names import device_name, is_dns_label
 from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, Capacity, DeviceCatalog, decide
@@ -197,14 +197,13 @@ def test_the_catalog_holds_exactly_the_last_published_devices() -> None:
 # --- policy.py: what test_policy.py leaves out -------------------------------------------------------
 
 
-def test_without_a_policy_file_physical_nics_are_shared() -> None:
-    assert load_policy(None) is DEFAULT_POLICY
+def test_without_a_policy_file_nothing_is_published_and_each_nic_says_why() -> None:
+    assert load_policy(None) is NO_POLICY
     decisions = decide([nic("enp1s0"), nic("veth0", virtual=True)], load_policy(None), DRIVER)
-    assert [(d.interface.name, d.device is not None and d.device.shared) for d in decisions] == [
-        ("enp1s0", True),
-        ("veth0", False),
+    assert [(d.interface.name, d.device, d.reason) for d in decisions] == [
+        ("enp1s0", None, "no policy rule matches"),
+        ("veth0", None, "no policy rule matches"),
     ]
-    assert decisions[1].reason == "no policy rule matches"
 
 
 def test_rule_problems_name_unknown_match_attributes_and_kubernetes_own_domain() -> None:

@@ -50,6 +50,20 @@ def test_a_configmap_update_gives_the_new_rules(tmp_path: Path) -> None:
     assert not policy.changed()
 
 
+def test_no_file_publishes_nothing_until_the_configmap_is_created_and_again_once_it_is_deleted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "policy.yaml"
+    policy = PolicyFile(path)
+    assert policy.policy.rules == [] and not policy.changed()
+    assert any("nothing is published until the admin creates it" in r.getMessage() for r in caplog.records)
+    _mounted(tmp_path, "v1", SHARED)
+    assert policy.changed() and _mode(policy) == "shared"
+    for name in ("policy.yaml", "..data"):
+        (tmp_path / name).unlink()
+    assert policy.changed() and policy.policy.rules == []
+
+
 def test_a_broken_update_keeps_the_last_good_policy(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     policy = PolicyFile(_mounted(tmp_path, "v1", SHARED))
     _mounted(tmp_path, "v2", SHARED.replace("mode: shared", "mode: sharing"))
@@ -66,9 +80,9 @@ def test_a_broken_policy_at_start_still_stops_the_agent(tmp_path: Path) -> None:
         PolicyFile(_mounted(tmp_path, "v1", SHARED.replace("mode: shared", "mode: sharing")))
 
 
-def test_no_file_means_the_default_policy_and_never_a_change() -> None:
+def test_no_path_means_no_rule_and_never_a_change() -> None:
     policy = PolicyFile(None)
-    assert not policy.changed() and policy.policy.rules
+    assert not policy.changed() and policy.policy.rules == []
 
 
 async def test_the_watch_wakes_the_publisher_once_per_change(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from functools import partial
 from pathlib import Path
@@ -68,6 +69,13 @@ async def supervisor() -> AsyncIterator[Supervisor]:
     await keeper.stop()
 
 
+PHYSICAL_NICS_SHARED = Path(tempfile.mkdtemp(prefix="netclaim-policy-")) / "policy.yaml"
+PHYSICAL_NICS_SHARED.write_text(
+    "apiVersion: netclaim.dev/v1alpha1\nkind: PublishPolicy\n"
+    "rules:\n- {match: {attributes: {virtual: false}}, mode: shared}\n"
+)
+
+
 def keep_publishing(
     supervisor: Supervisor,
     source: FakeInventory,
@@ -84,7 +92,7 @@ def keep_publishing(
     work = partial(
         publish_pass,
         source,
-        PolicyFile(None),
+        PolicyFile(PHYSICAL_NICS_SHARED),
         publisher,
         trigger,
         catalog,

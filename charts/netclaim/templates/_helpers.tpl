@@ -17,9 +17,19 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 
-{{/* The agent's ServiceAccount as the apiserver names it in admission requests. */}}
+{{/* The agent's ServiceAccount: agent.serviceAccountName, the one place its name is set (the
+ServiceAccount, its bindings, the DaemonSet and the own-node admission policies all take it from here). */}}
+{{- define "netclaim.agentServiceAccount" -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .Values.agent.serviceAccountName) }}
+{{- fail (printf "agent.serviceAccountName: %q is not a DNS label" .Values.agent.serviceAccountName) }}
+{{- end }}
+{{- .Values.agent.serviceAccountName }}
+{{- end }}
+
+{{/* The agent's ServiceAccount as the apiserver names it in admission requests: the release namespace's,
+so that an install into another namespace keeps the own-node policies in force. */}}
 {{- define "netclaim.agentUser" -}}
-system:serviceaccount:{{ .Release.Namespace }}:netclaim-agent
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "netclaim.agentServiceAccount" . }}
 {{- end }}
 
 {{/* admission.deviceClassPlugins as the items of a CEL list, filled to 110 columns as in deploy/admission.yaml. */}}

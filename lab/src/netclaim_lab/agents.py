@@ -40,7 +40,6 @@ CLUSTER_MANIFESTS = (
     "crds.yaml",
     "rbac.yaml",
     "deviceclasses.yaml",
-    "policy.yaml",
     "admission.yaml",
 )
 DAEMONSET = "daemonset.yaml"
@@ -81,10 +80,10 @@ def set_policy(handle: ClusterHandle, policy: Path) -> None:
     handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input_text=json.dumps(configmap))
 
 
-def pod_token_kubeconfig(handle: ClusterHandle, node: str) -> Path:
+def pod_token_kubeconfig(handle: ClusterHandle, node: str, namespace: str = NAMESPACE) -> Path:
     """A kubeconfig with the token kubelet projected into the agent pod of `node` (its ServiceAccount
     volume, read on the node): what the agent itself authenticates with."""
-    pod = agent_pod(handle, node)
+    pod = agent_pod(handle, node, namespace)
     if pod is None:
         raise TransientError(f"no agent pod on {node}")
     volume = next(v["name"] for v in pod["spec"]["volumes"] if v["name"].startswith("kube-api-access-"))
@@ -139,18 +138,16 @@ def import_image(handle: ClusterHandle, archive: agent_image.ImageArchive) -> No
         handle.node(node).import_images({archive.reference: archive.path})
 
 
-def deploy(
-    handle: ClusterHandle, policy: Path | None = None, values: Mapping[str, str] | None = None
-) -> None:
-    """Everything in deploy/ with `make image`'s image: the manifests, the controller's Deployment, the
-    agents' DaemonSet (policy: a file for the ConfigMap, else deploy/'s; values: chart values an admin
-    sets, else deploy/'s defaults); waits until the controller and every agent are ready."""
+def deploy(handle: ClusterHandle, policy: Path, values: Mapping[str, str] | None = None) -> None:
+    """Everything in deploy/ with `make image`'s image: the manifests, the publish policy's ConfigMap from
+    `policy` (deploy/ has none: an admin writes it), the controller's Deployment, the agents' DaemonSet
+    (values: chart values an admin sets, else deploy/'s defaults); waits until the controller and every
+    agent are ready."""
     archive = agent_image.ensure()
     import_image(handle, archive)
     texts = manifests(handle, values)
     apply_manifests(handle, texts=texts)
-    if policy is not None:
-        set_policy(handle, policy)
+    set_policy(handle, policy)
     reserved = (handle.spec.podCIDR, SERVICE_CIDR)
     for name in (CONTROLLER, DAEMONSET):
         text = json.dumps(lab_manifest(name, archive, reserved, texts[name]))
@@ -166,27 +163,27 @@ def kubelet_nodes(handle: ClusterHandle) -> list[str]:
 
 
 # --- one node's agent: its DaemonSet pod ---------------------------------------------------------------
-def _agent_pods(handle: ClusterHandle, node: str) -> list[dict[str, Any]]:
-    """The agent's pods on `node`, those being deleted included."""
+def _agent_pods(handle: ClusterHandle, node: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    """The agent's pods on `node`, those being deleted included (`namespace`: where it was installed)."""
     return list(
         json.loads(
             handle.kubectl(
-                *("get", "pods", "-n", NAMESPACE, "-l", AGENT_LABEL),
+                *("get", "pods", "-n", namespace, "-l", AGENT_LABEL),
                 *("--field-selector", f"spec.nodeName={node}", "-o", "json"),
             )
         )["items"]
     )
 
 
-def agent_pod(handle: ClusterHandle, node: str) -> dict[str, Any] | None:
+def agent_pod(handle: ClusterHandle, node: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
     """The agent's pod on `node` that is not being deleted, if any."""
-    live = [p for p in _agent_pods(handle, node) if not p["metadata"].get("deletionTimestamp")]
+    live = [p for p in _agent_pods(handle, node, namespace) if not p["metadata"].get("deletionTimestamp")]
     return live[0] if live else None
 
 
-def restarts(handle: ClusterHandle, node: str) -> int:
+def restarts(handle: ClusterHandle, node: str, namespace: str = NAMESPACE) -> int:
     """How often kubelet restarted the agent container of `node`'s current pod (crashes, kill -9)."""
-    pod = agent_pod(handle, node)
+    pod = agent_pod(handle, node, namespace)
     statuses = (pod or {}).get("status", {}).get("containerStatuses") or [{}]
     return int(statuses[0].get("restartCount", 0))
 
@@ -268,11 +265,11 @@ def agent_running(handle: ClusterHandle, node: str) -> bool:
     return agent_pid(handle, node) is not None
 
 
-def agent_log(handle: ClusterHandle, node: str) -> str:
+def agent_log(handle: ClusterHandle, node: str, namespace: str = NAMESPACE) -> str:
     """What the agent of `node` wrote, every container of its newest pod in order: kubelet's CRI log files,
     read from the node's disk (so also while the apiserver is away), each line's timestamp, stream and tag
     taken off, partial lines joined."""
-    pods = handle.node(node).layout.pod_logs.glob(f"{NAMESPACE}_netclaim-agent-*/agent")
+    pods = handle.node(node).layout.pod_logs.glob(f"{namespace}_netclaim-agent-*/agent")
     newest = max(
         pods, key=lambda d: max((f.stat().st_mtime for f in d.glob("*.log")), default=0), default=None
     )

@@ -72,7 +72,7 @@ def _demo(args: argparse.Namespace) -> int:
         f"[{time.monotonic() - started:5.1f}s] deploying netclaim: CRDs, RBAC, DeviceClasses, policy, "
         "the controller, agents"
     )
-    agents.deploy(handle)
+    agents.deploy(handle, demo.POLICY)
     print(
         f"[{time.monotonic() - started:5.1f}s] the demo: Pod-A asks 10Gi, Deployment-B 3 x {args.b_request}"
     )

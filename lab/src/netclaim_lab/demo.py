@@ -28,6 +28,7 @@ BANDWIDTH = "netclaim.dev/bandwidth"
 POOLS_POOL = "netclaim.dev/ip-pools"  # the DRA pool of the IP pools' devices
 POOL = "demo-net"
 EXAMPLES = REPO_ROOT / "examples" / "demo"
+POLICY = EXAMPLES / "policy.yaml"  # the demo's publish policy: netclaim ships none
 NAMESPACE = "netclaim-demo"
 
 

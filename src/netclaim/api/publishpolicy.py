@@ -126,9 +126,6 @@ class PublishPolicy(_Strict):
     rules: list[Rule]
 
 
-# Without a policy file: physical NICs, shared, bandwidth from their link speed.
-DEFAULT_POLICY = PublishPolicy(
-    apiVersion="netclaim.dev/v1alpha1",
-    kind="PublishPolicy",
-    rules=[Rule(match=Match(attributes={"virtual": False}), mode="shared")],
-)
+# Without a policy file, or with no rules: nothing is published. An agent installed on a real cluster offers
+# no NIC to tenants until the admin names the ones to offer (docs/policy.md).
+NO_POLICY = PublishPolicy(apiVersion="netclaim.dev/v1alpha1", kind="PublishPolicy", rules=[])

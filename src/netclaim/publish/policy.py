@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from netclaim.api import selectors
-from netclaim.api.publishpolicy import DEFAULT_POLICY, AttributeValue, PublishPolicy, Rule
+from netclaim.api.publishpolicy import NO_POLICY, AttributeValue, PublishPolicy, Rule
 from netclaim.errors import ConfigError
 from netclaim.files import load_yaml_model
 from netclaim.names import DRIVER_DOMAIN, STANDARD_DOMAIN
@@ -78,9 +78,9 @@ def matches(rule: Rule, if_name: str, attributes: dict[str, dict[str, AttributeV
 
 
 def load_policy(path: Path | None) -> PublishPolicy:
-    """The policy in `path` (DEFAULT_POLICY when None); errors name the file and the field."""
+    """The policy in `path` (NO_POLICY, publishing nothing, when None); errors name the file and the field."""
     if path is None:
-        return DEFAULT_POLICY
+        return NO_POLICY
     policy = load_yaml_model(path, PublishPolicy, "kind: PublishPolicy")
     problems = [f"{path}: {problem}" for problem in rule_problems(policy)]
     if problems:
@@ -91,13 +91,24 @@ def load_policy(path: Path | None) -> PublishPolicy:
 class PolicyFile:
     """The admin's policy, read again when its file changes (a ConfigMap update swaps the mounted file's
     target): the next publish uses the new rules without a restart. A changed file that does not load
-    keeps the last good policy and says why; attached pods are never touched by a policy change (a device
-    the new rules no longer offer is only no longer offered)."""
+    keeps the last good policy and says why; an absent file is no rule at all. Attached pods are never
+    touched by a policy change (a device the new rules no longer offer is only no longer offered)."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self.policy = load_policy(path)  # a bad policy at start stops the agent before it touches anything
         self._seen = self._stamp()
+        # a bad policy at start stops the agent before it touches anything
+        self.policy = self._load()
+        if path is not None and self._seen is None:
+            log.warning(
+                "no publish policy yet: nothing is published until the admin creates it",
+                extra={"file": str(path)},
+            )
+
+    def _load(self) -> PublishPolicy:
+        """The file's policy; NO_POLICY while it is absent: the ConfigMap is optional, and the agents run
+        before the admin creates it (or after they delete it)."""
+        return NO_POLICY if self._seen is None else load_policy(self.path)
 
     def _stamp(self) -> tuple[int, int, int] | None:
         if self.path is None:
@@ -111,11 +122,11 @@ class PolicyFile:
     def changed(self) -> bool:
         """Re-read the file when it changed; True when that gave a new policy."""
         stamp = self._stamp()
-        if stamp is None or stamp == self._seen:
+        if stamp == self._seen:
             return False
         self._seen = stamp
         try:
-            policy = load_policy(self.path)
+            policy = self._load()
         except ConfigError as err:
             log.warning(
                 "the changed policy does not load; keeping the last good one", extra={"error": str(err)}
