@@ -29,10 +29,12 @@ DEPLOY = REPO_ROOT / "deploy"
 
 
 @pytest.fixture
-def demo_namespace(kube: Client) -> Iterator[None]:
+def demo_namespace(cluster: ClusterHandle, kube: Client) -> Iterator[None]:
     yield
     delete(kube, Namespace, demo.NAMESPACE)
     wait_for(lambda: not list(kube.list(Pod, namespace=demo.NAMESPACE)), 180, "demo pods gone")
+    # the demo's pool is cluster-wide: left, its device would meet every later test's DeviceClass selectors
+    cluster.kubectl("delete", "ippool", demo.POOL, "--ignore-not-found", "--wait=true", timeout=120)
 
 
 def test_the_demo_report_shows_every_expectation_met(
