@@ -230,6 +230,36 @@ def _validate(args: argparse.Namespace) -> int:
     return 1 if report.problems else 0
 
 
+def _preflight(args: argparse.Namespace) -> int:
+    import asyncio
+    import os
+
+    from netclaim.adapters import netlink, nri
+    from netclaim.adapters.kube.connection import KubeConnection
+    from netclaim.adapters.kube.preflight import KubePreflight
+    from netclaim.tools import preflight
+
+    node = args.node_name or os.environ.get("NODE_NAME", "")
+    if args.api and not node:
+        raise ConfigError("--node-name: required (or $NODE_NAME) to check this node's token and slice")
+    plugins = tuple(p for p in args.plugins.split(",") if p)
+    paths = preflight.NodePaths(args.nri_socket, args.cdi_spec_dir, args.cni_bin_dir, plugins)
+
+    async def checked() -> list[preflight.Finding]:
+        findings = await preflight.node_findings(paths, nri.reachable, netlink.probe_shaping)
+        if args.api:
+            connection = KubeConnection.connect(args.kubeconfig, args.driver_name)
+            try:
+                findings += await preflight.api_findings(KubePreflight(connection), node, args.driver_name)
+            finally:
+                await connection.close()
+        return findings
+
+    findings = asyncio.run(checked())
+    print(preflight.render(findings), end="")
+    return 1 if any(f.severity == "fail" for f in findings) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="netclaim", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -311,6 +341,24 @@ def build_parser() -> argparse.ArgumentParser:
     control.set_defaults(handler=_controller)
 
     _add_tools(commands)
+
+    check = commands.add_parser(
+        "preflight",
+        help="what the agent needs of this node and the cluster, checked (exit 1: a check failed)",
+    )
+    check.add_argument("--node-name", help="this node (default $NODE_NAME)")
+    check.add_argument("--kubeconfig", type=Path, help="default: in-cluster ServiceAccount, else $KUBECONFIG")
+    check.add_argument("--driver-name", default="netclaim.dev")
+    check.add_argument("--nri-socket", type=Path, default=Path("/var/run/nri/nri.sock"))
+    check.add_argument("--cdi-spec-dir", type=Path, default=Path("/var/run/cdi"))
+    check.add_argument("--cni-bin-dir", type=Path, default=Path("/opt/cni/bin"))
+    check.add_argument(
+        "--plugins",
+        default=",".join(("macvlan", "host-device", "static")),
+        help="CNI plugins that must be installed, comma-separated (default: those the agent itself runs)",
+    )
+    check.add_argument("--api", type=_flag, default=True, help="also check the token and the API's gates")
+    check.set_defaults(handler=_preflight)
 
     inventory = commands.add_parser("inventory", help="what the agent would publish on this node")
     inventory.add_argument("-o", "--output", choices=["table", "yaml"], default="table")

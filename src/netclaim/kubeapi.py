@@ -11,7 +11,8 @@ the agent (one per node)
 - ClaimsApi: reads a claim kubelet names, writes its status.devices and Warning Events on pods;
 - PodAnnotationsApi: the pods' network-status annotation, only when that is turned on;
 - NodeSlicesApi: publishes its node's ResourceSlices, watches them, and asks its Node's UID (their owner);
-- AddressesApi: takes and releases its claims' addresses (IPPools read, IPAllocations made and deleted).
+- AddressesApi: takes and releases its claims' addresses (IPPools read, IPAllocations made and deleted);
+- PreflightApi: its own identity and a dry-run slice, before it starts (`netclaim preflight`).
 
 the controller (one per cluster)
 - ClusterClaimsApi: lists and watches every claim, and warns the Pending pods that wait for a full pool;
@@ -97,8 +98,9 @@ class SliceStoreApi(Protocol):
         """The slices of `driver`'s pool `pool`; with `node`, only those on it (a node's share: what an
         agent's token may list)."""
 
-    async def apply_slice(self, body: dict[str, Any]) -> None:
-        """Write the slice as `body` says (server-side apply, taking every field: netclaim owns it)."""
+    async def apply_slice(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """Write the slice as `body` says (server-side apply, taking every field: netclaim owns it); the
+        devices as the API server stored them (a feature gate that is off drops fields silently)."""
 
     async def delete_slice(self, name: str) -> None:
         """Delete a slice; one already gone is fine."""
@@ -112,6 +114,22 @@ class NodeSlicesApi(SliceStoreApi, Protocol):
         watch the caller must start afresh from is ApiUnavailableError."""
 
     async def node_uid(self, node: str) -> str: ...
+
+    async def create_node_event(self, node: str, node_uid: str, reason: str, message: str) -> None:
+        """A Warning Event on the Node (what concerns the node's publishing as a whole)."""
+
+
+class PreflightApi(Protocol):
+    """`netclaim preflight`'s, with the agent's own token: who the API server takes it for, and what it
+    keeps of a slice (the feature gates it runs with decide which fields it drops)."""
+
+    async def identity(self) -> tuple[str, dict[str, list[str]]]:
+        """The user the API server authenticates this connection as, and its extra fields (a node-bound
+        token's authentication.kubernetes.io/node-name), by a SelfSubjectReview."""
+
+    async def dry_run_slice(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The slice as the API server would store it, by a dry-run create (admission included): nothing
+        is written."""
 
 
 class PoolSlicesApi(SliceStoreApi, Protocol):

@@ -27,6 +27,13 @@ LAST_PUBLISH = Gauge(
     "When the slices were last confirmed current",
     registry=REGISTRY,
 )
+DROPPED_FIELDS = Gauge(
+    "netclaim_dropped_slice_fields",
+    "1 while the API server drops a field netclaim writes in its ResourceSlices (a feature gate is off), by "
+    "pool (node: the agent's own; else the IP pools') and field",
+    ["pool", "field"],
+    registry=REGISTRY,
+)
 PUBLISH_ERRORS = Counter("netclaim_publish_errors_total", "Failed publish attempts", registry=REGISTRY)
 NIC_LINK_UP = Gauge(
     "netclaim_nic_link_up",
@@ -85,6 +92,13 @@ NRI_HOOK_SECONDS = Histogram(
     ["method"],
     registry=REGISTRY,
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0),
+)
+NRI_CALLS = Counter(
+    "netclaim_nri_calls_total",
+    "NRI calls from the runtime, by method and result: ok, failed (netclaim's error: for RunPodSandbox the "
+    "pod's sandbox fails and kubelet retries it, as fail-closed wants), bug",
+    ["method", "result"],
+    registry=REGISTRY,
 )
 ADDRESS_ALLOCATION_SECONDS = Histogram(
     "netclaim_address_allocation_duration_seconds",

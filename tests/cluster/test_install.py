@@ -72,8 +72,9 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
             local_cluster.down(handle.spec.name)
 
 
-def _run(handle: ClusterHandle, block: str, *, node: str | None = None) -> None:
-    """One README block through `sh -e` with the cluster's kubeconfig and programs, as a user's shell."""
+def _run(handle: ClusterHandle, block: str, *, node: str | None = None) -> str:
+    """One README block through `sh -e` with the cluster's kubeconfig and programs, as a user's shell: what
+    it printed."""
     env = {
         **os.environ,
         "KUBECONFIG": str(handle.kubeconfig),
@@ -88,6 +89,7 @@ def _run(handle: ClusterHandle, block: str, *, node: str | None = None) -> None:
     assert result.returncode == 0, (
         f"README block failed on {node or 'the machine'}:\n{block}\n{result.stderr}"
     )
+    return result.stdout
 
 
 def _assert_running_as_deployed(handle: ClusterHandle, namespace: str) -> str:
@@ -188,7 +190,10 @@ def test_the_readme_install_steps_work_as_written_with_kubectl_and_with_helm(fre
     for node in agents.kubelet_nodes(fresh):
         _run(fresh, blocks["on every node, without a registry"], node=node)
 
-    _run(fresh, blocks["with kubectl"])
+    preflight = _run(fresh, blocks["with kubectl"])
+    # the block's last line prints every agent's preflight: each node passed all its checks
+    nodes = agents.kubelet_nodes(fresh)
+    assert preflight.count("preflight: every check passed") == len(nodes), preflight
     applied = _assert_running_as_deployed(fresh, agents.NAMESPACE)
     _own_node_policies_hold(fresh, agents.NAMESPACE)
     kubectl_gone = _uninstalled(fresh, blocks["uninstall, with kubectl"], agents.NAMESPACE)

@@ -56,6 +56,10 @@ class FakeKubeApi(
     pod_objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (ns, name) → its JSON
     device_classes: set[str] = field(default_factory=set)
     pool_params: dict[str, tuple[dict[str, str], str]] = field(default_factory=dict)  # name → data, owner UID
+    # fields of a slice's devices this API server drops, as one with a feature gate off does
+    # (netclaim.publish.slices.GATED_FIELDS)
+    drops: frozenset[str] = frozenset()
+    node_events: list[tuple[str, str, str, str]] = field(default_factory=list)  # node, uid, reason, message
     _uids: int = 0
 
     def _call(self, name: str) -> None:
@@ -126,9 +130,21 @@ class FakeKubeApi(
             and (node is None or body["spec"].get("nodeName") == node)
         ]
 
-    async def apply_slice(self, body: dict[str, Any]) -> None:
+    async def apply_slice(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         self._call("apply_slice")
-        self.slices[body["metadata"]["name"]] = copy.deepcopy(body)
+        stored = copy.deepcopy(body)
+        for device in stored["spec"]["devices"]:
+            for dropped in self.drops & {"allowMultipleAllocations", "taints"}:
+                device.pop(dropped, None)
+            if "capacity.requestPolicy" in self.drops:
+                for entry in (device.get("capacity") or {}).values():
+                    entry.pop("requestPolicy", None)
+        self.slices[body["metadata"]["name"]] = stored
+        return copy.deepcopy(stored["spec"]["devices"])
+
+    async def create_node_event(self, node: str, node_uid: str, reason: str, message: str) -> None:
+        self._call("create_node_event")
+        self.node_events.append((node, node_uid, reason, message))
 
     async def delete_slice(self, name: str) -> None:
         self._call("delete_slice")

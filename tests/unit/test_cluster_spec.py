@@ -8,6 +8,9 @@ import pytest
 
 from netclaim.errors import ConfigError
 from netclaim_lab import cluster
+from netclaim_lab.controlplane import feature_gates
+from netclaim_lab.layout import NodeLayout
+from netclaim_lab.node import _containerd_config
 from netclaim_lab.spec import load_cluster_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,3 +108,29 @@ def test_the_optional_ports_are_checked_too(tmp_path: Path) -> None:
     path = _write(tmp_path, VALID + f"ports: {{agentApiserver: {low + 2}}}\n")
     with pytest.raises(ConfigError, match=r"ports\.agentApiserver: .* ephemeral port range"):
         cluster._require_fixed_ports(load_cluster_spec(path), path)
+
+
+def test_feature_gates_and_a_node_without_nri_reach_the_components(tmp_path: Path) -> None:
+    spec = load_cluster_spec(_write(tmp_path, VALID))
+    assert feature_gates(spec) == "DRAConsumableCapacity=true"  # netclaim's shared NICs need it
+    assert spec.nodes[0].nri is True
+    off = load_cluster_spec(
+        _write(
+            tmp_path,
+            VALID.replace(
+                "kind: LocalCluster", "kind: LocalCluster\nfeatureGates: {DRAConsumableCapacity: false}"
+            ).replace("- name: node-1\n", "- name: node-1\n  nri: false\n"),
+        )
+    )
+    assert feature_gates(off) == "DRAConsumableCapacity=false"
+    assert off.nodes[0].nri is False
+    with pytest.raises(ConfigError, match="featureGates"):
+        load_cluster_spec(
+            _write(
+                tmp_path,
+                VALID.replace("kind: LocalCluster", "kind: LocalCluster\nfeatureGates: {dra-x: true}"),
+            )
+        )
+    layout = NodeLayout("demo", "node-1", tmp_path / "node-1")
+    assert "disable = true" in _containerd_config(layout, "2s", nri=False)
+    assert "disable = false" in _containerd_config(layout, "2s", nri=True)

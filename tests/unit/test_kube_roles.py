@@ -14,6 +14,7 @@ from netclaim import kubeapi
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.policies import KubePolicies
+from netclaim.adapters.kube.preflight import KubePreflight
 from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.adapters.kube.services import KubeServices
 from netclaim.adapters.kube.slices import KubeSlices
@@ -25,6 +26,7 @@ ROLES = {
         kubeapi.NodeSlicesApi,
         kubeapi.AddressesApi,
         kubeapi.PolicyRulesApi,
+        kubeapi.PreflightApi,
     ],
     "netclaim-controller": [
         kubeapi.ClusterClaimsApi,
@@ -52,6 +54,7 @@ ASKS = {
     "delete_slice": ("resource.k8s.io", "resourceslices", "delete"),
     "slice_changes": ("resource.k8s.io", "resourceslices", "watch"),
     "node_uid": ("", "nodes", "get"),
+    "create_node_event": ("", "events", "create"),
     "crd_uid": ("apiextensions.k8s.io", "customresourcedefinitions", "get"),
     "device_class_exists": ("resource.k8s.io", "deviceclasses", "get"),
     "get_ippool": ("netclaim.dev", "ippools", "get"),
@@ -86,6 +89,8 @@ ASKS = {
     "list_rules_maps": ("", "configmaps", "list"),
     "apply_rules_map": ("", "configmaps", "patch"),
     "delete_rules_map": ("", "configmaps", "delete"),
+    "identity": ("authentication.k8s.io", "selfsubjectreviews", "create"),
+    "dry_run_slice": ("resource.k8s.io", "resourceslices", "create"),
 }
 
 
@@ -128,7 +133,8 @@ def test_every_call_is_some_programs() -> None:
 
 
 @pytest.mark.parametrize(
-    "adapter", [KubeClaims, KubeSlices, KubeAddresses, KubeClusterReader, KubeServices, KubePolicies]
+    "adapter",
+    [KubeClaims, KubeSlices, KubeAddresses, KubeClusterReader, KubeServices, KubePolicies, KubePreflight],
 )
 def test_an_adapter_class_stays_small(adapter: type) -> None:
     public = [name for name, _ in inspect.getmembers(adapter, inspect.isfunction) if not name.startswith("_")]

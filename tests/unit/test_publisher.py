@@ -14,7 +14,7 @@ from netclaim.errors import ApiUnavailableError
 from netclaim.objects import Slice
 from netclaim.publish.devices import Capacity, Device
 from netclaim.publish.publisher import SlicePublisher
-from netclaim.publish.slices import ApiDevice, chunk, normalized_device
+from netclaim.publish.slices import ApiDevice, chunk, dropped_fields, normalized_device
 from tests.unit.fakes import FakeKubeApi
 
 
@@ -247,14 +247,14 @@ async def test_the_slices_are_written_together_and_one_failing_fails_the_publish
     in_flight: list[int] = []
     most = [0]
 
-    async def apply(body: dict[str, Any]) -> None:
+    async def apply(body: dict[str, Any]) -> list[dict[str, Any]]:
         in_flight.append(1)
         most[0] = max(most[0], len(in_flight))
         await asyncio.sleep(0)
         in_flight.pop()
         if body["metadata"]["name"].endswith("-1"):
             raise ApiUnavailableError("ResourceSlice: 503 unavailable")
-        await written(body)
+        return await written(body)
 
     api.apply_slice = apply  # type: ignore[method-assign]
     devices = [_device(f"nic{i:03d}") for i in range(150)]  # 3 slices
@@ -295,3 +295,71 @@ async def test_another_writers_slice_in_the_nodes_pool_decides_nothing_and_stays
     assert await publisher.publish([_device("nic1")]) == 1
     assert api.slices[f"{NODE}-{DRIVER}-0"]["spec"]["pool"]["generation"] == 2
     assert f"{NODE}-someone-0" in api.slices
+
+
+# --- an API server with a feature gate off ----------------------------------------------------------------
+
+
+async def test_fields_the_api_server_drops_are_said_once_and_never_rewritten_in_a_loop(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DRAConsumableCapacity off: the server keeps the device without allowMultipleAllocations and the
+    capacity's requestPolicy. Compared as written, every pass (each of our own writes is a watch event)
+    would write a new generation: about one a second. The writer compares without what was dropped."""
+    api = FakeKubeApi(
+        node_uids={NODE: "0b1c-node-uid"},
+        drops=frozenset({"allowMultipleAllocations", "capacity.requestPolicy"}),
+    )
+    publisher = SlicePublisher(api, NODE, DRIVER)
+    devices = [_device("nic0"), _device("nic1")]
+    assert await publisher.publish(devices) == 1
+    stored = next(iter(_pool(api).values()))["spec"]["devices"][0]
+    assert (
+        "allowMultipleAllocations" not in stored
+        and "requestPolicy" not in stored["capacity"]["netclaim.dev/bandwidth"]
+    )
+    for _ in range(5):  # the watch's events of our own write, the periodic resync
+        assert await publisher.slices.write([d.to_api() for d in devices]) == 0
+    assert _generations(api) == {1}
+    warnings = [r for r in caplog.records if "the API server drops" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "allowMultipleAllocations, capacity.requestPolicy" in warnings[0].getMessage()
+    assert "feature gate DRAConsumableCapacity is off" in warnings[0].getMessage()
+    [(node, uid, reason, message)] = api.node_events
+    assert (node, uid, reason) == (NODE, "0b1c-node-uid", "NetclaimFieldsDropped")
+    assert message == warnings[0].getMessage()
+    for field, value in (("allowMultipleAllocations", 1), ("capacity.requestPolicy", 1), ("taints", 0)):
+        assert (
+            metrics.REGISTRY.get_sample_value(
+                "netclaim_dropped_slice_fields", {"pool": "node", "field": field}
+            )
+            == value
+        )
+    # a real change is still written (one new generation), and the warning is not said again
+    assert await publisher.publish([_device("nic0")]) == 1
+    assert _generations(api) == {2} and len(api.node_events) == 1
+    # after DROPPED_RECHECK_SECONDS the slices are written in full once: a gate turned on is used
+    api.drops = frozenset()
+    clock = [0.0]
+    monkeypatch.setattr("netclaim.publish.slices.time.monotonic", lambda: clock[0] + 10**6)
+    assert await publisher.slices.write([_device("nic0").to_api()]) == 1
+    assert next(iter(_pool(api).values()))["spec"]["devices"][0]["allowMultipleAllocations"] is True
+    assert (
+        metrics.REGISTRY.get_sample_value(
+            "netclaim_dropped_slice_fields", {"pool": "node", "field": "allowMultipleAllocations"}
+        )
+        == 0
+    )
+    assert await publisher.slices.write([_device("nic0").to_api()]) == 0
+
+
+def test_dropped_fields_are_found_per_gate() -> None:
+    written = _device("nic0").to_api()
+    written["taints"] = [{"key": "netclaim.dev/link-down", "effect": "NoSchedule"}]
+    assert dropped_fields([written], [written]) == frozenset()
+    kept_taintless = {k: v for k, v in written.items() if k != "taints"}
+    assert dropped_fields([written], [kept_taintless]) == {"taints"}
+    assert dropped_fields([written], []) == {"allowMultipleAllocations", "taints", "capacity.requestPolicy"}
+    assert normalized_device(written, frozenset({"taints"})) == normalized_device(
+        kept_taintless, frozenset({"taints"})
+    )

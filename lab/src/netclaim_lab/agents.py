@@ -124,8 +124,9 @@ def lab_manifest(
     manifest: dict[str, Any] = yaml.safe_load(text if text is not None else (DEPLOY_DIR / name).read_text())
     template = manifest["spec"]["template"]
     template["metadata"].setdefault("annotations", {})["netclaim.dev/image-digest"] = archive.digest
+    for each in [*template["spec"].get("initContainers", []), *template["spec"]["containers"]]:
+        each["image"] = archive.reference
     container = template["spec"]["containers"][0]
-    container["image"] = archive.reference
     if name == DAEMONSET:
         container["env"].append({"name": "NETCLAIM_FAULTS_FILE", "value": f"/var/lib/netclaim/{FAULTS_FILE}"})
         if reserved:

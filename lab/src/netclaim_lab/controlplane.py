@@ -18,10 +18,14 @@ from netclaim_lab.spec import ClusterSpec
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
-# DRAConsumableCapacity is beta (on by default) in v1.37: set explicitly because netclaim's shared NICs
-# depend on it. DRAResourceClaimDeviceStatus, DRAExtendedResource and DRADeviceTaints are GA in v1.37
-# (setting a GA gate only logs a warning); the tests prove all of them live through the API.
-FEATURE_GATES = "DRAConsumableCapacity=true"
+
+
+def feature_gates(spec: ClusterSpec) -> str:
+    """--feature-gates of the cluster's components, from the cluster file's featureGates (by default
+    DRAConsumableCapacity=true: beta and on by default in v1.37, set explicitly because netclaim's shared
+    NICs depend on it; DRAResourceClaimDeviceStatus, DRAExtendedResource and DRADeviceTaints are GA)."""
+    return ",".join(f"{gate}={'true' if on else 'false'}" for gate, on in sorted(spec.featureGates.items()))
+
 
 # Pod Security `baseline` enforced wherever a namespace says nothing, as managed clusters do: what needs
 # more (netclaim's agent) must say so in its namespace's labels (deploy/00-namespace.yaml).
@@ -182,7 +186,7 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
-                f"--feature-gates={FEATURE_GATES}",
+                f"--feature-gates={feature_gates(self.spec)}",
                 f"--audit-policy-file={policy}",
                 f"--audit-log-path={audit_log}",
                 "--audit-log-format=json",
@@ -210,7 +214,7 @@ class ControlPlane:
                 f"--cluster-signing-key-file={pki / 'ca.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--controllers=*",
-                f"--feature-gates={FEATURE_GATES}",
+                f"--feature-gates={feature_gates(self.spec)}",
                 f"--kube-api-qps={self.spec.controllerManagerQPS}",
                 f"--kube-api-burst={2 * self.spec.controllerManagerQPS}",
             ],
@@ -239,7 +243,7 @@ class ControlPlane:
                 str(self.bin / "kube-scheduler"),
                 f"--config={config}",
                 *self._scheduler_serving(),
-                f"--feature-gates={FEATURE_GATES}",
+                f"--feature-gates={feature_gates(self.spec)}",
             ],
         )
 

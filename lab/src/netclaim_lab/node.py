@@ -22,7 +22,7 @@ import yaml
 
 from netclaim.errors import TransientError
 from netclaim_lab import processes
-from netclaim_lab.controlplane import FEATURE_GATES, SERVICE_IP, ControlPlane
+from netclaim_lab.controlplane import SERVICE_IP, ControlPlane
 from netclaim_lab.images import PAUSE_IMAGE
 from netclaim_lab.layout import ClusterLayout, NodeLayout
 from netclaim_lab.spec import ClusterSpec, Node
@@ -233,7 +233,7 @@ class LocalNode:
         self.layout.containerd_socket.parent.mkdir(parents=True, exist_ok=True)
         config = root / "config.toml"
         root.mkdir(parents=True, exist_ok=True)
-        config.write_text(_containerd_config(self.layout, self.spec.nriRequestTimeout))
+        config.write_text(_containerd_config(self.layout, self.spec.nriRequestTimeout, nri=self.node.nri))
         self.start_daemon(
             "containerd",
             [str(self.bin / "containerd"), "--config", str(config)],
@@ -295,7 +295,6 @@ class LocalNode:
         )
 
     def _kubelet_config(self, control_plane: ControlPlane) -> dict[str, object]:
-        gates = dict(gate.split("=") for gate in FEATURE_GATES.split(","))
         return {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
@@ -327,7 +326,7 @@ class LocalNode:
             },
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
-            "featureGates": {k: v == "true" for k, v in gates.items()},
+            "featureGates": dict(self.spec.featureGates),
             "nodeStatusReportFrequency": "10s",
             "maxPods": self.spec.maxPods,
             # On a busy 2-core machine the apiserver's Node authorizer graph can lag a pod's binding by tens
@@ -425,7 +424,7 @@ def _cgroup_hierarchies() -> list[Path]:
     return sorted(p for p in CGROUP_V1_ROOT.iterdir() if p.is_dir() and not p.is_symlink())
 
 
-def _containerd_config(layout: NodeLayout, nri_request_timeout: str) -> str:
+def _containerd_config(layout: NodeLayout, nri_request_timeout: str, *, nri: bool) -> str:
     root = layout.containerd_dir
     return f"""version = 3
 root = "{root / "root"}"
@@ -467,7 +466,7 @@ state = "{root / "state"}"
   stream_server_port = "0"
 
 [plugins.'io.containerd.nri.v1.nri']
-  disable = false
+  disable = {"false" if nri else "true"}
   socket_path = "/var/run/nri/nri.sock"
   plugin_path = "{root / "nri-plugins"}"
   plugin_config_path = "{root / "nri-conf"}"

@@ -74,6 +74,7 @@ class Node(_Strict):
         default=[], description="fake GPUs published by the node keeper (kubelet: false nodes only)"
     )
     labels: dict[str, str] = {}
+    nri: bool = Field(default=True, description="false: containerd's NRI is off on this node")
 
     @field_validator("podCIDR")
     @classmethod
@@ -131,6 +132,15 @@ class ClusterSpec(_Strict):
         default="2s", description="containerd's NRI plugin_request_timeout (README: raise it for slow chains)"
     )
     maxPods: int = Field(default=110, ge=10, le=250, description="kubelet's maxPods on every node")
+    kubernetes: Literal["1.34", "1.35", "1.36", "1.37"] = Field(
+        default="1.37",
+        description="the Kubernetes minor version of the control plane and the kubelets (1.37.2 is the "
+        "pinned programs'; the others, 1.34.4, 1.35.4 and 1.36.3, are built for make test-matrix)",
+    )
+    featureGates: dict[Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]+$")], bool] = Field(
+        default={"DRAConsumableCapacity": True},
+        description="--feature-gates of kube-apiserver, kube-controller-manager, kube-scheduler and kubelet",
+    )
     cniPlugins: Literal["reference", "debian"] = Field(
         default="reference",
         description="every node's /opt/cni/bin: containernetworking/plugins as pinned in "

@@ -16,6 +16,7 @@ import ipaddress
 import os
 import socket
 import struct
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -330,22 +331,30 @@ def ifb_name(index: int) -> str:
 async def shape(name: str, bits_per_second: int, netns: str) -> None:
     """Cap the interface at `bits_per_second` both ways with token buckets: on its egress, and on the egress
     of an ifb device its ingress is redirected to (this kernel has no policer; htb/tbf, u32 and mirred)."""
+    async with _ipr(netns) as ipr:
+        await _shape(ipr, name, bits_per_second, netns)
+
+
+async def _shape(ipr: AsyncIPRoute, name: str, bits_per_second: int, where: str) -> None:
     rate = max(bits_per_second // 8, 1)  # bytes/s, as tc counts
     burst = max(rate // 100, 64 * 1024)  # 10 ms at rate, at least 64 KiB (GSO super-packets and timer slack)
-    async with _ipr(netns) as ipr:
-        index = await _index(ipr, name)
-        if index is None:
-            raise KernelError(f"no interface {name} in {netns}")
+    index = await _index(ipr, name)
+    if index is None:
+        raise KernelError(f"no interface {name} in {where}")
+    async with _kernel_piece("an ifb device (module ifb)", where):
         ifb = await _index(ipr, ifb_name(index))
         if ifb is None:
             await ipr.link("add", ifname=ifb_name(index), kind="ifb")
             ifb = await _index(ipr, ifb_name(index))
             assert ifb is not None
         await ipr.link("set", index=ifb, state="up")
+    async with _kernel_piece("the tbf qdisc (module sch_tbf)", where):
         for device in (index, ifb):
             await ipr.tc("replace", "tbf", index=device, handle="1:", rate=rate, burst=burst, latency=50_000)
-        if "ingress" not in [str(m.get("kind")) async for m in await ipr.get_qdiscs(index=index)]:
+    if "ingress" not in [str(m.get("kind")) async for m in await ipr.get_qdiscs(index=index)]:
+        async with _kernel_piece("the ingress qdisc (module sch_ingress)", where):
             await ipr.tc("add", "ingress", index=index, handle="ffff:")
+        async with _kernel_piece("the u32 classifier and mirred action (modules cls_u32, act_mirred)", where):
             await ipr.tc(
                 "add-filter",
                 "u32",
@@ -357,6 +366,51 @@ async def shape(name: str, bits_per_second: int, netns: str) -> None:
                 target=0x10001,
                 action={"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb},
             )
+
+
+@contextlib.asynccontextmanager
+async def _kernel_piece(what: str, where: str) -> AsyncIterator[None]:
+    """A refusal inside the block names the kernel piece that refused (what an admin must load)."""
+    try:
+        yield
+    except (NetlinkError, OSError) as err:
+        raise KernelError(f"{where}: {what}: {err}") from err
+
+
+def _socket_in_a_new_namespace() -> int:
+    """A netlink socket in a new, empty network namespace, made by a thread of its own that then ends
+    (unshare moves only the calling thread); the namespace lives as long as the socket."""
+    made: list[int] = []
+    failed: list[OSError] = []
+
+    def unshare_and_open() -> None:
+        if _libc.unshare(_CLONE_NEWNET) != 0:
+            error = ctypes.get_errno()
+            failed.append(OSError(error, os.strerror(error)))
+            return
+        made.append(_netlink_socket())
+
+    thread = threading.Thread(target=unshare_and_open, name="netns-probe")
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return made[0]
+
+
+async def probe_shaping() -> None:
+    """Cap a veth in a new, empty network namespace exactly as `shape` caps a pod's interface: every kernel
+    piece bandwidth caps need, tried for real (a module the kernel would load on demand counts as there).
+    Nothing outlives the call: the namespace goes with its socket."""
+    where = "a new network namespace (preflight)"
+    try:
+        fileno = await asyncio.to_thread(_socket_in_a_new_namespace)
+    except OSError as err:
+        raise KernelError(f"{where}: cannot make one: {err.strerror or err}") from err
+    async with _ipr(fileno=fileno) as ipr:
+        async with _kernel_piece("a veth pair (module veth)", where):
+            await ipr.link("add", ifname="probe0", kind="veth", peer="probe1")
+        await _shape(ipr, "probe0", 1_000_000_000, where)
 
 
 async def delete_link(name: str, netns: str) -> None:

@@ -276,11 +276,14 @@ class Connection:
             with metrics.NRI_HOOK_SECONDS.labels(request.method).time():
                 reply = await handler(request.payload)
         except NetclaimError as err:
+            metrics.NRI_CALLS.labels(request.method, "failed").inc()
             log.warning("NRI %s failed", request.method, extra={"error": str(err)})
             return b"", CODE_UNKNOWN, str(err)
         except Exception as err:
+            metrics.NRI_CALLS.labels(request.method, "bug").inc()
             log.exception("NRI %s failed (a bug)", request.method)
             return b"", CODE_UNKNOWN, f"internal error in the netclaim agent: {err!r}"
+        metrics.NRI_CALLS.labels(request.method, "ok").inc()
         return reply.SerializeToString(), 0, ""
 
     def _handlers(self) -> dict[str, Callable[[bytes], Awaitable[Message]]]:
@@ -389,3 +392,11 @@ async def run_plugin(
             on_state(False)
         backoff.reset()
         await backoff.wait()
+
+
+async def reachable(socket_path: str) -> None:
+    """Connect to the runtime's NRI socket and leave at once (the runtime drops a connection that never
+    registers): OSError when nothing listens there."""
+    _, writer = await asyncio.open_unix_connection(socket_path)
+    writer.close()
+    await writer.wait_closed()

@@ -16,6 +16,7 @@ from netclaim.publish.devices import Device
 from netclaim.publish.slices import ApiDevice, SliceOwner, SliceWriter
 
 log = logging.getLogger(__name__)
+DROPPED_FIELDS_REASON = "NetclaimFieldsDropped"  # the Node's Event when the API server drops what we publish
 
 
 class SlicePublisher:
@@ -23,7 +24,11 @@ class SlicePublisher:
         self.node = node
         self.driver = driver
         owner = SliceOwner("v1", "Node", node, partial(api.node_uid, node), controller=True)
-        self.slices = SliceWriter(api, driver, node, f"{node}-{driver}", owner, node=node)
+
+        async def on_node(message: str) -> None:
+            await api.create_node_event(node, await api.node_uid(node), DROPPED_FIELDS_REASON, message)
+
+        self.slices = SliceWriter(api, driver, node, f"{node}-{driver}", owner, node=node, on_dropped=on_node)
         self._published: list[ApiDevice] | None = None  # what the last publish made the slices hold
 
     def changed(self, devices: list[Device]) -> bool:

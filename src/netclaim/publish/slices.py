@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from netclaim import metrics
+from netclaim.errors import NetclaimError
 from netclaim.kubeapi import SliceStoreApi
 from netclaim.objects import Slice
 from netclaim.quantity import parse_quantity
@@ -47,24 +49,56 @@ def _normalized_capacity(capacity: dict[str, Any]) -> dict[str, Any]:
     return {name: number(entry) for name, entry in capacity.items()}
 
 
-def normalized_device(device: ApiDevice) -> dict[str, Any]:
-    """The fields netclaim writes, in a form that compares equal across a round trip to the apiserver."""
+# Fields of a device the API server drops without a word when a feature gate is off, and that gate.
+GATED_FIELDS = {
+    "allowMultipleAllocations": "DRAConsumableCapacity",
+    "capacity.requestPolicy": "DRAConsumableCapacity",
+    "taints": "DRADeviceTaints",
+}
+# How long a pool compares its slices without the fields the API server dropped before it writes them in
+# full once more: a gate turned on meanwhile is then used, one still off costs one write per this period.
+DROPPED_RECHECK_SECONDS = 600.0
+
+
+def normalized_device(device: ApiDevice, dropped: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The fields netclaim writes, in a form that compares equal across a round trip to the apiserver;
+    without the `dropped` ones (GATED_FIELDS the API server does not keep)."""
     attributes = {
         name: {k: v for k, v in value.items() if v is not None}
         for name, value in (device.get("attributes") or {}).items()
     }
-    return {
-        "name": device["name"],
-        "attributes": attributes,
-        "capacity": _normalized_capacity(device.get("capacity") or {}),
-        "allowMultipleAllocations": bool(device.get("allowMultipleAllocations")),
+    capacity = _normalized_capacity(device.get("capacity") or {})
+    if "capacity.requestPolicy" in dropped:
+        capacity = {
+            name: {k: v for k, v in entry.items() if k != "requestPolicy"} for name, entry in capacity.items()
+        }
+    normalized: dict[str, Any] = {"name": device["name"], "attributes": attributes, "capacity": capacity}
+    if "allowMultipleAllocations" not in dropped:
+        normalized["allowMultipleAllocations"] = bool(device.get("allowMultipleAllocations"))
+    if "taints" not in dropped:
         # timeAdded left out: the API server stamps a taint written without it, and a restarted agent
         # would otherwise rewrite a down NIC's slice only to move the time of the loss
-        "taints": [
+        normalized["taints"] = [
             {k: v for k, v in taint.items() if k != "timeAdded" and v is not None}
             for taint in device.get("taints") or []
-        ],
-    }
+        ]
+    return normalized
+
+
+def dropped_fields(sent: Sequence[ApiDevice], stored: Sequence[ApiDevice]) -> frozenset[str]:
+    """The GATED_FIELDS that `sent` devices had and the API server's `stored` ones lack."""
+    kept = {d.get("name"): d for d in stored}
+    found = set()
+    for device in sent:
+        answer = kept.get(device["name"], {})
+        for field in ("allowMultipleAllocations", "taints"):
+            if device.get(field) and not answer.get(field):
+                found.add(field)
+        stored_capacity = answer.get("capacity") or {}
+        for name, entry in (device.get("capacity") or {}).items():
+            if entry.get("requestPolicy") and not (stored_capacity.get(name) or {}).get("requestPolicy"):
+                found.add("capacity.requestPolicy")
+    return frozenset(found)
 
 
 def chunk(devices: Sequence[ApiDevice], size: int = MAX_DEVICES_PER_SLICE) -> list[list[ApiDevice]]:
@@ -110,6 +144,7 @@ class SliceWriter:
         prefix: str,
         owner: SliceOwner,
         node: str | None = None,
+        on_dropped: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.api = api
         self.driver = driver
@@ -117,7 +152,19 @@ class SliceWriter:
         self.prefix = prefix
         self.owner = owner
         self.node = node
+        self.on_dropped = on_dropped  # told once, in words, when the API server drops fields we write
         self._owner_uid: str | None = None  # the UID last asked
+        self._dropped: frozenset[str] = frozenset()  # GATED_FIELDS the API server did not keep
+        self._dropped_since = 0.0
+        self._told: frozenset[str] = frozenset()
+
+    @property
+    def dropped(self) -> frozenset[str]:
+        """The fields the slices are compared without: those the API server dropped, until it is time to
+        write them in full once more (DROPPED_RECHECK_SECONDS)."""
+        if self._dropped and time.monotonic() - self._dropped_since > DROPPED_RECHECK_SECONDS:
+            self._dropped = frozenset()
+        return self._dropped
 
     def slice_name(self, index: int) -> str:
         return f"{self.prefix}-{index}"
@@ -138,7 +185,9 @@ class SliceWriter:
             stored = by_name[self.slice_name(index)]
             if stored.pool != self.pool or stored.slice_count != len(desired):
                 return False
-            if [normalized_device(d) for d in stored.devices] != [normalized_device(d) for d in devices]:
+            dropped = self.dropped
+            wanted = [normalized_device(d, dropped) for d in devices]
+            if [normalized_device(d, dropped) for d in stored.devices] != wanted:
                 return False
         return True
 
@@ -190,6 +239,8 @@ class SliceWriter:
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             raise failed[0]
+        stored = [device for result in results if not isinstance(result, BaseException) for device in result]
+        await self._notice_dropped(dropped_fields(devices, stored))
         wanted = {b["metadata"]["name"] for b in bodies}
         writes += applied + await self._delete([s.name for s in own if s.name not in wanted])
         log.info(
@@ -203,6 +254,31 @@ class SliceWriter:
             },
         )
         return writes
+
+    async def _notice_dropped(self, dropped: frozenset[str]) -> None:
+        """Compare without what the API server dropped (no write loop on a gate that is off), and say so
+        once: a warning, the metric, and `on_dropped`'s Event."""
+        self._dropped, self._dropped_since = dropped, time.monotonic()
+        for field in GATED_FIELDS:
+            metrics.DROPPED_FIELDS.labels(self.pool if self.node is None else "node", field).set(
+                1 if field in dropped else 0
+            )
+        if not dropped or dropped <= self._told:
+            return
+        self._told |= dropped
+        gates = sorted({GATED_FIELDS[f] for f in dropped})
+        message = (
+            f"the API server drops {', '.join(sorted(dropped))} from netclaim's ResourceSlices: feature gate "
+            f"{' and '.join(gates)} is off in kube-apiserver. Published without them (shared NICs and IP "
+            "pools cannot be allocated as shared, link-down taints are not kept); enable the gate on "
+            "kube-apiserver, kube-scheduler, kube-controller-manager and kubelet"
+        )
+        log.warning(message, extra={"pool": self.pool, "problem": sorted(dropped)})
+        if self.on_dropped is not None:
+            try:
+                await self.on_dropped(message)
+            except NetclaimError as err:
+                log.info("could not record the dropped fields as an Event", extra={"error": str(err)})
 
     async def _delete(self, names: list[str]) -> int:
         await asyncio.gather(*(self.api.delete_slice(name) for name in names))

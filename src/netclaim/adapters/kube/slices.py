@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+from lightkube.models.core_v1 import ObjectReference
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
@@ -32,11 +33,13 @@ class KubeSlices(NodeSlicesApi, PoolSlicesApi):
             found = [as_data(s) async for s in self.kube.client.list(ResourceSlice, fields=fields)]
         return [Slice.from_api(s) for s in found if s["spec"]["pool"]["name"] == pool]
 
-    async def apply_slice(self, body: dict[str, Any]) -> None:
+    async def apply_slice(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         resource = ResourceSlice.from_dict(body)
         assert isinstance(resource, ResourceSlice)
         with translated(f"ResourceSlice {body['metadata']['name']}"):
-            await self.kube.client.apply(resource, field_manager=self.kube.field_manager, force=True)
+            stored = await self.kube.client.apply(resource, field_manager=self.kube.field_manager, force=True)
+        devices: list[dict[str, Any]] = as_data(stored)["spec"].get("devices") or []
+        return devices
 
     async def delete_slice(self, name: str) -> None:
         with contextlib.suppress(GoneError), translated(f"ResourceSlice {name}"):
@@ -52,6 +55,10 @@ class KubeSlices(NodeSlicesApi, PoolSlicesApi):
             found = await self.kube.client.get(Node, node)
         assert found.metadata is not None
         return str(found.metadata.uid)
+
+    async def create_node_event(self, node: str, node_uid: str, reason: str, message: str) -> None:
+        involved = ObjectReference(kind="Node", apiVersion="v1", name=node, uid=node_uid)
+        await self.kube.create_event(involved, reason, message)
 
     async def crd_uid(self, name: str) -> str:
         with translated(f"CustomResourceDefinition {name}"):
