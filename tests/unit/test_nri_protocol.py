@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from google.protobuf.message import Message
 
+from netclaim import metrics
 from netclaim._proto import nri_pb2, ttrpc_pb2
 from netclaim.adapters import nri
 from netclaim.errors import AttachError, ProtocolError
@@ -177,7 +178,18 @@ def test_a_whole_session_with_a_scripted_runtime() -> None:
             await running  # the runtime hung up: run() ends with the connection
         return [*hooks.calls, f"states {states}"], replies
 
+    def counted(result: str) -> float:
+        return (
+            metrics.REGISTRY.get_sample_value(
+                "netclaim_nri_calls_total", {"method": "RunPodSandbox", "result": result}
+            )
+            or 0.0
+        )
+
+    before = {result: counted(result) for result in ("ok", "failed")}
     calls, replies = asyncio.run(session())
+    # the alerts' attach failures: one RunPodSandbox of each outcome
+    assert {result: counted(result) - before[result] for result in before} == {"ok": 1, "failed": 1}
     configure, sync_more, sync_last, run, unknown, broken, state_change = replies
     assert nri_pb2.ConfigureResponse.FromString(configure.payload).events == 0x7
     assert nri_pb2.SynchronizeResponse.FromString(sync_more.payload).more is True

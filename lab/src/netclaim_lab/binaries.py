@@ -120,6 +120,18 @@ _BUILDS = (
 )
 
 
+# The Kubernetes minor version of the programs (tools/k8s/kubernetes); the others a cluster file may ask
+# for (make test-matrix) are pinned in tools/k8s/kubernetes-1.N, each built apart, only when asked for
+KUBERNETES = "1.37"
+KUBERNETES_PROGRAMS = PROGRAMS[:5]
+
+
+def _kubernetes_build(version: str) -> GoBuild:
+    """The kubernetes GoBuild of _BUILDS, from the module that pins `version`."""
+    own = _BUILDS[0]
+    return GoBuild(f"kubernetes-{version}", own.packages, own.pinned_module, own.version_flags)
+
+
 _REFERENCE_CNI_NAMES = tuple(p.rsplit("/", 1)[1] for p in REFERENCE_CNI_PLUGINS)
 # built apart from _BUILDS, into a directory of its own: a plugin pin change rebuilds the plugins alone
 _REFERENCE_CNI = GoBuild(
@@ -127,6 +139,17 @@ _REFERENCE_CNI = GoBuild(
     tuple(f"github.com/containernetworking/plugins/plugins/{p}" for p in REFERENCE_CNI_PLUGINS),
     "github.com/containernetworking/plugins",
     ("github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion={version}",),
+)
+
+
+# Prometheus' promtool checks and tests the chart's alerting rules (tests/test_monitoring.py); apart from the
+# programs, like the plugins. Without service discovery (remove_all_sd): a rule check reads no targets.
+_PROMTOOL = GoBuild(
+    "promtool",
+    ("github.com/prometheus/prometheus/cmd/promtool",),
+    "github.com/prometheus/prometheus",
+    ("github.com/prometheus/common/version.Version={version}",),
+    tags="remove_all_sd",
 )
 
 
@@ -199,6 +222,11 @@ def reference_cni_dir() -> Path:
     return cache_root() / "cni-plugins" / pins_hash(tools_dir(), (_REFERENCE_CNI,))
 
 
+def promtool_dir() -> Path:
+    """Where promtool of the current pin is; it exists only once it is built."""
+    return cache_root() / "promtool" / pins_hash(tools_dir(), (_PROMTOOL,))
+
+
 def _built(directory: Path, names: tuple[str, ...], what: str) -> Path:
     missing = [n for n in names if not (directory / n).is_file()]
     if missing:
@@ -216,6 +244,42 @@ def built_bin_dir() -> Path:
     return _built(bin_dir(), PROGRAMS, "cluster programs")
 
 
+def built_promtool() -> Path:
+    return _built(promtool_dir(), ("promtool",), "promtool") / "promtool"
+
+
+def kubernetes_dir(version: str) -> Path:
+    """Where the Kubernetes programs of `version` (not the default) are; it exists once they are built."""
+    return cache_root() / "kubernetes" / pins_hash(tools_dir(), (_kubernetes_build(version),))
+
+
+def build_kubernetes(version: str, log: TextIO = sys.stderr) -> None:
+    """Kubernetes `version`'s programs (make test-matrix), apart from the default pin set."""
+    if version != KUBERNETES:
+        names = KUBERNETES_PROGRAMS
+        _build_apart(_kubernetes_build(version), kubernetes_dir(version), names, f"Kubernetes {version}", log)
+
+
+def cluster_bin_dir(version: str = KUBERNETES) -> Path:
+    """The programs of a cluster running Kubernetes `version`: the pinned ones, with that version's
+    kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl in place of the default's
+    (a directory of links, made once per pair of pin sets)."""
+    programs = built_bin_dir()
+    if version == KUBERNETES:
+        return programs
+    kubernetes = _built(kubernetes_dir(version), KUBERNETES_PROGRAMS, f"Kubernetes {version} programs")
+    merged = cache_root() / "matrix" / f"{version}-{programs.name}-{kubernetes.name}"
+    if not merged.is_dir():
+        staging = merged.with_name(merged.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        for program in programs.iterdir():
+            source = kubernetes if program.name in KUBERNETES_PROGRAMS else programs
+            (staging / program.name).symlink_to(source / program.name)
+        staging.rename(merged)
+    return merged
+
+
 @contextlib.contextmanager
 def build_lock(root: Path) -> Iterator[None]:
     root.mkdir(parents=True, exist_ok=True)
@@ -228,7 +292,8 @@ def build(log: TextIO = sys.stderr) -> Path:
     """Build every pinned program and the reference CNI plugins unless this pin set is already in the
     cache; return the programs' directory."""
     target = _build_programs(log)
-    _build_reference_cni(log)
+    _build_apart(_REFERENCE_CNI, reference_cni_dir(), _REFERENCE_CNI_NAMES, "reference CNI plugins", log)
+    _build_apart(_PROMTOOL, promtool_dir(), ("promtool",), "promtool", log)
     return target
 
 
@@ -252,16 +317,16 @@ def _build_programs(log: TextIO) -> Path:
         return target
 
 
-def _build_reference_cni(log: TextIO) -> None:
-    target = reference_cni_dir()
+def _build_apart(step: GoBuild, target: Path, names: tuple[str, ...], what: str, log: TextIO) -> None:
+    """A build with a cache directory of its own: a change of its pin rebuilds it alone."""
     with build_lock(target.parent):
-        if all((target / n).is_file() for n in _REFERENCE_CNI_NAMES):
-            print(f"reference CNI plugins up to date in {target}", file=log)
+        if all((target / n).is_file() for n in names):
+            print(f"{what} up to date in {target}", file=log)
             return
         staging = target.with_name(target.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        _go_build(_REFERENCE_CNI, staging, log)
+        _go_build(step, staging, log)
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
 
