@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool mmdebstrap nftables
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
-.PHONY: deps system-deps bins deploy image proto proto-check test test-debian-cni unit lint typecheck bench bench-scale bench-policy soak demo demo-down clean
+.PHONY: deps system-deps bins deploy image proto proto-check test test-debian-cni test-matrix unit lint typecheck bench bench-scale bench-policy soak demo demo-down clean
 
 deps: system-deps $(DEPS_STAMP)
 
@@ -78,6 +78,17 @@ test: deps bins proto-check lint typecheck
 test-debian-cni: deps bins
 	NETCLAIM_TEST_CNI_PLUGINS=debian $(BIN)/pytest --durations=30 -m cluster \
 	  --ignore=tests/cluster/test_cni_lifecycle.py tests
+
+# The Kubernetes versions README claims: the lab's cluster on each (its programs built from the module proxy
+# and cached like the pinned ones: tools/k8s/kubernetes-1.N), then the demo's, fail-closed and IPAM tests.
+MATRIX ?= 1.34 1.35 1.36 1.37
+test-matrix: deps bins
+	$(BIN)/netclaim-lab cluster build $(foreach v,$(filter-out 1.37,$(MATRIX)),--kubernetes $(v))
+	set -e; for version in $(MATRIX); do \
+	  echo "== Kubernetes $$version"; \
+	  NETCLAIM_TEST_KUBERNETES=$$version $(BIN)/pytest -p no:cacheprovider -m cluster \
+	    tests/cluster/test_demo.py tests/cluster/test_fail_closed.py tests/cluster/test_ipam.py; \
+	done
 
 # Figures, not assertions: the costs against a floor from the same run, on a cluster of its own
 # (netclaim_lab.benchmarks.suite); writes bench/report.json, docs/benchmarks.md, its plots and README's table.

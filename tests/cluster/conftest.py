@@ -70,12 +70,17 @@ def pytest_runtest_makereport(
 
 def _cluster_file(tmp: Path) -> Path:
     """cluster.yaml, with the nodes' CNI plugin set NETCLAIM_TEST_CNI_PLUGINS names (`make test-debian-cni`:
-    the suite on Debian's 1.0-level plugins) instead of its default (the reference set)."""
+    the suite on Debian's 1.0-level plugins) instead of its default (the reference set), and the Kubernetes
+    minor version NETCLAIM_TEST_KUBERNETES names (`make test-matrix`) instead of the pinned 1.37."""
     plugins = os.environ.get("NETCLAIM_TEST_CNI_PLUGINS")
-    if not plugins:
+    kubernetes = os.environ.get("NETCLAIM_TEST_KUBERNETES")
+    if not plugins and not kubernetes:
         return CLUSTER_FILE
     spec = yaml.safe_load(CLUSTER_FILE.read_text())
-    spec["cniPlugins"] = plugins
+    if plugins:
+        spec["cniPlugins"] = plugins
+    if kubernetes:
+        spec["kubernetes"] = kubernetes
     path = tmp / "cluster.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

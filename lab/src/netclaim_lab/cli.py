@@ -27,6 +27,8 @@ def _cluster(args: argparse.Namespace) -> int:
 
     if args.action == "build":
         binaries.build()
+        for version in args.kubernetes or ():
+            binaries.build_kubernetes(version)
     elif args.action == "image":
         return _image(args)
     elif args.action == "up":
@@ -107,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=DEFAULT_CLUSTER_FILE,
         help=f"cluster file (default {DEFAULT_CLUSTER_FILE})",
+    )
+    cluster.add_argument(
+        "--kubernetes",
+        action="append",
+        choices=["1.34", "1.35", "1.36"],
+        help="build: also this Kubernetes minor version's programs (make test-matrix); repeatable",
     )
     image = cluster.add_argument_group("image", "the agent's container image, built without an engine")
     image.add_argument(
