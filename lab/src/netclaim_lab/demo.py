@@ -122,7 +122,7 @@ def _our_results(claim: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _network(claim: dict[str, Any]) -> dict[str, Any]:
     """networkData of the claim's NIC entry."""
-    for entry in claim.get("status", {}).get("devices", []):
+    for entry in claim.get("status", {}).get("devices") or []:
         if entry["driver"] == DRIVER and entry["pool"] != POOLS_POOL:
             return dict(entry.get("networkData", {}))
     return {}
@@ -140,7 +140,7 @@ def nic_table(outcome: Outcome) -> list[tuple[str, str, str, int, int]]:
     rows = []
     node_slices = [s for s in outcome.slices if s["spec"].get("nodeName")]
     for item in sorted(node_slices, key=lambda s: s["spec"]["nodeName"]):
-        for device in item["spec"].get("devices", []):
+        for device in item["spec"].get("devices") or []:  # 1.34 sends an empty pool's as null
             total = device.get("capacity", {}).get(BANDWIDTH, {}).get("value")
             if total:
                 node = item["spec"]["nodeName"]
