@@ -55,13 +55,19 @@ def unready(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]
             local_cluster.down(handle.spec.name)
 
 
-def _preflight_log(handle: ClusterHandle, node: str) -> str:
+def _failed_preflight_log(handle: ClusterHandle, node: str) -> str:
+    """The log of the init container's last finished attempt, or "" before one has failed: the kubelet
+    restarts a failed init container, and the new attempt's log is empty until it has run its checks."""
     pod = agents.agent_pod(handle, node)
     if pod is None:
         return ""
-    return handle.kubectl(
-        "logs", "-n", agents.NAMESPACE, pod["metadata"]["name"], "-c", "preflight", check=False
-    )
+    for attempt in ((), ("--previous",)):
+        log = handle.kubectl(
+            "logs", "-n", agents.NAMESPACE, pod["metadata"]["name"], "-c", "preflight", *attempt, check=False
+        )
+        if "checks failed" in log:
+            return log
+    return ""
 
 
 def _daemonset(handle: ClusterHandle, archive: agent_image.ImageArchive, preflight: bool) -> None:
@@ -83,11 +89,14 @@ def test_preflight_names_what_is_missing_and_a_gate_that_is_off_costs_no_write_l
     agents.set_policy(unready, POLICY)
     _daemonset(unready, archive, preflight=True)
 
+    logs: dict[str, str] = {}
+
     def failed(node: str) -> bool:
-        return "checks failed" in _preflight_log(unready, node)
+        logs[node] = logs.get(node) or _failed_preflight_log(unready, node)
+        return bool(logs[node])
 
     wait_for(lambda: failed("node-1") and failed("node-2"), 240, "both nodes' preflight to fail")
-    first, second = _preflight_log(unready, "node-1"), _preflight_log(unready, "node-2")
+    first, second = logs["node-1"], logs["node-2"]
     print(f"\nnode-1's preflight (gate off):\n{first}\nnode-2's (gate off, NRI off):\n{second}")
     gate = "FAIL  DRAConsumableCapacity: the API server dropped allowMultipleAllocations and requestPolicy"
     for line in (
