@@ -3,7 +3,7 @@ the switch side of its veth goes down, as a pulled cable or a dead switch port d
 in the node's slice, kubelet shows it Unhealthy in the pods' status (the DRAResourceHealth stream), their
 claims say LinkDown=True, their pods get an Event, and a new pod asking for that NIC stays Pending; the
 link back, all of it clears and the new pod runs. A link flapping 100 times in 10 s costs a handful of
-slice writes."""
+slice generations."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from tests.cluster.helpers import (
     configured_and_running,
     kubectl_netclaim,
     macvlan,
+    node_slices,
     pod_claim_name,
     published,
     runnable_here,
@@ -211,7 +212,10 @@ def test_a_link_flapping_a_hundred_times_in_ten_seconds_costs_a_handful_of_slice
     def losses() -> float:
         return agent_metrics(cluster, NODE).get("netclaim_nic_link_losses_total", 0.0)
 
-    before, lost_before = writes(), losses()
+    def generation() -> int:
+        return max(item.spec.pool.generation for item in node_slices(kube, NODE))
+
+    before, lost_before, generation_before = writes(), losses(), generation()
     started = time.monotonic()
     for _ in range(100):
         link("down")
@@ -221,9 +225,15 @@ def test_a_link_flapping_a_hundred_times_in_ten_seconds_costs_a_handful_of_slice
     figures(f"100 flaps in {time.monotonic() - started:.1f} s")
     wait_for(lambda: _taints(kube) == [], 30, "the taint gone once the link settled")
     time.sleep(3)  # anything still to come would come now
-    written = writes() - before
-    figures(f"slice writes for 100 flaps: {written:.0f}; outages counted: {losses() - lost_before:.0f}")
-    assert 1 <= written <= 4, written
+    written, generations = writes() - before, generation() - generation_before
+    # every generation rewrites all of the node's slices: one per capacity (netclaim.publish.slices)
+    slices = len(node_slices(kube, NODE))
+    figures(
+        f"slice writes for 100 flaps: {written:.0f} ({generations} generations of {slices} slices); "
+        f"outages counted: {losses() - lost_before:.0f}"
+    )
+    assert 1 <= generations <= 4, generations
+    assert written == generations * slices, (written, generations, slices)
     assert _taints(kube) == []
 
 

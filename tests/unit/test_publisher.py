@@ -36,6 +36,22 @@ def test_devices_are_sorted_and_cut_into_slices_of_64() -> None:
     assert chunk([]) == [[]]  # an empty pool is still published: "this node has none"
 
 
+def test_only_devices_of_one_capacity_share_a_slice() -> None:
+    # Kubernetes 1.34's scheduler checks a share against the slice's first device (kubernetes#133705):
+    # a 25G NIC after a 1G one must not share its slice.
+    one_gig = {"netclaim.dev/bandwidth": Capacity(10**9)}
+    nics = [
+        replace(_device("enp7s0"), shared=False, capacity=one_gig),
+        _device("enp94s0"),
+        replace(_device("eth9"), shared=False, capacity=one_gig),
+        _device("ipn0"),
+    ]
+    slices = chunk([nic.to_api() for nic in reversed(nics)])
+    assert [[d["name"] for d in s] for s in slices] == [["enp7s0", "eth9"], ["enp94s0", "ipn0"]]
+    for devices in slices:
+        assert len({str(d["capacity"]) for d in devices}) == 1
+
+
 def test_server_spelling_of_quantities_compares_equal() -> None:
     written = _device("nic0").to_api()
     read_back = {

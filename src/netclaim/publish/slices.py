@@ -5,7 +5,13 @@ the node, owned by its Node) and the IP pools (netclaim.ipam.pools: the pool of 
 IPPool CRD). Its rules:
 - own slices only: named `<prefix>-<index>` and owned by the owner's UID. Another writer's slice in the
   same pool never decides what is written nor its generation, and is never deleted;
-- devices sorted by name, at most MAX_DEVICES_PER_SLICE a slice; no device is still one slice ("none");
+- devices of one capacity (values and request policies) share slices, others never: Kubernetes 1.34's
+  scheduler checks a request's capacity against the slice's device at the request's own index (0 for one
+  device) instead of the device it picked (kubernetes/kubernetes#133705, fixed in 1.35), so a 25G NIC
+  listed after a 1G one took no share above 1G. Within a slice every device has the same capacity, and
+  the wrong device's check is the right one's; a node of like NICs is still one slice;
+- devices sorted by name within their capacity, at most MAX_DEVICES_PER_SLICE a slice, slices in the
+  order of their first device's name; no device is still one slice ("none");
 - no write while the own slices hold what they should (devices compared as the API spells them back),
   all of one generation, with the right count;
 - any change is a new generation of every slice, as consumers use only the highest generation and need
@@ -17,6 +23,7 @@ IPPool CRD). Its rules:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -102,8 +109,10 @@ def dropped_fields(sent: Sequence[ApiDevice], stored: Sequence[ApiDevice]) -> fr
 
 
 def chunk(devices: Sequence[ApiDevice], size: int = MAX_DEVICES_PER_SLICE) -> list[list[ApiDevice]]:
-    ordered = sorted(devices, key=lambda d: str(d["name"]))
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)] or [[]]
+    by_capacity: dict[str, list[ApiDevice]] = {}
+    for device in sorted(devices, key=lambda d: str(d["name"])):
+        by_capacity.setdefault(json.dumps(device.get("capacity"), sort_keys=True), []).append(device)
+    return [group[i : i + size] for group in by_capacity.values() for i in range(0, len(group), size)] or [[]]
 
 
 @dataclass(frozen=True)
