@@ -79,15 +79,24 @@ test-debian-cni: deps bins
 	NETCLAIM_TEST_CNI_PLUGINS=debian $(BIN)/pytest --durations=30 -m cluster \
 	  --ignore=tests/cluster/test_cni_lifecycle.py tests
 
-# The Kubernetes versions README claims: the lab's cluster on each (its programs built from the module proxy
-# and cached like the pinned ones: tools/k8s/kubernetes-1.N), then the demo's, fail-closed and IPAM tests.
+# The Kubernetes and containerd versions README claims: the lab's cluster on each Kubernetes version (with
+# containerd 2.4), then on each older containerd (with Kubernetes 1.37), their programs built from the module
+# proxy and cached like the pinned ones (tools/k8s/kubernetes-1.N, tools/k8s/containerd-2.N); the demo's,
+# fail-closed and IPAM tests on each.
 MATRIX ?= 1.34 1.35 1.36 1.37
+CONTAINERD_MATRIX ?= 2.0 2.2
+MATRIX_TESTS = tests/cluster/test_demo.py tests/cluster/test_fail_closed.py tests/cluster/test_ipam.py \
+  tests/cluster/test_nri_versions.py
 test-matrix: deps bins
-	$(BIN)/netclaim-lab cluster build $(foreach v,$(filter-out 1.37,$(MATRIX)),--kubernetes $(v))
+	$(BIN)/netclaim-lab cluster build $(foreach v,$(filter-out 1.37,$(MATRIX)),--kubernetes $(v)) \
+	  $(foreach v,$(CONTAINERD_MATRIX),--containerd $(v))
 	set -e; for version in $(MATRIX); do \
-	  echo "== Kubernetes $$version"; \
-	  NETCLAIM_TEST_KUBERNETES=$$version $(BIN)/pytest -p no:cacheprovider -m cluster \
-	    tests/cluster/test_demo.py tests/cluster/test_fail_closed.py tests/cluster/test_ipam.py; \
+	  echo "== Kubernetes $$version, containerd 2.4"; \
+	  NETCLAIM_TEST_KUBERNETES=$$version $(BIN)/pytest -p no:cacheprovider -m cluster $(MATRIX_TESTS); \
+	done; \
+	for version in $(CONTAINERD_MATRIX); do \
+	  echo "== Kubernetes 1.37, containerd $$version"; \
+	  NETCLAIM_TEST_CONTAINERD=$$version $(BIN)/pytest -p no:cacheprovider -m cluster $(MATRIX_TESTS); \
 	done
 
 # Figures, not assertions: the costs against a floor from the same run, on a cluster of its own

@@ -71,16 +71,20 @@ def pytest_runtest_makereport(
 def _cluster_file(tmp: Path) -> Path:
     """cluster.yaml, with the nodes' CNI plugin set NETCLAIM_TEST_CNI_PLUGINS names (`make test-debian-cni`:
     the suite on Debian's 1.0-level plugins) instead of its default (the reference set), and the Kubernetes
-    minor version NETCLAIM_TEST_KUBERNETES names (`make test-matrix`) instead of the pinned 1.37."""
-    plugins = os.environ.get("NETCLAIM_TEST_CNI_PLUGINS")
-    kubernetes = os.environ.get("NETCLAIM_TEST_KUBERNETES")
-    if not plugins and not kubernetes:
+    and containerd minor versions NETCLAIM_TEST_KUBERNETES and NETCLAIM_TEST_CONTAINERD name (`make
+    test-matrix`) instead of the pinned 1.37 and 2.4."""
+    chosen = {
+        key: os.environ[variable]
+        for key, variable in (
+            ("cniPlugins", "NETCLAIM_TEST_CNI_PLUGINS"),
+            ("kubernetes", "NETCLAIM_TEST_KUBERNETES"),
+            ("containerd", "NETCLAIM_TEST_CONTAINERD"),
+        )
+        if os.environ.get(variable)
+    }
+    if not chosen:
         return CLUSTER_FILE
-    spec = yaml.safe_load(CLUSTER_FILE.read_text())
-    if plugins:
-        spec["cniPlugins"] = plugins
-    if kubernetes:
-        spec["kubernetes"] = kubernetes
+    spec = {**yaml.safe_load(CLUSTER_FILE.read_text()), **chosen}
     path = tmp / "cluster.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

@@ -134,3 +134,13 @@ def test_feature_gates_and_a_node_without_nri_reach_the_components(tmp_path: Pat
     layout = NodeLayout("demo", "node-1", tmp_path / "node-1")
     assert "disable = true" in _containerd_config(layout, "2s", nri=False)
     assert "disable = false" in _containerd_config(layout, "2s", nri=True)
+
+
+def test_the_containerd_version_is_one_the_matrix_builds(tmp_path: Path) -> None:
+    assert load_cluster_spec(_write(tmp_path, VALID)).containerd == "2.4"
+    older = VALID.replace("kind: LocalCluster", "kind: LocalCluster\ncontainerd: '2.2'")
+    assert load_cluster_spec(_write(tmp_path, older)).containerd == "2.2"
+    with pytest.raises(ConfigError, match="containerd"):
+        load_cluster_spec(
+            _write(tmp_path, VALID.replace("kind: LocalCluster", "kind: LocalCluster\ncontainerd: '2.3'"))
+        )

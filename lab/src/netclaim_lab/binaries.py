@@ -8,6 +8,7 @@ unchanged tree reuses the programs: `~/.cache/netclaim/bin/<hash>/`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -120,16 +121,26 @@ _BUILDS = (
 )
 
 
-# The Kubernetes minor version of the programs (tools/k8s/kubernetes); the others a cluster file may ask
-# for (make test-matrix) are pinned in tools/k8s/kubernetes-1.N, each built apart, only when asked for
+# The Kubernetes and containerd minor versions of the programs (tools/k8s/kubernetes, tools/k8s/containerd);
+# the others a cluster file may ask for (make test-matrix) are pinned in tools/k8s/kubernetes-1.N and
+# tools/k8s/containerd-2.N, each built apart, only when asked for
 KUBERNETES = "1.37"
 KUBERNETES_PROGRAMS = PROGRAMS[:5]
+CONTAINERD = "2.4"
+CONTAINERD_PROGRAMS = PROGRAMS[5:8]
+
+
+def _versioned_build(own: GoBuild, version: str) -> GoBuild:
+    """`own` (one of _BUILDS), from the module that pins `version` instead: tools/k8s/<own>-<version>."""
+    return dataclasses.replace(own, module_dir=f"{own.module_dir}-{version}")
 
 
 def _kubernetes_build(version: str) -> GoBuild:
-    """The kubernetes GoBuild of _BUILDS, from the module that pins `version`."""
-    own = _BUILDS[0]
-    return GoBuild(f"kubernetes-{version}", own.packages, own.pinned_module, own.version_flags)
+    return _versioned_build(_BUILDS[0], version)
+
+
+def _containerd_build(version: str) -> GoBuild:
+    return _versioned_build(_BUILDS[1], version)
 
 
 _REFERENCE_CNI_NAMES = tuple(p.rsplit("/", 1)[1] for p in REFERENCE_CNI_PLUGINS)
@@ -253,6 +264,11 @@ def kubernetes_dir(version: str) -> Path:
     return cache_root() / "kubernetes" / pins_hash(tools_dir(), (_kubernetes_build(version),))
 
 
+def containerd_dir(version: str) -> Path:
+    """Where containerd `version`'s programs (not the default's) are; it exists once they are built."""
+    return cache_root() / "containerd" / pins_hash(tools_dir(), (_containerd_build(version),))
+
+
 def build_kubernetes(version: str, log: TextIO = sys.stderr) -> None:
     """Kubernetes `version`'s programs (make test-matrix), apart from the default pin set."""
     if version != KUBERNETES:
@@ -260,22 +276,36 @@ def build_kubernetes(version: str, log: TextIO = sys.stderr) -> None:
         _build_apart(_kubernetes_build(version), kubernetes_dir(version), names, f"Kubernetes {version}", log)
 
 
-def cluster_bin_dir(version: str = KUBERNETES) -> Path:
-    """The programs of a cluster running Kubernetes `version`: the pinned ones, with that version's
-    kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl in place of the default's
-    (a directory of links, made once per pair of pin sets)."""
+def build_containerd(version: str, log: TextIO = sys.stderr) -> None:
+    """containerd `version`'s programs (make test-matrix), apart from the default pin set."""
+    if version != CONTAINERD:
+        names = CONTAINERD_PROGRAMS
+        _build_apart(_containerd_build(version), containerd_dir(version), names, f"containerd {version}", log)
+
+
+def cluster_bin_dir(kubernetes: str = KUBERNETES, containerd: str = CONTAINERD) -> Path:
+    """The programs of a cluster running Kubernetes `kubernetes` and containerd `containerd`: the pinned
+    ones, with that version's kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl,
+    and containerd, its shim and ctr, in place of the default's (a directory of links, made once per
+    combination of pin sets)."""
     programs = built_bin_dir()
-    if version == KUBERNETES:
+    replaced: dict[str, Path] = {}
+    if kubernetes != KUBERNETES:
+        built = _built(kubernetes_dir(kubernetes), KUBERNETES_PROGRAMS, f"Kubernetes {kubernetes} programs")
+        replaced.update(dict.fromkeys(KUBERNETES_PROGRAMS, built))
+    if containerd != CONTAINERD:
+        built = _built(containerd_dir(containerd), CONTAINERD_PROGRAMS, f"containerd {containerd} programs")
+        replaced.update(dict.fromkeys(CONTAINERD_PROGRAMS, built))
+    if not replaced:
         return programs
-    kubernetes = _built(kubernetes_dir(version), KUBERNETES_PROGRAMS, f"Kubernetes {version} programs")
-    merged = cache_root() / "matrix" / f"{version}-{programs.name}-{kubernetes.name}"
+    sources = sorted({d.name for d in replaced.values()})
+    merged = cache_root() / "matrix" / "-".join([kubernetes, containerd, programs.name, *sources])
     if not merged.is_dir():
         staging = merged.with_name(merged.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         for program in programs.iterdir():
-            source = kubernetes if program.name in KUBERNETES_PROGRAMS else programs
-            (staging / program.name).symlink_to(source / program.name)
+            (staging / program.name).symlink_to(replaced.get(program.name, programs) / program.name)
         staging.rename(merged)
     return merged
 

@@ -29,6 +29,8 @@ def _cluster(args: argparse.Namespace) -> int:
         binaries.build()
         for version in args.kubernetes or ():
             binaries.build_kubernetes(version)
+        for version in args.containerd or ():
+            binaries.build_containerd(version)
     elif args.action == "image":
         return _image(args)
     elif args.action == "up":
@@ -115,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         choices=["1.34", "1.35", "1.36"],
         help="build: also this Kubernetes minor version's programs (make test-matrix); repeatable",
+    )
+    cluster.add_argument(
+        "--containerd",
+        action="append",
+        choices=["2.0", "2.2"],
+        help="build: also this containerd minor version's programs (make test-matrix); repeatable",
     )
     image = cluster.add_argument_group("image", "the agent's container image, built without an engine")
     image.add_argument(

@@ -113,7 +113,7 @@ def up(spec_path: Path, log: TextIO = sys.stderr) -> ClusterHandle:
     _require_prerequisites()
     _require_fixed_ports(spec, spec_path)
     _room_for_inotify()
-    bin_dir = binaries.cluster_bin_dir(spec.kubernetes)
+    bin_dir = binaries.cluster_bin_dir(spec.kubernetes, spec.containerd)
     layout = ClusterLayout.for_cluster(spec.name)
     handle = ClusterHandle(spec, layout, bin_dir)
     if _is_up(layout):

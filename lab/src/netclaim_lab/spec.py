@@ -137,6 +137,11 @@ class ClusterSpec(_Strict):
         description="the Kubernetes minor version of the control plane and the kubelets (1.37.2 is the "
         "pinned programs'; the others, 1.34.4, 1.35.4 and 1.36.3, are built for make test-matrix)",
     )
+    containerd: Literal["2.0", "2.2", "2.4"] = Field(
+        default="2.4",
+        description="the containerd minor version of every node (2.4.2 is the pinned programs'; 2.0.14 and "
+        "2.2.9, whose NRI v0.8 and v0.11 send pod events as StateChange, are built for make test-matrix)",
+    )
     featureGates: dict[Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]+$")], bool] = Field(
         default={"DRAConsumableCapacity": True},
         description="--feature-gates of kube-apiserver, kube-controller-manager, kube-scheduler and kubelet",

@@ -1,0 +1,66 @@
+"""The pod events reach the agent by the NRI call the node's containerd sends: the dedicated RunPodSandbox of
+NRI ≥ 0.12 (containerd 2.4, the suite's), or StateChange on NRI v0.8 and v0.11 (containerd 2.0 and 2.2;
+`make test-matrix` runs this module there). Either way the pod runs with its interface."""
+
+from __future__ import annotations
+
+from lightkube import Client
+
+from netclaim_lab.cluster import ClusterHandle
+from tests.cluster.helpers import (
+    agent_metrics,
+    apply,
+    claim_template,
+    cni_config,
+    configured_and_running,
+    macvlan,
+    runnable_here,
+)
+from tests.kube import wait_for
+
+NODE, NIC = "node-2", "enp94s0"
+# the runtime's call that starts a pod sandbox, by the containerd the cluster runs (its NRI version)
+START_CALL = {"2.4": "RunPodSandbox", "2.2": "StateChange", "2.0": "StateChange"}
+
+
+def _calls(cluster: ClusterHandle, method: str) -> float:
+    return agent_metrics(cluster, NODE).get(f'netclaim_nri_calls_total{{method="{method}",result="ok"}}', 0.0)
+
+
+def test_a_pod_start_reaches_the_agent_by_the_call_of_the_nodes_nri_version(
+    cluster: ClusterHandle, kube: Client, ns: str
+) -> None:
+    expected = START_CALL[cluster.spec.containerd]
+    other = next(call for call in START_CALL.values() if call != expected)
+    before, other_before = _calls(cluster, expected), _calls(cluster, other)
+    template = claim_template(
+        "on-nic",
+        "netclaim-shared",
+        f'device.attributes["netclaim.dev"].ifName == "{NIC}"',
+        cni_config([macvlan("10.33.8.0/24")]),
+    )
+    pod = runnable_here(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "nri-path"},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "resourceClaims": [{"name": "net", "resourceClaimTemplateName": "on-nic"}],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "command": ["sleep", "3600"],
+                        "resources": {"claims": [{"name": "net"}]},
+                    }
+                ],
+            },
+        }
+    )
+    apply(cluster, ns, template, pod)
+    wait_for(lambda: configured_and_running(kube, ns, "nri-path"), 120, "the pod running with its interface")
+    counted = _calls(cluster, expected) - before
+    print(f"\ncontainerd {cluster.spec.containerd}: {expected} calls +{counted:.0f}")
+    assert _calls(cluster, expected) > before, f"no {expected} call counted for the pod's start"
+    assert _calls(cluster, other) == other_before, f"{other} counted on containerd {cluster.spec.containerd}"
