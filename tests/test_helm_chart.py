@@ -306,7 +306,7 @@ def test_another_namespace_moves_every_object_and_the_agents_identity(helm: Path
     assert all(k[2] == "dra-net" for k in namespaced)
     text = yaml.safe_dump(list(objects.values()))
     assert NAMESPACE not in text
-    assert text.count("system:serviceaccount:dra-net:netclaim-agent") == 4  # the agent's own-node policies
+    assert text.count("system:serviceaccount:dra-net:netclaim-agent") == 5  # the agent's own-node policies
     subjects = [s for k, o in objects.items() if k[1] == "ClusterRoleBinding" for s in o["subjects"]]
     assert {s["namespace"] for s in subjects} == {"dra-net"}
 

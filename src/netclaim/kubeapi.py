@@ -118,6 +118,11 @@ class NodeSlicesApi(SliceStoreApi, Protocol):
     async def create_node_event(self, node: str, node_uid: str, reason: str, message: str) -> None:
         """A Warning Event on the Node (what concerns the node's publishing as a whole)."""
 
+    async def set_node_condition(self, node: str, condition: dict[str, str]) -> None:
+        """One condition of the Node's status (type, status, reason, message), by its type; its
+        lastTransitionTime moves only when its status changes. Only the agent's own node, only its own
+        condition type (admission: netclaim-node-condition-own-node)."""
+
 
 class PreflightApi(Protocol):
     """`netclaim preflight`'s, with the agent's own token: who the API server takes it for, and what it

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Pod, Secret
+from lightkube.resources.core_v1 import Node, Pod, Secret
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
@@ -313,6 +313,38 @@ def test_an_agent_token_cannot_write_another_nodes_slices(cluster: ClusterHandle
             with pytest.raises(ApiError) as denied:
                 forbidden()
             assert denied.value.status.code == 403
+
+
+def test_an_agent_token_sets_only_its_own_nodes_condition(cluster: ClusterHandle, kube: Client) -> None:
+    """The agents of the session cluster said their slices are kept whole (False); a node's token may set
+    only that condition of its own node (nodes/status patch: RBAC cannot narrow it)."""
+    for node in ("node-1", "node-2"):
+        status = kube.get(Node, node).status
+        listed = (status.conditions if status else None) or []
+        [said] = [c for c in listed if c.type == "NetclaimSliceFieldsDropped"]
+        assert (said.status, said.reason) == ("False", "AllFieldsKept"), said
+
+    def condition(kind: str, status: str) -> dict[str, Any]:
+        return {"type": kind, "status": status, "reason": "Probe", "message": "a probe"}
+
+    def patch_as(token_node: str, node: str, body: dict[str, Any]) -> None:
+        agent_config = KubeConfig.from_file(agents.pod_token_kubeconfig(cluster, token_node))
+        with Client(agent_config, field_manager="netclaim.dev") as agent:
+            agent.patch(Node.Status, node, body, patch_type=PatchType.STRATEGIC, dry_run=True)
+
+    def refused(token_node: str, node: str, body: dict[str, Any]) -> str:
+        with pytest.raises(ApiError) as denied:
+            patch_as(token_node, node, body)
+        assert denied.value.status.code == 403, denied.value.status
+        return str(denied.value.status.message)
+
+    ours = {"status": {"conditions": [condition("NetclaimSliceFieldsDropped", "False")]}}
+    patch_as("node-1", "node-1", ours)  # its own node, its own condition: allowed
+    assert "may only set conditions of its own node, not of node-2" in refused("node-1", "node-2", ours)
+    only = "may change only its node's NetclaimSliceFieldsDropped condition"
+    assert only in refused("node-1", "node-1", {"status": {"conditions": [condition("Ready", "False")]}})
+    assert only in refused("node-1", "node-1", {"status": {"capacity": {"pods": "1000"}}})
+    assert only in refused("node-1", "node-1", {"metadata": {"labels": {"example.com/hijacked": "yes"}}})
 
 
 def test_an_agent_token_takes_addresses_only_for_its_own_node(cluster: ClusterHandle) -> None:

@@ -103,12 +103,14 @@ def test_make_bench_scale_schedules_everything_and_oversubscribes_nothing(tmp_pa
         assert 0 <= window["agent_claim_events"] <= window["own_bookmarks_allowed"]
         assert window["agent_wide_reads"] == []
         assert len(window["agent_rss_mib"]) == len(scale.MEASURED)
-    # the agents' requests in the windows: their own slices after each change, nothing else
+    # the agents' requests in the windows: their own slices after each change, and their Node's condition
+    # once (an agent's first write: their slices were published before they started)
     assert {
         k.split()[1] for w in (result[s]["churn"] for s in others) for k in w["agent_requests_by_kind"]
     } <= {
         "resourceslices",
         "nodes",
+        "nodes/status",
     }
 
     assert report.scale_table(result) in (tmp_path / "README.md").read_text()

@@ -143,6 +143,11 @@ def test_preflight_names_what_is_missing_and_a_gate_that_is_off_costs_no_write_l
     # one Event per agent on its Node: node-2's runs too without preflight (it publishes; NRI it lacks)
     assert sorted(e["involvedObject"]["name"] for e in events) == ["node-1", "node-2"]
     assert metric['netclaim_dropped_slice_fields{field="allowMultipleAllocations",pool="node"}'] == 1
+    for node in ("node-1", "node-2"):  # the Node's condition, as `kubectl describe node` shows it
+        conditions = json.loads(unready.kubectl("get", "node", node, "-o", "json"))["status"]["conditions"]
+        [said] = [c for c in conditions if c["type"] == "NetclaimSliceFieldsDropped"]
+        assert (said["status"], said["reason"]) == ("True", "GateOff"), said
+        assert "feature gate DRAConsumableCapacity is off" in said["message"]
     # still published, without what the server cannot keep
     slices = json.loads(unready.kubectl("get", "resourceslices", "-o", "json"))["items"]
     [mine] = [

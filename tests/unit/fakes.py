@@ -60,6 +60,7 @@ class FakeKubeApi(
     # (netclaim.publish.slices.GATED_FIELDS)
     drops: frozenset[str] = frozenset()
     node_events: list[tuple[str, str, str, str]] = field(default_factory=list)  # node, uid, reason, message
+    node_conditions: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # each one set, in order
     _uids: int = 0
 
     def _call(self, name: str) -> None:
@@ -145,6 +146,10 @@ class FakeKubeApi(
     async def create_node_event(self, node: str, node_uid: str, reason: str, message: str) -> None:
         self._call("create_node_event")
         self.node_events.append((node, node_uid, reason, message))
+
+    async def set_node_condition(self, node: str, condition: dict[str, str]) -> None:
+        self._call("set_node_condition")
+        self.node_conditions.append((node, condition))
 
     async def delete_slice(self, name: str) -> None:
         self._call("delete_slice")

@@ -55,6 +55,7 @@ ASKS = {
     "slice_changes": ("resource.k8s.io", "resourceslices", "watch"),
     "node_uid": ("", "nodes", "get"),
     "create_node_event": ("", "events", "create"),
+    "set_node_condition": ("", "nodes/status", "patch"),
     "crd_uid": ("apiextensions.k8s.io", "customresourcedefinitions", "get"),
     "device_class_exists": ("resource.k8s.io", "deviceclasses", "get"),
     "get_ippool": ("netclaim.dev", "ippools", "get"),

@@ -314,7 +314,14 @@ async def test_a_failed_publish_is_retried_until_it_succeeds(
         trigger.fire()  # the only fire: the retry must not need another one
         assert await within(published.events.get()) == 1
     # the slices and the Node's UID are read at once: the Node's is read again when the list failed
-    assert api.calls == ["list_slices", "node_uid", "list_slices", "node_uid", "apply_slice"]
+    assert api.calls == [
+        "list_slices",
+        "node_uid",
+        "list_slices",
+        "node_uid",
+        "apply_slice",
+        "set_node_condition",
+    ]
     assert source.scans == 2
     assert list(api.slices) == [f"{NODE}-{DRIVER}-0"]
     assert metrics.REGISTRY.get_sample_value("netclaim_publish_errors_total") == errors_before + 1

@@ -101,7 +101,7 @@ async def test_first_publish_writes_every_slice_owned_by_the_node() -> None:
     publisher = SlicePublisher(api, NODE, DRIVER)
     devices = [_device(f"nic{i:03d}") for i in range(66)]
     assert await publisher.publish(devices) == 2
-    assert api.calls == ["list_slices", "node_uid", "apply_slice", "apply_slice"]
+    assert api.calls == ["list_slices", "node_uid", "apply_slice", "apply_slice", "set_node_condition"]
     assert sorted(api.slices) == [f"{NODE}-{DRIVER}-0", f"{NODE}-{DRIVER}-1"]
     for index, name in enumerate(sorted(api.slices)):
         body = api.slices[name]
@@ -344,6 +344,14 @@ async def test_fields_the_api_server_drops_are_said_once_and_never_rewritten_in_
     [(node, uid, reason, message)] = api.node_events
     assert (node, uid, reason) == (NODE, "0b1c-node-uid", "NetclaimFieldsDropped")
     assert message == warnings[0].getMessage()
+    [(node, said)] = api.node_conditions  # the Node's condition, as node-problem-detector's
+    assert node == NODE
+    assert {k: said[k] for k in ("type", "status", "reason")} == {
+        "type": "NetclaimSliceFieldsDropped",
+        "status": "True",
+        "reason": "GateOff",
+    }
+    assert said["message"] == message
     for field, value in (("allowMultipleAllocations", 1), ("capacity.requestPolicy", 1), ("taints", 0)):
         assert (
             metrics.REGISTRY.get_sample_value(
@@ -351,9 +359,9 @@ async def test_fields_the_api_server_drops_are_said_once_and_never_rewritten_in_
             )
             == value
         )
-    # a real change is still written (one new generation), and the warning is not said again
+    # a real change is still written (one new generation), and nothing is said again
     assert await publisher.publish([_device("nic0")]) == 1
-    assert _generations(api) == {2} and len(api.node_events) == 1
+    assert _generations(api) == {2} and len(api.node_events) == 1 and len(api.node_conditions) == 1
     # after DROPPED_RECHECK_SECONDS the slices are written in full once: a gate turned on is used
     api.drops = frozenset()
     clock = [0.0]
@@ -367,6 +375,44 @@ async def test_fields_the_api_server_drops_are_said_once_and_never_rewritten_in_
         == 0
     )
     assert await publisher.slices.write([_device("nic0").to_api()]) == 0
+    # the gate is on now: the condition says so, with no new Event
+    assert [(c["status"], c["reason"]) for _, c in api.node_conditions] == [
+        ("True", "GateOff"),
+        ("False", "AllFieldsKept"),
+    ]
+    assert len(api.node_events) == 1
+
+
+async def test_a_node_whose_fields_are_all_kept_says_so_once() -> None:
+    """An agent's first write sets the condition False (one that an earlier agent set True when the gate
+    was off is cleared); later writes that keep everything set nothing."""
+    api = FakeKubeApi(node_uids={NODE: "0b1c-node-uid"})
+    publisher = SlicePublisher(api, NODE, DRIVER)
+    assert await publisher.publish([_device("nic0")]) == 1
+    assert await publisher.publish([_device("nic1")]) == 1
+    [(node, said)] = api.node_conditions
+    assert (node, said["type"], said["status"], said["reason"]) == (
+        NODE,
+        "NetclaimSliceFieldsDropped",
+        "False",
+        "AllFieldsKept",
+    )
+    assert api.node_events == []
+
+
+async def test_a_condition_that_could_not_be_set_is_set_after_the_next_write() -> None:
+    api = FakeKubeApi(node_uids={NODE: "0b1c-node-uid"})
+    failing = api.set_node_condition
+
+    async def unavailable(node: str, condition: dict[str, str]) -> None:
+        raise ApiUnavailableError("the API server is away")
+
+    api.set_node_condition = unavailable  # type: ignore[method-assign]
+    publisher = SlicePublisher(api, NODE, DRIVER)
+    assert await publisher.publish([_device("nic0")]) == 1  # the slices are written all the same
+    api.set_node_condition = failing  # type: ignore[method-assign]
+    assert await publisher.publish([_device("nic1")]) == 1
+    assert [c["status"] for _, c in api.node_conditions] == ["False"]
 
 
 def test_dropped_fields_are_found_per_gate() -> None:

@@ -11,12 +11,16 @@ import time
 from functools import partial
 
 from netclaim import metrics
+from netclaim.errors import NetclaimError
 from netclaim.kubeapi import NodeSlicesApi
+from netclaim.objects import condition
 from netclaim.publish.devices import Device
-from netclaim.publish.slices import ApiDevice, SliceOwner, SliceWriter
+from netclaim.publish.slices import ApiDevice, DroppedFields, SliceOwner, SliceWriter
 
 log = logging.getLogger(__name__)
 DROPPED_FIELDS_REASON = "NetclaimFieldsDropped"  # the Node's Event when the API server drops what we publish
+# the Node's condition saying whether it does (True) or keeps all (False), as node-problem-detector's say
+DROPPED_CONDITION = "NetclaimSliceFieldsDropped"
 
 
 class SlicePublisher:
@@ -25,8 +29,19 @@ class SlicePublisher:
         self.driver = driver
         owner = SliceOwner("v1", "Node", node, partial(api.node_uid, node), controller=True)
 
-        async def on_node(message: str) -> None:
-            await api.create_node_event(node, await api.node_uid(node), DROPPED_FIELDS_REASON, message)
+        async def on_node(report: DroppedFields) -> None:
+            """An Event when a field is dropped for the first time (best effort: the condition says it
+            too), then the Node's condition (a failure is tried again after the next write)."""
+            if report.new:
+                try:
+                    uid = await api.node_uid(node)
+                    await api.create_node_event(node, uid, DROPPED_FIELDS_REASON, report.message)
+                except NetclaimError as err:
+                    log.info("could not record the dropped fields as an Event", extra={"error": str(err)})
+            status, reason = ("True", "GateOff") if report.fields else ("False", "AllFieldsKept")
+            await api.set_node_condition(
+                node, condition(status, reason, report.message, kind=DROPPED_CONDITION)
+            )
 
         self.slices = SliceWriter(api, driver, node, f"{node}-{driver}", owner, node=node, on_dropped=on_node)
         self._published: list[ApiDevice] | None = None  # what the last publish made the slices hold

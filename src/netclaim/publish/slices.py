@@ -108,6 +108,28 @@ def dropped_fields(sent: Sequence[ApiDevice], stored: Sequence[ApiDevice]) -> fr
     return frozenset(found)
 
 
+@dataclass(frozen=True)
+class DroppedFields:
+    """What the API server kept of a write: the GATED_FIELDS it dropped (none: all kept), in words, and
+    whether any of them is dropped for the first time (an Event then)."""
+
+    fields: frozenset[str]
+    message: str
+    new: bool
+
+
+def dropped_message(dropped: frozenset[str]) -> str:
+    if not dropped:
+        return "the API server keeps every field of netclaim's ResourceSlices"
+    gates = sorted({GATED_FIELDS[f] for f in dropped})
+    return (
+        f"the API server drops {', '.join(sorted(dropped))} from netclaim's ResourceSlices: feature gate "
+        f"{' and '.join(gates)} is off in kube-apiserver. Published without them (shared NICs and IP "
+        "pools cannot be allocated as shared, link-down taints are not kept); enable the gate on "
+        "kube-apiserver, kube-scheduler, kube-controller-manager and kubelet"
+    )
+
+
 def chunk(devices: Sequence[ApiDevice], size: int = MAX_DEVICES_PER_SLICE) -> list[list[ApiDevice]]:
     by_capacity: dict[str, list[ApiDevice]] = {}
     for device in sorted(devices, key=lambda d: str(d["name"])):
@@ -153,7 +175,7 @@ class SliceWriter:
         prefix: str,
         owner: SliceOwner,
         node: str | None = None,
-        on_dropped: Callable[[str], Awaitable[None]] | None = None,
+        on_dropped: Callable[[DroppedFields], Awaitable[None]] | None = None,
     ) -> None:
         self.api = api
         self.driver = driver
@@ -161,11 +183,12 @@ class SliceWriter:
         self.prefix = prefix
         self.owner = owner
         self.node = node
-        self.on_dropped = on_dropped  # told once, in words, when the API server drops fields we write
+        self.on_dropped = on_dropped  # told what the API server keeps of our writes, each time that changes
         self._owner_uid: str | None = None  # the UID last asked
         self._dropped: frozenset[str] = frozenset()  # GATED_FIELDS the API server did not keep
         self._dropped_since = 0.0
-        self._told: frozenset[str] = frozenset()
+        self._told: frozenset[str] = frozenset()  # the fields warned about (once each)
+        self._reported: frozenset[str] | None = None  # what on_dropped was last told
 
     @property
     def dropped(self) -> frozenset[str]:
@@ -265,29 +288,26 @@ class SliceWriter:
         return writes
 
     async def _notice_dropped(self, dropped: frozenset[str]) -> None:
-        """Compare without what the API server dropped (no write loop on a gate that is off), and say so
-        once: a warning, the metric, and `on_dropped`'s Event."""
+        """Compare without what the API server dropped (no write loop on a gate that is off); warn once per
+        field, set the metric, and tell `on_dropped` (the Node's condition and Event) on each change, the
+        first write included: an agent started after the gate was turned on clears what an earlier said."""
         self._dropped, self._dropped_since = dropped, time.monotonic()
         for field in GATED_FIELDS:
             metrics.DROPPED_FIELDS.labels(self.pool if self.node is None else "node", field).set(
                 1 if field in dropped else 0
             )
-        if not dropped or dropped <= self._told:
-            return
+        news = dropped - self._told
         self._told |= dropped
-        gates = sorted({GATED_FIELDS[f] for f in dropped})
-        message = (
-            f"the API server drops {', '.join(sorted(dropped))} from netclaim's ResourceSlices: feature gate "
-            f"{' and '.join(gates)} is off in kube-apiserver. Published without them (shared NICs and IP "
-            "pools cannot be allocated as shared, link-down taints are not kept); enable the gate on "
-            "kube-apiserver, kube-scheduler, kube-controller-manager and kubelet"
-        )
-        log.warning(message, extra={"pool": self.pool, "problem": sorted(dropped)})
-        if self.on_dropped is not None:
-            try:
-                await self.on_dropped(message)
-            except NetclaimError as err:
-                log.info("could not record the dropped fields as an Event", extra={"error": str(err)})
+        report = DroppedFields(dropped, dropped_message(dropped), bool(news))
+        if news:
+            log.warning(report.message, extra={"pool": self.pool, "problem": sorted(dropped)})
+        if self.on_dropped is None or dropped == self._reported:
+            return
+        try:
+            await self.on_dropped(report)
+            self._reported = dropped
+        except NetclaimError as err:
+            log.info("could not record the dropped fields on the Node", extra={"error": str(err)})
 
     async def _delete(self, names: list[str]) -> int:
         await asyncio.gather(*(self.api.delete_slice(name) for name in names))

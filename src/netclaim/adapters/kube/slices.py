@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 from lightkube.models.core_v1 import ObjectReference
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
+from lightkube.types import PatchType
 
 from netclaim.adapters.kube.connection import SLICES, KubeConnection, as_data, selector, translated
 from netclaim.errors import GoneError
@@ -60,6 +62,24 @@ class KubeSlices(NodeSlicesApi, PoolSlicesApi):
         involved = ObjectReference(kind="Node", apiVersion="v1", name=node, uid=node_uid)
         await self.kube.create_event(involved, reason, message)
 
+    async def set_node_condition(self, node: str, condition: dict[str, str]) -> None:
+        now = datetime.now(UTC).replace(microsecond=0)
+        with translated(f"node {node}'s status"):
+            found = await self.kube.client.get(Node, node)
+            listed = (found.status.conditions if found.status else None) or []
+            before = next((c for c in listed if c.type == condition["type"]), None)
+            since = now  # the status moves, or the condition is new
+            if before is not None and before.status == condition["status"] and before.lastTransitionTime:
+                since = before.lastTransitionTime
+            entry = {**condition, "lastHeartbeatTime": _stamp(now), "lastTransitionTime": _stamp(since)}
+            await self.kube.client.patch(
+                Node.Status,
+                node,
+                {"status": {"conditions": [entry]}},
+                patch_type=PatchType.STRATEGIC,
+                field_manager=self.kube.field_manager,
+            )
+
     async def crd_uid(self, name: str) -> str:
         with translated(f"CustomResourceDefinition {name}"):
             found = await self.kube.client.get(CustomResourceDefinition, name)
@@ -73,3 +93,7 @@ class KubeSlices(NodeSlicesApi, PoolSlicesApi):
         except GoneError:
             return False
         return True
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
