@@ -14,7 +14,7 @@ from tests.cluster.helpers import (
     cni_config,
     configured_and_running,
     macvlan,
-    runnable_here,
+    pod_manifest,
 )
 from tests.kube import wait_for
 
@@ -39,25 +39,7 @@ def test_a_pod_start_reaches_the_agent_by_the_call_of_the_nodes_nri_version(
         f'device.attributes["netclaim.dev"].ifName == "{NIC}"',
         cni_config([macvlan("10.33.8.0/24")]),
     )
-    pod = runnable_here(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "nri-path"},
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "resourceClaims": [{"name": "net", "resourceClaimTemplateName": "on-nic"}],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "busybox",
-                        "command": ["sleep", "3600"],
-                        "resources": {"claims": [{"name": "net"}]},
-                    }
-                ],
-            },
-        }
-    )
+    pod = pod_manifest("nri-path", "on-nic")
     apply(cluster, ns, template, pod)
     wait_for(lambda: configured_and_running(kube, ns, "nri-path"), 120, "the pod running with its interface")
     counted = _calls(cluster, expected) - before
