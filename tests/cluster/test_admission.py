@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -315,14 +316,23 @@ def test_an_agent_token_cannot_write_another_nodes_slices(cluster: ClusterHandle
             assert denied.value.status.code == 403
 
 
+def _has_dropped_condition(kube: Client, node: str) -> bool:
+    return _dropped_condition(kube, node) != []
+
+
+def _dropped_condition(kube: Client, node: str) -> list[tuple[str, str]]:
+    """The node's NetclaimSliceFieldsDropped condition as (status, reason); [] while it has none."""
+    status = kube.get(Node, node).status
+    listed = (status.conditions if status else None) or []
+    return [(c.status, c.reason or "") for c in listed if c.type == "NetclaimSliceFieldsDropped"]
+
+
 def test_an_agent_token_sets_only_its_own_nodes_condition(cluster: ClusterHandle, kube: Client) -> None:
     """The agents of the session cluster said their slices are kept whole (False); a node's token may set
     only that condition of its own node (nodes/status patch: RBAC cannot narrow it)."""
-    for node in ("node-1", "node-2"):
-        status = kube.get(Node, node).status
-        listed = (status.conditions if status else None) or []
-        [said] = [c for c in listed if c.type == "NetclaimSliceFieldsDropped"]
-        assert (said.status, said.reason) == ("False", "AllFieldsKept"), said
+    for node in ("node-1", "node-2"):  # set after the agent's first write, which may still be under way
+        wait_for(partial(_has_dropped_condition, kube, node), 60, f"{node}'s NetclaimSliceFieldsDropped")
+        assert _dropped_condition(kube, node) == [("False", "AllFieldsKept")], _dropped_condition(kube, node)
 
     def condition(kind: str, status: str) -> dict[str, Any]:
         return {"type": kind, "status": status, "reason": "Probe", "message": "a probe"}
