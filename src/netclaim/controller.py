@@ -14,7 +14,9 @@ and a write about one object that fails is logged and tried again the next pass;
 serve ends a pass early. Passes are counted in netclaim_reconcile_total{result} and the last success is
 netclaim_last_reconcile_timestamp_seconds: what shows that reconcile keeps succeeding.
 
-A pass reads every claim, IPAllocation and IPPool afresh. When any claim change started one, at 5,000
+A pass reads the claims and IPAllocations from memory (netclaim.mirror: a list, then a watch from it) and
+lists them afresh only to decide what to free, or while a watch is being started again; IPPools are
+listed each pass (a handful). When a pass listed every claim and any claim change started one, at 5,000
 claims a pass cost the controller 1.2 CPU-seconds and kept the API server serving its lists, and back to
 back they held half a core of this 2-core machine while the scheduler placed 4.2 pods/s (make bench-scale,
 docs/scale.md). Now only changes of the pools' claims start one (concerns_pools), and after each pass
@@ -64,6 +66,7 @@ from netclaim.kubeapi import (
     PoolParamsApi,
     PoolSlicesApi,
 )
+from netclaim.mirror import Mirror
 from netclaim.netpolicy.distribute import PolicyReconciler
 from netclaim.objects import Claim, IPAllocation, condition
 from netclaim.publish.loop import Trigger, periodic
@@ -93,6 +96,8 @@ class Reconciler:
         self.pool_slices = pool_slices(slices, driver)
         self.warned: set[tuple[str, str]] = set()  # (pod UID, message) reported, of pods still waiting
         self.published: set[str] = set()  # pools with a free-claims gauge
+        self.claims_seen: Mirror[Claim] = Mirror(lambda claim: claim.uid)  # kept by run()'s watches
+        self.allocations_seen: Mirror[IPAllocation] = Mirror(lambda allocation: allocation.name)
 
     async def reconcile(self) -> None:
         """One pass, counted: netclaim_reconcile_total{result}, and the time of the last that succeeded."""
@@ -100,8 +105,7 @@ class Reconciler:
         metrics.LAST_RECONCILE.set_to_current_time()
 
     async def once(self) -> dict[str, PoolUse]:
-        allocations = await self.addresses.list_ip_allocations()  # before the claims: see netclaim.ipam.pools
-        claims = {c.uid: c for c in await self.claims.list_claims()}
+        allocations, claims = await self._read()
         for orphan in orphans(allocations, set(claims)):
             await per_object(
                 f"freeing address {orphan.address} of IPPool {orphan.pool}",
@@ -138,6 +142,21 @@ class Reconciler:
             await per_object(f"status of IPPool {name}", self._write_status(name, invalid, current))
         await self._warn_pending(claims, uses)
         return uses
+
+    async def _read(self) -> tuple[list[IPAllocation], dict[str, Claim]]:
+        """Every IPAllocation, then every claim by UID (in that order: netclaim.ipam.pools). From the mirrors
+        while both are synced, unless that would free an address: what is freed is decided on claims listed
+        after the allocations were read, as a claim's change may reach its mirror after its address's."""
+        if self.allocations_seen.synced and self.claims_seen.synced:
+            allocations = list(self.allocations_seen.objects.values())
+            claims = dict(self.claims_seen.objects)
+            if not orphans(allocations, set(claims)) and not beyond_allocation(
+                allocations, claims, self.driver
+            ):
+                return allocations, claims
+        else:
+            allocations = await self.addresses.list_ip_allocations()
+        return allocations, {c.uid: c for c in await self.claims.list_claims()}
 
     async def _write_params(self, pools: list[IPPool], objects: dict[str, dict[str, Any]]) -> set[str]:
         """Each restricted pool's parameter of admission policy netclaim-pool-namespaces, written before its
@@ -313,14 +332,15 @@ async def run(settings: ControllerSettings) -> None:
     supervisor = Supervisor()
     supervisor.keep("reconcile", partial(paced_pass, trigger, reconciled))
     supervisor.keep("ippools-watch", partial(fire_on_changes, addresses.ippool_changes, (trigger, always)))
-    supervisor.keep(
-        "ipallocations-watch", partial(fire_on_changes, addresses.ip_allocation_changes, (trigger, always))
+    allocation_changes = partial(
+        reconciler.allocations_seen.follow, addresses.listed_ip_allocations, addresses.ip_allocation_changes
     )
+    supervisor.keep("ipallocations-watch", partial(fire_on_changes, allocation_changes, (trigger, always)))
     supervisor.keep(
         "resourceclaims-watch",
         partial(
             fire_on_changes,
-            claims.claim_changes,
+            partial(reconciler.claims_seen.follow, claims.listed_claims, claims.claim_changes),
             pools,
             (endpoints_trigger, claim_served),
             (policies_trigger, policed),

@@ -38,9 +38,21 @@ fails the list.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 from netclaim.objects import Claim, IPAllocation, Pod, Slice
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Listed(Generic[T]):
+    """A list's objects, and its resourceVersion: a watch from that version misses no change after the list
+    (None when the answer had none to read: then only a watch from now is possible)."""
+
+    items: list[T]
+    version: str | None
 
 
 class PodEventsApi(Protocol):
@@ -82,10 +94,14 @@ class ClusterClaimsApi(PodEventsApi, Protocol):
     async def list_claims(self) -> list[Claim]:
         """Every ResourceClaim of the cluster; one read only in part is listed with what was read."""
 
-    def claim_changes(self) -> AsyncIterator[Claim]:
-        """Every claim as each of its events (ADDED, MODIFIED, DELETED) carried it, as they happen (one
-        that cannot be read has `unreadable` set); an end of the watch the caller must start afresh from is
-        ApiUnavailableError."""
+    async def listed_claims(self) -> Listed[Claim]:
+        """list_claims, with the list's resourceVersion."""
+
+    def claim_changes(self, since: str | None = None) -> AsyncIterator[tuple[str, Claim]]:
+        """Every claim's event (ADDED, MODIFIED, DELETED) and the claim as it carried it, as they happen,
+        from resourceVersion `since` or from now (one that cannot be read has `unreadable` set, and no UID
+        when not even its identity could be read); an end of the watch the caller must start afresh from
+        (a list, when it watched from one) is ApiUnavailableError."""
 
     async def unschedulable_pods(self) -> list[Pod]:
         """Pending pods the scheduler could not place."""
@@ -184,8 +200,13 @@ class IPPoolsApi(AddressRecordsApi, Protocol):
     def ippool_changes(self) -> AsyncIterator[str]:
         """The event types of every IPPool, as they happen; not read further."""
 
-    def ip_allocation_changes(self) -> AsyncIterator[str]:
-        """The event types of every IPAllocation, as they happen; not read further."""
+    async def listed_ip_allocations(self) -> Listed[IPAllocation]:
+        """Every IPAllocation that can be read, with the list's resourceVersion."""
+
+    def ip_allocation_changes(self, since: str | None = None) -> AsyncIterator[tuple[str, IPAllocation]]:
+        """Every IPAllocation's event and the object as it carried it, from resourceVersion `since` or from
+        now; one that cannot be read is left out (logged), as lists leave it out. An end of the watch is
+        ApiUnavailableError, as claim_changes'."""
 
 
 class PoolParamsApi(Protocol):

@@ -78,6 +78,7 @@ class ListItems:
 
     items: list[Any]
     unread: list[str]  # why each item no parser here reads was not read (it is not in `items`)
+    version: str | None = None  # the list's resourceVersion: a watch from it misses no change after it
 
 
 def read_list(data: bytes) -> ListItems:
@@ -102,7 +103,8 @@ def read_list(data: bytes) -> ListItems:
         return found
     items = document.get("items") if isinstance(document, dict) else ()
     if isinstance(items, list | None):
-        return ListItems(items or [], [])
+        version = (document.get("metadata") or {}).get("resourceVersion")
+        return ListItems(items or [], [], version if isinstance(version, str) else None)
     raise ValueError("not a list of items")  # the API server's answer: a ValueError as any it cannot read
 
 

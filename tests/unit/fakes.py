@@ -15,6 +15,7 @@ from netclaim.kubeapi import (
     ClaimsApi,
     ClusterClaimsApi,
     IPPoolsApi,
+    Listed,
     NodeSlicesApi,
     PoolParamsApi,
     PoolSlicesApi,
@@ -38,7 +39,8 @@ class FakeKubeApi(
 ):
     """An in-memory API server playing every role the core asks of it, both programs' (netclaim.kubeapi):
     pass it as each of them. `fail_next` raises errors before calls; each item put on `slice_events` is an
-    event of every watch but the claims': each claim put on `claim_events` is one of theirs."""
+    event of every watch but the claims' and IPAllocations': each (type, object) put on `claim_events` or
+    `allocation_events` is one of theirs. Lists are at resourceVersion "1"."""
 
     claims: dict[tuple[str, str], Claim] = field(default_factory=dict)
     slices: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -48,7 +50,8 @@ class FakeKubeApi(
     calls: list[str] = field(default_factory=list)
     fail_next: list[NetclaimError] = field(default_factory=list)
     slice_events: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
-    claim_events: asyncio.Queue[Claim] = field(default_factory=asyncio.Queue)
+    claim_events: asyncio.Queue[tuple[str, Claim]] = field(default_factory=asyncio.Queue)
+    allocation_events: asyncio.Queue[tuple[str, IPAllocation]] = field(default_factory=asyncio.Queue)
     ippools: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → the object as the API has it
     ippool_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     allocations: dict[str, IPAllocation] = field(default_factory=dict)  # name → object (uid set)
@@ -159,7 +162,7 @@ class FakeKubeApi(
         async for event in self._changes("slice_changes"):
             yield event
 
-    async def claim_changes(self) -> AsyncIterator[Claim]:
+    async def claim_changes(self, since: str | None = None) -> AsyncIterator[tuple[str, Claim]]:
         self._call("claim_changes")
         while True:
             yield await self.claim_events.get()
@@ -168,9 +171,12 @@ class FakeKubeApi(
         async for event in self._changes("ippool_changes"):
             yield event
 
-    async def ip_allocation_changes(self) -> AsyncIterator[str]:
-        async for event in self._changes("ip_allocation_changes"):
-            yield event
+    async def ip_allocation_changes(
+        self, since: str | None = None
+    ) -> AsyncIterator[tuple[str, IPAllocation]]:
+        self._call("ip_allocation_changes")
+        while True:
+            yield await self.allocation_events.get()
 
     async def _changes(self, name: str) -> AsyncIterator[str]:
         self._call(name)
@@ -231,6 +237,9 @@ class FakeKubeApi(
             if (pool is None or a.pool == pool) and (claim_uid is None or a.claim_uid == claim_uid)
         ]
 
+    async def listed_ip_allocations(self) -> Listed[IPAllocation]:
+        return Listed(await self.list_ip_allocations(), "1")
+
     async def get_ip_allocation(self, name: str) -> IPAllocation:
         self._call("get_ip_allocation")
         if name not in self.allocations:
@@ -258,6 +267,9 @@ class FakeKubeApi(
     async def list_claims(self) -> list[Claim]:
         self._call("list_claims")
         return list(self.claims.values())
+
+    async def listed_claims(self) -> Listed[Claim]:
+        return Listed(await self.list_claims(), "1")
 
     async def unschedulable_pods(self) -> list[Pod]:
         self._call("unschedulable_pods")

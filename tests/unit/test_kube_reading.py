@@ -509,8 +509,11 @@ async def test_a_watch_passes_over_objects_no_one_can_read_and_resumes_where_it_
 ) -> None:
     deep = f'{{"metadata": {{"resourceVersion": "12"}}, "spec": {_nested(API_DEPTH)}}}'
     server.streams = [_event("ADDED", "11") + _event("MODIFIED", "", deep), _event("DELETED", "13")]
-    async with contextlib.aclosing(cast(AsyncGenerator[Claim, None], claims.claim_changes())) as watch:
-        seen = [await anext(watch) for _ in range(3)]
+    changes = cast(AsyncGenerator[tuple[str, Claim], None], claims.claim_changes())
+    async with contextlib.aclosing(changes) as watch:
+        events = [await anext(watch) for _ in range(3)]
+    assert [kind for kind, _ in events] == ["ADDED", "MODIFIED", "DELETED"]
+    seen = [claim for _, claim in events]
     assert [c.resource_version for c in seen] == ["11", "12", "13"]
     assert [bool(c.unreadable) for c in seen] == [False, True, False]  # a pass starts for it all the same
     first, resumed = server.requests

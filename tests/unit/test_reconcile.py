@@ -22,6 +22,7 @@ from netclaim.api.ippool import POOLS_POOL
 from netclaim.controller import REST_FACTOR, Reconciler, concerns_pools, fire_on_changes, paced_pass
 from netclaim.errors import ApiRejectedError, ApiUnavailableError
 from netclaim.metrics import REGISTRY
+from netclaim.mirror import Mirror
 from netclaim.objects import Claim, IPAllocation
 from netclaim.publish.loop import Trigger
 from tests.unit.fakes import (
@@ -247,7 +248,10 @@ async def test_only_claims_of_the_pools_start_a_pass() -> None:
     api = FakeKubeApi()
     trigger = _CountingTrigger()
     watch = asyncio.create_task(
-        fire_on_changes(api.claim_changes, (trigger, partial(concerns_pools, driver=SAMPLE_DRIVER)))
+        fire_on_changes(
+            partial(Mirror[Claim](lambda c: c.uid).follow, api.listed_claims, api.claim_changes),
+            (trigger, partial(concerns_pools, driver=SAMPLE_DRIVER)),
+        )
     )
     await asyncio.sleep(0)
     assert trigger.fired == 1  # connected: whatever happened meanwhile is reconciled once
@@ -265,8 +269,89 @@ async def test_only_claims_of_the_pools_start_a_pass() -> None:
     try:
         for body, starts in events:
             before = trigger.fired
-            api.claim_events.put_nowait(Claim.from_api(body))
+            api.claim_events.put_nowait(("MODIFIED", Claim.from_api(body)))
             await asyncio.sleep(0.01)
             assert trigger.fired == before + starts, body["metadata"]["name"]
     finally:
         watch.cancel()
+
+
+# the mirrors: a pass reads memory, and lists only to decide what it frees
+
+
+def _pool_claim(name: str) -> Claim:
+    return Claim.from_api(
+        _claim_event(name, ("netclaim-address",), [_result(SAMPLE_DRIVER, POOLS_POOL, "lan")])
+    )
+
+
+async def _followed(api: FakeKubeApi, reconciler: Reconciler) -> list[asyncio.Task[None]]:
+    async def drain(changes: AsyncIterator[object]) -> None:
+        async for _ in changes:
+            pass
+
+    tasks = [
+        asyncio.create_task(drain(reconciler.claims_seen.follow(api.listed_claims, api.claim_changes))),
+        asyncio.create_task(
+            drain(reconciler.allocations_seen.follow(api.listed_ip_allocations, api.ip_allocation_changes))
+        ),
+    ]
+    await asyncio.sleep(0.01)  # the fake's lists answer at once
+    assert reconciler.claims_seen.synced and reconciler.allocations_seen.synced
+    return tasks
+
+
+async def test_with_the_mirrors_synced_a_pass_that_frees_nothing_lists_no_claim_and_no_address() -> None:
+    api = FakeKubeApi()
+    api.add_pool("lan", LAN)
+    api.add_claim(_pool_claim("web"))
+    api.allocations["a"] = _held("a", "10.10.3.7/24", "uid-web")
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
+    tasks = await _followed(api, reconciler)
+    try:
+        api.add_claim(_pool_claim("db"))  # and its change reaches the mirror
+        api.claim_events.put_nowait(("ADDED", _pool_claim("db")))
+        held = _held("b", "10.10.3.8/24", "uid-db")
+        api.allocations["b"] = held
+        api.allocation_events.put_nowait(("ADDED", held))
+        await asyncio.sleep(0.01)
+        api.calls.clear()
+        use = (await reconciler.once())["lan"]
+        assert (use.allocated_claims, use.addresses) == (2, {4: 2})
+        assert not {"list_claims", "list_ip_allocations"} & set(api.calls)
+        assert api.ippool_status["lan"]["addresses"]["ipv4"]["held"] == 2
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def test_what_a_pass_would_free_is_decided_on_claims_listed_afresh() -> None:
+    """A claim's change can reach its mirror after its address's: a claim the mirror has not seen yet keeps
+    its address; one the API no longer has loses it."""
+    api = FakeKubeApi()
+    api.add_pool("lan", LAN)
+    api.allocations["old"] = _held("old", "10.10.3.9/24", "uid-deleted")
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
+    tasks = await _followed(api, reconciler)
+    try:
+        api.add_claim(_pool_claim("new"))  # its ADDED event is still on its way
+        held = _held("new", "10.10.3.8/24", "uid-new")
+        api.allocations["new"] = held
+        api.allocation_events.put_nowait(("ADDED", held))
+        await asyncio.sleep(0.01)
+        api.calls.clear()
+        await reconciler.once()
+        assert "list_claims" in api.calls
+        assert list(api.allocations) == ["new"]  # the deleted claim's freed, the new claim's kept
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def test_until_the_mirrors_are_synced_a_pass_lists() -> None:
+    api = FakeKubeApi()
+    api.add_pool("lan", LAN)
+    api.add_claim(_pool_claim("web"))
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
+    await reconciler.once()
+    assert {"list_claims", "list_ip_allocations"} <= set(api.calls)

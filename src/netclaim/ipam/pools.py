@@ -5,9 +5,9 @@ nodes), shared by many claims, with the consumable capacity `netclaim.dev/addres
 allocates a claim only while its pool has an address left, and a pod whose pool is full stays Pending.
 
 The reconciler frees the addresses of claims that are gone (deleted while their node was lost, the agent
-was down or its state directory was wiped) and nothing else. It lists the IPAllocations before the claims:
-an allocation is only made for a claim that exists, so one whose claim is missing from the later list
-belongs to a deleted claim. It deletes with the allocation's UID as precondition, so an address released
+was down or its state directory was wiped) and nothing else. It reads the IPAllocations before it lists the
+claims it decides on: an allocation is only made for a claim that exists, so one whose claim is missing
+from the later list belongs to a deleted claim (the controller's mirrors say only when to look). It deletes with the allocation's UID as precondition, so an address released
 and taken again by another claim meanwhile is never freed. What cannot be read is left out of the lists
 (netclaim.adapters.kube): an IPAllocation that cannot be read (a malformed address) is neither counted nor
 freed, and a claim read only in part (an opaque config nested too deep) is listed all the same, so the

@@ -4,6 +4,7 @@ controller's IPPoolsApi."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from netclaim.adapters.kube.connection import (
     translated,
 )
 from netclaim.errors import ConfigError, GoneError
-from netclaim.kubeapi import AddressesApi, IPPoolsApi
+from netclaim.kubeapi import AddressesApi, IPPoolsApi, Listed
 from netclaim.names import DRIVER_DOMAIN
 from netclaim.objects import (
     CLAIM_UID_LABEL,
@@ -32,6 +33,7 @@ from netclaim.objects import (
     ippool_problem,
 )
 
+log = logging.getLogger(__name__)
 IPPoolResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPPool", "ippools")
 IPAllocationResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPAllocation", "ipallocations")
 
@@ -70,10 +72,18 @@ class KubeAddresses(AddressesApi, IPPoolsApi):
     ) -> list[IPAllocation]:
         labels = {k: v for k, v in ((POOL_LABEL, pool), (CLAIM_UID_LABEL, claim_uid)) if v is not None}
         params = {"labelSelector": selector(labels)} if labels else None
+        return (await self._listed(params)).items
+
+    async def listed_ip_allocations(self) -> Listed[IPAllocation]:
+        return await self._listed(None)
+
+    async def _listed(self, params: dict[str, str] | None) -> Listed[IPAllocation]:
         path = IP_ALLOCATIONS.path()
-        allocations, unreadable = await self.kube.read_items("IPAllocations", path, _allocations_of, params)
-        self.kube.report_unreadable(IP_ALLOCATIONS, selector(labels), unreadable)
-        return allocations
+        allocations, unreadable, version = await self.kube.read_items(
+            "IPAllocations", path, _allocations_of, params
+        )
+        self.kube.report_unreadable(IP_ALLOCATIONS, (params or {}).get("labelSelector", ""), unreadable)
+        return Listed(allocations, version)
 
     async def get_ip_allocation(self, name: str) -> IPAllocation:
         what = f"IPAllocation {name}"
@@ -96,9 +106,19 @@ class KubeAddresses(AddressesApi, IPPoolsApi):
         with contextlib.suppress(GoneError), translated(f"IPAllocation {allocation.name}"):
             raise_for_status(await self.kube.http.request("DELETE", path, json=options))
 
-    async def ip_allocation_changes(self) -> AsyncIterator[str]:
-        async for kind, _ in self.kube.watch("watch of ipallocations", IP_ALLOCATIONS.path()):
-            yield kind
+    async def ip_allocation_changes(
+        self, since: str | None = None
+    ) -> AsyncIterator[tuple[str, IPAllocation]]:
+        async for kind, found in self.kube.watch(
+            "watch of ipallocations", IP_ALLOCATIONS.path(), since=since
+        ):
+            try:
+                yield kind, IPAllocation.from_api(found)
+            except (TypeError, ValueError) as err:
+                log.warning(
+                    "IPAllocation cannot be read: it is neither counted as held nor freed",
+                    extra={"ipallocation": (found.get("metadata") or {}).get("name"), "problem": str(err)},
+                )
 
 
 def _pools_of(listed: ListItems) -> tuple[list[dict[str, Any]], list[Unreadable]]:
@@ -114,7 +134,7 @@ def _pools_of(listed: ListItems) -> tuple[list[dict[str, Any]], list[Unreadable]
     return pools, unreadable
 
 
-def _allocations_of(listed: ListItems) -> tuple[list[IPAllocation], list[Unreadable]]:
+def _allocations_of(listed: ListItems) -> tuple[list[IPAllocation], list[Unreadable], str | None]:
     """The IPAllocations of a list that can be read; the others are neither counted as held nor freed."""
     effect = "It is neither counted as held nor freed."
     allocations, unreadable = [], [Unreadable(None, problem, effect) for problem in listed.unread]
@@ -123,4 +143,4 @@ def _allocations_of(listed: ListItems) -> tuple[list[IPAllocation], list[Unreada
             allocations.append(IPAllocation.from_api(item))
         except (TypeError, ValueError) as err:
             unreadable.append(Unreadable(item, str(err), effect))
-    return allocations, unreadable
+    return allocations, unreadable, listed.version

@@ -19,7 +19,7 @@ from netclaim.adapters.kube.connection import (
     translated,
 )
 from netclaim.errors import ConfigError
-from netclaim.kubeapi import ClaimsApi, ClusterClaimsApi, PodAnnotationsApi
+from netclaim.kubeapi import ClaimsApi, ClusterClaimsApi, Listed, PodAnnotationsApi
 from netclaim.objects import Claim, ListItems, Pod, resource_version_of
 
 
@@ -39,10 +39,15 @@ class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
             raise ConfigError(f"{what}: cannot be read: {err}") from None
 
     async def list_claims(self) -> list[Claim]:
+        return (await self.listed_claims()).items
+
+    async def listed_claims(self) -> Listed[Claim]:
         """Read (and the claims made) off the event loop; what cannot be read reported (claims_of)."""
-        claims, unreadable = await self.kube.read_items("ResourceClaims", CLAIMS.path(), claims_of)
+        (claims, unreadable), version = await self.kube.read_items(
+            "ResourceClaims", CLAIMS.path(), _versioned
+        )
         self.kube.report_unreadable(CLAIMS, "", unreadable)
-        return claims
+        return Listed(claims, version)
 
     async def write_claim_devices(
         self, claim: Claim, driver: str, entries: list[dict[str, Any]]
@@ -70,12 +75,12 @@ class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
             raise_for_status(response)
         return resource_version_of(response.content)
 
-    async def claim_changes(self) -> AsyncIterator[Claim]:
-        async for _, found in self.kube.watch("watch of resourceclaims", CLAIMS.path()):
+    async def claim_changes(self, since: str | None = None) -> AsyncIterator[tuple[str, Claim]]:
+        async for kind, found in self.kube.watch("watch of resourceclaims", CLAIMS.path(), since=since):
             try:
-                yield Claim.from_api(found)
+                yield kind, Claim.from_api(found)
             except ValueError as err:
-                yield Claim("", "", "", "", False, (), (), (), (), unreadable=f"cannot be read ({err})")
+                yield kind, Claim("", "", "", "", False, (), (), (), (), unreadable=f"cannot be read ({err})")
 
     async def get_pod(self, namespace: str, name: str) -> Pod:
         with translated(f"pod {namespace}/{name}"):
@@ -109,6 +114,10 @@ class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
                 )
             ]
         return [p for p in pods if p.unschedulable]
+
+
+def _versioned(listed: ListItems) -> tuple[tuple[list[Claim], list[Unreadable]], str | None]:
+    return claims_of(listed), listed.version
 
 
 def claims_of(listed: ListItems) -> tuple[list[Claim], list[Unreadable]]:

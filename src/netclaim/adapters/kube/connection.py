@@ -357,15 +357,17 @@ class KubeConnection:
         fields: str | None = None,
         labels: str | None = None,
         metadata_only: bool = False,
+        since: str | None = None,
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """The events (type, object) of a watch of `path`, on a connection of its own, resumed from the last
+        """The events (type, object) of a watch of `path` from resourceVersion `since` (a list's: every
+        change after it) or from now, on a connection of its own, resumed from the last
         event's resourceVersion when the server ends the stream. Each event is read without recursion; here
         only its type and resourceVersion are looked at. An ERROR event (e.g. 410: resumed too late) ends
         the watch with ApiUnavailableError: the caller starts afresh, and reconciles what it may have
         missed. With `metadata_only`, the server sends each object's metadata alone (as client-go's
         metadata informers ask): a pod's event is a tenth of its size to send and to read."""
         headers = {"Accept": METADATA_ONLY} if metadata_only else None
-        version: str | None = None
+        version = since
         async with self._watching() as http:
             while True:
                 params = {
