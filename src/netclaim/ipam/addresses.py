@@ -90,8 +90,8 @@ class AddressBook:
                     for a in held
                     if a.claim_uid == claim.uid  # the label it was listed by is anyone's to write
                     and a.pool == pool.name
-                    and ipaddress.ip_interface(a.address).version == version
-                    and family.hands_out(ipaddress.ip_interface(a.address).ip)
+                    and a.interface.version == version
+                    and family.hands_out(a.interface.ip)
                 ]
                 if mine:
                     addresses.append(mine[0].address)
@@ -155,11 +155,7 @@ class AddressBook:
                 continue
         seed = claim_seed(claim.uid)
         existing = await self.api.list_ip_allocations(pool=pool.name)
-        taken = {
-            int(ipaddress.ip_interface(a.address).ip)
-            for a in existing
-            if ipaddress.ip_interface(a.address).version == version
-        }
+        taken = {int(a.interface.ip) for a in existing if a.interface.version == version}
         for _ in range(MAX_RACES):
             address = family.pick(taken, seed)
             if address is None:

@@ -7,8 +7,9 @@ allocates a claim only while its pool has an address left, and a pod whose pool 
 The reconciler frees the addresses of claims that are gone (deleted while their node was lost, the agent
 was down or its state directory was wiped) and nothing else. It reads the IPAllocations before it lists the
 claims it decides on: an allocation is only made for a claim that exists, so one whose claim is missing
-from the later list belongs to a deleted claim (the controller's mirrors say only when to look). It deletes with the allocation's UID as precondition, so an address released
-and taken again by another claim meanwhile is never freed. What cannot be read is left out of the lists
+from the later list belongs to a deleted claim (the controller's mirrors say only when to look). It
+deletes with the allocation's UID as precondition, so an address released and taken again by another claim
+meanwhile is never freed. What cannot be read is left out of the lists
 (netclaim.adapters.kube): an IPAllocation that cannot be read (a malformed address) is neither counted nor
 freed, and a claim read only in part (an opaque config nested too deep) is listed all the same, so the
 addresses it holds are never taken for an orphan's.
@@ -16,7 +17,6 @@ addresses it holds are never taken for an orphan's.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -76,7 +76,7 @@ def pool_use(pool: IPPool, allocations: list[IPAllocation], claims: dict[str, Cl
     inside: dict[int, int] = defaultdict(int)
     held: dict[int, int] = defaultdict(int)
     for allocation in mine:
-        address = ipaddress.ip_interface(allocation.address).ip
+        address = allocation.interface.ip
         held[address.version] += 1
         family = families.get(address.version)
         if family is not None and family.hands_out(address):
@@ -144,7 +144,7 @@ def beyond_allocation(
     held: dict[tuple[str, str, int], list[IPAllocation]] = defaultdict(list)
     for allocation in allocations:
         if allocation.claim_uid in claims:
-            version = ipaddress.ip_interface(allocation.address).version
+            version = allocation.interface.version
             held[(allocation.claim_uid, allocation.pool, version)].append(allocation)
     beyond = []
     for (claim_uid, pool, _), found in held.items():
