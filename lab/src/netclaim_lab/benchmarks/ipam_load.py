@@ -86,15 +86,44 @@ def pool_status(kube: Client) -> dict[str, Any]:
     return status
 
 
+class _TimedAddresses(KubeAddresses):
+    """The agents' adapter, each call's seconds kept in `calls` (method, seconds) while `timing` is set: a
+    slow take is then told apart into the API server's answers and the rest."""
+
+    timing = False
+    calls: list[tuple[str, float]]
+
+    def __init__(self, kube: KubeConnection) -> None:
+        super().__init__(kube)
+        self.calls = []
+
+    async def _timed(self, what: str, call: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return await call
+        finally:
+            if self.timing:
+                self.calls.append((what, time.monotonic() - started))
+
+    async def list_ip_allocations(self, **selected: Any) -> Any:
+        return await self._timed("list", super().list_ip_allocations(**selected))
+
+    async def get_ippool(self, name: str) -> Any:
+        return await self._timed("get_pool", super().get_ippool(name))
+
+    async def create_ip_allocation(self, allocation: Any) -> Any:
+        return await self._timed("create", super().create_ip_allocation(allocation))
+
+
 async def _take_addresses(
     kubeconfig: Path, namespace: str, nodes: dict[str, str], alone: int
-) -> tuple[list[float], float, list[float]]:
+) -> tuple[list[float], float, list[float], list[dict[str, float]]]:
     """Each allocated claim of `namespace` takes its address on its pod's node: all but the last `alone`
     ALLOCATORS at once (what the API server and the pool bear), then those one at a time (what one prepare
     waits with the pool nearly full). The seconds each took: the agent's whole step (the held list, the
-    pool read, the create); and the bulk's span."""
+    pool read, the create); the bulk's span; and of each one-at-a-time take, its calls' seconds by kind."""
     kube = KubeConnection.connect(kubeconfig, DRIVER_DOMAIN)
-    api = KubeAddresses(kube)
+    api = _TimedAddresses(kube)
 
     async def take(claim: Any) -> float:
         requests = address_requests(claim, DRIVER_DOMAIN)
@@ -103,6 +132,14 @@ async def _take_addresses(
         started = time.monotonic()
         await AddressBook(api, nodes[claim.name]).allocate(claim, requests)
         return time.monotonic() - started
+
+    def split(seconds: float) -> dict[str, float]:
+        parts: dict[str, float] = {"total": seconds}
+        for what, spent in api.calls:
+            parts[what] = parts.get(what, 0.0) + spent
+        parts["other"] = seconds - sum(spent for _, spent in api.calls)
+        api.calls.clear()
+        return parts
 
     limit = asyncio.Semaphore(ALLOCATORS)
 
@@ -115,10 +152,14 @@ async def _take_addresses(
         started = time.monotonic()
         bulk = list(await asyncio.gather(*(bounded(c) for c in claims[:-alone])))
         span = time.monotonic() - started
-        single = [await take(c) for c in claims[-alone:]]
+        api.timing = True
+        single, parts = [], []
+        for claim in claims[-alone:]:
+            single.append(await take(claim))
+            parts.append(split(single[-1]))
     finally:
         await kube.close()
-    return bulk, span, single
+    return bulk, span, single, parts
 
 
 def _quantiles(seconds: list[float], prefix: str) -> dict[str, float]:
@@ -141,7 +182,7 @@ def take_addresses(handle: ClusterHandle, kube: Client, work: Path, namespace: s
     alone = min(ALONE, len(nodes) // 5)
     cpu_before = measure.cpu_seconds(pid)
     started = time.monotonic()
-    bulk, bulk_span, single = asyncio.run(_take_addresses(handle.kubeconfig, namespace, nodes, alone))
+    bulk, bulk_span, single, parts = asyncio.run(_take_addresses(handle.kubeconfig, namespace, nodes, alone))
     span = time.monotonic() - started
     wanted = len(bulk) + len(single)
 
@@ -151,13 +192,15 @@ def take_addresses(handle: ClusterHandle, kube: Client, work: Path, namespace: s
 
     wait_for(counted, 300, f"the controller's status counting {wanted} addresses held")
     counted_after = time.monotonic() - started - span
-    result = {
+    result: dict[str, Any] = {
         "addresses": wanted,
         "concurrency": ALLOCATORS,
         **_quantiles(bulk, "bulk"),
         "bulk_per_s": len(bulk) / bulk_span,
         "alone": len(single),
         **_quantiles(single, "alloc"),
+        "alone_slowest": sorted(parts, key=lambda p: -p["total"])[:5],  # seconds by call: where a tail goes
+        "alone_samples": parts,
         "status_counted_after_s": counted_after,
         "controller_cpu_s": measure.cpu_seconds(pid) - cpu_before,
         "controller_rss_mib": measure.rss_mib(pid),
@@ -168,6 +211,11 @@ def take_addresses(handle: ClusterHandle, kube: Client, work: Path, namespace: s
         f"time: p50 {result['alloc_p50_ms']:.0f} ms, p99 {result['alloc_p99_ms']:.0f} ms; the controller's "
         f"status counted them {counted_after:.1f} s later; its RSS {result['controller_rss_mib']:.1f} MiB"
     )
+    for slow in result["alone_slowest"][:2]:
+        log(
+            "  a slow one-at-a-time take, ms by call: "
+            + ", ".join(f"{k} {v * 1000:.0f}" for k, v in slow.items())
+        )
     return result
 
 
