@@ -33,7 +33,7 @@ from netclaim_lab.cluster import ClusterHandle
 CONTROLLER = "controller"
 ALLOCATORS = 32  # prepares taking addresses at once across the cluster
 METRICS_PORT = 29178
-ALONE = 200  # the last claims, one at a time: the latency of one prepare with the pool nearly full
+ALONE = 200  # the last claims, one at a time: the latency of one prepare in a pool 15 % full (POOL_SUBNET)
 
 
 def start_controller(handle: ClusterHandle, work: Path) -> int:
@@ -120,8 +120,9 @@ async def _take_addresses(
 ) -> tuple[list[float], float, list[float], list[dict[str, float]]]:
     """Each allocated claim of `namespace` takes its address on its pod's node: all but the last `alone`
     ALLOCATORS at once (what the API server and the pool bear), then those one at a time (what one prepare
-    waits with the pool nearly full). The seconds each took: the agent's whole step (the held list, the
-    pool read, the create); the bulk's span; and of each one-at-a-time take, its calls' seconds by kind."""
+    waits once the others hold their addresses). The seconds each took: the agent's whole step (the held
+    list, the pool read, the create); the bulk's span; and of each one-at-a-time take, its calls' seconds
+    by kind."""
     kube = KubeConnection.connect(kubeconfig, DRIVER_DOMAIN)
     api = _TimedAddresses(kube)
 
