@@ -578,3 +578,24 @@ async def test_the_tools_read_a_cluster_holding_a_claim_nested_as_deep_as_the_ap
     found, refused = await KubeClusterReader(kube).read_cluster("team-a")
     assert [c["metadata"]["name"] for c in found["claims"]] == ["deep", "good"]
     assert refused == ["ResourceClaim (*)"]
+
+
+async def test_an_ipallocation_event_that_cannot_be_read_is_left_out_as_a_list_leaves_it_out(
+    addresses: KubeAddresses, server: FakeApiServer
+) -> None:
+    """The controller's mirror keeps what the watch yields: a malformed address is neither counted nor
+    freed."""
+    spec = {"pool": "lan", "claim": {"namespace": "team-a", "uid": "u"}}
+    bad = {"metadata": {"name": "lan-bad", "resourceVersion": "21"}, "spec": {**spec, "address": "nope"}}
+    good = {
+        "metadata": {"name": "lan-10-10-3-7", "resourceVersion": "22"},
+        "spec": {**spec, "address": "10.10.3.7/24"},
+    }
+    server.streams = [_event("ADDED", "", json.dumps(bad)) + _event("ADDED", "", json.dumps(good))]
+    changes = cast(
+        AsyncGenerator[tuple[str, IPAllocation], None], addresses.ip_allocation_changes(since="20")
+    )
+    async with contextlib.aclosing(changes) as watch:
+        kind, allocation = await anext(watch)
+    assert (kind, allocation.name, allocation.address) == ("ADDED", "lan-10-10-3-7", "10.10.3.7/24")
+    assert server.requests[0].url.params["resourceVersion"] == "20"

@@ -117,7 +117,11 @@ class KubeAddresses(AddressesApi, IPPoolsApi):
             except (TypeError, ValueError) as err:
                 log.warning(
                     "IPAllocation cannot be read: it is neither counted as held nor freed",
-                    extra={"ipallocation": (found.get("metadata") or {}).get("name"), "problem": str(err)},
+                    extra={
+                        "kind": "IPAllocation",
+                        "object": (found.get("metadata") or {}).get("name"),
+                        "problem": str(err),
+                    },
                 )
 
 
