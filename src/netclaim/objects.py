@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -33,19 +34,29 @@ POOL_NAMESPACES = "pool-namespaces"
 # What yajl's C parser raises: JSONError for what is not JSON (an integer past int64 included, which JSON
 # allows), UnicodeDecodeError (a ValueError) for a surrogate escaped out of its pair, which JSON allows too.
 _C_PARSER_FAILURES = (ijson.JSONError, ValueError)
+# What the standard library's parser raises for what it leaves to ijson's: a document nested deeper than the
+# interpreter's recursion limit, one that is not JSON (or an integer of more digits than Python makes an int
+# of: ValueError), the constants JSON does not have (NaN, Infinity: refused by _not_json).
+_STDLIB_FAILURES = (RecursionError, ValueError)
 
 
 def read_json(data: bytes | str) -> Any:
-    """A JSON document built without recursion (ijson's events into its ObjectBuilder): no depth the API
-    server stores can break reading it. Check how deep a part is (too_deep, iterative) before
-    anything recursive touches it. ValueError when `data` is not JSON.
+    """A JSON document, whatever its depth: read by the standard library's parser (_stdlib), and what that
+    leaves (nested past the recursion limit) built without recursion, ijson's events into its
+    ObjectBuilder: no depth the API server stores can break reading it. Check how deep a part is
+    (too_deep, iterative) before anything recursive touches it. ValueError when `data` is not JSON.
 
-    Read by yajl's C parser, making its numbers itself (use_float): what it cannot read (an integer past
-    int64, a surrogate escaped out of its pair) is read again by ijson's pure-Python parser, several times
-    slower. Not by the C parser with numbers handed over as text, which reads any integer: given one of
-    more digits than Python makes an int of (sys.get_int_max_str_digits()), ijson 3.6 raises SystemError
-    and corrupts memory, and the process crashes soon after (a segmentation fault)."""
+    ijson's events come from yajl's C parser, making its numbers itself (use_float): what it cannot read
+    (an integer past int64, a surrogate escaped out of its pair) is read again by ijson's pure-Python
+    parser, several times slower. Not by the C parser with numbers handed over as text, which reads any
+    integer: given one of more digits than Python makes an int of (sys.get_int_max_str_digits()), ijson
+    3.6 raises SystemError and corrupts memory, and the process crashes soon after (a segmentation
+    fault)."""
     raw = data.encode() if isinstance(data, str) else data
+    try:
+        return _stdlib(raw)
+    except _STDLIB_FAILURES:
+        pass
     try:
         return _built(ijson.basic_parse(raw, use_float=True))
     except _C_PARSER_FAILURES:
@@ -66,6 +77,18 @@ def resource_version_of(data: bytes) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def _stdlib(raw: bytes) -> Any:
+    """The standard library's C parser first: it builds the document 4 times faster than ijson's events are
+    built in Python (a ResourceClaim of 7.6 kB: 0.09 ms against 0.40; the controller reads every claim's
+    every change). It recurses, so what is nested past the recursion limit is left to ijson's parsers; so
+    is everything else it refuses, and what it accepts that is not JSON."""
+    return json.loads(raw, parse_constant=_not_json)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"not JSON: {constant}")
+
+
 def _built(events: Iterator[tuple[str, Any]]) -> Any:
     builder = ijson.ObjectBuilder()
     for event, value in events:
@@ -83,25 +106,28 @@ class ListItems:
 
 
 def read_list(data: bytes) -> ListItems:
-    """The items of an API list (`{"items": [...]}`), read as read_json reads a document. The C parser
-    reads the list whole; when it cannot (read_json), the items are found (item_spans) and each is read on
+    """The items of an API list (`{"items": [...]}`), read as read_json reads a document. A C parser
+    reads the list whole; when neither can (read_json), the items are found (item_spans) and each is read on
     its own, so that the pure-Python parser reads only the item that needs it (one tenant's integer past
     int64 costs that claim, not the cluster's list), and an item neither reads fails no other. ValueError
     when `data` is not JSON, or not a list of items."""
     try:
-        document = _built(ijson.basic_parse(data, use_float=True))
-    except _C_PARSER_FAILURES as err:
+        document = _stdlib(data)
+    except _STDLIB_FAILURES:
         try:
-            spans = item_spans(data)
-        except ValueError:
-            raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
-        found = ListItems([], [])
-        for start, end in spans:
+            document = _built(ijson.basic_parse(data, use_float=True))
+        except _C_PARSER_FAILURES as err:
             try:
-                found.items.append(read_json(data[start:end]))
-            except ValueError as problem:
-                found.unread.append(str(problem))
-        return found
+                spans = item_spans(data)
+            except ValueError:
+                raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
+            found = ListItems([], [])
+            for start, end in spans:
+                try:
+                    found.items.append(read_json(data[start:end]))
+                except ValueError as problem:
+                    found.unread.append(str(problem))
+            return found
     items = document.get("items") if isinstance(document, dict) else ()
     if isinstance(items, list | None):
         version = (document.get("metadata") or {}).get("resourceVersion")

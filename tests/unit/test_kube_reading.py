@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from netclaim import objects
 from netclaim.adapters.kube import connection
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
@@ -27,7 +28,7 @@ from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.adapters.kube.services import KubeServices
 from netclaim.errors import ApiUnavailableError, ConfigError, GoneError
 from netclaim.metrics import REGISTRY
-from netclaim.objects import Claim, IPAllocation, ListItems, item_spans, read_json, read_list
+from netclaim.objects import Claim, IPAllocation, item_spans, read_json, read_list
 from tests.unit.fakes import KUBECONFIG, FakeApiServer, api_status
 
 API_DEPTH = 5000  # 10 KiB of `[[[[…]]]]`: as deep as the API server stores an opaque config
@@ -179,6 +180,32 @@ _ITEMS = st.lists(
 )
 
 
+# JSON values with integers past int64 (which yajl's C parser cannot read)
+_DOCUMENT = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_DOCUMENT)
+def test_both_parsers_read_a_document_alike(value: Any) -> None:
+    """The standard library's parser reads what it can, ijson's the rest: the same document either way."""
+    data = json.dumps(value).encode()
+    assert read_json(data) == objects._built(ijson.backends.python.basic_parse(data, use_float=True))
+
+
+@pytest.mark.parametrize("data", [b'{"a": NaN}', b"[Infinity]", b'{"a": 1} x', b'{"a": "\xff"}'])
+def test_what_is_not_json_is_refused_by_every_parser(data: bytes) -> None:
+    with pytest.raises(ValueError, match="not JSON"):
+        read_json(data)
+
+
 @settings(max_examples=300, deadline=None)
 @given(_ITEMS, st.sampled_from([None, 0, 2]), st.booleans())
 def test_the_items_of_a_list_are_found_whatever_they_hold(
@@ -218,10 +245,14 @@ def test_a_list_the_fast_parser_cannot_read_whole_is_read_item_by_item(
     assert found.items[1]["note"] == "\udc00\ud800"
     [unread] = found.unread
     assert unread.startswith("not JSON")
-    assert asked == [odd, digits]
-    big = b'{"a": 18446744073709551616}'  # past int64: the C parser cannot, the slow one reads that item
-    assert read_list(b'{"items": [{"a": 1}, ' + big + b"]}") == ListItems([{"a": 1}, {"a": 2**64}], [])
-    assert asked == [odd, digits, big]
+    assert asked == [digits]  # the standard library's parser reads the odd one
+    deep = b'{"name": "deep", "v": ' + _nested(5_000).encode() + b"}"  # only ijson's read it
+    big = b'{"a": 18446744073709551616}'  # past int64: the standard library's parser reads it
+    data = b'{"items": [{"a": 1}, ' + big + b", " + deep + b", " + digits + b"]}"
+    found = read_list(data)
+    assert [i.get("name") for i in found.items] == [None, None, "deep"]
+    assert found.items[1] == {"a": 2**64} and len(found.unread) == 1
+    assert asked == [digits, digits]  # deep is built by ijson's C parser, not its pure-Python one
 
 
 @pytest.mark.parametrize(
