@@ -165,8 +165,10 @@ class PoolSlicesApi(SliceStoreApi, Protocol):
 class AddressRecordsApi(Protocol):
     """IPPools and the IPAllocations that hold their addresses, as both programs read and free them."""
 
-    async def list_ippools(self) -> list[dict[str, Any]]:
-        """Every IPPool as the API has it; one that cannot be read is left out."""
+    async def list_ippools(self, *, cached: bool = False) -> list[dict[str, Any]]:
+        """Every IPPool as the API has it; one that cannot be read is left out. `cached`: as the API server's
+        watch cache holds them (resourceVersion 0), without waiting for that cache to catch up with etcd:
+        what the last moments changed may be missing."""
 
     async def list_ip_allocations(
         self, *, pool: str | None = None, claim_uid: str | None = None

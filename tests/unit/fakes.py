@@ -217,8 +217,8 @@ class FakeKubeApi(
             raise GoneError(f"IPPool {name}: not found")
         return copy.deepcopy(self.ippools[name])
 
-    async def list_ippools(self) -> list[dict[str, Any]]:
-        self._call("list_ippools")
+    async def list_ippools(self, *, cached: bool = False) -> list[dict[str, Any]]:
+        self._call("list_ippools (cached)" if cached else "list_ippools")
         return [copy.deepcopy(p) for _, p in sorted(self.ippools.items())]
 
     async def write_ippool_status(self, name: str, status: dict[str, Any]) -> None:

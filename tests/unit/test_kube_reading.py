@@ -463,6 +463,17 @@ async def test_any_number_of_unreadable_objects_is_reported_once(
     assert _unreadable("IPAllocation") == before + 5001
 
 
+async def test_the_cached_list_of_ip_pools_is_read_from_the_watch_cache(
+    addresses: KubeAddresses, server: FakeApiServer
+) -> None:
+    good = {"metadata": {"name": "lan"}, "spec": {"ranges": [{"subnet": "10.10.3.0/24"}]}}
+    server.answers[POOLS] = (200, _listing(json.dumps(good)))
+    assert await addresses.list_ippools(cached=True) == await addresses.list_ippools() == [good]
+    cached, consistent = [r for r in server.requests if r.url.path == POOLS]
+    assert dict(cached.url.params) == {"resourceVersion": "0"}
+    assert "resourceVersion" not in consistent.url.params
+
+
 async def test_an_ip_pool_nested_too_deep_is_skipped_and_reported(
     addresses: KubeAddresses, server: FakeApiServer
 ) -> None:

@@ -53,7 +53,12 @@ class Gatherer:
         return ClaimInputs(claim, versions, grants, pools)
 
     async def _pools(self, needs: ClaimNeeds) -> list[IPPool]:
-        return read_pools(await self.addresses.api.list_ippools())[0] if needs.pools else []
+        """From the API server's watch cache: a consistent list waits until that cache has caught up with
+        etcd, and with writes elsewhere in the cluster (nearly all are: pods, claims, leases) that takes a
+        progress request, sent at most every 100 ms (one ConfigMap written every 20 ms: the list's p50 75 ms,
+        p99 98 ms; from the cache 3 and 8 ms). The cache is behind etcd by its watch's delivery: a pool
+        made that moment ago may be missed, as one made just after a consistent list would be."""
+        return read_pools(await self.addresses.api.list_ippools(cached=True))[0] if needs.pools else []
 
     async def _versions(self, needs: ClaimNeeds) -> PluginVersions:
         kinds = sorted(needs.plugin_types)

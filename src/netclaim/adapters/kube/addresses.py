@@ -49,8 +49,9 @@ class KubeAddresses(AddressesApi, IPPoolsApi):
             raise ConfigError(f"IPPool {name}: cannot be read: {problem}")
         return as_object(found)
 
-    async def list_ippools(self) -> list[dict[str, Any]]:
-        pools, unreadable = await self.kube.read_items("IPPools", IPPOOLS.path(), _pools_of)
+    async def list_ippools(self, *, cached: bool = False) -> list[dict[str, Any]]:
+        params = {"resourceVersion": "0"} if cached else None
+        pools, unreadable = await self.kube.read_items("IPPools", IPPOOLS.path(), _pools_of, params)
         self.kube.report_unreadable(IPPOOLS, "", unreadable)
         return pools
 
