@@ -189,6 +189,11 @@ class AddressesApi(AddressRecordsApi, Protocol):
     async def get_ip_allocation(self, name: str) -> IPAllocation:
         """ConfigError when it cannot be read."""
 
+    async def held_ip_allocations(self, claim_uid: str, not_older_than: str | None) -> Listed[IPAllocation]:
+        """The claim's IPAllocations that can be read, with the list's resourceVersion. `not_older_than`: a
+        resourceVersion the answer must hold everything up to, served from the API server's watch cache
+        (no wait when the cache is past it); None: a consistent list."""
+
     async def create_ip_allocation(self, allocation: IPAllocation) -> IPAllocation:
         """Take the address: AlreadyExistsError when another claim (or this one, earlier) holds it."""
 

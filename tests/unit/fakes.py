@@ -40,7 +40,7 @@ class FakeKubeApi(
     """An in-memory API server playing every role the core asks of it, both programs' (netclaim.kubeapi):
     pass it as each of them. `fail_next` raises errors before calls; each item put on `slice_events` is an
     event of every watch but the claims' and IPAllocations': each (type, object) put on `claim_events` or
-    `allocation_events` is one of theirs. Lists are at resourceVersion "1"."""
+    `allocation_events` is one of theirs. Lists are at resourceVersion "1" (held lists: `list_version`)."""
 
     claims: dict[tuple[str, str], Claim] = field(default_factory=dict)
     slices: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -64,6 +64,7 @@ class FakeKubeApi(
     drops: frozenset[str] = frozenset()
     node_events: list[tuple[str, str, str, str]] = field(default_factory=list)  # node, uid, reason, message
     node_conditions: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # each one set, in order
+    list_version: str | None = "1"  # the resourceVersion of the claims' held lists (None: unreadable)
     _uids: int = 0
 
     def _call(self, name: str) -> None:
@@ -239,6 +240,11 @@ class FakeKubeApi(
 
     async def listed_ip_allocations(self) -> Listed[IPAllocation]:
         return Listed(await self.list_ip_allocations(), "1")
+
+    async def held_ip_allocations(self, claim_uid: str, not_older_than: str | None) -> Listed[IPAllocation]:
+        self._call(f"held_ip_allocations {not_older_than}" if not_older_than else "held_ip_allocations")
+        held = [a for _, a in sorted(self.allocations.items()) if a.claim_uid == claim_uid]
+        return Listed(held, self.list_version)
 
     async def get_ip_allocation(self, name: str) -> IPAllocation:
         self._call("get_ip_allocation")

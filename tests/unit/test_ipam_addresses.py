@@ -10,6 +10,7 @@ import pytest
 
 from netclaim.api.ippool import POOLS_POOL, IPAddress, IPPool, allocation_name, claim_seed
 from netclaim.errors import AlreadyExistsError, ConfigError, PoolExhaustedError, TransientError
+from netclaim.ipam import addresses as addresses_module
 from netclaim.ipam.addresses import BLIND_PROBES, MAX_RACES, AddressBook, AddressRequest, Grant
 from netclaim.objects import AllocatedDevice, Claim, IPAllocation
 from tests.unit.fakes import SAMPLE_DRIVER, SAMPLE_NODE, FakeKubeApi, sample_claim
@@ -115,7 +116,8 @@ async def test_an_address_taken_by_another_claim_is_skipped_without_listing_the_
     assert grant.addresses == (f"{second}/24",)
     # the seeded address is tried first (one round trip while the pool has room); lost, the next probe's
     assert api.calls.count("create_ip_allocation") == 2
-    assert api.calls.count("list_ip_allocations") == 1  # the claim's own only
+    assert api.calls.count("held_ip_allocations") == 1  # the claim's own only
+    assert "list_ip_allocations" not in api.calls
 
 
 async def test_when_every_probe_is_taken_the_pool_is_listed_once_and_the_next_free_address_taken(
@@ -130,7 +132,8 @@ async def test_when_every_probe_is_taken_the_pool_is_listed_once_and_the_next_fr
     taken = {int(a) for a in probed if a is not None}
     assert grant.addresses == (f"{family.pick(taken, claim_seed(CLAIM.uid))}/24",)
     assert api.calls.count("create_ip_allocation") == BLIND_PROBES + 1
-    assert api.calls.count("list_ip_allocations") == 2  # the claim's own, then the pool's
+    assert api.calls.count("held_ip_allocations") == 1  # the claim's own
+    assert api.calls.count("list_ip_allocations") == 1  # then the pool's
 
 
 @dataclass
@@ -289,6 +292,70 @@ async def test_a_claim_prepared_again_keeps_its_addresses_without_creating(
     assert second.addresses == first.addresses
     assert "create_ip_allocation" not in api.calls
     assert len(api.allocations) == 2
+
+
+async def test_held_lists_are_read_from_the_watch_cache_past_this_processs_first(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    """A consistent list waits until the API server's watch cache has caught up with etcd (up to 100 ms
+    on a busy cluster). The first held list of a process is consistent; its version bounds the cached
+    reads of every claim the process has not read before (an earlier agent's creates all came before it)."""
+    api.list_version = "17"
+    await book.allocate(CLAIM, [_request("v4only")])
+    api.list_version = "30"
+    await book.allocate(OTHER, [_request("v4only")])
+    third = replace(OTHER, name="claim-3", uid="claim-uid-3")
+    await book.allocate(third, [_request("v4only")])
+    assert [c for c in api.calls if c.startswith("held")] == [
+        "held_ip_allocations",
+        "held_ip_allocations 17",
+        "held_ip_allocations 17",
+    ]
+
+
+async def test_a_claim_this_process_read_or_released_is_read_consistently(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    """Its own creates and deletes may not be in the cache yet: a retry that missed the address it took
+    would take a second one, and one that still saw an address it freed would reuse it."""
+    await book.allocate(OTHER, [_request("v4only")])
+    [first] = await book.allocate(CLAIM, [_request("v4only")])
+    [again] = await book.allocate(CLAIM, [_request("v4only")])
+    await book.release(CLAIM.uid)
+    await book.allocate(CLAIM, [_request("v4only")])
+    third = replace(OTHER, name="claim-3", uid="claim-uid-3")
+    await book.release(third.uid)  # an unprepare of a claim prepared by the agent before this one
+    await book.allocate(third, [_request("v4only")])
+    assert [c for c in api.calls if c.startswith("held")] == [
+        "held_ip_allocations",  # the process's first
+        "held_ip_allocations 1",  # CLAIM, first read
+        "held_ip_allocations",  # CLAIM again: consistent
+        "held_ip_allocations",  # after its release
+        "held_ip_allocations",  # claim-3 after its release
+    ]
+    assert again.addresses == first.addresses
+
+
+async def test_an_unreadable_version_leaves_the_held_lists_consistent(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    api.list_version = None
+    await book.allocate(CLAIM, [_request("v4only")])
+    await book.allocate(OTHER, [_request("v4only")])
+    assert [c for c in api.calls if c.startswith("held")] == ["held_ip_allocations"] * 2
+
+
+async def test_only_the_last_claims_read_are_remembered(
+    api: FakeKubeApi, book: AddressBook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(addresses_module, "REMEMBERED_CLAIMS", 2)
+    claims = [replace(OTHER, name=f"c-{n}", uid=f"u-{n}") for n in range(3)]
+    for claim in claims:
+        await book.allocate(claim, [_request("v4only")])
+    api.calls.clear()
+    await book.allocate(claims[2], [_request("v4only")])  # remembered: consistent
+    await book.allocate(claims[0], [_request("v4only")])  # forgotten: from the cache
+    assert [c for c in api.calls if c.startswith("held")] == ["held_ip_allocations", "held_ip_allocations 1"]
 
 
 async def test_a_claim_holding_only_one_family_takes_the_other(api: FakeKubeApi, book: AddressBook) -> None:

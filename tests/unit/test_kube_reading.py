@@ -474,6 +474,22 @@ async def test_the_cached_list_of_ip_pools_is_read_from_the_watch_cache(
     assert "resourceVersion" not in consistent.url.params
 
 
+async def test_a_claims_held_list_is_bounded_or_consistent(
+    addresses: KubeAddresses, server: FakeApiServer
+) -> None:
+    server.answers[ALLOCATIONS] = (
+        200,
+        json.dumps({"metadata": {"resourceVersion": "42"}, "items": [_allocation("a", "10.10.3.7/24")]}),
+    )
+    bounded = await addresses.held_ip_allocations("u-1", "17")
+    consistent = await addresses.held_ip_allocations("u-1", None)
+    assert bounded.version == consistent.version == "42" and [a.name for a in bounded.items] == ["a"]
+    first, second = [dict(r.url.params) for r in server.requests if r.url.path == ALLOCATIONS]
+    label = "netclaim.dev/claim-uid=u-1"
+    assert first == {"labelSelector": label, "resourceVersion": "17", "resourceVersionMatch": "NotOlderThan"}
+    assert second == {"labelSelector": label}
+
+
 async def test_an_ip_pool_nested_too_deep_is_skipped_and_reported(
     addresses: KubeAddresses, server: FakeApiServer
 ) -> None:

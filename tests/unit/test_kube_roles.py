@@ -66,6 +66,7 @@ ASKS = {
     "get_ip_allocation": ("netclaim.dev", "ipallocations", "get"),
     "list_ip_allocations": ("netclaim.dev", "ipallocations", "list"),
     "listed_ip_allocations": ("netclaim.dev", "ipallocations", "list"),
+    "held_ip_allocations": ("netclaim.dev", "ipallocations", "list"),
     "create_ip_allocation": ("netclaim.dev", "ipallocations", "create"),
     "delete_ip_allocation": ("netclaim.dev", "ipallocations", "delete"),
     "ip_allocation_changes": ("netclaim.dev", "ipallocations", "watch"),

@@ -7,7 +7,10 @@ released by the agent when the claim's pod goes (claims from a template) or by t
 once the claim is gone, whatever happened to the node (netclaim.ipam.pools.orphans).
 
 A claim prepared again (kubelet retrying, the agent restarted after a crash, a standalone claim moving to
-another node) finds its objects by the claim-UID label and keeps its addresses. An IPAllocation that cannot
+another node) finds its objects by the claim-UID label and keeps its addresses. That list (HeldReads) is
+read from the API server's watch cache when it safely can: a consistent list waits for the cache to catch
+up with etcd, up to 100 ms on any cluster with writes elsewhere, on the pod path of every claim with a pool
+address. An IPAllocation that cannot
 be read (a malformed address) is left out of the lists (netclaim.adapters.kube): never reused; the address
 its name stands for stays taken all the same, since creating that name fails.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from netclaim import metrics
@@ -28,6 +32,7 @@ from netclaim.objects import AllocatedDevice, Claim, IPAllocation
 log = logging.getLogger(__name__)
 BLIND_PROBES = 4  # creates at seeded addresses before the pool's allocations are listed
 MAX_RACES = 16  # creates lost to another claim taking the same address at the same moment
+REMEMBERED_CLAIMS = 4096  # claims whose held list this process read: read consistently from then on
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,11 @@ class AddressBook:
     def __init__(self, api: AddressesApi, node: str) -> None:
         self.api = api
         self.node = node
+        self.held_reads = HeldReads()
 
     async def allocate(self, claim: Claim, requests: list[AddressRequest]) -> list[Grant]:
         """One address per family of each requested pool, held for the claim (reusing what it holds)."""
-        held = await self.api.list_ip_allocations(claim_uid=claim.uid) if requests else []
+        held = await self._held(claim.uid) if requests else []
         grants = []
         for request in requests:
             started = time.monotonic()
@@ -111,6 +117,12 @@ class AddressBook:
             )
             grants.append(Grant(request.allocated, pool, tuple(addresses), request.interface_request))
         return grants
+
+    async def _held(self, claim_uid: str) -> list[IPAllocation]:
+        bound = self.held_reads.bound(claim_uid)
+        listed = await self.api.held_ip_allocations(claim_uid, bound)
+        self.held_reads.read(claim_uid, listed.version, consistent=bound is None)
+        return listed.items
 
     async def _pool(self, claim: Claim, name: str) -> IPPool:
         try:
@@ -188,6 +200,7 @@ class AddressBook:
         own node's (deploy/admission.yaml): those taken on another node (a standalone claim that moved) are
         freed by the controller once the claim is gone."""
         freed, elsewhere = [], []
+        self.held_reads.touched(claim_uid)
         for allocation in await self.api.list_ip_allocations(claim_uid=claim_uid):
             if allocation.node != self.node:
                 elsewhere.append(f"{allocation.address} ({allocation.node})")
@@ -200,3 +213,38 @@ class AddressBook:
                 extra={"claim_uid": claim_uid, "addresses": freed, "left_to_the_controller": elsewhere},
             )
         return freed
+
+
+class HeldReads:
+    """How to read a claim's held addresses without waiting on the API server's watch cache, and without
+    missing one: from the cache, once it holds `since`, the resourceVersion of this process's first
+    consistent held list.
+
+    What can hold addresses for a claim this process has not read before: an agent process before this one
+    on this node (killed in a prepare, its state directory lost): all its creates come before this process
+    ran, so before `since`; or another node's agent (a standalone claim that moved): a read that misses
+    it (the cache a moment behind) takes a new address, and the controller frees the one on the node the
+    claim is no longer allocated on (netclaim.ipam.pools.beyond_allocation). For a claim this process read
+    (and so may have taken or freed addresses of: a kubelet retry after a failure, a re-prepare after an
+    unprepare) the cache may not yet hold its own writes: read consistently, for the last
+    REMEMBERED_CLAIMS of them; one forgotten was read minutes ago, which the cache has long caught up with.
+    """
+
+    def __init__(self) -> None:
+        self.since: str | None = None
+        self._read: OrderedDict[str, None] = OrderedDict()
+
+    def bound(self, claim_uid: str) -> str | None:
+        """The resourceVersion the claim's held list must hold all up to; None: a consistent list."""
+        return None if claim_uid in self._read else self.since
+
+    def read(self, claim_uid: str, version: str | None, consistent: bool) -> None:
+        if consistent and self.since is None:
+            self.since = version  # None when unreadable: the next held list is consistent as well
+        self.touched(claim_uid)
+
+    def touched(self, claim_uid: str) -> None:
+        self._read[claim_uid] = None
+        self._read.move_to_end(claim_uid)
+        while len(self._read) > REMEMBERED_CLAIMS:
+            self._read.popitem(last=False)

@@ -108,6 +108,9 @@ class _TimedAddresses(KubeAddresses):
     async def list_ip_allocations(self, **selected: Any) -> Any:
         return await self._timed("list", super().list_ip_allocations(**selected))
 
+    async def held_ip_allocations(self, claim_uid: str, not_older_than: str | None) -> Any:
+        return await self._timed("held", super().held_ip_allocations(claim_uid, not_older_than))
+
     async def get_ippool(self, name: str) -> Any:
         return await self._timed("get_pool", super().get_ippool(name))
 
@@ -125,13 +128,14 @@ async def _take_addresses(
     by kind."""
     kube = KubeConnection.connect(kubeconfig, DRIVER_DOMAIN)
     api = _TimedAddresses(kube)
+    books = {node: AddressBook(api, node) for node in set(nodes.values())}  # each node's agent has one
 
     async def take(claim: Any) -> float:
         requests = address_requests(claim, DRIVER_DOMAIN)
         if not requests:
             raise SystemExit(f"bench-scale: claim {claim.name} has no pool result")
         started = time.monotonic()
-        await AddressBook(api, nodes[claim.name]).allocate(claim, requests)
+        await books[nodes[claim.name]].allocate(claim, requests)
         return time.monotonic() - started
 
     def split(seconds: float) -> dict[str, float]:

@@ -78,6 +78,12 @@ class KubeAddresses(AddressesApi, IPPoolsApi):
     async def listed_ip_allocations(self) -> Listed[IPAllocation]:
         return await self._listed(None)
 
+    async def held_ip_allocations(self, claim_uid: str, not_older_than: str | None) -> Listed[IPAllocation]:
+        params = {"labelSelector": selector({CLAIM_UID_LABEL: claim_uid})}
+        if not_older_than is not None:
+            params |= {"resourceVersion": not_older_than, "resourceVersionMatch": "NotOlderThan"}
+        return await self._listed(params)
+
     async def _listed(self, params: dict[str, str] | None) -> Listed[IPAllocation]:
         path = IP_ALLOCATIONS.path()
         allocations, unreadable, version = await self.kube.read_items(
