@@ -65,6 +65,9 @@ class FakeKubeApi(
     node_events: list[tuple[str, str, str, str]] = field(default_factory=list)  # node, uid, reason, message
     node_conditions: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # each one set, in order
     list_version: str | None = "1"  # the resourceVersion of the claims' held lists (None: unreadable)
+    not_yet_listed: set[str] = field(
+        default_factory=set
+    )  # IPAllocations a held list leaves out (a cache behind)
     _uids: int = 0
 
     def _call(self, name: str) -> None:
@@ -243,7 +246,11 @@ class FakeKubeApi(
 
     async def held_ip_allocations(self, claim_uid: str, not_older_than: str | None) -> Listed[IPAllocation]:
         self._call(f"held_ip_allocations {not_older_than}" if not_older_than else "held_ip_allocations")
-        held = [a for _, a in sorted(self.allocations.items()) if a.claim_uid == claim_uid]
+        held = [
+            a
+            for name, a in sorted(self.allocations.items())
+            if a.claim_uid == claim_uid and name not in self.not_yet_listed
+        ]
         return Listed(held, self.list_version)
 
     async def get_ip_allocation(self, name: str) -> IPAllocation:

@@ -223,6 +223,18 @@ async def test_a_static_address_held_by_another_claim_names_that_claim(
     )
 
 
+async def test_a_static_address_the_claim_holds_already_is_kept_though_its_list_missed_it(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    """A held list from the watch cache can miss what another node's agent took for a standalone claim a
+    moment before it moved here: the create finds the claim's own, not another claim's."""
+    own = await api.create_ip_allocation(_holding(CLAIM, "v4only", "10.10.4.7"))
+    api.not_yet_listed.add(own.name)
+    [grant] = await book.allocate(CLAIM, [_request("v4only", "10.10.4.7")])
+    assert grant.addresses == ("10.10.4.7/24",)
+    assert list(api.allocations.values()) == [own]
+
+
 @pytest.mark.parametrize(
     "address",
     [

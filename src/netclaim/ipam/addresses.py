@@ -150,6 +150,8 @@ class AddressBook:
                 return await self._create(claim, pool, wanted)
             except AlreadyExistsError:
                 holder = await self.api.get_ip_allocation(allocation_name(pool.name, wanted))
+                if holder.claim_uid == claim.uid:  # its own, which a held list from the cache had not yet
+                    return holder
                 raise ConfigError(
                     f"claim {claim.namespace}/{claim.name}: address {wanted} of IPPool {pool.name} is held "
                     f"by claim {holder.claim_namespace}/{holder.claim_name}"
