@@ -30,6 +30,10 @@ def test_make_bench_runs_every_phase_and_writes_the_report(tmp_path: Path) -> No
     assert {k: v["n"] for k, v in serial["hook_ext_ms"].items()} == serial["pods"]
     assert serial["hook_ext_ms"]["one"]["p50"] > serial["hook_ext_ms"]["none"]["p50"] > 0
     assert serial["attach_agent_log"]["n"] == quick.serial_pods
+    # the hook inside the agent: each one-NIC pod's, no longer than from outside, most of it the attach
+    inside = serial["hook_agent_log"]
+    assert {v["n"] for v in inside.values()} == {quick.serial_pods}
+    assert serial["hook_ext_ms"]["one"]["p50"] >= inside["ms"]["p50"] >= inside["attach_ms"]["p50"] > 0
     claims = quick.serial_pods + quick.serial_four_pods
     assert serial["prepare_agent_log"]["n"] == serial["unprepare_agent_log"]["n"] == claims
     # each one-NIC pod's start cost the agent a GET of its claim at least, counted in the audit log

@@ -150,6 +150,7 @@ def sample_result() -> dict[str, Any]:
                 "others": 4,
             },
             "attach_agent_log": _distribution(11),
+            "hook_agent_log": {k: _distribution(v) for k, v in HOOK_PARTS_SAMPLE},
             "cni_add_agent_log": _distribution(10),
             "prepare_agent_log": _distribution(5),
             "unprepare_agent_log": _distribution(10),
@@ -229,6 +230,9 @@ def test_figures_with_too_few_samples_read_na_not_a_number_from_elsewhere() -> N
     assert values["podstart_p99_vs_dra"] is None
 
 
+HOOK_PARTS_SAMPLE = (("ms", 12), ("lock_ms", 0), ("attach_ms", 11), ("policy_ms", 0), ("metadata_ms", 1))
+
+
 def test_the_report_the_plots_and_readmes_table_come_from_one_result(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     readme = tmp_path / "README.md"
@@ -242,6 +246,9 @@ def test_the_report_the_plots_and_readmes_table_come_from_one_result(tmp_path: P
     assert "| agent idle RSS (MiB) | ≤ 50 | 70 | **missed** (see below) |" in text
     assert "| pod start, netclaim claim ÷ no claim, p50 | — | 1.35 |  |" in text
     assert "| get resourceclaims | 6 |" in text
+    assert "| hook inside the agent, 1 NIC (agent's log) | 12.0 " in text
+    inside = "12.0 ms inside the agent (p50s of its parts, ms: waiting for the pod's lock 0.0, attaching 11.0"
+    assert inside in text
     for plot in ("attach.svg", "podstart.svg", "rss.svg", "fullnode.svg"):
         assert (tmp_path / report.PLOTS / plot).read_text().startswith("<?xml")
     updated = readme.read_text()

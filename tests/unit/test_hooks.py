@@ -76,6 +76,20 @@ async def test_run_pod_sandbox_attaches_every_device_of_the_pod_and_reports_them
     ]
 
 
+async def test_a_hook_logs_its_parts(rig: ConfigureRig, caplog: pytest.LogCaptureFixture) -> None:
+    """The benchmark splits the hook as containerd times it (two stopwatch plugins) into the NRI round trip
+    and these parts; only a pod with claims is logged."""
+    await rig.store.put(FIRST, SECOND)
+    caplog.set_level(logging.INFO, logger="netclaim.configure.hooks")
+    await rig.hooks.run_pod_sandbox(rig.sandbox(uid="another-pod"), BUDGET)
+    await rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET)
+    [line] = [r for r in caplog.records if r.message == "pod sandbox hooked"]
+    parts = [line.__dict__[k] for k in ("lock_ms", "attach_ms", "policy_ms", "metadata_ms")]
+    assert line.__dict__["pod"] == "team-a/pod-1"
+    assert all(part >= 0 for part in parts) and sum(parts) <= line.__dict__["ms"] + 0.5
+    assert line.__dict__["attach_ms"] > 0  # two CNI ADDs of the fake runner
+
+
 async def test_a_pod_on_the_host_network_fails_with_a_warning_event_written_later(rig: ConfigureRig) -> None:
     await rig.store.put(FIRST)
     host_network = PodSandbox(id="sandbox-1", uid="pod-uid-1", name="pod-1", namespace="team-a", netns="")

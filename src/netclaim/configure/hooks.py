@@ -7,6 +7,7 @@ the sandbox and kubelet retries); Stop/Remove never raise (errors.py has the tab
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 
@@ -73,19 +74,24 @@ class PodHooks:
             )
             self.status.warn_later(pod_of(pod), "NetclaimAttachFailed", message)
             raise HostNetworkPodError(message)
-        deadline = time.monotonic() + budget
+        entered = time.monotonic()
+        deadline = entered + budget
         async with self.locks(pod.uid, deadline):
+            marks = [entered, time.monotonic()]  # the hook's parts, timed for its log line
             done: list[Attachment] = []
             try:
                 for row in rows:
                     current = self.attacher.current(row)  # as it is now that we hold the pod's lock
                     if current is not None:
                         done.append(await self.attacher.attach(current, pod, deadline))
+                marks.append(time.monotonic())
                 if self.policies is not None:  # before it answers: no container runs with the interface open
                     self.policies.seen(pod.uid, pod.namespace, pod.labels)
                     await self.policies.enforce(pod.uid, deadline)
+                marks.append(time.monotonic())
                 if self.metadata is not None:  # before the containers are created, so they mount this one
                     self.metadata.attached(done)
+                marks.append(time.monotonic())
             except AttachError as err:
                 for attached in done:  # all or nothing: the retried sandbox starts from a clean slate
                     current = self.attacher.current(attached)
@@ -98,6 +104,15 @@ class PodHooks:
                 for row in rows:
                     self.status.enqueue(claim_of(row))
             self.status.enqueue(pod_of(pod))
+        parts = [round((later - earlier) * 1000, 1) for earlier, later in itertools.pairwise(marks)]
+        log.info(
+            "pod sandbox hooked",
+            extra={
+                "pod": f"{pod.namespace}/{pod.name}",
+                "ms": round((time.monotonic() - entered) * 1000, 1),
+                **dict(zip(("lock_ms", "attach_ms", "policy_ms", "metadata_ms"), parts, strict=True)),
+            },
+        )
 
     async def stop_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
         await self._detach_pod(pod, budget)

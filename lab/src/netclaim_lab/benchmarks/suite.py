@@ -230,7 +230,8 @@ def _clear_pods(kube: Client, timeout: float = 300) -> None:
 def _agent_log_values(
     handle: ClusterHandle, node: str, offset: int, message: str, key: str, claim_prefix: str = ""
 ) -> list[float]:
-    """`key` of the agent's `message` lines since `offset`, of the claims whose name starts so."""
+    """`key` of the agent's `message` lines since `offset`, of the claims (or, on a line without one, the
+    pods) whose name starts so."""
     text = agents.agent_log(handle, node)[offset:]
     entries = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     return [
@@ -238,7 +239,7 @@ def _agent_log_values(
         for e in entries
         if e.get("msg") == message
         and key in e
-        and str(e.get("claim", "")).split("/")[-1].startswith(claim_prefix)
+        and str(e.get("claim") or e.get("pod", "")).split("/")[-1].startswith(claim_prefix)
     ]
 
 
@@ -404,6 +405,12 @@ def serial(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: Pat
         "attach_agent_log": measure.distribution(
             _agent_log_values(handle, NODE, log_offset, "attached", "ms", "serial-one-")
         ),
+        "hook_agent_log": {  # the hook inside the agent, and its parts
+            key: measure.distribution(
+                _agent_log_values(handle, NODE, log_offset, "pod sandbox hooked", key, "serial-one-")
+            )
+            for key in ("ms", "lock_ms", "attach_ms", "policy_ms", "metadata_ms")
+        },
         "cni_add_agent_log": measure.distribution(
             _agent_log_values(handle, NODE, log_offset, "attached", "cni_ms", "serial-one-")
         ),
