@@ -10,9 +10,9 @@ A claim prepared again (kubelet retrying, the agent restarted after a crash, a s
 another node) finds its objects by the claim-UID label and keeps its addresses. That list (HeldReads) is
 read from the API server's watch cache when it safely can: a consistent list waits for the cache to catch
 up with etcd, up to 100 ms on any cluster with writes elsewhere, on the pod path of every claim with a pool
-address. An IPAllocation that cannot
-be read (a malformed address) is left out of the lists (netclaim.adapters.kube): never reused; the address
-its name stands for stays taken all the same, since creating that name fails.
+address. An IPAllocation that cannot be read (a malformed address) is left out of the lists
+(netclaim.adapters.kube): never reused; the address its name stands for stays taken all the same, since
+creating that name fails.
 """
 
 from __future__ import annotations
