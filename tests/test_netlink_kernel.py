@@ -159,3 +159,30 @@ async def test_a_nic_whose_peer_goes_down_loses_its_carrier_and_the_kernel_count
     _ip(netns, "link", "set", "v2", "up")
     back = await v1()
     assert back.carrier and back.carrier_changes == down.carrier_changes + 3
+
+
+async def test_a_quiet_links_new_link_events_are_dropped_and_its_deletion_is_not(netns: str) -> None:
+    """What the inventory's drop of the primary network's veths relies on: the kernel's link and address
+    events of a quiet link never reach the caller, another link's do, and the quiet link's RTM_DELLINK
+    does."""
+    [v1, v2] = sorted(
+        (link for link in await netlink.links(netns) if link.name in ("v1", "v2")), key=lambda link: link.name
+    )
+    async with netlink.LinkEvents(netns, quiet={v1.index}.__contains__) as events:
+        _ip(netns, "link", "set", "v1", "mtu", "1400")
+        _ip(netns, "link", "set", "v2", "mtu", "1300")
+        _ip(netns, "link", "set", "v1", "up")
+        _ip(netns, "addr", "add", "10.9.1.2/24", "dev", "v1")
+        _ip(netns, "addr", "add", "10.9.2.2/24", "dev", "v2")
+        seen: list[netlink.LinkChange] = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                seen += await asyncio.wait_for(events.next_batch(), 0.5)
+        assert {(c.event, c.index) for c in seen} == {("RTM_NEWLINK", v2.index), ("RTM_NEWADDR", v2.index)}
+        assert any(c.link is not None and c.link.mtu == 1300 for c in seen), "v2's change, decoded"
+        _ip(netns, "link", "del", "v1")  # and its peer v2
+        gone: list[netlink.LinkChange] = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                gone += await asyncio.wait_for(events.next_batch(), 0.5)
+    assert {(c.event, c.index) for c in gone} >= {("RTM_DELLINK", v1.index), ("RTM_DELLINK", v2.index)}

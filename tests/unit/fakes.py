@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import ipaddress
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -332,6 +332,7 @@ class FakeNetlink:
     default_route: set[int] = field(default_factory=set)
     batches: asyncio.Queue[list[real_netlink.LinkChange]] = field(default_factory=asyncio.Queue)
     subscriptions: list[str] = field(default_factory=list)  # "open" / "close" of each LinkEvents
+    quieted: int = 0  # link events dropped before decoding
 
     async def links(self, netns: str | None = None) -> list[real_netlink.Link]:
         return list(self.known_links)
@@ -344,14 +345,18 @@ class FakeNetlink:
     async def default_route_interfaces(self, netns: str | None = None) -> set[int]:
         return set(self.default_route)
 
-    def LinkEvents(self) -> FakeLinkEvents:
+    def LinkEvents(self, quiet: Callable[[int], bool] | None = None) -> FakeLinkEvents:
         """Named like the class it stands in for: inventory calls `netlink.LinkEvents()`."""
-        return FakeLinkEvents(self)
+        return FakeLinkEvents(self, quiet)
 
 
 class FakeLinkEvents:
-    def __init__(self, netlink: FakeNetlink) -> None:
+    """As the adapter: the events of a link `quiet` names but its RTM_DELLINK are dropped (and counted in
+    `netlink.quieted`)."""
+
+    def __init__(self, netlink: FakeNetlink, quiet: Callable[[int], bool] | None) -> None:
         self.netlink = netlink
+        self.quiet = quiet
 
     async def __aenter__(self) -> FakeLinkEvents:
         self.netlink.subscriptions.append("open")
@@ -361,7 +366,10 @@ class FakeLinkEvents:
         self.netlink.subscriptions.append("close")
 
     async def next_batch(self) -> list[real_netlink.LinkChange]:
-        return await self.netlink.batches.get()
+        batch = await self.netlink.batches.get()
+        passed = [c for c in batch if not (c.event != "RTM_DELLINK" and self.quiet and self.quiet(c.index))]
+        self.netlink.quieted += len(batch) - len(passed)
+        return passed
 
 
 # --- configure/ fakes: CNI plugins and pods' network namespaces in memory; sample devices, claims, rows ---

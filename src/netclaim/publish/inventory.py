@@ -231,6 +231,7 @@ class NodeInventory:
         self.cni_conf_dir = cni_conf_dir
         self.sysfs = sysfs or Sysfs()
         self._candidates: dict[int, netlink.Link] = {}  # the last scan's links that may be published
+        self._pod_network: set[int] = set()  # links named as the primary network's: their changes are dropped
         # A NIC without carrier reads no speed: the last one read stands, or the bandwidth a device offers
         # would change (and its slice be rewritten) with every loss of its link.
         self._speeds: dict[str, int] = {}
@@ -270,6 +271,7 @@ class NodeInventory:
                 interface = _apply_override(interface, overrides[link.name])
             interfaces.append(interface)
         self._candidates = {i.index: by_index[i.index] for i in interfaces if i.never_publish is None}
+        self._pod_network = {link.index for link in links if _pod_network_name(link.name)}
         return interfaces
 
     async def changes(self) -> AsyncIterator[None]:
@@ -278,8 +280,12 @@ class NodeInventory:
         addresses (never read): before, each pod without a claim cost a rescan of the node (≈ 10 ms of the
         agent's CPU). Nor a NIC's own RTM_NEWLINK that leaves the link as the last scan read it: the
         kernel sends two for every macvlan made on the NIC and moved into a pod, so each attach and
-        detach cost a rescan."""
-        async with netlink.LinkEvents() as events:
+        detach cost a rescan.
+
+        A link of the primary network is known by name at its first event (or scan) and by index after
+        it: netlink drops its events undecoded (a dozen for each pod), but its RTM_DELLINK, which frees the
+        index for the next link. Renamed away from such a name, a link is found at the next resync."""
+        async with netlink.LinkEvents(quiet=self._pod_network.__contains__) as events:
             while True:
                 if any(self._may_change_scan(c) for c in await events.next_batch()):
                     yield None
@@ -287,6 +293,10 @@ class NodeInventory:
     def _may_change_scan(self, change: netlink.LinkChange) -> bool:
         if change.name is None:
             return change.scope == 0
+        if change.event == "RTM_DELLINK":
+            self._pod_network.discard(change.index)
+        elif change.index not in self._candidates and _pod_network_name(change.name):
+            self._pod_network.add(change.index)
         if change.index in self._candidates:
             return change.event != "RTM_NEWLINK" or change.link != self._candidates[change.index]
         return not _pod_network_name(change.name)
