@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from netclaim.adapters import netlink
+from netclaim.errors import KernelError
 
 
 def _open_fds() -> int:
@@ -186,3 +187,38 @@ async def test_a_quiet_links_new_link_events_are_dropped_and_its_deletion_is_not
             while True:
                 gone += await asyncio.wait_for(events.next_batch(), 0.5)
     assert {(c.event, c.index) for c in gone} >= {("RTM_DELLINK", v1.index), ("RTM_DELLINK", v2.index)}
+
+
+def _tc(netns: str, *args: str) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", Path(netns).name, "tc", *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+async def test_an_interface_is_shaped_both_ways_once_however_often_asked_and_its_ifb_removed(
+    netns: str,
+) -> None:
+    index = int(_ip(netns, "-o", "link", "show", "v1").split(":")[0])
+    opened = _open_fds()
+    for _ in range(2):  # an attach tried again shapes again
+        await netlink.shape("v1", 200_000_000, netns)
+    assert _open_fds() == opened, "every socket and event loop of the namespace thread closed"
+    qdiscs = _tc(netns, "qdisc", "show")
+    assert "qdisc tbf 1: dev v1 root" in qdiscs and "rate 200Mbit" in qdiscs
+    assert f"qdisc tbf 1: dev ifb{index} root" in qdiscs and "qdisc ingress ffff: dev v1" in qdiscs
+    assert ",UP," in _ip(netns, "link", "show", f"ifb{index}"), "the ifb is up"
+    filters = _tc(netns, "filter", "show", "dev", "v1", "ingress")
+    assert filters.count(f"Egress Redirect to device ifb{index}") == 1, filters
+    await netlink.remove_ifb("v1", netns)
+    assert f"ifb{index}" not in _ip(netns, "link", "show")
+    await netlink.remove_ifb("v1", netns)  # nothing left to remove: no error
+    await netlink.delete_link("v1", netns)
+    assert "v1" not in _ip(netns, "-br", "link", "show")
+
+
+async def test_shaping_names_what_is_missing_and_every_kernel_piece_is_probed(netns: str) -> None:
+    with pytest.raises(KernelError, match="no interface gone0 in network namespace"):
+        await netlink.shape("gone0", 1_000_000, netns)
+    with pytest.raises(KernelError, match="/run/netns/none-such"):
+        await netlink.shape("v1", 1_000_000, "/run/netns/none-such")
+    await netlink.probe_shaping()  # this kernel has ifb, tbf, ingress, u32 and mirred

@@ -12,16 +12,17 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
 import ipaddress
 import os
 import socket
 import struct
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pyroute2 import AsyncIPRoute
+from pyroute2 import AsyncIPRoute, IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_DELADDR, RTM_NEWADDR, RTM_NEWLINK
 from pyroute2.netlink.rtnl.marshal import MarshalRtnl
@@ -65,10 +66,11 @@ class Link:
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNET = 0x40000000
-# setns() moves only the calling thread: one dedicated thread enters a pod's namespace, opens a netlink
-# socket there (a socket stays in the namespace it was made in) and comes back. pyroute2's own netns
-# support forks the agent instead, and a forked child that gets a signal wakes the parent's event loop.
-_NETNS_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="netns")
+# setns() moves only the calling thread: a namespace thread enters a pod's namespace, opens a netlink
+# socket there (a socket stays in the namespace it was made in) or does its work there, and comes back.
+# pyroute2's own netns support forks the agent instead, and a forked child that gets a signal wakes the
+# parent's event loop. Several: a device's deletion waits there for the device's last users.
+_NETNS_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="netns")
 
 
 def _setns(fd: int) -> None:
@@ -360,32 +362,41 @@ def ifb_name(index: int) -> str:
 
 async def shape(name: str, bits_per_second: int, netns: str) -> None:
     """Cap the interface at `bits_per_second` both ways with token buckets: on its egress, and on the egress
-    of an ifb device its ingress is redirected to (this kernel has no policer; htb/tbf, u32 and mirred)."""
-    async with _ipr(netns) as ipr:
-        await _shape(ipr, name, bits_per_second, netns)
+    of an ifb device its ingress is redirected to (this kernel has no policer; htb/tbf, u32 and mirred).
+
+    On the namespace thread, not the event loop: the kernel serves each request under its one lock of the
+    network stack (rtnl), which a node starting and stopping pods holds often, and every other hook,
+    prepare and status write of the node waited with it."""
+    await _in_pod(netns, functools.partial(_shape_here, name, bits_per_second, _where(netns)))
 
 
-async def _shape(ipr: AsyncIPRoute, name: str, bits_per_second: int, where: str) -> None:
+def _shape_here(name: str, bits_per_second: int, where: str) -> None:
+    """`shape` in the calling thread's namespace: six requests (an ifb made up at once, indexes read by
+    ioctl, the ingress qdisc looked for before it and its filter are added)."""
     rate = max(bits_per_second // 8, 1)  # bytes/s, as tc counts
     burst = max(rate // 100, 64 * 1024)  # 10 ms at rate, at least 64 KiB (GSO super-packets and timer slack)
-    index = await _index(ipr, name)
-    if index is None:
-        raise KernelError(f"no interface {name} in {where}")
-    async with _kernel_piece("an ifb device (module ifb)", where):
-        ifb = await _index(ipr, ifb_name(index))
-        if ifb is None:
-            await ipr.link("add", ifname=ifb_name(index), kind="ifb")
-            ifb = await _index(ipr, ifb_name(index))
-            assert ifb is not None
-        await ipr.link("set", index=ifb, state="up")
-    async with _kernel_piece("the tbf qdisc (module sch_tbf)", where):
-        for device in (index, ifb):
-            await ipr.tc("replace", "tbf", index=device, handle="1:", rate=rate, burst=burst, latency=50_000)
-    if "ingress" not in [str(m.get("kind")) async for m in await ipr.get_qdiscs(index=index)]:
-        async with _kernel_piece("the ingress qdisc (module sch_ingress)", where):
-            await ipr.tc("add", "ingress", index=index, handle="ffff:")
-        async with _kernel_piece("the u32 classifier and mirred action (modules cls_u32, act_mirred)", where):
-            await ipr.tc(
+    try:
+        index = socket.if_nametoindex(name)
+    except OSError:
+        raise KernelError(f"no interface {name} in {where}") from None
+    with _kernel_piece("a netlink socket", where), IPRoute() as ipr:
+        with _kernel_piece("an ifb device (module ifb)", where):
+            try:
+                ipr.link("add", ifname=ifb_name(index), kind="ifb", state="up")
+            except NetlinkError as err:
+                if err.code != errno.EEXIST:  # an attach tried again: the ifb of the first try stays
+                    raise
+                ipr.link("set", index=socket.if_nametoindex(ifb_name(index)), state="up")
+            ifb = socket.if_nametoindex(ifb_name(index))
+        with _kernel_piece("the tbf qdisc (module sch_tbf)", where):
+            for device in (index, ifb):
+                ipr.tc("replace", "tbf", index=device, handle="1:", rate=rate, burst=burst, latency=50_000)
+        if "ingress" in [str(m.get("kind")) for m in ipr.get_qdiscs(index=index)]:
+            return
+        with _kernel_piece("the ingress qdisc (module sch_ingress)", where):
+            ipr.tc("add", "ingress", index=index, handle="ffff:")
+        with _kernel_piece("the u32 classifier and mirred action (modules cls_u32, act_mirred)", where):
+            ipr.tc(
                 "add-filter",
                 "u32",
                 index=index,
@@ -398,8 +409,8 @@ async def _shape(ipr: AsyncIPRoute, name: str, bits_per_second: int, where: str)
             )
 
 
-@contextlib.asynccontextmanager
-async def _kernel_piece(what: str, where: str) -> AsyncIterator[None]:
+@contextlib.contextmanager
+def _kernel_piece(what: str, where: str) -> Iterator[None]:
     """A refusal inside the block names the kernel piece that refused (what an admin must load)."""
     try:
         yield
@@ -407,60 +418,83 @@ async def _kernel_piece(what: str, where: str) -> AsyncIterator[None]:
         raise KernelError(f"{where}: {what}: {err}") from err
 
 
-def _socket_in_a_new_namespace() -> int:
-    """A netlink socket in a new, empty network namespace, made by a thread of its own that then ends
-    (unshare moves only the calling thread); the namespace lives as long as the socket."""
-    made: list[int] = []
-    failed: list[OSError] = []
+async def _in_pod(netns: str, work: Callable[[], None]) -> None:
+    """`work()` on the namespace thread in `netns`; a namespace that is gone is a KernelError."""
+    try:
+        await _in(netns, work, lambda _: None)
+    except OSError as err:
+        raise KernelError(f"{_where(netns)}: {err.strerror or err}") from err
 
-    def unshare_and_open() -> None:
-        if _libc.unshare(_CLONE_NEWNET) != 0:
-            error = ctypes.get_errno()
-            failed.append(OSError(error, os.strerror(error)))
-            return
-        made.append(_netlink_socket())
 
-    thread = threading.Thread(target=unshare_and_open, name="netns-probe")
+def _unshare_network() -> None:
+    if _libc.unshare(_CLONE_NEWNET) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error))
+
+
+def _in_a_new_namespace(work: Callable[[], None]) -> None:
+    """`work()` in a new, empty network namespace, by a thread of its own that then ends (unshare moves
+    only the calling thread): the namespace goes with the thread and the sockets `work` closed."""
+    failed: list[BaseException] = []
+
+    def unshare_and_work() -> None:
+        try:
+            _unshare_network()
+            work()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            failed.append(err)
+
+    thread = threading.Thread(target=unshare_and_work, name="netns-probe")
     thread.start()
     thread.join()
     if failed:
         raise failed[0]
-    return made[0]
 
 
 async def probe_shaping() -> None:
     """Cap a veth in a new, empty network namespace exactly as `shape` caps a pod's interface: every kernel
     piece bandwidth caps need, tried for real (a module the kernel would load on demand counts as there).
-    Nothing outlives the call: the namespace goes with its socket."""
+    Nothing outlives the call."""
     where = "a new network namespace (preflight)"
+
+    def veth_shaped() -> None:
+        with _kernel_piece("a veth pair (module veth)", where), IPRoute() as ipr:
+            ipr.link("add", ifname="probe0", kind="veth", peer="probe1")
+        _shape_here("probe0", 1_000_000_000, where)
+
     try:
-        fileno = await asyncio.to_thread(_socket_in_a_new_namespace)
+        await asyncio.to_thread(_in_a_new_namespace, veth_shaped)
     except OSError as err:
         raise KernelError(f"{where}: cannot make one: {err.strerror or err}") from err
-    async with _ipr(fileno=fileno) as ipr:
-        async with _kernel_piece("a veth pair (module veth)", where):
-            await ipr.link("add", ifname="probe0", kind="veth", peer="probe1")
-        await _shape(ipr, "probe0", 1_000_000_000, where)
 
 
 async def delete_link(name: str, netns: str) -> None:
     """Delete an interface in a pod's namespace (the ifb of its ingress shaping goes with it)."""
-    await remove_ifb(name, netns)
-    async with _ipr(netns) as ipr:
-        index = await _index(ipr, name)
-        if index is not None:
-            await ipr.link("del", index=index)
+    if os.path.exists(netns):  # noqa: PTH110, ASYNC240 - one stat: the namespace went, so did the link
+        await _in_pod(netns, functools.partial(_delete_here, name, _where(netns), interface_too=True))
 
 
 async def remove_ifb(name: str, netns: str) -> None:
     """Delete the ingress-shaping ifb of an interface, if the namespace and the device still exist."""
-    if not os.path.exists(netns):  # noqa: PTH110, ASYNC240 - one stat: the namespace went, so did its ifb
+    if os.path.exists(netns):  # noqa: PTH110, ASYNC240 - one stat: the namespace went, so did its ifb
+        await _in_pod(netns, functools.partial(_delete_here, name, _where(netns), interface_too=False))
+
+
+def _delete_here(name: str, where: str, *, interface_too: bool) -> None:
+    """Delete the ifb of interface `name` in the calling thread's namespace, and (`interface_too`) the
+    interface. On the namespace thread: the kernel's deletion of a device waits for its last users (11-23
+    ms measured), and the event loop waited with it."""
+    try:
+        index = socket.if_nametoindex(name)
+    except OSError:
         return
-    async with _ipr(netns) as ipr:
-        index = await _index(ipr, name)
-        ifb = await _index(ipr, ifb_name(index)) if index is not None else None
-        if ifb is not None:
-            await ipr.link("del", index=ifb)
+    doomed = [index] if interface_too else []
+    with contextlib.suppress(OSError):
+        doomed.insert(0, socket.if_nametoindex(ifb_name(index)))
+    if doomed:
+        with _kernel_piece(f"deleting {name}", where), IPRoute() as ipr:
+            for device in doomed:
+                ipr.link("del", index=device)
 
 
 _DEFAULT_ACCEPT_DAD = "/proc/sys/net/ipv6/conf/default/accept_dad"  # read in the namespace that opens it
