@@ -337,6 +337,12 @@ async def test_the_primary_networks_links_are_dropped_undecoded_after_their_firs
     fake_netlink.batches.put_nowait([LinkChange("RTM_NEWLINK", 3, name="ens1f0")])  # a NIC: never quiet
     await anext(changes)
     assert fake_netlink.quieted == 8
+    fake_netlink.known_links.append(link(41, "veth41", "veth"))
+    await inventory.scan()  # a rescan while the events are followed: its veths are quiet too
+    fake_netlink.batches.put_nowait([LinkChange("RTM_NEWLINK", 41, name="veth41")])
+    fake_netlink.batches.put_nowait([LinkChange("RTM_NEWLINK", 3, name="ens1f0")])
+    await anext(changes)
+    assert fake_netlink.quieted == 9
     await changes.aclose()
 
 

@@ -271,7 +271,8 @@ class NodeInventory:
                 interface = _apply_override(interface, overrides[link.name])
             interfaces.append(interface)
         self._candidates = {i.index: by_index[i.index] for i in interfaces if i.never_publish is None}
-        self._pod_network = {link.index for link in links if _pod_network_name(link.name)}
+        self._pod_network.clear()  # in place: the open LinkEvents asks this set
+        self._pod_network.update(link.index for link in links if _pod_network_name(link.name))
         return interfaces
 
     async def changes(self) -> AsyncIterator[None]:
