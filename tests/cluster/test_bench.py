@@ -49,6 +49,12 @@ def test_make_bench_runs_every_phase_and_writes_the_report(tmp_path: Path) -> No
     assert burst["claim_ready_s"]["n"] == burst["hook_ext_ms"]["n"] == quick.burst_pods
     assert burst["ratios"]["p50_vs_dra"]["value"] > 0
     assert set(burst["phases_s"]["dra"]) == set(suite.PHASES)
+    # beside the busy tenant: every pod's hook seen by its node's stopwatch; the DaemonSet's request read
+    neighbour = result["neighbour"]
+    neighbour_pods = quick.burst_pods * quick.neighbour_rounds
+    hooks = [d["n"] for d in neighbour["hook_ext_ms"].values()]
+    assert neighbour["pod_ready_s"]["n"] == sum(hooks) == neighbour_pods and min(hooks) > 0
+    assert neighbour["agent_cpu_request"] == "250m"
     assert len(result["fullnode"]["ready_series_s"]) == quick.full_node_pods
     assert result["fullnode"]["agent_filled_mib"]["anon"] > 0
     # the fill's floors, and every arm's pods split into phases (none left out)

@@ -72,6 +72,42 @@ def test_run_pod_sandbox_spans_are_read_from_containerds_log(tmp_path: Path) -> 
     assert measure.run_pod_sandbox_ms(log, log.stat().st_size, {uid}) == {}  # from the offset on only
 
 
+def test_pod_marks_take_the_first_container_of_the_pods_last_sandbox(tmp_path: Path) -> None:
+    log = tmp_path / "containerd.log"
+    uid = "1f2aa80c-0daa-4109-9cbf-510a6b6dae44"
+    meta = f'name:\\"p\\"  uid:\\"{uid}\\"  namespace:\\"bench\\"'
+    at = 'time="2026-11-30T09:11:2'
+
+    def container(second: str, sandbox: str, container_id: str) -> list[str]:
+        return [
+            f'{at}{second}.100000000Z" level=info msg="CreateContainer within sandbox \\"{sandbox}\\" '
+            f'for container name:\\"main\\""',
+            f'{at}{second}.300000000Z" level=info msg="CreateContainer within sandbox \\"{sandbox}\\" '
+            f'for name:\\"main\\" returns container id \\"{container_id}\\""',
+            f'{at}{second}.310000000Z" level=info msg="StartContainer for \\"{container_id}\\""',
+            f'{at}{second}.700000000Z" level=info msg="StartContainer for \\"{container_id}\\" '
+            'returns successfully"',
+        ]
+
+    lines = [
+        f'{at}0.000000000Z" level=info msg="RunPodSandbox for {meta}"',
+        f'{at}0.500000000Z" level=info msg="RunPodSandbox for {meta} returns sandbox id \\"aaaa\\""',
+        *container("1", "aaaa", "c1c1"),  # the first sandbox's container; the sandbox then died
+        f'{at}2.000000000Z" level=info msg="RunPodSandbox for {meta}"',
+        f'{at}2.250000000Z" level=info msg="RunPodSandbox for {meta} returns sandbox id \\"bbbb\\""',
+        *container("3", "cccc", "d0d0"),  # another pod's
+        *container("4", "bbbb", "c2c2"),
+        *container("5", "bbbb", "c3c3"),  # a second container of the pod: not the first
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    marks = measure.pod_marks(log, 0, {uid})
+    assert list(marks) == [uid]
+    assert marks[uid].sandbox[1] - marks[uid].sandbox[0] == pytest.approx(0.25, abs=1e-6)
+    assert marks[uid].created - marks[uid].sandbox[1] == pytest.approx(4.3 - 2.25, abs=1e-6)
+    assert marks[uid].started - marks[uid].created == pytest.approx(0.4, abs=1e-6)
+    assert measure.pod_marks(log, log.stat().st_size, {uid}) == {}
+
+
 def test_busy_profile_counts_the_main_threads_work_not_its_waits(tmp_path: Path) -> None:
     stacks = tmp_path / "raw.txt"
     root = "thread (1): MainThread;<module> (netclaim:7);main (netclaim/cli.py:294);_run (asyncio/e.py:80)"
@@ -155,6 +191,12 @@ def sample_result() -> dict[str, Any]:
             "prepare_agent_log": _distribution(5),
             "unprepare_agent_log": _distribution(10),
             "pods": {"none": 3, "dra": 3, "one": 3, "four": 3},
+        },
+        "neighbour": {
+            "burner_cpu": "1",
+            "agent_cpu_request": "250m",
+            "hook_ext_ms": {"node-1": _distribution(41), "node-2": _distribution(38)},
+            "pod_ready_s": _distribution(4.2),
         },
         "burst": {
             "pod_ready_s": {arm: measure.distribution(v) for arm, v in pod_ready.items()},
@@ -249,6 +291,8 @@ def test_the_report_the_plots_and_readmes_table_come_from_one_result(tmp_path: P
     assert "| hook inside the agent, 1 NIC (agent's log) | 12.0 " in text
     inside = "12.0 ms inside the agent (p50s of its parts, ms: waiting for the pod's lock 0.0, attaching 11.0"
     assert inside in text
+    assert "requests 1 CPU and keeps two busy" in text and "(250m, the DaemonSet's)" in text
+    assert "| netclaim's hook on node-1 (stopwatch) | 41.0 " in text
     for plot in ("attach.svg", "podstart.svg", "rss.svg", "fullnode.svg"):
         assert (tmp_path / report.PLOTS / plot).read_text().startswith("<?xml")
     updated = readme.read_text()

@@ -318,6 +318,55 @@ def run_pod_sandbox_ms(containerd_log: Path, offset: int, uids: set[str]) -> dic
     }
 
 
+_SANDBOX_ID = re.compile(r'returns sandbox id \\"([0-9a-f]+)\\"')
+_CREATED = re.compile(
+    r'^time="([^"]+)" level=info msg="CreateContainer within sandbox \\"([0-9a-f]+)\\" for .* '
+    r'returns container id \\"([0-9a-f]+)\\"'
+)
+_STARTED = re.compile(
+    r'^time="([^"]+)" level=info msg="StartContainer for \\"([0-9a-f]+)\\" returns successfully'
+)
+
+
+@dataclass(frozen=True)
+class PodMarks:
+    """A pod's start as containerd logged it, wall clock: RunPodSandbox asked and answered (its last
+    successful one), and its first container created and started in that sandbox."""
+
+    sandbox: tuple[float, float]
+    created: float
+    started: float
+
+
+def pod_marks(containerd_log: Path, offset: int, uids: set[str]) -> dict[str, PodMarks]:
+    """PodMarks per pod UID, for the pods whose marks are all in the log from `offset` on.
+
+    containerd's CreateContainer and StartContainer take the same lock as its NRI RunPodSandbox calls
+    (containerd/nri#165): their time grows with the hooks of the other pods of the node."""
+    sandboxes = run_pod_sandbox(containerd_log, offset, uids)
+    sandbox_of: dict[str, str] = {}  # sandbox id → pod UID, every successful RunPodSandbox
+    created: dict[str, tuple[str, float]] = {}  # sandbox id → (first container's id, created at)
+    started: dict[str, float] = {}  # container id → started at
+    with containerd_log.open() as log:
+        log.seek(offset)
+        for line in log:
+            if (match := _SANDBOX.match(line)) and match.group(2) in uids:
+                if found := _SANDBOX_ID.search(line):
+                    sandbox_of[found.group(1)] = match.group(2)
+            elif match := _CREATED.match(line):
+                created.setdefault(match.group(2), (match.group(3), _stamp(match.group(1))))
+            elif match := _STARTED.match(line):
+                started.setdefault(match.group(2), _stamp(match.group(1)))
+    marks: dict[str, PodMarks] = {}
+    for sandbox_id, (container_id, created_at) in created.items():
+        uid = sandbox_of.get(sandbox_id, "")
+        span = sandboxes.get(uid)
+        if span is None or container_id not in started or not span[1] <= created_at:
+            continue  # another pod's, a sandbox given up, or not started in the window
+        marks[uid] = PodMarks(span, created_at, started[container_id])
+    return marks
+
+
 def run_pod_sandbox(containerd_log: Path, offset: int, uids: set[str]) -> dict[str, tuple[float, float]]:
     """(request, sandbox id returned) per pod UID, wall clock, the last successful RunPodSandbox of each."""
     started: dict[str, float] = {}

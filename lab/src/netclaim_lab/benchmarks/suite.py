@@ -75,6 +75,7 @@ class Sizes:
     settle_seconds: float = 20
     idle_seconds: float = 60
     profiled_pods: int = 20
+    neighbour_rounds: int = 2  # netclaim bursts beside a tenant that burns CPU on node-1
 
 
 FULL = Sizes()
@@ -92,6 +93,7 @@ QUICK = Sizes(
     settle_seconds=5,
     idle_seconds=5,
     profiled_pods=3,
+    neighbour_rounds=1,
 )
 
 
@@ -434,7 +436,14 @@ def _request_kinds(requests: list[measure.AgentRequest], namespace: str) -> dict
     return dict(sorted(kinds.items()))
 
 
-PHASES = ("create → bound", "bound → RunPodSandbox", "RunPodSandbox", "sandbox → Ready")
+PHASES = (
+    "create → bound",
+    "bound → RunPodSandbox",
+    "RunPodSandbox",
+    "CreateContainer",
+    "StartContainer",
+    "started → Ready",
+)
 
 
 BURST_ARMS = {"none": None, "dra": "gpu", "netclaim": "shaped"}
@@ -455,28 +464,39 @@ def _phases(
 ) -> dict[str, list[float]]:
     """Each created pod's start split into PHASES, from the watch and the nodes' containerd logs (read from
     `offsets`); a pod whose marks are not all found is left out."""
-    sandboxes: dict[str, tuple[float, float]] = {}
+    logged: dict[str, measure.PodMarks] = {}
     for node, offset in offsets.items():
-        sandboxes |= measure.run_pod_sandbox(
-            _containerd_log(handle, node), offset, set(watch.pod_uid.values())
-        )
+        logged |= measure.pod_marks(_containerd_log(handle, node), offset, set(watch.pod_uid.values()))
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
     for name, start in created.items():
-        span = sandboxes.get(watch.pod_uid.get(name, ""))
-        if span is None or name not in watch.pod_bound or name not in watch.pod_ready:
+        pod_marks = logged.get(watch.pod_uid.get(name, ""))
+        if pod_marks is None or name not in watch.pod_bound or name not in watch.pod_ready:
             continue
-        marks = [start, watch.pod_bound[name], span[0], span[1], watch.pod_ready[name]]
+        marks = [
+            start,
+            watch.pod_bound[name],
+            *pod_marks.sandbox,
+            pod_marks.created,
+            pod_marks.started,
+            watch.pod_ready[name],
+        ]
         for phase, (a, b) in zip(PHASES, itertools.pairwise(marks), strict=True):
             phases[phase].append(b - a)
     return phases
 
 
-def _burst_round(handle: ClusterHandle, kube: Client, pods: int, label: str, arm: str) -> BurstRound:
-    """`pods` pods created at once. PHASES: bound by the scheduler (API watch), kubelet's work until it
-    asks containerd for the sandbox (claims prepared), RunPodSandbox (NRI hooks included: containerd runs
-    them one at a time per node), and the containers' start until Ready."""
+def _burst_round(
+    handle: ClusterHandle, kube: Client, pods: int, label: str, arm: str, halves: bool = False
+) -> BurstRound:
+    """`pods` pods created at once, placed by the scheduler (`halves`: every other one on each node).
+    PHASES: bound by the scheduler (API watch), kubelet's work until it asks containerd for the sandbox
+    (claims prepared), RunPodSandbox (NRI hooks included: containerd runs them one at a time per node),
+    and the containers' start until Ready."""
     measure.wait_quiet()  # the round before is torn down
-    manifests = [pod(f"burst-{label}-{i}", BURST_ARMS[arm], None) for i in range(pods)]
+    nodes = ("node-1", "node-2")
+    manifests = [
+        pod(f"burst-{label}-{i}", BURST_ARMS[arm], nodes[i % 2] if halves else None) for i in range(pods)
+    ]
     ours = arm == "netclaim"
     offsets = {n: _containerd_log(handle, n).stat().st_size for n in ("node-1", "node-2")}
     with (
@@ -726,6 +746,82 @@ def profile(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]
         }
 
 
+BURNER_CPU = "1"  # half of a bench node
+
+
+def _burner() -> dict[str, Any]:
+    """A tenant's pod that requests BURNER_CPU on NODE and keeps two CPUs busy."""
+    loop = "while :; do :; done"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bench-burner", "namespace": "default"},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "containers": [
+                {
+                    "name": "burn",
+                    "image": "netclaim.local/busybox:1.35",
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", f"{loop} & {loop}"],
+                    "resources": {"requests": {"cpu": BURNER_CPU}},
+                }
+            ],
+        },
+    }
+
+
+def busy_neighbour(
+    handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list[Path]
+) -> dict[str, Any]:
+    """netclaim bursts, half of each on either node, while a tenant's pod burns CPU on node-1 (node-2 has
+    none; the scheduler would send most pods there). containerd makes every NRI call of a node under one
+    lock, so the node's container creates and starts wait for netclaim's hooks in flight: how long a hook
+    takes when tenants use the node's CPU is every pod's business there. The agent gets CPU by its
+    container's request (cgroup shares), against the tenants' requests."""
+    start_phase(
+        f"busy neighbour: {sizes.neighbour_rounds} netclaim bursts of {sizes.burst_pods} pods beside a "
+        f"tenant pod on {NODE} that requests {BURNER_CPU} CPU and burns two"
+    )
+    burner = _typed_pod(_burner())
+    kube.create(burner)
+    try:
+        wait_for(lambda: _phase(kube, "bench-burner", "default") == "Running", 120, "the burner Running")
+        rounds = [
+            _burst_round(handle, kube, sizes.burst_pods, f"neighbour{i}", "netclaim", halves=True)
+            for i in range(sizes.neighbour_rounds)
+        ]
+    finally:
+        kube.delete(Pod, "bench-burner", namespace="default")
+        wait_for(lambda: _phase(kube, "bench-burner", "default") is None, 120, "the burner gone")
+    uids = {u for r in rounds for u in r.uids}
+    hooks = {
+        node: measure.distribution(v * 1000 for v in stopwatch.hook_seconds(path, uids).values())
+        for node, path in zip(("node-1", "node-2"), stopwatch_out, strict=True)
+    }
+    return {
+        "burner_cpu": BURNER_CPU,
+        "agent_cpu_request": handle.kubectl(
+            *("-n", "netclaim-system", "get", "daemonset", "netclaim-agent", "-o"),
+            "jsonpath={.spec.template.spec.containers[0].resources.requests.cpu}",
+        ),
+        "hook_ext_ms": hooks,
+        "pod_ready_s": measure.distribution(s for r in rounds for s in r.pod_ready),
+    }
+
+
+def _phase(kube: Client, name: str, namespace: str) -> str | None:
+    """The pod's phase; None once it is gone."""
+    try:
+        found = kube.get(Pod, name, namespace=namespace)
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise
+    return (found.status.phase or "") if found.status else ""
+
+
 # --- the run -----------------------------------------------------------------------------------------
 def _figure(value: float | None, form: str) -> str:
     return "na" if value is None else format(value, form)
@@ -788,6 +884,7 @@ def main(argv: list[str]) -> int:
                 ]
                 result["serial"] = serial(handle, kube, sizes, clocks[0])
                 result["burst"] = burst(handle, kube, sizes, clocks)
+                result["neighbour"] = busy_neighbour(handle, kube, sizes, clocks)
             result["fullnode"] = full_node(handle, kube, sizes)
             result["publish"] = publish(handle, kube, sizes)
             result["memory"] = memory(handle)
