@@ -486,13 +486,21 @@ def _phases(
 
 
 def _burst_round(
-    handle: ClusterHandle, kube: Client, pods: int, label: str, arm: str, halves: bool = False
+    handle: ClusterHandle,
+    kube: Client,
+    pods: int,
+    label: str,
+    arm: str,
+    halves: bool = False,
+    settle: bool = True,
 ) -> BurstRound:
-    """`pods` pods created at once, placed by the scheduler (`halves`: every other one on each node).
-    PHASES: bound by the scheduler (API watch), kubelet's work until it asks containerd for the sandbox
-    (claims prepared), RunPodSandbox (NRI hooks included: containerd runs them one at a time per node),
-    and the containers' start until Ready."""
-    measure.wait_quiet()  # the round before is torn down
+    """`pods` pods created at once, placed by the scheduler (`halves`: every other one on each node),
+    once the machine is quiet (`settle`; a busy neighbour never lets it be). PHASES: bound by the
+    scheduler (API watch), kubelet's work until it asks containerd for the sandbox (claims prepared),
+    RunPodSandbox (NRI hooks included: containerd runs them one at a time per node), and the containers'
+    start until Ready."""
+    if settle:
+        measure.wait_quiet()  # the round before is torn down
     nodes = ("node-1", "node-2")
     manifests = [
         pod(f"burst-{label}-{i}", BURST_ARMS[arm], nodes[i % 2] if halves else None) for i in range(pods)
@@ -784,12 +792,15 @@ def busy_neighbour(
         f"busy neighbour: {sizes.neighbour_rounds} netclaim bursts of {sizes.burst_pods} pods beside a "
         f"tenant pod on {NODE} that requests {BURNER_CPU} CPU and burns two"
     )
+    measure.wait_quiet()  # the bursts before are torn down; with the burner the machine is never quiet
     burner = _typed_pod(_burner())
     kube.create(burner)
     try:
         wait_for(lambda: _phase(kube, "bench-burner", "default") == "Running", 120, "the burner Running")
         rounds = [
-            _burst_round(handle, kube, sizes.burst_pods, f"neighbour{i}", "netclaim", halves=True)
+            _burst_round(
+                handle, kube, sizes.burst_pods, f"neighbour{i}", "netclaim", halves=True, settle=False
+            )
             for i in range(sizes.neighbour_rounds)
         ]
     finally:
