@@ -55,6 +55,7 @@ def test_make_bench_runs_every_phase_and_writes_the_report(tmp_path: Path) -> No
     hooks = [d["n"] for d in neighbour["hook_ext_ms"].values()]
     assert neighbour["pod_ready_s"]["n"] == sum(hooks) == neighbour_pods and min(hooks) > 0
     assert neighbour["agent_cpu_request"] == "250m"
+    assert set(neighbour["nri_reconnects"]) == set(neighbour["hooks_missed"]) == {"node-1", "node-2"}
     assert len(result["fullnode"]["ready_series_s"]) == quick.full_node_pods
     assert result["fullnode"]["agent_filled_mib"]["anon"] > 0
     # the fill's floors, and every arm's pods split into phases (none left out)

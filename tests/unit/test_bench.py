@@ -197,6 +197,8 @@ def sample_result() -> dict[str, Any]:
             "agent_cpu_request": "250m",
             "hook_ext_ms": {"node-1": _distribution(41), "node-2": _distribution(38)},
             "pod_ready_s": _distribution(4.2),
+            "nri_reconnects": {"node-1": 1, "node-2": 0},
+            "hooks_missed": {"node-1": 7, "node-2": 0},
         },
         "burst": {
             "pod_ready_s": {arm: measure.distribution(v) for arm, v in pod_ready.items()},
@@ -293,6 +295,8 @@ def test_the_report_the_plots_and_readmes_table_come_from_one_result(tmp_path: P
     assert inside in text
     assert "requests 1 CPU and keeps two busy" in text and "(250m, the DaemonSet's)" in text
     assert "| netclaim's hook on node-1 (stopwatch) | 41.0 " in text
+    assert "NRI connection (a hook past its timeout): node-1 1, node-2 0;" in text
+    assert "(the gate holding their containers): node-1 7, node-2 0." in text
     for plot in ("attach.svg", "podstart.svg", "rss.svg", "fullnode.svg"):
         assert (tmp_path / report.PLOTS / plot).read_text().startswith("<?xml")
     updated = readme.read_text()

@@ -504,6 +504,13 @@ def _neighbour_section(neighbour: dict[str, Any], sizes: dict[str, Any]) -> list
         *(_row(f"netclaim's hook on {node} (stopwatch)", d, "ms") for node, d in hooks.items()),
         _row("pod Ready, netclaim NIC claim, both nodes", neighbour["pod_ready_s"], "s", digits=2),
         "",
+        "Times containerd closed netclaim's NRI connection (a hook past its timeout): "
+        + ", ".join(f"{node} {n}" for node, n in neighbour["nri_reconnects"].items())
+        + "; pods whose RunPodSandbox went by before the agent was back, attached into their running "
+        "sandboxes by its resync (the gate holding their containers): "
+        + ", ".join(f"{node} {n}" for node, n in neighbour["hooks_missed"].items())
+        + ".",
+        "",
         "The bench's pods request no CPU (BestEffort, the least cgroup weight): on node-1 their own "
         "containers wait for the tenant too, so their pod Ready says what a busy node does to such pods, "
         "not what netclaim does.",

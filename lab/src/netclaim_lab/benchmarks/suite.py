@@ -229,19 +229,27 @@ def _clear_pods(kube: Client, timeout: float = 300) -> None:
     wait_for(lambda: not list(kube.list(Pod, namespace=NAMESPACE)), timeout, "the bench pods gone")
 
 
-def _agent_log_values(
-    handle: ClusterHandle, node: str, offset: int, message: str, key: str, claim_prefix: str = ""
-) -> list[float]:
-    """`key` of the agent's `message` lines since `offset`, of the claims (or, on a line without one, the
-    pods) whose name starts so."""
+def _agent_log_entries(
+    handle: ClusterHandle, node: str, offset: int, message: str, claim_prefix: str = ""
+) -> list[dict[str, Any]]:
+    """The agent's `message` lines since `offset`, of the claims (or, on a line without one, the pods)
+    whose name starts so."""
     text = agents.agent_log(handle, node)[offset:]
     entries = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     return [
-        float(e[key])
+        e
         for e in entries
         if e.get("msg") == message
-        and key in e
         and str(e.get("claim") or e.get("pod", "")).split("/")[-1].startswith(claim_prefix)
+    ]
+
+
+def _agent_log_values(
+    handle: ClusterHandle, node: str, offset: int, message: str, key: str, claim_prefix: str = ""
+) -> list[float]:
+    """`key` of the agent's `message` lines since `offset` (see _agent_log_entries)."""
+    return [
+        float(e[key]) for e in _agent_log_entries(handle, node, offset, message, claim_prefix) if key in e
     ]
 
 
@@ -755,6 +763,9 @@ def profile(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]
 
 
 BURNER_CPU = "1"  # half of a bench node
+NEIGHBOUR_NODES = ("node-1", "node-2")  # node-1 with the burner; the stopwatches' order
+NRI_LOST = "NRI connection lost; reconnecting"  # the agent's log (netclaim.adapters.nri)
+HOOK_MISSED = "attaching into a running sandbox (its RunPodSandbox was missed)"  # netclaim.configure.hooks
 
 
 def _burner() -> dict[str, Any]:
@@ -793,6 +804,7 @@ def busy_neighbour(
         f"tenant pod on {NODE} that requests {BURNER_CPU} CPU and burns two"
     )
     measure.wait_quiet()  # the bursts before are torn down; with the burner the machine is never quiet
+    log_offsets = {node: len(agents.agent_log(handle, node)) for node in NEIGHBOUR_NODES}
     burner = _typed_pod(_burner())
     kube.create(burner)
     try:
@@ -809,9 +821,19 @@ def busy_neighbour(
     uids = {u for r in rounds for u in r.uids}
     hooks = {
         node: measure.distribution(v * 1000 for v in stopwatch.hook_seconds(path, uids).values())
-        for node, path in zip(("node-1", "node-2"), stopwatch_out, strict=True)
+        for node, path in zip(NEIGHBOUR_NODES, stopwatch_out, strict=True)
     }
     return {
+        # a hook past containerd's NRI timeout: containerd closes the connection, and the pods whose
+        # RunPodSandbox goes by before the agent is back are attached into their running sandboxes
+        "nri_reconnects": {
+            node: len(_agent_log_entries(handle, node, log_offsets[node], NRI_LOST))
+            for node in NEIGHBOUR_NODES
+        },
+        "hooks_missed": {
+            node: len(_agent_log_entries(handle, node, log_offsets[node], HOOK_MISSED, "burst-neighbour"))
+            for node in NEIGHBOUR_NODES
+        },
         "burner_cpu": BURNER_CPU,
         "agent_cpu_request": handle.kubectl(
             *("-n", "netclaim-system", "get", "daemonset", "netclaim-agent", "-o"),
