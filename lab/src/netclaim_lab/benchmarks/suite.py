@@ -56,6 +56,7 @@ from netclaim_lab.layout import REPO_ROOT
 
 HERE = Path(__file__).resolve().parent
 NODE = "node-1"
+NODES = ("node-1", "node-2")  # the bench cluster's, NODE first (the stopwatches' order too)
 NAMESPACE = "bench"
 NICS = ["enp0s10", "enp0s11", "enp0s12", "enp0s13"]
 EXAMPLE_GPUS = 112  # per node: more than a burst, a serial batch or a full node holds at once
@@ -286,7 +287,7 @@ def _typed_pod(manifest: dict[str, Any]) -> Pod:
 def idle(handle: ClusterHandle, sizes: Sizes) -> dict[str, Any]:
     log(f"idle: sampling the agents for {sizes.idle_seconds} s")
     time.sleep(sizes.settle_seconds)  # start-up publishes and the first reconcile rounds are over
-    samplers = {n: measure.ProcessSampler(_agent_pid(handle, n), interval=1.0) for n in ("node-1", "node-2")}
+    samplers = {n: measure.ProcessSampler(_agent_pid(handle, n), interval=1.0) for n in NODES}
     with contextlib.ExitStack() as stack:
         for sampler in samplers.values():
             stack.enter_context(sampler)
@@ -509,12 +510,11 @@ def _burst_round(
     start until Ready."""
     if settle:
         measure.wait_quiet()  # the round before is torn down
-    nodes = ("node-1", "node-2")
     manifests = [
-        pod(f"burst-{label}-{i}", BURST_ARMS[arm], nodes[i % 2] if halves else None) for i in range(pods)
+        pod(f"burst-{label}-{i}", BURST_ARMS[arm], NODES[i % 2] if halves else None) for i in range(pods)
     ]
     ours = arm == "netclaim"
-    offsets = {n: _containerd_log(handle, n).stat().st_size for n in ("node-1", "node-2")}
+    offsets = {n: _containerd_log(handle, n).stat().st_size for n in NODES}
     with (
         measure.ReadyWatch(kube, NAMESPACE) as watch,  # open before the window below starts
         measure.ProcessSampler(_agent_pid(handle, NODE), interval=0.1) as agent,
@@ -763,7 +763,6 @@ def profile(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]
 
 
 BURNER_CPU = "1"  # half of a bench node
-NEIGHBOUR_NODES = ("node-1", "node-2")  # node-1 with the burner; the stopwatches' order
 NRI_LOST = "NRI connection lost; reconnecting"  # the agent's log (netclaim.adapters.nri)
 HOOK_MISSED = "attaching into a running sandbox (its RunPodSandbox was missed)"  # netclaim.configure.hooks
 
@@ -804,7 +803,7 @@ def busy_neighbour(
         f"tenant pod on {NODE} that requests {BURNER_CPU} CPU and burns two"
     )
     measure.wait_quiet()  # the bursts before are torn down; with the burner the machine is never quiet
-    log_offsets = {node: len(agents.agent_log(handle, node)) for node in NEIGHBOUR_NODES}
+    log_offsets = {node: len(agents.agent_log(handle, node)) for node in NODES}
     burner = _typed_pod(_burner())
     kube.create(burner)
     try:
@@ -821,18 +820,17 @@ def busy_neighbour(
     uids = {u for r in rounds for u in r.uids}
     hooks = {
         node: measure.distribution(v * 1000 for v in stopwatch.hook_seconds(path, uids).values())
-        for node, path in zip(NEIGHBOUR_NODES, stopwatch_out, strict=True)
+        for node, path in zip(NODES, stopwatch_out, strict=True)
     }
     return {
         # a hook past containerd's NRI timeout: containerd closes the connection, and the pods whose
         # RunPodSandbox goes by before the agent is back are attached into their running sandboxes
         "nri_reconnects": {
-            node: len(_agent_log_entries(handle, node, log_offsets[node], NRI_LOST))
-            for node in NEIGHBOUR_NODES
+            node: len(_agent_log_entries(handle, node, log_offsets[node], NRI_LOST)) for node in NODES
         },
         "hooks_missed": {
             node: len(_agent_log_entries(handle, node, log_offsets[node], HOOK_MISSED, "burst-neighbour"))
-            for node in NEIGHBOUR_NODES
+            for node in NODES
         },
         "burner_cpu": BURNER_CPU,
         "agent_cpu_request": handle.kubectl(
@@ -892,7 +890,7 @@ def main(argv: list[str]) -> int:
     keep = os.environ.get("NETCLAIM_KEEP_CLUSTER") == "1"
     try:
         agents.deploy(handle, HERE / "policy.yaml")  # deploy/ as it is, with the benchmarks' tenant range
-        agents.wait_ready(handle, ["node-1", "node-2"], timeout=180)
+        agents.wait_ready(handle, list(NODES), timeout=180)
         example_driver.install(handle, devices_per_node=EXAMPLE_GPUS)
         with Client(KubeConfig.from_file(handle.kubeconfig), field_manager="netclaim-bench") as kube:
             try:
@@ -912,8 +910,7 @@ def main(argv: list[str]) -> int:
             result["floor"] = floor(handle, sizes)
             with tempfile.TemporaryDirectory() as work, contextlib.ExitStack() as stopwatches:
                 clocks = [
-                    stopwatches.enter_context(stopwatch.running(handle, node, Path(work)))
-                    for node in ("node-1", "node-2")
+                    stopwatches.enter_context(stopwatch.running(handle, node, Path(work))) for node in NODES
                 ]
                 result["serial"] = serial(handle, kube, sizes, clocks[0])
                 result["burst"] = burst(handle, kube, sizes, clocks)
