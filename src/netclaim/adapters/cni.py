@@ -10,18 +10,17 @@ is rolled back with DEL by the caller (netclaim.configure.attach).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import json
 import logging
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from netclaim.adapters import processes
 from netclaim.api.cniconfig import speaks_lifecycle
 from netclaim.errors import CNI_TRY_AGAIN, CniError, CniTryAgainError, ConfigError, NetclaimError
 from netclaim.names import PLUGIN_TYPE
@@ -140,39 +139,23 @@ class CniRunner:
             raise CniTryAgainError(
                 kind, command, CNI_TRY_AGAIN, "no time left for the plugin (the runtime's hook budget)"
             )
+        # a cancelled call (the runtime dropped the hook's connection) kills its plugin before it ends: an
+        # orphaned ADD must never race the DEL of whoever repairs the pod next
         try:
-            process = await asyncio.create_subprocess_exec(
-                str(path),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
-                start_new_session=True,
+            finished = await processes.run(
+                [str(path)], stdin=json.dumps(stdin).encode(), env=env, time_limit=remaining
             )
-        except (OSError, ValueError) as err:  # ValueError: a NUL byte in an argument or the environment
-            raise CniError(kind, command, 999, f"cannot run {path}: {err}") from err
-        try:
-            stdout, stderr = await asyncio.wait_for(
-                process.communicate(json.dumps(stdin).encode()), remaining
-            )
-        except TimeoutError:
-            await _kill(process)
+        except TimeoutError:  # before OSError, its base class
             raise CniTryAgainError(
                 kind, command, CNI_TRY_AGAIN, f"timed out after {remaining:.2f} s"
             ) from None
-        except asyncio.CancelledError:
-            # the hook's caller went away (the runtime dropped the connection): an orphaned ADD must never
-            # race the DEL of whoever repairs the pod next, so the plugin is gone before we let go
-            await _kill(process)
-            raise
-        if process.stdin is not None:  # a plugin that exits before reading all of stdin breaks the pipe:
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # Python 3.11 logs it unless
-                await process.stdin.wait_closed()  # it is retrieved here
-        output = _json(stdout)
-        if process.returncode != 0:
+        except (OSError, ValueError) as err:  # ValueError: a NUL byte in an argument or the environment
+            raise CniError(kind, command, 999, f"cannot run {path}: {err}") from err
+        output = _json(finished.stdout)
+        if finished.returncode != 0:
             code, message, details = output.get("code"), output.get("msg"), output.get("details")
             if not isinstance(message, str) or not message:
-                message = stderr.decode(errors="replace").strip()[:500] or "failed"
+                message = finished.stderr.decode(errors="replace").strip()[:500] or "failed"
             code = code if isinstance(code, int) else 999
             raise CniError.of(kind, command, code, message, details if isinstance(details, str) else "")
         return output
@@ -305,13 +288,6 @@ class CniRunner:
                 first = first or err
         if first is not None and not quiet:
             raise first
-
-
-async def _kill(process: asyncio.subprocess.Process) -> None:
-    """Kill the plugin and anything it started (its own process group), and reap it."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    await process.wait()
 
 
 def _json(data: bytes) -> dict[str, Any]:

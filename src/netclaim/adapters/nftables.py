@@ -3,11 +3,7 @@ applied in one transaction, the table read back. The only place netclaim runs nf
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import signal
-
+from netclaim.adapters import processes
 from netclaim.errors import KernelError, PrerequisiteError
 
 TIMEOUT_SECONDS = 5.0
@@ -17,31 +13,18 @@ NFT, NSENTER = "nft", "nsenter"
 async def _run(netns: str, *args: str, script: str = "") -> str:
     what = f"nft {' '.join(args)} in {netns}"
     try:
-        process = await asyncio.create_subprocess_exec(
-            NSENTER,
-            f"--net={netns}",
-            "--",
-            NFT,
-            *args,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
+        finished = await processes.run(
+            [NSENTER, f"--net={netns}", "--", NFT, *args], stdin=script.encode(), time_limit=TIMEOUT_SECONDS
         )
     except FileNotFoundError as err:
         raise PrerequisiteError(
             f"{what}: {err.filename} is not installed (Debian: nftables, util-linux)"
         ) from err
-    try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(script.encode()), TIMEOUT_SECONDS)
-    except (TimeoutError, asyncio.CancelledError):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        await process.wait()
-        raise
-    if process.returncode != 0:
-        raise KernelError(f"{what}: exit {process.returncode}: {stderr.decode(errors='replace').strip()}")
-    return stdout.decode(errors="replace")
+    if finished.returncode != 0:
+        raise KernelError(
+            f"{what}: exit {finished.returncode}: {finished.stderr.decode(errors='replace').strip()}"
+        )
+    return finished.stdout.decode(errors="replace")
 
 
 async def apply(netns: str, script: str) -> None:

@@ -1,0 +1,109 @@
+"""Programs the agent runs (CNI plugins, nft), each from a thread: the event loop never forks, execs or
+waits on a pipe.
+
+asyncio's own subprocesses fork and exec on the event loop and wait there until the child has exec'd; on
+a node whose CPU a tenant burns that wait took up to 0.4 s at a time (py-spy of the agent beside a
+busy neighbour), while a RunPodSandbox hook, under containerd's one NRI lock, waited in the same loop, and
+hooks went past containerd's 2 s NRI timeout. A thread does the spawn, the pipes and the wait instead.
+
+A program never outlives its call: at its timeout, and when the awaiting task is cancelled (a runtime
+that dropped the hook's connection), its process group is killed and reaped before the call ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+# Threads start as needed: an idle agent has none. Hooks are one at a time per node (containerd's NRI
+# lock), so the rest is DELs of pods going away and CHECK/GC, each bounded by its own timeout.
+_SPAWNING = ThreadPoolExecutor(max_workers=16, thread_name_prefix="netclaim-program")
+KILLED_SECONDS = 2.0  # how long a killed program's group may take to close its pipes
+
+
+@dataclass(frozen=True)
+class Finished:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+class _Abandoned(Exception):
+    """The caller went away before the program started: it never will."""
+
+
+class _Program:
+    """One program's run in its thread, and the way to stop it from the event loop."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None, stdin: bytes) -> None:
+        self._argv, self._env, self._stdin = list(argv), env, stdin
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._abandoned = False
+
+    def run(self) -> Finished:
+        """In the thread. No timeout here: Popen's own waits for the child's end by polling, in sleeps that
+        cost ~1 ms a call; the event loop keeps the time and kills the program instead (`abandon`)."""
+        with self._lock:
+            if self._abandoned:
+                raise _Abandoned
+        process = subprocess.Popen(
+            self._argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=None if self._env is None else dict(self._env),
+            start_new_session=True,
+        )
+        with self._lock:
+            self._process = process
+            abandoned = self._abandoned
+        with process:
+            if abandoned:
+                _kill_group(process)
+            stdout, stderr = process.communicate(self._stdin)  # ends when the group's pipes close
+        return Finished(process.returncode, stdout, stderr)
+
+    def abandon(self) -> None:
+        """From the event loop: kill the program and its group if it started, never start it if not."""
+        with self._lock:
+            self._abandoned = True
+            process = self._process
+        if process is not None and process.returncode is None:  # a reaped leader's ID may be another's
+            _kill_group(process)
+
+    async def stop(self, done: asyncio.Future[Finished]) -> None:
+        """Abandon the run and wait until its group has let go of the pipes (all of it is dead then), as
+        long as a killed group takes: one that left the group (setsid) could hold them for ever."""
+        self.abandon()
+        with contextlib.suppress(Exception):  # the run's own end is nobody's news now
+            await asyncio.wait_for(asyncio.shield(done), KILLED_SECONDS)
+
+
+async def run(
+    argv: Sequence[str], *, stdin: bytes = b"", env: Mapping[str, str] | None = None, time_limit: float
+) -> Finished:
+    """Run `argv` (no shell) to its end, feeding it `stdin`. TimeoutError past `time_limit` seconds;
+    OSError or ValueError (a NUL byte in an argument or the environment) when it cannot be spawned."""
+    program = _Program(argv, env, stdin)
+    done = asyncio.get_running_loop().run_in_executor(_SPAWNING, program.run)
+    try:
+        return await asyncio.wait_for(asyncio.shield(done), time_limit)
+    except TimeoutError:
+        await program.stop(done)
+        raise TimeoutError(f"{argv[0]}: timed out after {time_limit:.2f} s") from None
+    except asyncio.CancelledError:
+        await program.stop(done)
+        raise
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
