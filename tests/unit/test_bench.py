@@ -293,6 +293,7 @@ def test_the_report_the_plots_and_readmes_table_come_from_one_result(tmp_path: P
     assert "| hook inside the agent, 1 NIC (agent's log) | 12.0 " in text
     inside = "12.0 ms inside the agent (p50s of its parts, ms: waiting for the pod's lock 0.0, attaching 11.0"
     assert inside in text
+    assert "(1.0 + 9.0) / 9.0 = 1.11; the goal leaves 0.90 ms for everything besides the exec." in text
     assert "requests 1 CPU and keeps two busy" in text and "(250m, the DaemonSet's)" in text
     assert "| netclaim's hook on node-1 (stopwatch) | 41.0 " in text
     assert "NRI connection (a hook past its timeout): node-1 1, node-2 0;" in text
