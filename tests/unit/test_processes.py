@@ -115,3 +115,21 @@ def test_a_program_that_cannot_be_spawned_says_why() -> None:
         processes.run(["sh", "-c", "head -c 3; echo oops >&2; exit 3"], stdin=b"abcdef", time_limit=5)
     )
     assert (finished.returncode, finished.stdout, finished.stderr) == (3, b"abc", b"oops\n")
+
+
+def test_calls_never_wait_for_each_other_s_threads(tmp_path: Path) -> None:
+    """A thread per call: 40 programs that each wait until all 40 have started (a tenant's hanging plugins,
+    say) all run at once, and none waits for a thread another holds."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    started.mkdir()
+    script = f"touch {started}/$$; while [ ! -e {go} ]; do sleep 0.02; done; echo done"
+
+    async def all_at_once() -> list[bytes]:
+        calls = [asyncio.create_task(processes.run(["sh", "-c", script], time_limit=30)) for _ in range(40)]
+        while len(list(started.iterdir())) < 40:
+            assert not any(call.done() for call in calls)
+            await asyncio.sleep(0.05)
+        go.touch()
+        return [(await call).stdout for call in calls]
+
+    assert asyncio.run(all_at_once()) == [b"done\n"] * 40

@@ -1,5 +1,6 @@
 """Programs the agent runs (CNI plugins, nft), each from a thread: the event loop never forks, execs or
-waits on a pipe.
+waits on a pipe. A thread of its own for each call, as asyncio's child watcher had: no pool whose threads
+a tenant's hanging plugins could all hold while another pod's ADD waits for one.
 
 asyncio's own subprocesses fork and exec on the event loop and wait there until the child has exec'd; on
 a node whose CPU a tenant burns that wait took up to 0.4 s at a time (py-spy of the agent beside a
@@ -13,18 +14,15 @@ that dropped the hook's connection), its process group is killed and reaped befo
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import signal
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-# Threads start as needed: an idle agent has none. Hooks are one at a time per node (containerd's NRI
-# lock), so the rest is DELs of pods going away and CHECK/GC, each bounded by its own timeout.
-_SPAWNING = ThreadPoolExecutor(max_workers=16, thread_name_prefix="netclaim-program")
 KILLED_SECONDS = 2.0  # how long a killed program's group may take to close its pipes
 
 
@@ -93,7 +91,17 @@ async def run(
     """Run `argv` (no shell) to its end, feeding it `stdin`. TimeoutError past `time_limit` seconds;
     OSError or ValueError (a NUL byte in an argument or the environment) when it cannot be spawned."""
     program = _Program(argv, env, stdin)
-    done = asyncio.get_running_loop().run_in_executor(_SPAWNING, program.run)
+    ran: concurrent.futures.Future[Finished] = concurrent.futures.Future()
+
+    def work() -> None:
+        try:
+            ran.set_result(program.run())
+        except Exception as err:  # noqa: BLE001 - the caller's to see, whatever it is
+            ran.set_exception(err)
+
+    # a daemon: an agent ending never waits for a program whose killed group left a pipe open
+    threading.Thread(target=work, name=f"netclaim-program {argv[0]}", daemon=True).start()
+    done = asyncio.wrap_future(ran)
     try:
         return await asyncio.wait_for(asyncio.shield(done), time_limit)
     except TimeoutError:
