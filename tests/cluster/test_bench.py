@@ -35,7 +35,11 @@ def test_make_bench_runs_every_phase_and_writes_the_report(tmp_path: Path) -> No
     assert {v["n"] for v in inside.values()} == {quick.serial_pods}
     assert serial["hook_ext_ms"]["one"]["p50"] >= inside["ms"]["p50"] >= inside["attach_ms"]["p50"] > 0
     claims = quick.serial_pods + quick.serial_four_pods
-    assert serial["prepare_agent_log"]["n"] == serial["unprepare_agent_log"]["n"] == claims
+    assert serial["unprepare_agent_log"]["n"] == claims
+    # every claim prepared once, or answered again from the node's state after a call kubelet gave up on
+    prepared = serial["claims_prepared_repeated"]
+    assert len(set(prepared["prepared"])) == len(prepared["prepared"]) == serial["prepare_agent_log"]["n"]
+    assert len(set(prepared["prepared"]) | set(prepared["prepare repeated"])) == claims, prepared
     # each one-NIC pod's start cost the agent a GET of its claim at least, counted in the audit log
     requests = serial["api_requests_one_nic"]
     assert requests["start"]["n"] == quick.serial_pods and requests["start"]["min"] >= 1

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lightkube import Client
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import ResourceClaimTemplate, ResourceSlice
 
 from netclaim.publish.slices import MAX_DEVICES_PER_SLICE
@@ -20,6 +20,7 @@ from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.controlplane import ControlPlane
 from tests.cluster.helpers import (
     allocation,
+    exists,
     in_node,
     nic_request,
     node_of,
@@ -28,7 +29,7 @@ from tests.cluster.helpers import (
     published,
     template,
 )
-from tests.kube import delete, wait_for
+from tests.kube import delete, typed, wait_for
 
 AGENT_USER = "system:serviceaccount:netclaim-system:netclaim-agent"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
@@ -161,3 +162,16 @@ def test_agent_rides_out_the_apiserver_being_away(cluster: ClusterHandle, kube: 
         subprocess.run([*cluster.node("node-2").enter(), "ip", "link", "delete", "hp9"], check=False)
     wait_for(lambda: "hp9" not in published(kube, "node-2"), 10, "hp9 gone again")
     assert isinstance(node_slices(kube, "node-2")[0], ResourceSlice)
+    _wait_for_the_controller_manager(kube)
+
+
+def _wait_for_the_controller_manager(kube: Client) -> None:
+    """The next test's namespace needs its default ServiceAccount, which kube-controller-manager creates
+    only once its informers are back, and client-go's reflectors retry a lost watch after a growing, jittered
+    backoff (a CI run's next test timed out waiting 60 s for it). Leave the shared cluster working."""
+    name = f"cm-{uuid.uuid4().hex[:6]}"
+    kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+    try:
+        wait_for(lambda: exists(kube, ServiceAccount, "default", name), 180, "the controller-manager back")
+    finally:
+        delete(kube, Namespace, name)

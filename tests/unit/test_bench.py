@@ -190,6 +190,7 @@ def sample_result() -> dict[str, Any]:
             "cni_add_agent_log": _distribution(10),
             "prepare_agent_log": _distribution(5),
             "unprepare_agent_log": _distribution(10),
+            "claims_prepared_repeated": {"prepared": ["ns/c1"], "prepare repeated": []},
             "pods": {"none": 3, "dra": 3, "one": 3, "four": 3},
         },
         "neighbour": {

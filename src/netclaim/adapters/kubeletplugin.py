@@ -165,6 +165,9 @@ class _DraService:
                 devices = await self.preparer.prepare(claim.namespace, claim.name, claim.uid)
                 response.claims[claim.uid].devices.extend(self._device(d) for d in devices)
                 metrics.KUBELET_CALLS.labels("prepare", "ok").inc()
+            except asyncio.CancelledError:  # kubelet's deadline or its connection gone: it asks again
+                log.warning("prepare cancelled", extra={"claim": f"{claim.namespace}/{claim.name}"})
+                raise
             except Exception as err:  # noqa: BLE001 - mapped to this claim's error by its class
                 response.claims[claim.uid].error = await _claim_error("prepare", claim, err, self.preparer)
             metrics.PREPARE_SECONDS.observe(time.monotonic() - started)
@@ -177,6 +180,9 @@ class _DraService:
                 await self.unpreparer.unprepare(claim.namespace, claim.name, claim.uid)
                 response.claims[claim.uid].error = ""
                 metrics.KUBELET_CALLS.labels("unprepare", "ok").inc()
+            except asyncio.CancelledError:
+                log.warning("unprepare cancelled", extra={"claim": f"{claim.namespace}/{claim.name}"})
+                raise
             except Exception as err:  # noqa: BLE001 - mapped to this claim's error by its class
                 response.claims[claim.uid].error = await _claim_error("unprepare", claim, err, self.preparer)
         return response

@@ -54,7 +54,8 @@ class Preparer:
 
     async def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         existing = self.store.for_claim(uid)
-        if existing:  # kubelet asks again after a restart or a lost answer
+        if existing:  # kubelet asks again after a restart, a lost answer or a call it cancelled
+            log.info("prepare repeated", extra={"claim": f"{namespace}/{name}"})
             return self._answer(ClaimRef(namespace, name, uid), existing, None)
         started = time.monotonic()
         claim = await self.gather.claim(namespace, name, uid)

@@ -431,6 +431,11 @@ def serial(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: Pat
         "unprepare_agent_log": measure.distribution(
             _agent_log_values(handle, NODE, log_offset, "unprepared", "ms")
         ),
+        # a claim kubelet asked for again (a call it cancelled, a lost answer) has no second timing
+        "claims_prepared_repeated": {
+            message: sorted(e["claim"] for e in _agent_log_entries(handle, NODE, log_offset, message))
+            for message in ("prepared", "prepare repeated")
+        },
         "pods": {arm: len(v) for arm, v in names.items()},
     }
 
