@@ -18,6 +18,7 @@ from netclaim.publish.slices import MAX_DEVICES_PER_SLICE
 from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.controlplane import ControlPlane
+from netclaim_lab.images import BUSYBOX_IMAGE
 from tests.cluster.helpers import (
     allocation,
     exists,
@@ -27,6 +28,7 @@ from tests.cluster.helpers import (
     node_slices,
     pod,
     published,
+    running,
     template,
 )
 from tests.kube import delete, typed, wait_for
@@ -162,16 +164,42 @@ def test_agent_rides_out_the_apiserver_being_away(cluster: ClusterHandle, kube: 
         subprocess.run([*cluster.node("node-2").enter(), "ip", "link", "delete", "hp9"], check=False)
     wait_for(lambda: "hp9" not in published(kube, "node-2"), 10, "hp9 gone again")
     assert isinstance(node_slices(kube, "node-2")[0], ResourceSlice)
-    _wait_for_the_controller_manager(kube)
+    _wait_for_the_cluster_back(kube, ("node-1", "node-2"))
 
 
-def _wait_for_the_controller_manager(kube: Client) -> None:
-    """The next test's namespace needs its default ServiceAccount, which kube-controller-manager creates
-    only once its informers are back, and client-go's reflectors retry a lost watch after a growing, jittered
-    backoff (a CI run's next test timed out waiting 60 s for it). Leave the shared cluster working."""
-    name = f"cm-{uuid.uuid4().hex[:6]}"
+def _wait_for_the_cluster_back(kube: Client, nodes: tuple[str, ...]) -> None:
+    """Every client of the apiserver lost its watches; client-go's reflectors retry them after a growing,
+    jittered backoff (a CI run's next test timed out waiting 60 s for its namespace's default
+    ServiceAccount, another's pod was not torn down in 120 s). Hand the shared cluster on working: a
+    namespace gets its ServiceAccount (kube-controller-manager), a pod on each node is scheduled
+    (kube-scheduler), runs and goes again (kubelet)."""
+    name = f"back-{uuid.uuid4().hex[:6]}"
     kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
     try:
         wait_for(lambda: exists(kube, ServiceAccount, "default", name), 180, "the controller-manager back")
+        for node in nodes:
+            spec: dict[str, Any] = {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": BUSYBOX_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["sleep", "3600"],
+                    }
+                ],
+            }
+            manifest = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": node, "namespace": name},
+                "spec": spec,
+            }
+            kube.create(typed(Pod, manifest))
+        wait_for(lambda: len(running(kube, name)) == len(nodes), 180, "the scheduler and kubelets back")
+        for node in nodes:
+            delete(kube, Pod, node, name)
+        wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, "the kubelets tearing pods down")
     finally:
         delete(kube, Namespace, name)
