@@ -1,21 +1,28 @@
-"""A pod's policy script applied by the nftables adapter in a real network namespace (root, iproute2,
-nftables): what it lets through net1 and what it drops, the primary interface untouched, the table gone
-when nothing is isolated."""
+"""A pod's policy ruleset (nft's JSON) applied by the nftables adapter in a real network namespace (root,
+iproute2, nftables): what it lets through net1 and what it drops, the primary interface untouched, the table
+gone when nothing is isolated; and, over random tenant policies, that the kernel then holds our table only."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from netclaim.adapters import nftables as nft
+from netclaim.api.networkpolicy import read_policy_spec
+from netclaim.errors import ConfigError, KernelError
 from netclaim.netpolicy import nftables
-from netclaim.netpolicy.rules import Allow, Direction, NetworkRules, PortMatch
+from netclaim.netpolicy.rules import Allow, Direction, NetworkRules, PolicyObject, PortMatch, pod_rules
+from tests.unit.test_nft_ruleset import PODS, SPEC
 
 SERVER = """
 import socket, sys, threading
@@ -112,7 +119,7 @@ async def test_only_what_the_policy_allows_reaches_net1_and_eth0_is_untouched(po
     open_before = {port: _reach(client, "10.9.1.3", "10.9.1.1", port) for port in (5432, 8080)}
     assert open_before == {5432: "open", 8080: "open"}
     allows = (Allow(("10.9.1.2/32", "fd09::2/128"), (), (PortMatch("TCP", 5432, 5432),)),)
-    await nft.apply(netns, nftables.script({"net1": NetworkRules(ingress=Direction(allows, ("team-a/p",)))}))
+    await nft.apply(netns, nftables.ruleset({"net1": NetworkRules(ingress=Direction(allows, ("team-a/p",)))}))
     seen = {
         "allowed peer, allowed port": _reach(client, "10.9.1.2", "10.9.1.1", 5432),
         "allowed peer, other port": _reach(client, "10.9.1.2", "10.9.1.1", 8080),
@@ -128,20 +135,29 @@ async def test_only_what_the_policy_allows_reaches_net1_and_eth0_is_untouched(po
         "primary interface, any port": "open",
     }
     assert not _pings(client, "10.9.1.1", "10.9.1.2") and _pings(client, "10.9.2.1", "10.9.2.2")
-    shown = await nft.table(netns, nftables.TABLE)
-    assert 'iifname "net1" jump in_0' in shown and "eth0" not in shown
+    shown = await nft.table(netns, nftables.FAMILY, nftables.NAME)
+    jumps = [o["rule"]["expr"] for o in shown if "rule" in o and o["rule"]["chain"] == "input"]
+    assert jumps == [
+        [
+            {"match": {"op": "==", "left": {"meta": {"key": "iifname"}}, "right": "net1"}},
+            {"jump": {"target": "in_0"}},
+        ]
+    ]
+    assert "eth0" not in json.dumps(shown)
 
     started = time.monotonic()
-    await nft.apply(netns, nftables.script({"net1": NetworkRules()}))  # nothing isolated: the table goes
+    await nft.apply(netns, nftables.ruleset({"net1": NetworkRules()}))  # nothing isolated: the table goes
     assert time.monotonic() - started < nft.TIMEOUT_SECONDS
-    assert await nft.table(netns, nftables.TABLE) == ""
+    assert await nft.table(netns, nftables.FAMILY, nftables.NAME) == []
     assert _reach(client, "10.9.1.3", "10.9.1.1", 8080) == "open" and _pings(client, "10.9.1.1", "10.9.1.2")
 
 
 async def test_egress_and_an_ip_block_with_except(pod: tuple[str, str]) -> None:
     netns, client = pod
     allows = (Allow(("10.9.1.0/24",), ("10.9.1.3/32",)),)
-    await nft.apply(netns, nftables.script({"net1": NetworkRules(egress=Direction(allows, ("team-a/out",)))}))
+    await nft.apply(
+        netns, nftables.ruleset({"net1": NetworkRules(egress=Direction(allows, ("team-a/out",)))})
+    )
     pod_ns = Path(netns).name
     assert _pings(pod_ns, "10.9.1.2")
     assert not _pings(pod_ns, "10.9.1.3")  # the except
@@ -149,12 +165,48 @@ async def test_egress_and_an_ip_block_with_except(pod: tuple[str, str]) -> None:
     assert _reach(client, "10.9.1.3", "10.9.1.1", 8080) == "open"  # ingress is not isolated: replies pass
 
 
-async def test_a_script_nft_refuses_changes_nothing(pod: tuple[str, str]) -> None:
+async def test_a_batch_nft_refuses_changes_nothing(pod: tuple[str, str]) -> None:
     netns, _ = pod
     allows = (Allow(("10.9.1.2/32",)),)
-    good = nftables.script({"net1": NetworkRules(ingress=Direction(allows, ("team-a/p",)))})
+    good = nftables.ruleset({"net1": NetworkRules(ingress=Direction(allows, ("team-a/p",)))})
     await nft.apply(netns, good)
-    before = await nft.table(netns, nftables.TABLE)
-    with pytest.raises(Exception, match="exit 1"):
-        await nft.apply(netns, good.replace("10.9.1.2/32", "10.9.1.999/32"))
-    assert await nft.table(netns, nftables.TABLE) == before
+    before = await nft.table(netns, nftables.FAMILY, nftables.NAME)
+    bad = json.loads(json.dumps(good).replace('"10.9.1.2"', '"10.9.1.999"'))
+    with pytest.raises(KernelError, match="exit 1"):
+        await nft.apply(netns, bad)
+    assert await nft.table(netns, nftables.FAMILY, nftables.NAME) == before
+
+
+def test_random_tenant_policies_leave_the_kernel_with_our_table_and_chains_only(pod: tuple[str, str]) -> None:
+    """The renderer's property (tests/unit/test_nft_ruleset.py), held against nft and the kernel: each
+    accepted policy's batch applies, and `nft list ruleset` then shows table inet netclaim alone, with our
+    chains alone."""
+    netns, _ = pod
+    applied = 0
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(spec=SPEC)
+    def applies_ours(spec: dict[str, Any]) -> None:
+        nonlocal applied
+        try:
+            policy = PolicyObject("team-a", "p", ("lan3",), read_policy_spec(spec, "p"))
+        except ConfigError:
+            return
+        for rules in pod_rules([policy], PODS, {"team-a": {}, "team-b": {"a": "b"}}).values():
+            asyncio.run(
+                nft.apply(netns, nftables.ruleset({f"net{i}": r for i, r in enumerate(rules.values(), 1)}))
+            )
+            listed = json.loads(_run("nsenter", f"--net={netns}", "nft", "-j", "list", "ruleset"))
+            objects = [o for o in listed["nftables"] if "metainfo" not in o]
+            assert {(o["table"]["family"], o["table"]["name"]) for o in objects if "table" in o} == {
+                ("inet", "netclaim")
+            }
+            chains = {o["chain"]["name"] for o in objects if "chain" in o}
+            assert chains <= {"input", "output"} | {f"{d}_{i}" for d in ("in", "out") for i in (0, 1)}, chains
+            assert all(
+                o[k]["table"] == "netclaim" for o in objects for k in ("chain", "rule", "set") if k in o
+            )
+            applied += 1
+
+    applies_ours()
+    assert applied >= 10, applied

@@ -184,28 +184,6 @@ def test_policies_add_up_and_an_empty_from_allows_everyone() -> None:
     )
 
 
-def test_the_script_matches_only_our_interfaces_and_ends_each_isolated_direction_with_a_drop() -> None:
-    allows = (
-        Allow(
-            ("10.3.0.0/24", "10.3.0.20/32", "fd03::/64"),
-            ("10.3.0.128/25",),
-            (PortMatch("TCP", 80, 90), PortMatch("TCP", 85, 100), PortMatch("UDP")),
-        ),
-    )
-    script = nftables.script(
-        {"net1": NetworkRules(ingress=Direction(allows, ("team-a/p",))), "net2": NetworkRules()}
-    )
-    assert script.startswith("table inet netclaim\ndelete table inet netclaim\ntable inet netclaim {\n")
-    assert '    iifname "net1" jump in_0\n' in script and "net2" not in script and "oifname" not in script
-    assert (
-        "    ip saddr { 10.3.0.0/24 } ip saddr != { 10.3.0.128/25 } tcp dport { 80-100 } accept\n" in script
-    )
-    assert "    ip saddr { 10.3.0.0/24 } ip saddr != { 10.3.0.128/25 } meta l4proto udp accept\n" in script
-    assert "    ip6 saddr { fd03::/64 } tcp dport { 80-100 } accept\n" in script
-    assert script.endswith("    drop\n  }\n}\n")
-    assert nftables.script({"net1": NetworkRules()}) == "table inet netclaim\ndelete table inet netclaim\n"
-
-
 def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> None:
     from netclaim.netpolicy.distribute import (
         config_maps,

@@ -1,21 +1,27 @@
-"""nftables inside a pod's network namespace: `nft` (Debian's nftables) run under `nsenter --net`, a script
-applied in one transaction, the table read back. The only place netclaim runs nft."""
+"""nftables in a network namespace: `nft` (Debian's nftables) run under `nsenter --net`, fed nft's JSON
+(`nft -j -f -`, one transaction: all of it or none of it), and tables read back as JSON. The only place
+netclaim runs nft; callers hand it data (netclaim.netpolicy.nftables, netclaim.netguard), never nft's
+language, so no value can become a command."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from netclaim.adapters import processes
 from netclaim.errors import KernelError, PrerequisiteError
 
 TIMEOUT_SECONDS = 5.0
 NFT, NSENTER = "nft", "nsenter"
+Ruleset = dict[str, Any]  # {"nftables": [commands]}, libnftables-json(5)
 
 
-async def _run(netns: str, *args: str, script: str = "") -> str:
-    what = f"nft {' '.join(args)} in {netns}"
+async def _run(netns: str, *args: str, data: bytes = b"") -> str:
+    where = f" in {netns}" if netns else ""
+    what = f"nft {' '.join(args)}{where}"
+    command = [NSENTER, f"--net={netns}", "--", NFT, *args] if netns else [NFT, *args]
     try:
-        finished = await processes.run(
-            [NSENTER, f"--net={netns}", "--", NFT, *args], stdin=script.encode(), time_limit=TIMEOUT_SECONDS
-        )
+        finished = await processes.run(command, stdin=data, time_limit=TIMEOUT_SECONDS)
     except FileNotFoundError as err:
         raise PrerequisiteError(
             f"{what}: {err.filename} is not installed (Debian: nftables, util-linux)"
@@ -27,17 +33,19 @@ async def _run(netns: str, *args: str, script: str = "") -> str:
     return finished.stdout.decode(errors="replace")
 
 
-async def apply(netns: str, script: str) -> None:
-    """Run the script (`nft -f -`): all of it or, on an error, none of it."""
-    await _run(netns, "-f", "-", script=script)
+async def apply(netns: str, ruleset: Ruleset) -> None:
+    """Run the batch in `netns` ("": the agent's own namespace): all of it or, on an error, none of it."""
+    await _run(netns, "-j", "-f", "-", data=json.dumps(ruleset, separators=(",", ":")).encode())
 
 
-async def table(netns: str, name: str) -> str:
-    """The table as `nft list table` prints it; "" when the namespace has none of that name."""
-    family, _, table_name = name.partition(" ")
+async def table(netns: str, family: str, name: str) -> list[dict[str, Any]]:
+    """The table's objects as `nft -j list table` gives them (its table, chains, sets, rules); [] when the
+    namespace has none of that name."""
     try:
-        return await _run(netns, "list", "table", family, table_name)
+        listed = await _run(netns, "-j", "list", "table", family, name)
     except KernelError as err:
         if "No such file or directory" in str(err):
-            return ""
+            return []
         raise
+    objects: list[dict[str, Any]] = json.loads(listed).get("nftables", [])
+    return [o for o in objects if "metainfo" not in o]

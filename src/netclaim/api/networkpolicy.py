@@ -27,19 +27,85 @@ isolates every pod of its namespace on its networks, allowing nothing (docs/serv
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from netclaim.errors import ConfigError, format_validation_error
-from netclaim.names import DRIVER_DOMAIN
+from netclaim.names import DRIVER_DOMAIN, NETWORK_NAME
 
 POLICY_FOR = "k8s.v1.cni.cncf.io/policy-for"
 NETWORK_PREFIX = f"{DRIVER_DOMAIN}/"
-MAX_RULES = 100  # per direction: a policy past it is refused (each rule is nftables rules in every pod)
+# What one policy may hold: each rule is nftables rules in every pod it selects, and the whole policy is
+# compiled on every change of its namespace. Past any bound the policy is refused (its namespace's pods on
+# its networks isolated, allowing nothing), never truncated.
+MAX_RULES = 100  # per direction
 MAX_PEERS = 100  # per rule
 MAX_PORTS = 100  # per rule
+MAX_EXCEPTS = 100  # per ipBlock
+MAX_LABELS = 32  # matchLabels entries, and matchExpressions, per selector
+MAX_VALUES = 64  # per matchExpression
+# A label's key: an optional DNS-subdomain prefix (<= 253) and a name (<= 63); a value: <= 63, possibly
+# empty (Kubernetes' own rules, so a selector can only name labels the API server lets a pod carry)
+LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+LABEL_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# IANA_SVC_NAME, a container port's name: 1-15 of a-z 0-9 -, at least one letter, no '-' at either end
+# nor two together
+PORT_NAME = re.compile(r"(?=.*[a-z])[a-z0-9]([a-z0-9]|-(?!-))*(?<!-)")
+
+
+def _label_key(key: str) -> str:
+    prefix, slash, name = key.rpartition("/")
+    if not LABEL_NAME.fullmatch(name) or (
+        slash and (not prefix or len(prefix) > 253 or not LABEL_PREFIX.fullmatch(prefix))
+    ):
+        raise ValueError(f"{key!r} is not a label key (an optional DNS prefix and '/', then a name of 1-63)")
+    return key
+
+
+def _label_value(value: str) -> str:
+    if value and not LABEL_NAME.fullmatch(value):
+        raise ValueError(f"{value!r} is not a label value (0-63 of A-Z a-z 0-9 - _ ., alphanumeric ends)")
+    return value
+
+
+LabelKey = Annotated[StrictStr, AfterValidator(_label_key)]
+LabelValue = Annotated[StrictStr, AfterValidator(_label_value)]
+
+
+def network_of(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """A CIDR as NetworkPolicy's ipBlock takes it, normalized: host bits cleared (10.1.2.3/16 is
+    10.1.0.0/16, as every NetworkPolicy implementation reads it). Refused: no prefix length, a zone
+    (`fe80::1%eth0`), an IPv4-mapped IPv6 network (`::ffff:10.0.0.0/104`: IPv4 traffic is never
+    matched as IPv6, so such a rule would silently allow or except nothing), anything but the plain
+    text form."""
+    if not isinstance(text, str) or "/" not in text or "%" in text or text.strip() != text:
+        raise ValueError(f"{text!r} is not a CIDR (like 10.0.0.0/8 or fd00::/64)")
+    try:
+        network = ipaddress.ip_network(text, strict=False)
+    except ValueError as err:
+        raise ValueError(f"{text!r} is not a CIDR: {err}") from None
+    if isinstance(network, ipaddress.IPv6Network) and network.network_address.ipv4_mapped is not None:
+        raise ValueError(f"{text!r} is an IPv4 network written as IPv6: write it as IPv4")
+    return network
+
+
+def _cidr(text: str) -> str:
+    return str(network_of(text))
+
+
+Cidr = Annotated[StrictStr, AfterValidator(_cidr)]
 
 
 class _Strict(BaseModel):
@@ -47,9 +113,9 @@ class _Strict(BaseModel):
 
 
 class Requirement(_Strict):
-    key: str
+    key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: tuple[str, ...] = ()
+    values: tuple[LabelValue, ...] = Field(default=(), max_length=MAX_VALUES)
 
     @model_validator(mode="after")
     def _values_as_the_operator_needs(self) -> Requirement:
@@ -63,8 +129,12 @@ class Requirement(_Strict):
 class LabelSelector(_Strict):
     """metav1.LabelSelector: its terms ANDed; an empty one selects everything."""
 
-    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
-    match_expressions: tuple[Requirement, ...] = Field(default=(), alias="matchExpressions")
+    match_labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, alias="matchLabels", max_length=MAX_LABELS
+    )
+    match_expressions: tuple[Requirement, ...] = Field(
+        default=(), alias="matchExpressions", max_length=MAX_LABELS
+    )
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
@@ -83,19 +153,14 @@ def _holds(requirement: Requirement, labels: Mapping[str, str]) -> bool:
 
 
 class IPBlock(_Strict):
-    cidr: str
-    except_: tuple[str, ...] = Field(default=(), alias="except")
-
-    @field_validator("cidr")
-    @classmethod
-    def _a_network(cls, value: str) -> str:
-        return str(ipaddress.ip_network(value, strict=False))
+    cidr: Cidr
+    except_: tuple[Cidr, ...] = Field(default=(), alias="except", max_length=MAX_EXCEPTS)
 
     @model_validator(mode="after")
     def _excepts_inside(self) -> IPBlock:
         network = ipaddress.ip_network(self.cidr)
         for text in self.except_:
-            inner = ipaddress.ip_network(text, strict=False)
+            inner = ipaddress.ip_network(text)
             if inner.version != network.version or not inner.subnet_of(network):  # type: ignore[arg-type]
                 raise ValueError(f"except {text!r} is not inside cidr {self.cidr}")
         return self
@@ -117,15 +182,18 @@ class Peer(_Strict):
 
 class Port(_Strict):
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
-    port: int | str | None = None
-    end_port: int | None = Field(default=None, alias="endPort")
+    port: StrictInt | StrictStr | None = None
+    end_port: StrictInt | None = Field(default=None, alias="endPort")
 
     @model_validator(mode="after")
     def _a_port_or_range(self) -> Port:
         if isinstance(self.port, int) and not 1 <= self.port <= 65535:
             raise ValueError(f"port {self.port} is not 1-65535")
-        if isinstance(self.port, str) and not self.port:
-            raise ValueError("port: an empty name")
+        if isinstance(self.port, str) and (len(self.port) > 15 or not PORT_NAME.fullmatch(self.port)):
+            raise ValueError(
+                f"port {self.port!r} is neither a number nor a container port's name (1-15 of a-z 0-9 -, "
+                "with a letter)"
+            )
         if self.end_port is not None:
             if not isinstance(self.port, int):
                 raise ValueError("endPort needs a numeric port")
@@ -162,11 +230,17 @@ class PolicySpec(_Strict):
 
 def netclaim_networks(annotations: Mapping[str, str]) -> tuple[str, ...]:
     """The netclaim networks the policy-for annotation names (spaces ignored, as multi-networkpolicy does);
-    other names are Multus's."""
+    other names are Multus's. A name after `netclaim.dev/` that no network can have is kept as it is
+    written: the policy still names netclaim, and unknown_networks says why it selects nothing there."""
     names = annotations.get(POLICY_FOR, "").replace(" ", "").split(",")
     return tuple(
         sorted({n.removeprefix(NETWORK_PREFIX) for n in names if n.startswith(NETWORK_PREFIX)} - {""})
     )
+
+
+def malformed_networks(networks: tuple[str, ...]) -> tuple[str, ...]:
+    """The names of `networks` that no NIC's `netclaim.dev/network` attribute can hold."""
+    return tuple(n for n in networks if not NETWORK_NAME.fullmatch(n))
 
 
 def read_policy_spec(spec: Any, where: str) -> PolicySpec:
