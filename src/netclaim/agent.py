@@ -113,7 +113,9 @@ async def _start_configure_path(
             lambda ok: health.set("kubelet", ok),
         )
     if settings.nri_socket is not None:
-        policies = PolicyEnforcer(KubePolicyRules(kube, settings.namespace), store, node)
+        policies = PolicyEnforcer(
+            KubePolicyRules(kube, settings.namespace), store, node, warn=status.warn_later
+        )
         supervisor.keep("policy-rules-watch", policies.watch)
         hooks = PodHooks(store, attacher, status, locks, metadata, policies)
         health.expect("nri")

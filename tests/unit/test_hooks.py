@@ -12,10 +12,12 @@ import pytest
 
 from netclaim.adapters.cni import CniRunner, cni_args
 from netclaim.adapters.nri import PodSandbox
+from netclaim.configure.policy import PolicyEnforcer
 from netclaim.configure.status import NETWORK_STATUS, ClaimRef
 from netclaim.configure.store import Attachment, Outcome, State
 from netclaim.errors import AttachError, CniError, HostNetworkPodError, PodBusyError
 from tests.unit.fakes import ConfigureRig, configure_rig, sample_claim, sample_device, sample_row
+from tests.unit.test_policy_enforcer import DELETE_ONLY, FakeRules, Recorder, _guard
 
 CLAIM = ClaimRef("team-a", "claim-1", "claim-uid-1")
 FIRST = sample_row(sample_device("enp1s0"))
@@ -442,3 +444,58 @@ async def test_a_hook_cancelled_mid_add_kills_its_plugin_before_the_repair_delet
     assert log.read_text().splitlines() == [f"ADD {plugin_pid}", "DEL"]  # nothing of the ADD left then
     assert _gone(plugin_pid) and _gone(sleeper_pid)
     assert _state(rig, FIRST)[0] == State.DETACHED
+
+
+async def test_a_bug_after_the_adds_undoes_them_and_fails_the_sandbox(
+    rig: ConfigureRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not only an AttachError: whatever fails inside the hook (a tenant's policy once raised ValueError
+    there) rolls the pod's interfaces back, and the sandbox fails with a message and an Event."""
+    await rig.store.put(FIRST, SECOND)
+
+    def broken(rows: list[Attachment]) -> None:
+        raise ValueError("'10.1.2.3/16' has host bits set")
+
+    monkeypatch.setattr(rig.hooks.metadata, "attached", broken)
+    with pytest.raises(AttachError, match=r"internal error in the netclaim agent \(ValueError"):
+        await rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET)
+    assert [_state(rig, r)[0] for r in (FIRST, SECOND)] == [State.DETACHED, State.DETACHED]
+    assert [c.command for c in rig.cni.calls] == ["ADD", "ADD", "DEL", "DEL"]
+    await rig.settle()
+    assert [e.reason for e in rig.api.events] == ["NetclaimAttachFailed"]
+
+
+def _with_policies(rig: ConfigureRig, rules: FakeRules, nft: Recorder) -> PolicyEnforcer:
+    enforcer = PolicyEnforcer(rules, rig.store, "node-1", nft)
+    rig.hooks.policies = enforcer
+    return enforcer
+
+
+async def test_a_repair_attaches_a_missed_sandbox_only_once_the_rules_are_read(rig: ConfigureRig) -> None:
+    """Synchronize after a restart can come before the rules are read: attaching then would let the gate
+    see net1 and the containers start without the pod's table."""
+    device = sample_device("enp1s0")
+    device.attributes["netclaim.dev/network"] = "lan3"
+    row = sample_row(device)
+    await rig.store.put(row)
+    enforcer = _with_policies(rig, FakeRules({"guards": _guard({})}), Recorder())
+    repair = asyncio.create_task(rig.hooks.synchronize([rig.sandbox()]))
+    await asyncio.sleep(0.05)
+    assert rig.cni.calls == [] and not repair.done()  # waiting for the rules
+    await enforcer.refresh()
+    await repair
+    assert _state(rig, row) == (State.ATTACHED, "sandbox-1")
+    assert enforcer.applied["pod-uid-1"] != DELETE_ONLY  # the guard's isolation, before any container
+
+
+async def test_a_repair_whose_table_nft_refuses_undoes_the_interface(rig: ConfigureRig) -> None:
+    device = sample_device("enp1s0")
+    device.attributes["netclaim.dev/network"] = "lan3"
+    row = sample_row(device)
+    await rig.store.put(row)
+    sandbox = rig.sandbox()
+    enforcer = _with_policies(rig, FakeRules({"guards": _guard({})}), Recorder(refuse={sandbox.netns}))
+    await enforcer.refresh()
+    await rig.hooks.synchronize([sandbox])
+    assert [c.command for c in rig.cni.calls] == ["ADD", "DEL"]  # no table, no interface: the gate holds
+    assert _state(rig, row)[0] == State.DETACHED

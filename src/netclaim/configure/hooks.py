@@ -86,20 +86,31 @@ class PodHooks:
                         done.append(await self.attacher.attach(current, pod, deadline))
                 marks.append(time.monotonic())
                 if self.policies is not None:  # before it answers: no container runs with the interface open
-                    self.policies.seen(pod.uid, pod.namespace, pod.labels)
+                    self.policies.seen(pod.uid, pod.namespace, pod.name, pod.labels)
                     await self.policies.enforce(pod.uid, deadline)
                 marks.append(time.monotonic())
                 if self.metadata is not None:  # before the containers are created, so they mount this one
                     self.metadata.attached(done)
                 marks.append(time.monotonic())
-            except AttachError as err:
-                for attached in done:  # all or nothing: the retried sandbox starts from a clean slate
+            except Exception as err:  # whatever failed, and a bug too: all or nothing
+                for attached in done:  # the retried sandbox starts from a clean slate
                     current = self.attacher.current(attached)
                     if current is not None:
                         await self.attacher.detach(current, deadline)
-                if not isinstance(err.__cause__, TransientError):  # kubelet retries: the user is not blamed
-                    self.status.warn_later(pod_of(pod), "NetclaimAttachFailed", str(err))
-                raise
+                failure = (
+                    err
+                    if isinstance(err, AttachError)
+                    else AttachError(
+                        f"internal error in the netclaim agent ({type(err).__name__}: {err}); see its log"
+                    )
+                )
+                if failure is not err:
+                    log.exception("pod sandbox hook failed (a bug); its interfaces undone")
+                if not isinstance(failure.__cause__, TransientError):  # kubelet retries: not the user's
+                    self.status.warn_later(pod_of(pod), "NetclaimAttachFailed", str(failure))
+                if failure is err:
+                    raise
+                raise failure from err
             finally:
                 for row in rows:
                     self.status.enqueue(claim_of(row))
@@ -160,10 +171,12 @@ class PodHooks:
 
     async def _repair_all(self, pods: list[PodSandbox]) -> None:
         sandboxes = {pod.uid: pod for pod in pods}
-        if self.policies is not None:  # their tables are applied once the rules are read (PolicyEnforcer)
+        if self.policies is not None:  # their tables are made what the rules say once these are read
             self.policies.prune()
             for pod in pods:
-                self.policies.seen(pod.uid, pod.namespace, pod.labels, inherited=True)
+                self.policies.seen(pod.uid, pod.namespace, pod.name, pod.labels, inherited=True)
+            if any(self._to_attach(row, sandboxes.get(row.pod_uid)) for row in self.store.all()):
+                await self.policies.read()  # a pod attached here gets its table before its containers
         for row in self.store.all():
             async with self.locks(row.pod_uid):
                 current = self.attacher.current(row)
@@ -185,6 +198,13 @@ class PodHooks:
                 self.status.enqueue(claim_of(row))
                 if listed is not None:
                     self.status.enqueue(pod_of(listed))
+        if self.policies is not None:
+            await self.policies.follow()  # an older agent's tables, or none, made what the rules say
+
+    @staticmethod
+    def _to_attach(row: Attachment, sandbox: PodSandbox | None) -> bool:
+        """Whether repairing the row attaches it into a running sandbox (rather than only undoing)."""
+        return sandbox is not None and not (row.state == State.ATTACHED and row.sandbox_id == sandbox.id)
 
     async def _repair(self, row: Attachment, sandbox: PodSandbox | None) -> None:
         deadline = time.monotonic() + REPAIR_SECONDS
@@ -200,8 +220,15 @@ class PodHooks:
                 "attaching into a running sandbox (its RunPodSandbox was missed)",
                 extra={"pod": f"{sandbox.namespace}/{sandbox.name}", "claim": row.claim_name},
             )
-            await self.attacher.attach(row, sandbox, deadline)
-            if self.policies is not None:
-                await self.policies.enforce(sandbox.uid, deadline)
+            row = await self.attacher.attach(row, sandbox, deadline)
+            if self.policies is not None:  # seen again: a refresh meanwhile forgets pods not yet attached
+                self.policies.seen(
+                    sandbox.uid, sandbox.namespace, sandbox.name, sandbox.labels, inherited=True
+                )
+                try:
+                    await self.policies.enforce(sandbox.uid, deadline)
+                except AttachError:  # no table, no interface: the gate keeps its containers waiting
+                    await self.attacher.detach(row, deadline)
+                    raise
             if self.metadata is not None:  # the containers the gate held back mount it when created
                 self.metadata.attached(self.store.for_claim(row.claim_uid))
