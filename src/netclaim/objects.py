@@ -504,6 +504,16 @@ class PodClaim:
     template: str = ""  # resourceClaimTemplateName
 
 
+EXTENDED_RESOURCES = "extended-resources"  # the pod's name for the claim the scheduler made for them
+
+
+def _extended_claim(status: dict[str, Any]) -> tuple[PodClaim, ...]:
+    """The claim the scheduler made for the pod's extended resources backed by DRA (KEP-5004), listed
+    like the others: Services, policies and the network-status annotation count its interfaces too."""
+    made = (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+    return (PodClaim(EXTENDED_RESOURCES, str(made)),) if made else ()
+
+
 @dataclass(frozen=True)
 class PodCondition:
     type: str
@@ -558,7 +568,8 @@ class Pod:
                     template=str(ref.get("resourceClaimTemplateName") or ""),
                 )
                 for ref in spec.get("resourceClaims") or []
-            ),
+            )
+            + _extended_claim(status),
             annotations={
                 str(key): value
                 for key, value in (meta.get("annotations") or {}).items()
