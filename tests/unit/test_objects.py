@@ -118,3 +118,20 @@ def test_a_pod_says_whether_the_scheduler_found_no_place_for_it_and_whether_it_i
     ready = Pod.from_api(_pod(conditions=[{"type": "Ready", "status": "True"}]))
     assert ready.ready and not ready.unschedulable
     assert Pod.from_api({}).claims == () and Pod.from_api({}).condition_of("Ready") is None
+
+
+def test_the_claim_made_for_a_pods_extended_resources_is_one_of_its_claims() -> None:
+    pod = Pod.from_api(
+        {
+            "metadata": {"namespace": "team-a", "name": "p", "uid": "u"},
+            "spec": {"resourceClaims": [{"name": "net", "resourceClaimName": "p-net"}]},
+            "status": {
+                "extendedResourceClaimStatus": {
+                    "resourceClaimName": "p-extended-resources-x2k9",
+                    "requestMappings": [{"containerName": "c", "resourceName": "netclaim.dev/fabric"}],
+                }
+            },
+        }
+    )
+    assert pod.claim_names() == ["p-net", "p-extended-resources-x2k9"]
+    assert pod.claims[-1] == PodClaim("extended-resources", "p-extended-resources-x2k9")
