@@ -70,6 +70,7 @@ from netclaim.mirror import Mirror
 from netclaim.netpolicy.distribute import PolicyReconciler
 from netclaim.objects import Claim, IPAllocation, condition
 from netclaim.publish.loop import Trigger, periodic
+from netclaim.published import PublishedAddresses
 from netclaim.services.endpoints import EndpointsReconciler
 from netclaim.supervisor import Supervisor
 
@@ -157,6 +158,22 @@ class Reconciler:
         else:
             allocations = await self.addresses.list_ip_allocations()
         return allocations, {c.uid: c for c in await self.claims.list_claims()}
+
+    async def publishable(self) -> PublishedAddresses:
+        """What the Services' and policies' passes may publish (netclaim.published): from the claims and
+        IPAllocations seen (listed while their watches are not synced) and the pools as listed now."""
+        allocations = (
+            list(self.allocations_seen.objects.values())
+            if self.allocations_seen.synced
+            else await self.addresses.list_ip_allocations()
+        )
+        claims = (
+            list(self.claims_seen.objects.values())
+            if self.claims_seen.synced
+            else await self.claims.list_claims()
+        )
+        pools, _ = read_pools(await self.addresses.list_ippools())
+        return PublishedAddresses(claims, allocations, pools, self.driver)
 
     async def _write_params(self, pools: list[IPPool], objects: dict[str, dict[str, Any]]) -> set[str]:
         """Each restricted pool's parameter of admission policy netclaim-pool-namespaces, written before its
@@ -308,9 +325,9 @@ async def run(settings: ControllerSettings) -> None:
     params: PoolParamsApi = KubePoolParams(kube, settings.namespace)
     services: NetworkServicesApi = KubeServices(kube)
     reconciler = Reconciler(claims, addresses, KubeSlices(kube), params, settings.driver_name)
-    endpoints = EndpointsReconciler(services, settings.driver_name)
+    endpoints = EndpointsReconciler(services, settings.driver_name, reconciler.publishable)
     network_policies: NetworkPoliciesApi = KubePolicies(kube, settings.namespace)
-    policies = PolicyReconciler(network_policies, claims, settings.driver_name)
+    policies = PolicyReconciler(network_policies, claims, settings.driver_name, reconciler.publishable)
     trigger, endpoints_trigger, policies_trigger = Trigger(), Trigger(), Trigger()
 
     async def reconciled() -> None:
@@ -324,6 +341,9 @@ async def run(settings: ControllerSettings) -> None:
     def claim_served(claim: Claim) -> bool:
         return served(claim.namespace)
 
+    def serving(_: object) -> bool:
+        return bool(endpoints.namespaces)
+
     def policed(_: object) -> bool:
         """Pods, claims and namespaces matter to the policies only while some name a netclaim network."""
         return bool(policies.namespaces_with_policies)
@@ -335,7 +355,16 @@ async def run(settings: ControllerSettings) -> None:
     allocation_changes = partial(
         reconciler.allocations_seen.follow, addresses.listed_ip_allocations, addresses.ip_allocation_changes
     )
-    supervisor.keep("ipallocations-watch", partial(fire_on_changes, allocation_changes, (trigger, always)))
+    supervisor.keep(
+        "ipallocations-watch",
+        partial(
+            fire_on_changes,
+            allocation_changes,
+            (trigger, always),
+            (endpoints_trigger, serving),  # an address given or freed: what may be published changed
+            (policies_trigger, policed),
+        ),
+    )
     supervisor.keep(
         "resourceclaims-watch",
         partial(

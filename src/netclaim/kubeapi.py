@@ -295,6 +295,14 @@ class NetworkPoliciesApi(Protocol):
     async def list_rules_maps(self) -> dict[str, dict[str, str]]:
         """The rules ConfigMaps there are: name → data."""
 
+    async def list_networks(self, driver: str) -> set[str]:
+        """The networks (`netclaim.dev/network`) of the devices `driver` publishes, every node's."""
+
+    async def create_policy_event(
+        self, namespace: str, name: str, uid: str, reason: str, message: str
+    ) -> None:
+        """A Warning Event on the MultiNetworkPolicy."""
+
     async def apply_rules_map(self, name: str, label: str, data: dict[str, str]) -> None: ...
 
     async def delete_rules_map(self, name: str) -> None: ...

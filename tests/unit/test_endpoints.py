@@ -4,14 +4,15 @@ pass that one bad Service never stops (netclaim.services.endpoints)."""
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
 from netclaim.errors import ApiRejectedError, ApiUnavailableError, NetclaimError
-from netclaim.objects import Claim, Pod, PodClaim, PodCondition, PodRef
+from netclaim.objects import Claim, IPAllocation, Pod, PodClaim, PodCondition, PodRef
+from netclaim.published import PublishedAddresses
 from netclaim.services.endpoints import (
     MAX_ENDPOINTS,
     EndpointsReconciler,
@@ -23,6 +24,18 @@ from netclaim.services.endpoints import (
 from tests.unit.fakes import SAMPLE_DRIVER, sample_claim
 
 READY = [{"type": "Ready", "status": "True", "reason": "InterfaceAttached"}]
+
+
+def _published(claims: dict[str, Claim] | list[Claim], *allocations: IPAllocation) -> PublishedAddresses:
+    found = list(claims.values()) if isinstance(claims, dict) else claims
+    return PublishedAddresses(found, allocations, (), SAMPLE_DRIVER)
+
+
+def _publishing(api: FakeServices) -> Callable[[], Awaitable[PublishedAddresses]]:
+    async def now() -> PublishedAddresses:
+        return _published(api.claims)
+
+    return now
 
 
 def _service(**changes: Any) -> dict[str, Any]:
@@ -142,7 +155,8 @@ def test_each_selected_pod_is_one_endpoint_per_family_ready_as_the_pod_and_its_i
         "borrower-net": replace(_claim("a", _entry(["10.1.0.8/24"])), name="borrower-net"),
     }
     found = {
-        (e.pod.name, e.address): (e.ready, e.serving) for e in endpoints(service, pods, claims, SAMPLE_DRIVER)
+        (e.pod.name, e.address): (e.ready, e.serving)
+        for e in endpoints(service, pods, claims, _published(claims))
     }
     assert found == {
         ("a", "10.1.0.4"): (True, True),
@@ -151,7 +165,7 @@ def test_each_selected_pod_is_one_endpoint_per_family_ready_as_the_pod_and_its_i
         ("c", "10.1.0.6"): (False, True),  # terminating: serving, no longer ready
     }
     publish = replace(service, publish_not_ready=True)
-    assert all(e.serving for e in endpoints(publish, pods[:2], claims, SAMPLE_DRIVER))
+    assert all(e.serving for e in endpoints(publish, pods[:2], claims, _published(claims)))
 
 
 def test_slices_are_one_per_family_and_hundred_endpoints_owned_by_the_service() -> None:
@@ -162,7 +176,7 @@ def test_slices_are_one_per_family_and_hundred_endpoints_owned_by_the_service() 
         for i, p in enumerate(pods)
     }
     claims["p000-net"] = _claim("p000", _entry(["10.1.9.9/16", "fd01::9/64"]))
-    slices = desired_slices(service, endpoints(service, pods, claims, SAMPLE_DRIVER), SAMPLE_DRIVER)
+    slices = desired_slices(service, endpoints(service, pods, claims, _published(claims)), SAMPLE_DRIVER)
     assert {name: len(body["endpoints"]) for name, body in slices.items()} == {
         "db-netclaim-ipv4": MAX_ENDPOINTS,
         "db-netclaim-ipv4-1": 1,
@@ -267,7 +281,7 @@ async def test_a_pass_writes_what_changed_and_deletes_what_no_service_wants() ->
     api.slices[("team-a", "stale-netclaim-ipv4")] = {
         "metadata": {"namespace": "team-a", "name": "stale-netclaim-ipv4"}
     }
-    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER)
+    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER, _publishing(api))
     await reconciler.once()
     assert reconciler.namespaces == {"team-a"}
     assert _addresses(api, "db-netclaim-ipv4") == [("10.1.0.1", True), ("10.1.0.2", True)]
@@ -291,7 +305,7 @@ async def test_a_service_served_wrongly_loses_its_slices_and_is_told_once() -> N
         labels={"a": {"app": "db"}},
         claims=[_claim("a", _entry(["10.1.0.1/24"]))],
     )
-    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER)
+    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER, _publishing(api))
     await reconciler.once()
     assert list(api.slices) == [("team-a", "db-netclaim-ipv4")]
     api.services = [_service(spec__selector={"app": "db"})]
@@ -313,7 +327,7 @@ async def test_one_services_failed_write_stops_neither_the_others_nor_the_next_p
         claims=[_claim("a", _entry(["10.1.0.1/24"]))],
         fail_apply={"db-netclaim-ipv4": ApiRejectedError("admission said no")},
     )
-    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER)
+    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER, _publishing(api))
     await reconciler.once()
     assert list(api.slices) == [("team-a", "cache-netclaim-ipv4")]
     await reconciler.once()
@@ -334,7 +348,7 @@ async def test_a_service_that_breaks_the_pass_keeps_its_slices_and_stops_no_othe
         labels={"a": {"app": "db"}},
         claims=[_claim("a", _entry(["10.1.0.1/24"]))],
     )
-    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER)
+    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER, _publishing(api))
     await reconciler.once()
     before = copy.deepcopy(api.slices[("team-a", "db-netclaim-ipv4")])
     api.services[0]["spec"]["ports"] = [None]  # no API server serves this; a bug would meet it the same way
@@ -342,3 +356,51 @@ async def test_a_service_that_breaks_the_pass_keeps_its_slices_and_stops_no_othe
     await reconciler.once()
     assert api.slices[("team-a", "db-netclaim-ipv4")] == before  # kept, not deleted
     assert _addresses(api, "cache-netclaim-ipv4") == [("10.1.0.1", False)]  # the other one followed
+
+
+async def test_an_address_another_namespace_reports_too_is_no_endpoint_and_the_service_is_told() -> None:
+    """A tenant's own IPAM can name another tenant's address (a tenant range is every namespace's): the
+    controller publishes it for neither, so no Service lists another tenant's pod."""
+    thief = replace(_claim("x", _entry(["10.1.0.1/24"])), namespace="team-b")
+    api = FakeServices(
+        services=[_service()],
+        pods=[_pod("a"), _pod("b")],
+        labels={"a": {"app": "db"}, "b": {"app": "db"}},
+        claims=[_claim("a", _entry(["10.1.0.1/24"])), _claim("b", _entry(["10.1.0.2/24"])), thief],
+    )
+    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER, _publishing(api))
+    await reconciler.once()
+    assert _addresses(api, "db-netclaim-ipv4") == [("10.1.0.2", True)]
+    [(service, message)] = api.events
+    assert service == "db" and "10.1.0.1 (team-a/a-net, team-b/x-net)" in message
+
+
+async def test_one_namespaces_failed_list_stops_no_other_namespaces_service() -> None:
+    """The claims of one namespace cannot be listed (its list times out): that namespace's Service keeps
+    its slices, and another namespace's Service still follows its pods."""
+    other = _service(metadata__namespace="team-b", metadata__uid="b-uid")
+    b_pod = replace(_pod("b"), namespace="team-b")
+    api = FakeServices(
+        services=[_service(), other],
+        pods=[_pod("a"), b_pod],
+        labels={"a": {"app": "db"}, "b": {"app": "db"}},
+        claims=[
+            _claim("a", _entry(["10.1.0.1/24"])),
+            replace(_claim("b", _entry(["10.1.0.2/24"])), namespace="team-b"),
+        ],
+    )
+    reconciler = EndpointsReconciler(api, SAMPLE_DRIVER, _publishing(api))
+    await reconciler.once()
+    listed = api.list_namespace_claims
+
+    async def failing(namespace: str) -> list[Claim]:
+        if namespace == "team-a":
+            raise ApiUnavailableError("claims of team-a: timed out")
+        return await listed(namespace)
+
+    api.list_namespace_claims = failing  # type: ignore[method-assign]
+    api.pods = [_pod("a", ready=False), replace(b_pod, conditions=(PodCondition("Ready", "False", "", ""),))]
+    await reconciler.once()
+    assert _addresses(api, "db-netclaim-ipv4") == [("10.1.0.1", True)]  # team-a's kept as it was
+    body = api.slices[("team-b", "db-netclaim-ipv4")]
+    assert [e["conditions"]["ready"] for e in body["endpoints"]] == [False]  # team-b's followed

@@ -91,6 +91,8 @@ ASKS = {
     "namespace_changes": ("", "namespaces", "watch"),
     "list_pods": ("", "pods", "list"),
     "list_rules_maps": ("", "configmaps", "list"),
+    "list_networks": ("resource.k8s.io", "resourceslices", "list"),
+    "create_policy_event": ("", "events", "create"),
     "apply_rules_map": ("", "configmaps", "patch"),
     "delete_rules_map": ("", "configmaps", "delete"),
     "identity": ("authentication.k8s.io", "selfsubjectreviews", "create"),

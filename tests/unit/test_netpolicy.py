@@ -19,6 +19,7 @@ from netclaim.netpolicy.rules import (
     PortMatch,
     pod_rules,
 )
+from netclaim.published import PublishedAddresses
 
 
 def _pod(
@@ -219,7 +220,8 @@ def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> N
         )
 
     pods = [pod("db", "node-1", {"app": "db"}), pod("client", "node-2", {"role": "client"})]
-    facts = pod_facts(pods, [claim("db", "10.3.0.10"), claim("client", "10.3.0.20")], SAMPLE_DRIVER)
+    claims = [claim("db", "10.3.0.10"), claim("client", "10.3.0.20")]
+    facts = pod_facts(pods, claims, PublishedAddresses(claims, (), (), SAMPLE_DRIVER))
     assert facts[0].named_ports == {"pg": ("TCP", 5432)} and facts[0].addresses == {"lan3": ("10.3.0.10",)}
     spec = {
         **DENY_INGRESS,
@@ -249,3 +251,102 @@ def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> N
     assert read_rules(made["netclaim-policy-node-2"][1]["rules.json"]) == {"client-uid": {}}
     assert node_label("x" * 64).startswith("node-") and len(node_label("x" * 64)) == 45
     assert node_label("guards") != "guards"
+
+
+class FakePolicies:
+    """The controller's NetworkPoliciesApi in memory."""
+
+    def __init__(self, policies: list[dict[str, Any]], networks: set[str]) -> None:
+        self.policies, self.networks = policies, networks
+        self.maps: dict[str, dict[str, str]] = {}
+        self.events: list[tuple[str, str, str]] = []
+
+    async def list_network_policies(self) -> list[dict[str, Any]]:
+        return self.policies
+
+    async def list_namespace_labels(self) -> dict[str, dict[str, str]]:
+        return {"team-a": {}}
+
+    async def list_pods(self) -> list[Any]:
+        return []
+
+    async def list_rules_maps(self) -> dict[str, dict[str, str]]:
+        return dict(self.maps)
+
+    async def apply_rules_map(self, name: str, label: str, data: dict[str, str]) -> None:
+        self.maps[name] = data
+
+    async def delete_rules_map(self, name: str) -> None:
+        self.maps.pop(name, None)
+
+    async def list_networks(self, driver: str) -> set[str]:
+        return self.networks
+
+    async def create_policy_event(
+        self, namespace: str, name: str, uid: str, reason: str, message: str
+    ) -> None:
+        self.events.append((name, reason, message))
+
+
+class NoClaims:
+    async def list_claims(self) -> list[Any]:
+        return []
+
+
+def _object(name: str, spec: Any, policy_for: str = "netclaim.dev/lan3") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "team-a",
+            "name": name,
+            "uid": f"{name}-uid",
+            "annotations": {"k8s.v1.cni.cncf.io/policy-for": policy_for},
+        },
+        "spec": spec,
+    }
+
+
+async def test_a_policy_that_cannot_be_read_or_names_no_network_there_is_is_told_once_on_itself() -> None:
+    from netclaim.netpolicy.distribute import PolicyReconciler
+
+    api = FakePolicies(
+        [
+            _object("typo", {"podSelector": {}, "ingres": []}),
+            _object("elsewhere", DENY_INGRESS, "netclaim.dev/lan4, netclaim.dev/lan3"),
+            _object("fine", DENY_INGRESS),
+        ],
+        {"lan3"},
+    )
+
+    async def nothing_published() -> PublishedAddresses:
+        return PublishedAddresses((), (), (), "netclaim.dev")
+
+    reconciler = PolicyReconciler(api, NoClaims(), "netclaim.dev", nothing_published)  # type: ignore[arg-type]
+    await reconciler.once()
+    await reconciler.once()
+    assert [(name, reason) for name, reason, _ in api.events] == [
+        ("typo", "NetworkPolicyInvalid"),
+        ("elsewhere", "NetworkPolicyUnknownNetwork"),
+    ]
+    assert "spec.ingres: unknown field" in api.events[0][2] and "isolated" in api.events[0][2]
+    assert "netclaim.dev/lan4: no netclaim NIC" in api.events[1][2]
+    assert "netclaim-policy-guards" in api.maps
+
+
+def test_a_policy_whose_compile_fails_isolates_its_pods_and_the_others_compile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from netclaim.netpolicy import rules as rules_module
+
+    real = rules_module._directions
+
+    def failing(policy: PolicyObject, *args: Any) -> Any:
+        if policy.name == "broken" and policy.spec is not None:
+            raise ValueError("a bug in one policy's compile")
+        return real(policy, *args)
+
+    monkeypatch.setattr(rules_module, "_directions", failing)
+    everyone = {**DENY_INGRESS, "ingress": [{}]}
+    rules = pod_rules([_policy(everyone, "broken"), _policy(everyone, "open")], PODS, NAMESPACES)
+    ingress = rules["db-uid"]["lan3"].ingress
+    assert ingress is not None and ingress.policies == ("team-a/broken", "team-a/open")
+    assert rules["client-uid"]["lan3"].ingress == Direction((), ("team-a/broken",))  # isolated by it alone

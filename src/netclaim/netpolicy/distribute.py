@@ -18,19 +18,20 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import TypeAdapter
 
 from netclaim import metrics
-from netclaim.api.networkpolicy import LabelSelector
+from netclaim.api.networkpolicy import LabelSelector, malformed_networks
 from netclaim.errors import per_object
 from netclaim.kubeapi import ClusterClaimsApi, NetworkPoliciesApi
 from netclaim.names import POLICY_RULES_KEY
 from netclaim.netpolicy.rules import NetworkRules, PodFacts, PolicyObject, pod_rules
 from netclaim.objects import Claim, Pod
+from netclaim.published import PublishedAddresses
 
 log = logging.getLogger(__name__)
 GUARDS = "guards"
@@ -79,8 +80,9 @@ def guards(policies: Iterable[PolicyObject]) -> list[Guard]:
     ]
 
 
-def pod_facts(pods: Iterable[Pod], claims: Iterable[Claim], driver: str) -> list[PodFacts]:
-    """The pods on a node, with their addresses on each network from the claims reserved for them."""
+def pod_facts(pods: Iterable[Pod], claims: Iterable[Claim], published: PublishedAddresses) -> list[PodFacts]:
+    """The pods on a node, with their addresses on each network from the claims reserved for them: those
+    the controller may publish (netclaim.published), so no tenant makes another's address its peer."""
     by_name = {(c.namespace, c.name): c for c in claims}
     found = []
     for pod in pods:
@@ -91,7 +93,7 @@ def pod_facts(pods: Iterable[Pod], claims: Iterable[Claim], driver: str) -> list
             claim = by_name.get((pod.namespace, name))
             if claim is None or not any(ref.uid == pod.uid for ref in claim.reserved_for):
                 continue
-            for network, held in claim.network_addresses(driver).items():
+            for network, held in published.of(claim).items():
                 addresses.setdefault(network, []).extend(held)
         found.append(
             PodFacts(
@@ -143,13 +145,15 @@ def read_rules(text: str) -> dict[str, dict[str, NetworkRules]]:
 @dataclass
 class PolicyReconciler:
     """One pass makes the rules ConfigMaps what the MultiNetworkPolicies say of the pods now. A policy that
-    cannot be read isolates its namespace's pods on its networks (netclaim.netpolicy.rules) and is reported
-    once per version; a ConfigMap that cannot be written is tried again next pass."""
+    cannot be read isolates its namespace's pods on its networks (netclaim.netpolicy.rules); that, and a
+    policy-for naming no netclaim network there is, are told once per problem: a Warning Event on the
+    policy, in its namespace. A ConfigMap that cannot be written is tried again next pass."""
 
     api: NetworkPoliciesApi
     claims: ClusterClaimsApi
     driver: str
-    warned: set[tuple[str, str]] = field(default_factory=set)  # (policy, problem) reported
+    published: Callable[[], Awaitable[PublishedAddresses]]  # what may be published, as of now
+    warned: set[tuple[str, str]] = field(default_factory=set)  # (policy UID, problem) told
     namespaces_with_policies: set[str] = field(default_factory=set)
 
     async def reconcile(self) -> None:
@@ -159,21 +163,56 @@ class PolicyReconciler:
         objects = await self.api.list_network_policies()
         policies = [p for p in (PolicyObject.from_api(o) for o in objects) if p.networks]
         self.namespaces_with_policies = {p.namespace for p in policies}
-        for policy in policies:
-            if policy.problem and (policy.name, policy.problem) not in self.warned:
-                self.warned.add((policy.name, policy.problem))
-                log.warning(
-                    "MultiNetworkPolicy cannot be read: it isolates its namespace's pods on its networks",
-                    extra={"policy": f"{policy.namespace}/{policy.name}", "problem": policy.problem},
-                )
         present = await self.api.list_rules_maps()
         wanted: dict[str, tuple[str, dict[str, str]]] = {}
         if policies:
+            await self._tell(policies, await self.api.list_networks(self.driver))
             namespaces = await self.api.list_namespace_labels()
-            facts = pod_facts(await self.api.list_pods(), await self.claims.list_claims(), self.driver)
+            published = await self.published()
+            facts = pod_facts(await self.api.list_pods(), await self.claims.list_claims(), published)
             wanted = config_maps(policies, facts, namespaces)
         for name, (label, data) in wanted.items():
             if present.get(name) != data:
                 await per_object(f"ConfigMap {name}", self.api.apply_rules_map(name, label, data))
         for name in sorted(set(present) - set(wanted)):
             await per_object(f"ConfigMap {name}", self.api.delete_rules_map(name))
+        uids = {p.uid for p in policies}
+        self.warned = {(uid, problem) for uid, problem in self.warned if uid in uids}
+
+    async def _tell(self, policies: list[PolicyObject], networks: set[str]) -> None:
+        for policy in policies:
+            problems = [policy.problem] if policy.problem else []
+            unknown = [n for n in policy.networks if n not in networks]
+            if unknown:
+                malformed = set(malformed_networks(tuple(unknown)))
+                problems.append(
+                    "policy-for names "
+                    + ", ".join(f"netclaim.dev/{n}" for n in unknown)
+                    + ": no netclaim NIC of the cluster is on "
+                    + ("that network" if len(unknown) == 1 else "those networks")
+                    + (" (not a network name)" if malformed else "")
+                    + "; it selects nothing there"
+                )
+            for problem in problems:
+                if (policy.uid, problem) in self.warned:
+                    continue
+                self.warned.add((policy.uid, problem))
+                where = f"{policy.namespace}/{policy.name}"
+                isolating = problem == policy.problem
+                log.warning(
+                    "MultiNetworkPolicy cannot be read: it isolates its namespace's pods on its networks"
+                    if isolating
+                    else "MultiNetworkPolicy names an unknown netclaim network",
+                    extra={"policy": where, "problem": problem},
+                )
+                reason = "NetworkPolicyInvalid" if isolating else "NetworkPolicyUnknownNetwork"
+                message = (
+                    f"{problem} (until it can be read, every pod of its namespace on its networks is "
+                    "isolated, allowing nothing)"
+                    if isolating
+                    else problem
+                )
+                event = self.api.create_policy_event(
+                    policy.namespace, policy.name, policy.uid, reason, message
+                )
+                await per_object(f"event on MultiNetworkPolicy {where}", event)

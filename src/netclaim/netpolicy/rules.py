@@ -16,8 +16,9 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from netclaim.api.networkpolicy import (
@@ -30,6 +31,7 @@ from netclaim.api.networkpolicy import (
 )
 from netclaim.errors import ConfigError
 
+log = logging.getLogger(__name__)
 ANY = ("0.0.0.0/0", "::/0")
 
 
@@ -42,6 +44,7 @@ class PolicyObject:
     networks: tuple[str, ...]
     spec: PolicySpec | None
     problem: str = ""
+    uid: str = ""
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> PolicyObject:
@@ -49,14 +52,15 @@ class PolicyObject:
         meta = data.get("metadata")
         meta = meta if isinstance(meta, dict) else {}
         namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        uid = str(meta.get("uid") or "")
         annotations = meta.get("annotations")
         annotations = annotations if isinstance(annotations, dict) else {}
         networks = netclaim_networks({str(k): str(v) for k, v in annotations.items()})
         try:
             spec = read_policy_spec(data.get("spec"), f"MultiNetworkPolicy {namespace}/{name}")
         except ConfigError as err:
-            return cls(namespace, name, networks, None, str(err))
-        return cls(namespace, name, networks, spec)
+            return cls(namespace, name, networks, None, str(err), uid)
+        return cls(namespace, name, networks, spec, uid=uid)
 
 
 @dataclass(frozen=True)
@@ -115,19 +119,20 @@ def pod_rules(
     """Pod UID → network → its rules, for the pods some policy selects on a network they are on."""
     built: dict[tuple[str, str, str], _Building] = {}  # (pod uid, network, direction)
     for policy in policies:
-        for pod in pods:
-            if pod.namespace != policy.namespace:
-                continue
-            if policy.spec is not None and not policy.spec.pod_selector.matches(pod.labels):
-                continue
-            for network in policy.networks:
-                if network not in pod.addresses:
-                    continue
-                where = f"{policy.namespace}/{policy.name}"
-                for direction, allows in _directions(policy, pod, network, pods, namespaces):
-                    building = built.setdefault((pod.uid, network, direction), _Building())
-                    building.policies.add(where)
-                    building.allows.update(allows)
+        try:
+            contributions = list(_policy_rules(policy, pods, namespaces))
+        except Exception:  # one policy's, whatever it is: it isolates as one that cannot be read
+            log.exception(
+                "MultiNetworkPolicy not compiled (a bug): its pods isolated, allowing nothing",
+                extra={"policy": f"{policy.namespace}/{policy.name}"},
+            )
+            unread = replace(policy, spec=None, problem="not compiled")
+            contributions = list(_policy_rules(unread, pods, namespaces))
+        where = f"{policy.namespace}/{policy.name}"
+        for uid, network, direction, allows in contributions:
+            building = built.setdefault((uid, network, direction), _Building())
+            building.policies.add(where)
+            building.allows.update(allows)
     result: dict[str, dict[str, NetworkRules]] = {}
     for (uid, network, direction), building in built.items():
         made = Direction(tuple(sorted(_merged(building.allows))), tuple(sorted(building.policies)))
@@ -138,6 +143,21 @@ def pod_rules(
             else NetworkRules(current.ingress, made)
         )
     return result
+
+
+def _policy_rules(
+    policy: PolicyObject, pods: list[PodFacts], namespaces: Mapping[str, Mapping[str, str]]
+) -> Iterable[tuple[str, str, str, set[Allow]]]:
+    """(pod UID, network, direction, its allows) of each pod the policy selects on a network it is on."""
+    for pod in pods:
+        if pod.namespace != policy.namespace:
+            continue
+        if policy.spec is not None and not policy.spec.pod_selector.matches(pod.labels):
+            continue
+        for network in policy.networks:
+            if network in pod.addresses:
+                for direction, allows in _directions(policy, pod, network, pods, namespaces):
+                    yield pod.uid, network, direction, allows
 
 
 def _merged(allows: Iterable[Allow]) -> set[Allow]:

@@ -7,12 +7,13 @@ selector as kubectl takes it, read by the API server itself). Without a selector
 controller leaves the Service to us (with one, it would add every pod's primary address beside ours), and
 kube-proxy ignores headless Services; CoreDNS serves any slice labelled with the Service's name.
 
-Each selected pod is an endpoint with its address on that network: the `networkData` of our status entry
-whose `data` names the network (the NIC's `netclaim.dev/network`, written by the agent), of a claim the pod
-is using. `ready` follows the entry's `Ready` condition and the pod's, as the EndpointSlice controller
-does for a pod's primary address; a pod being deleted is `terminating`. One slice per address family and
-per MAX_ENDPOINTS endpoints, owned by the Service (deleting it deletes them), labelled managed-by
-`netclaim.dev`: the EndpointSlice controller never touches them.
+Each selected pod is an endpoint with its address on that network: the `networkData` of our status entry whose
+`data` names the network (the NIC's `netclaim.dev/network`, written by the agent), of a claim the pod is
+using, when the controller may publish it (netclaim.published: a pool address only through the claim's own
+IPAllocation, a tenant range's only if no other namespace reports it). `ready` follows the entry's `Ready`
+condition and the pod's, as the EndpointSlice controller does for a pod's primary address; a pod being deleted
+is `terminating`. One slice per address family and per MAX_ENDPOINTS endpoints, owned by the Service (deleting
+it deletes them), labelled managed-by `netclaim.dev`: the EndpointSlice controller never touches them.
 
 A Service gets no endpoints (its slices are deleted, a Warning Event says why) when it is not headless, has
 a selector, or its annotation is missing or refused by the API server: a Service over a network never lists
@@ -23,15 +24,16 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from netclaim import metrics
-from netclaim.errors import ApiRejectedError, ApiUnavailableError, NetclaimError, per_object
+from netclaim.errors import ApiRejectedError, NetclaimError, per_object
 from netclaim.kubeapi import NetworkServicesApi
 from netclaim.names import DRIVER_DOMAIN, NETWORK, SLICE_MANAGED_BY, SLICE_SERVICE_NAME
 from netclaim.objects import Claim, Pod
+from netclaim.published import PublishedAddresses
 
 log = logging.getLogger(__name__)
 SELECTOR = f"{DRIVER_DOMAIN}/selector"
@@ -112,10 +114,11 @@ class Endpoint:
 
 
 def endpoints(
-    service: NetworkService, pods: Iterable[Pod], claims: dict[str, Claim], driver: str
+    service: NetworkService, pods: Iterable[Pod], claims: dict[str, Claim], published: PublishedAddresses
 ) -> list[Endpoint]:
-    """One endpoint per selected pod and address family: its first address on the Service's network, from
-    a claim the pod uses that is reserved for it (a claim a pod names but does not hold lends nothing)."""
+    """One endpoint per selected pod and address family: its first publishable address on the Service's
+    network, from a claim the pod uses that is reserved for it (a claim a pod names but does not hold
+    lends nothing)."""
     found = []
     for pod in pods:
         if not pod.node:
@@ -125,7 +128,7 @@ def endpoints(
             claim = claims.get(name)
             if claim is None or not any(ref.uid == pod.uid for ref in claim.reserved_for):
                 continue
-            for address in claim.network_addresses(driver).get(service.network, ()):
+            for address in published.of(claim).get(service.network, ()):
                 version = ipaddress.ip_address(address).version
                 if version in seen:
                     continue
@@ -237,6 +240,7 @@ class EndpointsReconciler:
 
     api: NetworkServicesApi
     driver: str
+    published: Callable[[], Awaitable[PublishedAddresses]]  # what may be published, as of now
     namespaces: set[str] = field(default_factory=set)  # of the network Services at the last pass
     warned: dict[str, str] = field(default_factory=dict)  # Service UID → the problem last reported
 
@@ -251,16 +255,18 @@ class EndpointsReconciler:
         claims: dict[str, dict[str, Claim]] = {}
         wanted: dict[tuple[str, str], dict[str, Any]] = {}
         services: list[NetworkService] = []
-        for found in await self.api.list_network_services():
+        listed = await self.api.list_network_services()
+        published = await self.published() if listed else PublishedAddresses((), (), (), self.driver)
+        for found in listed:
             meta = found.get("metadata") or {}
             where = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
             try:
                 service = NetworkService.from_api(found)
                 services.append(service)
-                made = await self._slices_of(service, claims)
-            except ApiUnavailableError:
-                raise
-            except Exception as err:  # this Service's, whatever it is (a bug too): it keeps its slices
+                made = await self._slices_of(service, claims, published)
+            except Exception as err:  # this Service's, whatever it is (a list of its namespace that failed,
+                # a bug): it keeps its slices and the next Service goes on; an API that is down fails the
+                # writes that follow, which end the pass
                 log.warning(
                     "Service's endpoints not computed; the next pass tries again",
                     extra={"service": "/".join(where), "error": repr(err)},
@@ -279,7 +285,7 @@ class EndpointsReconciler:
         self.warned = {uid: problem for uid, problem in self.warned.items() if uid in uids}
 
     async def _slices_of(
-        self, service: NetworkService, claims: dict[str, dict[str, Claim]]
+        self, service: NetworkService, claims: dict[str, dict[str, Claim]], published: PublishedAddresses
     ) -> dict[str, dict[str, Any]]:
         problem = service.refusal
         pods: list[Pod] = []
@@ -288,16 +294,19 @@ class EndpointsReconciler:
                 pods = await self.api.list_selected_pods(service.namespace, service.selector)
             except ApiRejectedError as err:
                 problem = f"annotation {SELECTOR}: {err}"
-        told = "; ".join(p for p in (problem, service.warning) if p)
+        if not problem and service.namespace not in claims:
+            claims[service.namespace] = {
+                c.name: c for c in await self.api.list_namespace_claims(service.namespace)
+            }
+        contested = (
+            _contested(service, pods, claims.get(service.namespace, {}), published) if not problem else ""
+        )
+        told = "; ".join(p for p in (problem, service.warning, contested) if p)
         if told:
             await self._warn(service, told)
         if problem:
             return {}
-        if service.namespace not in claims:
-            claims[service.namespace] = {
-                c.name: c for c in await self.api.list_namespace_claims(service.namespace)
-            }
-        found = endpoints(service, pods, claims[service.namespace], self.driver)
+        found = endpoints(service, pods, claims[service.namespace], published)
         return desired_slices(service, found, self.driver)
 
     async def _warn(self, service: NetworkService, problem: str) -> None:
@@ -312,6 +321,21 @@ class EndpointsReconciler:
             service.namespace, service.name, service.uid, "NetworkServiceInvalid", problem
         )
         await per_object(f"event on Service {service.namespace}/{service.name}", event)
+
+
+def _contested(
+    service: NetworkService, pods: list[Pod], claims: dict[str, Claim], published: PublishedAddresses
+) -> str:
+    """What the Service's own pods report on its network that other namespaces' claims report too."""
+    used = {f"{service.namespace}/{c}" for pod in pods for c in pod.claim_names() if c in claims}
+    both = [c for c in published.contested if c.network == service.network and used & set(c.claims)]
+    if not both:
+        return ""
+    shown = ", ".join(f"{c.address} ({', '.join(c.claims)})" for c in both[:5])
+    return (
+        f"addresses on network {service.network} that claims of other namespaces report too are published "
+        f"for none of them: {shown}"
+    )
 
 
 def _of_service(body: dict[str, Any], namespace: str, name: str) -> bool:

@@ -8,14 +8,15 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.resources.core_v1 import Pod as PodResource
 
-from netclaim.adapters.kube.connection import Kind, KubeConnection, as_data, translated
+from netclaim.adapters.kube.connection import SLICES, Kind, KubeConnection, as_data, translated
 from netclaim.errors import GoneError, NotServedError
 from netclaim.kubeapi import NetworkPoliciesApi, PolicyRulesApi
-from netclaim.names import POLICY_RULES_KEY, POLICY_RULES_LABEL
+from netclaim.names import NETWORK, POLICY_RULES_KEY, POLICY_RULES_LABEL
 from netclaim.objects import Pod, as_object
 
 POLICIES = Kind("k8s.cni.cncf.io/v1beta1", "MultiNetworkPolicy", "multi-networkpolicies")
@@ -61,6 +62,28 @@ class KubePolicies(NetworkPoliciesApi):
                 )
                 if c.metadata is not None
             }
+
+    async def list_networks(self, driver: str) -> set[str]:
+        found = as_object(
+            await self.kube.read(
+                f"{driver}'s ResourceSlices", SLICES.path(), {"fieldSelector": f"spec.driver={driver}"}
+            )
+        )
+        networks = set()
+        for item in found.get("items") or []:
+            for device in as_object(as_object(item).get("spec")).get("devices") or []:
+                attribute = as_object(as_object(as_object(device).get("attributes")).get(NETWORK))
+                if isinstance(attribute.get("string"), str):
+                    networks.add(attribute["string"])
+        return networks
+
+    async def create_policy_event(
+        self, namespace: str, name: str, uid: str, reason: str, message: str
+    ) -> None:
+        involved = ObjectReference(
+            kind=POLICIES.name, apiVersion=POLICIES.api_version, name=name, namespace=namespace, uid=uid
+        )
+        await self.kube.create_event(involved, reason, message)
 
     async def apply_rules_map(self, name: str, label: str, data: dict[str, str]) -> None:
         body = ConfigMap(
