@@ -100,7 +100,7 @@ async def _start_configure_path(
         gate = CdiGate(settings.cdi_spec_dir, in_use) if settings.cdi_spec_dir is not None else None
         planning = NodeContext(driver, node, catalog.get, settings.host_local_dir, settings.reserved_networks)
         preparer = Preparer(store, Gatherer(claims, addresses, cni, driver), planning, status, gate, metadata)
-        unpreparer = Unpreparer(store, attacher, addresses, claims, status, gate, metadata)
+        unpreparer = Unpreparer(store, attacher, status, gate, metadata)
         supervisor.keep("reclaim", Reclaimer(store, claims, unpreparer).next_round)
         health.expect("kubelet")
         plugin = await kubeletplugin.serve(

@@ -334,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--resync-seconds", type=float, help="full reconcile at least this often (default 30)"
     )
     control.add_argument(
+        "--address-quarantine-seconds",
+        type=float,
+        help="the least a released pool address stays taken, while rules and Services follow (default 15)",
+    )
+    control.add_argument(
         "--namespace", help="its own, where it keeps admission parameters (default netclaim-system)"
     )
     control.add_argument("--metrics-address", help="host:port for /metrics (default 127.0.0.1:9178)")

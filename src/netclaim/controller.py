@@ -49,6 +49,7 @@ from netclaim.api.settings import ControllerSettings
 from netclaim.errors import per_object
 from netclaim.ipam.pools import (
     PoolUse,
+    Quarantine,
     beyond_allocation,
     exhausted_message,
     namespace_params,
@@ -88,7 +89,9 @@ class Reconciler:
         slices: PoolSlicesApi,
         params: PoolParamsApi,
         driver: str,
+        quarantine: Quarantine | None = None,
     ) -> None:
+        self.quarantine = quarantine or Quarantine(lambda since: True, 0.0)
         self.claims = claims
         self.addresses = addresses
         self.slices = slices
@@ -107,16 +110,14 @@ class Reconciler:
 
     async def once(self) -> dict[str, PoolUse]:
         allocations, claims = await self._read()
-        for orphan in orphans(allocations, set(claims)):
-            await per_object(
-                f"freeing address {orphan.address} of IPPool {orphan.pool}",
-                self._free(orphan, "address of a deleted claim freed"),
-            )
         beyond = beyond_allocation(allocations, claims, self.driver)
-        for extra in beyond:
+        released = [(a, "address of a deleted claim freed") for a in orphans(allocations, set(claims))]
+        released += [(a, "address held beyond the claim's allocation freed") for a in beyond]
+        self.quarantine.keep({a.uid for a, _ in released})
+        for allocation, what in released:
             await per_object(
-                f"freeing address {extra.address} of IPPool {extra.pool}",
-                self._free(extra, "address held beyond the claim's allocation freed"),
+                f"freeing address {allocation.address} of IPPool {allocation.pool}",
+                self._release(allocation, what),
             )
         live = [a for a in allocations if a.claim_uid in claims and a not in beyond]
         objects = await self.addresses.list_ippools()
@@ -193,6 +194,22 @@ class Reconciler:
         for name in sorted(set(present) - set(wanted)):
             await per_object(f"admission parameter {name}", self.params.delete_pool_params(name))
         return guarded
+
+    async def _release(self, allocation: IPAllocation, what: str) -> None:
+        """Quarantine the address (annotated RELEASED_AT), then free it once the quarantine says so."""
+        if self.quarantine.over(allocation.uid):
+            await self._free(allocation, what)
+            return
+        if not allocation.released_at:
+            await self.addresses.mark_released(allocation, self.quarantine.started(allocation.uid))
+            log.info(
+                "address quarantined",
+                extra={
+                    "pool": allocation.pool,
+                    "address": allocation.address,
+                    "claim": allocation.claim_name,
+                },
+            )
 
     async def _free(self, orphan: IPAllocation, what: str) -> None:
         await self.addresses.delete_ip_allocation(orphan)
@@ -273,6 +290,24 @@ def _status(pool: IPPool, use: PoolUse, class_missing: bool = False) -> dict[str
     }
 
 
+class PassClock:
+    """When the last successful pass of a reconciler started: what a quarantine waits for."""
+
+    def __init__(self) -> None:
+        self.started = float("-inf")
+
+    def timed(self, one_pass: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            started = time.monotonic()
+            await one_pass()
+            self.started = max(self.started, started)
+
+        return run
+
+    def since(self, moment: float) -> bool:
+        return self.started >= moment
+
+
 async def paced_pass(trigger: Trigger, one_pass: Callable[[], Awaitable[None]]) -> None:
     """One pass once triggered, then a rest of REST_FACTOR times its duration. A pass that fails leaves
     the trigger fired: the next one (after the supervisor's backoff) does not wait for another change."""
@@ -324,11 +359,24 @@ async def run(settings: ControllerSettings) -> None:
     addresses: IPPoolsApi = KubeAddresses(kube)
     params: PoolParamsApi = KubePoolParams(kube, settings.namespace)
     services: NetworkServicesApi = KubeServices(kube)
-    reconciler = Reconciler(claims, addresses, KubeSlices(kube), params, settings.driver_name)
+    trigger, endpoints_trigger, policies_trigger = Trigger(), Trigger(), Trigger()
+    endpoints_clock, policies_clock = PassClock(), PassClock()
+
+    def quarantined(seconds: float) -> None:
+        """An address found released: the passes that publish addresses run now, the pools' after it."""
+        endpoints_trigger.fire()
+        policies_trigger.fire()
+        asyncio.get_running_loop().call_later(seconds + 0.5, trigger.fire)
+
+    quarantine = Quarantine(
+        lambda since: endpoints_clock.since(since) and policies_clock.since(since),
+        settings.address_quarantine_seconds,
+        quarantined,
+    )
+    reconciler = Reconciler(claims, addresses, KubeSlices(kube), params, settings.driver_name, quarantine)
     endpoints = EndpointsReconciler(services, settings.driver_name, reconciler.publishable)
     network_policies: NetworkPoliciesApi = KubePolicies(kube, settings.namespace)
     policies = PolicyReconciler(network_policies, claims, settings.driver_name, reconciler.publishable)
-    trigger, endpoints_trigger, policies_trigger = Trigger(), Trigger(), Trigger()
 
     async def reconciled() -> None:
         await reconciler.reconcile()
@@ -376,7 +424,9 @@ async def run(settings: ControllerSettings) -> None:
         ),
     )
     supervisor.keep("resync", partial(periodic, trigger, settings.resync_seconds))
-    supervisor.keep("endpoints", partial(paced_pass, endpoints_trigger, endpoints.reconcile))
+    supervisor.keep(
+        "endpoints", partial(paced_pass, endpoints_trigger, endpoints_clock.timed(endpoints.reconcile))
+    )
     supervisor.keep(
         "services-watch", partial(fire_on_changes, services.service_changes, (endpoints_trigger, always))
     )
@@ -386,7 +436,9 @@ async def run(settings: ControllerSettings) -> None:
             fire_on_changes, services.pod_changes, (endpoints_trigger, served), (policies_trigger, policed)
         ),
     )
-    supervisor.keep("policies", partial(paced_pass, policies_trigger, policies.reconcile))
+    supervisor.keep(
+        "policies", partial(paced_pass, policies_trigger, policies_clock.timed(policies.reconcile))
+    )
     supervisor.keep(
         "multinetworkpolicies-watch",
         partial(fire_on_changes, network_policies.network_policy_changes, (policies_trigger, always)),

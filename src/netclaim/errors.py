@@ -9,6 +9,8 @@
     │   ├── ConflictError         someone else wrote first (409, a failed resourceVersion test)
     │   │   └── AlreadyExistsError    a create found the name taken (an address another claim holds)
     │   ├── PoolExhaustedError    an IP pool had no free address at prepare (one is being released)
+    │   ├── AddressQuarantinedError   the address a claim asks for by name was released by another claim
+    │   │                         and is not free yet (netclaim.ipam.pools.Quarantine)
     │   ├── PodBusyError          an earlier operation on the same pod still holds its lock
     │   ├── StateStoreError       the state database is locked, cannot be written, or its disk did not
     │   │                         take a write within the bound (the write is still made, in its turn)
@@ -41,6 +43,9 @@ GoneError
     kubelet  the claim's error, nothing written;          loops  the claim is dropped
 TransientError (ApiUnavailable, Conflict, PoolExhausted, PodBusy, StateStore, CniTryAgain, CniNotReady)
     kubelet  the claim's error only: kubelet retries, the user is not blamed (no condition, no Event)
+AddressQuarantinedError
+    kubelet  the claim's error; Ready=False PrepareFailed and a Warning Event on its pod say what it waits
+             for (kubelet retries, and takes the address once it is free)
     NRI      the sandbox fails, nothing recorded (kubelet retries);    loops  retried with backoff
 AttachError (any cause, after the rollback)
     NRI      the sandbox fails; Ready=False AttachFailed; a Warning Event (queued: no API call inside
@@ -127,6 +132,11 @@ class AlreadyExistsError(ConflictError):
 
 class PoolExhaustedError(TransientError):
     """An IP pool had no free address when a claim was prepared (a release is still on its way)."""
+
+
+class AddressQuarantinedError(TransientError):
+    """The address a claim asks for by name was released by another claim and is quarantined: free once
+    every policy rule and Service that named it has followed."""
 
 
 class PodBusyError(TransientError):

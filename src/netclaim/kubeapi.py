@@ -204,6 +204,9 @@ class IPPoolsApi(AddressRecordsApi, Protocol):
     async def write_ippool_status(self, name: str, status: dict[str, Any]) -> None:
         """Replace the pool's whole status: nothing stale is kept."""
 
+    async def mark_released(self, allocation: IPAllocation, when: str) -> None:
+        """Annotate the allocation RELEASED_AT `when` (only if it is still that object: its UID)."""
+
     def ippool_changes(self) -> AsyncIterator[str]:
         """The event types of every IPPool, as they happen; not read further."""
 

@@ -28,6 +28,9 @@ CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message
 IPPOOL_API_VERSION = f"{DRIVER_DOMAIN}/v1alpha1"  # IPPools' and IPAllocations'
 POOL_LABEL = f"{DRIVER_DOMAIN}/pool"
 CLAIM_UID_LABEL = f"{DRIVER_DOMAIN}/claim-uid"
+# On an IPAllocation the controller is freeing: when it found the address released (RFC 3339). The address is
+# quarantined until every rule and Service that named it has followed (netclaim.ipam.pools).
+RELEASED_AT = f"{DRIVER_DOMAIN}/released-at"
 # the ConfigMaps that are parameters of admission policy netclaim-pool-namespaces (deploy/admission.yaml)
 PARAMS_LABEL = f"{DRIVER_DOMAIN}/admission-params"
 POOL_NAMESPACES = "pool-namespaces"
@@ -440,6 +443,7 @@ class IPAllocation:
     claim_name: str
     claim_uid: str
     node: str
+    released_at: str = ""  # annotation RELEASED_AT: the controller quarantines it (netclaim.ipam.pools)
 
     @functools.cached_property
     def interface(self) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
@@ -464,6 +468,7 @@ class IPAllocation:
             claim_name=as_text(claim.get("name", "")),
             claim_uid=as_text(claim.get("uid", "")),
             node=as_text(spec.get("node", "")),
+            released_at=as_text(as_object(meta.get("annotations")).get(RELEASED_AT, "")),
         )
 
     def to_api(self) -> dict[str, Any]:

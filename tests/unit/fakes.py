@@ -268,6 +268,13 @@ class FakeKubeApi(
         self.allocations[allocation.name] = created
         return created
 
+    async def mark_released(self, allocation: IPAllocation, when: str) -> None:
+        self._call("mark_released")
+        current = self.allocations.get(allocation.name)
+        if current is None or current.uid != allocation.uid:
+            raise ConflictError(f"IPAllocation {allocation.name}: Precondition failed: UID")
+        self.allocations[allocation.name] = replace(current, released_at=when)
+
     async def delete_ip_allocation(self, allocation: IPAllocation) -> None:
         self._call("delete_ip_allocation")
         current = self.allocations.get(allocation.name)
@@ -792,7 +799,7 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
     node = NodeContext(SAMPLE_DRIVER, SAMPLE_NODE, catalog.get, reserved=SAMPLE_CLUSTER)
     metadata = DeviceMetadataFiles(tmp_path / "kubelet-plugin", tmp_path / "cdi", SAMPLE_DRIVER)
     preparer = Preparer(store, Gatherer(api, addresses, cni, SAMPLE_DRIVER), node, status, None, metadata)
-    unpreparer = Unpreparer(store, attacher, addresses, api, status, None, metadata)
+    unpreparer = Unpreparer(store, attacher, status, None, metadata)
     hooks = PodHooks(store, attacher, status, locks, metadata)
     return ConfigureRig(
         tmp_path,

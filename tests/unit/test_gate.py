@@ -160,15 +160,15 @@ async def test_prepare_returns_the_claims_cdi_device_and_unprepare_removes_its_s
     rig.store.close()
 
 
-async def test_a_reclaimed_claim_loses_its_spec_even_when_the_api_fails_after_the_rows_went(
+async def test_a_claims_spec_goes_with_its_rows_whatever_the_api_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The rows are how reclaim finds a claim: once they are gone, nothing would come back for the spec."""
+    """The rows are how reclaim finds a claim: once they are gone, nothing would come back for the spec.
+    Unprepare asks the API nothing, so an API that fails cannot leave a spec behind."""
     rig, claim = _rig_with_gate(tmp_path, monkeypatch)
     await rig.preparer.prepare(claim.namespace, claim.name, claim.uid)
     rig.api.fail_next.append(ApiUnavailableError("the API server did not answer"))
-    with pytest.raises(ApiUnavailableError):
-        await rig.unpreparer.unprepare(claim.namespace, claim.name, claim.uid)
+    await rig.unpreparer.unprepare(claim.namespace, claim.name, claim.uid)
     assert rig.store.all() == []
     assert list((tmp_path / "cdi").iterdir()) == []
     rig.store.close()

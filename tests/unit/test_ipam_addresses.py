@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from netclaim.api.ippool import POOLS_POOL, IPAddress, IPPool, allocation_name, claim_seed
-from netclaim.errors import AlreadyExistsError, ConfigError, PoolExhaustedError, TransientError
+from netclaim.errors import (
+    AddressQuarantinedError,
+    AlreadyExistsError,
+    ConfigError,
+    PoolExhaustedError,
+    TransientError,
+)
 from netclaim.ipam import addresses as addresses_module
 from netclaim.ipam.addresses import BLIND_PROBES, MAX_RACES, AddressBook, AddressRequest, Grant
 from netclaim.objects import AllocatedDevice, Claim, IPAllocation
@@ -422,3 +428,27 @@ async def test_a_held_address_the_pool_does_not_hand_out_is_not_reused(
     [grant] = await book.allocate(CLAIM, [_request("v4only")])
     assert grant.addresses != ("10.10.4.255/24",)
     assert ipaddress.ip_interface(grant.addresses[0]).ip in ipaddress.ip_network("10.10.4.0/24")
+
+
+async def test_a_quarantined_address_asked_for_by_name_waits_and_says_why(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    """The client pod that held it was deleted a moment ago: another tenant asking for it by name at once
+    must not get it while rules and Services still name it (netclaim.ipam.pools.Quarantine)."""
+    gone = replace(sample_claim((), (), name="client-0", uid="claim-uid-9"), namespace="team-b")
+    held = await api.create_ip_allocation(_holding(gone, "v4only", "10.10.4.7"))
+    await api.mark_released(held, "2026-12-06T10:00:00Z")
+    with pytest.raises(AddressQuarantinedError) as caught:
+        await book.allocate(CLAIM, [_request("v4only", "10.10.4.7")])
+    assert "released by claim team-b/client-0 at 2026-12-06T10:00:00Z and is quarantined" in str(caught.value)
+    assert isinstance(caught.value, TransientError)  # kubelet retries; the kubelet plugin still tells
+
+
+async def test_a_claims_own_address_the_controller_is_freeing_is_not_reused(
+    api: FakeKubeApi, book: AddressBook
+) -> None:
+    [grant] = await book.allocate(CLAIM, [_request("v4only")])
+    [held] = [a for a in api.allocations.values() if a.claim_uid == CLAIM.uid]
+    await api.mark_released(held, "2026-12-06T10:00:00Z")  # beyond its allocation, say
+    [again] = await book.allocate(CLAIM, [_request("v4only")])
+    assert again.addresses != grant.addresses

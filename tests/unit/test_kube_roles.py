@@ -92,6 +92,7 @@ ASKS = {
     "list_pods": ("", "pods", "list"),
     "list_rules_maps": ("", "configmaps", "list"),
     "list_networks": ("resource.k8s.io", "resourceslices", "list"),
+    "mark_released": ("netclaim.dev", "ipallocations", "patch"),
     "create_policy_event": ("", "events", "create"),
     "apply_rules_map": ("", "configmaps", "patch"),
     "delete_rules_map": ("", "configmaps", "delete"),

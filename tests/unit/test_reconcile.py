@@ -21,6 +21,7 @@ from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.api.ippool import POOLS_POOL
 from netclaim.controller import REST_FACTOR, Reconciler, concerns_pools, fire_on_changes, paced_pass
 from netclaim.errors import ApiRejectedError, ApiUnavailableError
+from netclaim.ipam.pools import Quarantine
 from netclaim.metrics import REGISTRY
 from netclaim.mirror import Mirror
 from netclaim.objects import Claim, IPAllocation
@@ -355,3 +356,39 @@ async def test_until_the_mirrors_are_synced_a_pass_lists() -> None:
     reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
     await reconciler.once()
     assert {"list_claims", "list_ip_allocations"} <= set(api.calls)
+
+
+async def test_a_released_address_is_quarantined_until_time_and_every_publishing_pass_have_followed() -> None:
+    """Other tenants' allow rules and Services named the address: it is freed (and can go to another claim)
+    only once `seconds` passed since it was found released and the Services' and policies' passes have
+    each succeeded since; a controller whose passes fail frees nothing."""
+    api = FakeKubeApi()
+    api.add_pool("lan", LAN)
+    api.allocations["old"] = _held("old", "10.10.3.9/24", "uid-deleted")
+    now, followed = [100.0], [0.0]  # the clock; the last pass both publishing passes made
+    woken: list[float] = []
+    quarantine = Quarantine(lambda since: followed[0] >= since, 15.0, woken.append, clock=lambda: now[0])
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER, quarantine)
+    await reconciler.once()
+    held = api.allocations["old"]
+    assert held.released_at.endswith("Z") and woken == [15.0]  # annotated, the passes asked for, once
+    now[0] += 16.0
+    await reconciler.once()
+    assert "old" in api.allocations  # time is up, but the passes have not followed
+    followed[0] = 101.0
+    await reconciler.once()
+    assert api.allocations == {} and woken == [15.0]
+    assert api.calls.count("mark_released") == 1
+
+
+async def test_an_address_whose_claim_comes_back_leaves_quarantine() -> None:
+    api = FakeKubeApi()
+    api.add_pool("lan", LAN)
+    api.allocations["web"] = _held("web", "10.10.3.9/24", "uid-web")
+    quarantine = Quarantine(lambda since: True, 15.0)
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER, quarantine)
+    await reconciler.once()
+    assert quarantine._since  # found released (the claim is not listed)
+    api.add_claim(_pool_claim("web"))  # a claim the list had missed
+    await reconciler.once()
+    assert not quarantine._since and "web" in api.allocations

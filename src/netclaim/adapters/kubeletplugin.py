@@ -35,7 +35,7 @@ from netclaim._proto import (
     pluginregistration_grpc,
     pluginregistration_pb2,
 )
-from netclaim.errors import CniError, ConfigError, NetclaimError, TransientError
+from netclaim.errors import AddressQuarantinedError, CniError, ConfigError, NetclaimError, TransientError
 from netclaim.stopping import InFlight
 
 log = logging.getLogger(__name__)
@@ -90,8 +90,10 @@ async def _claim_error(call: str, claim: Any, err: Exception, preparer: ClaimPre
         log.error(f"{call} failed (a bug)", exc_info=err, extra=where)
         return f"internal error in the netclaim agent ({type(err).__name__}); see its log"
     log.warning(f"{call} failed", extra={**where, "error": str(err), "kind": type(err).__name__})
-    blamed = isinstance(err, ConfigError | CniError) and not isinstance(err, TransientError)
-    if call == "prepare" and blamed:
+    told = isinstance(err, AddressQuarantinedError) or (
+        isinstance(err, ConfigError | CniError) and not isinstance(err, TransientError)
+    )
+    if call == "prepare" and told:
         try:
             await preparer.report_failure(claim.namespace, claim.name, claim.uid, str(err))
         except NetclaimError as report_err:

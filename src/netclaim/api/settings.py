@@ -99,6 +99,8 @@ class ControllerSettings(BaseModel):
         default="netclaim.dev", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=63
     )
     resync_seconds: float = Field(default=30.0, gt=0)
+    # the least a released pool address stays taken before another claim may have it (ipam.pools.Quarantine)
+    address_quarantine_seconds: float = Field(default=15.0, ge=5)
     namespace: str = Field(  # its own: where it keeps the admission policies' parameters
         default="netclaim-system", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63
     )

@@ -1,10 +1,10 @@
 """NodeUnprepareResources, per claim (and reclaim's way back, netclaim.configure.reclaim).
 
 Make sure every interface of the claim was DELeted (IPAM released, an exclusive NIC back on the node: the
-attacher does it under each pod's lock), forget the claim's rows, its CDI spec and its status entries,
-then release its pool addresses when they end: the claim ends with its pod (made from a template) or is
-gone. A standalone claim keeps them for its next pod, and so does a claim that cannot be read (the
-controller frees them once it is gone).
+attacher does it under each pod's lock), forget the claim's rows, its CDI spec and its status entries.
+Its pool addresses are not released here: other tenants' rules and Services named them until the
+controller's passes follow, so the controller frees them once the claim is gone, after a quarantine
+(netclaim.ipam.pools.Quarantine); a standalone claim keeps them for its next pod.
 
 It raises only what kubelet should retry (a TransientError): any other failure of an interface is final
 for it, cleaned up by hand and said on the claim (TeardownIncomplete); the claim and its pod go all the
@@ -22,9 +22,7 @@ from netclaim.configure.gate import CdiGate
 from netclaim.configure.metadata import DeviceMetadataFiles
 from netclaim.configure.status import ClaimRef, Failure, StatusWriter
 from netclaim.configure.store import Store
-from netclaim.errors import GoneError, NetclaimError, TransientError
-from netclaim.ipam.addresses import AddressBook
-from netclaim.kubeapi import ClaimsApi
+from netclaim.errors import NetclaimError
 
 log = logging.getLogger(__name__)
 UNPREPARE_SECONDS = 10.0
@@ -35,16 +33,12 @@ class Unpreparer:
         self,
         store: Store,
         attacher: Attacher,
-        addresses: AddressBook,
-        claims: ClaimsApi,
         status: StatusWriter,
         gate: CdiGate | None,
         metadata: DeviceMetadataFiles | None = None,
     ) -> None:
         self.store = store
         self.attacher = attacher
-        self.addresses = addresses
-        self.claims = claims
         self.status = status
         self.gate = gate
         self.metadata = metadata
@@ -74,26 +68,9 @@ class Unpreparer:
             log.warning(
                 "unprepared with problems", extra={"claim": f"{namespace}/{name}", "problems": problems}
             )
-        try:
-            if await self._addresses_end(namespace, name, uid):
-                await self.addresses.release(uid)
-        except TransientError:
-            raise
-        except Exception as err:  # kept: the controller frees them once the claim is gone
-            where = {"claim": f"{namespace}/{name}", "error": str(err)}
-            log.warning("addresses kept: cannot decide whether they end", extra=where, exc_info=bug(err))
         elapsed_ms = round((time.monotonic() - started) * 1000, 1)
         released = [r.device for r in rows]
         log.info("unprepared", extra={"claim": f"{namespace}/{name}", "devices": released, "ms": elapsed_ms})
-
-    async def _addresses_end(self, namespace: str, name: str, uid: str) -> bool:
-        """Whether the claim's pool addresses go now: it ends with its pod (made from a template), or it is
-        gone (deleted, or another under its name). A standalone claim keeps them for its next pod."""
-        try:
-            claim = await self.claims.get_claim(namespace, name)
-        except GoneError:
-            return True
-        return claim.uid != uid or claim.owned_by_pod
 
 
 def bug(err: Exception) -> Exception | None:

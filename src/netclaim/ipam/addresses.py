@@ -3,8 +3,9 @@
 An address is held by an `IPAllocation` object named after the pool and the address: creating it is the
 lock (the apiserver lets one create of a name succeed), so agents on every node can allocate at once
 without a shared lock or a read-modify-write of one big object. The object names the claim by UID; it is
-released by the agent when the claim's pod goes (claims from a template) or by the controller's reconciler
-once the claim is gone, whatever happened to the node (netclaim.ipam.pools.orphans).
+released by the controller's reconciler once the claim is gone, whatever happened to the node
+(netclaim.ipam.pools.orphans), after a quarantine: until every policy rule and Service that named the
+address has followed, no other claim takes it (netclaim.ipam.pools.Quarantine).
 
 A claim prepared again (kubelet retrying, the agent restarted after a crash, a standalone claim moving to
 another node) finds its objects by the claim-UID label and keeps its addresses. That list (HeldReads) is
@@ -25,7 +26,13 @@ from dataclasses import dataclass
 
 from netclaim import metrics
 from netclaim.api.ippool import IPAddress, IPPool, allocation_name, claim_seed
-from netclaim.errors import AlreadyExistsError, ConfigError, GoneError, PoolExhaustedError
+from netclaim.errors import (
+    AddressQuarantinedError,
+    AlreadyExistsError,
+    ConfigError,
+    GoneError,
+    PoolExhaustedError,
+)
 from netclaim.kubeapi import AddressesApi
 from netclaim.objects import AllocatedDevice, Claim, IPAllocation
 
@@ -95,6 +102,7 @@ class AddressBook:
                     a  # (one made in any node's name for an address the pool does not hand out is not)
                     for a in held
                     if a.claim_uid == claim.uid  # the label it was listed by is anyone's to write
+                    and not a.released_at  # one the controller is freeing is no longer the claim's
                     and a.pool == pool.name
                     and a.interface.version == version
                     and family.hands_out(a.interface.ip)
@@ -150,8 +158,15 @@ class AddressBook:
                 return await self._create(claim, pool, wanted)
             except AlreadyExistsError:
                 holder = await self.api.get_ip_allocation(allocation_name(pool.name, wanted))
-                if holder.claim_uid == claim.uid:  # its own, which a held list from the cache had not yet
-                    return holder
+                if holder.claim_uid == claim.uid and not holder.released_at:  # its own, which a held list
+                    return holder  # from the cache had not yet
+                if holder.released_at:
+                    raise AddressQuarantinedError(
+                        f"claim {claim.namespace}/{claim.name}: address {wanted} of IPPool {pool.name} was "
+                        f"released by claim {holder.claim_namespace}/{holder.claim_name} at "
+                        f"{holder.released_at} and is quarantined until every policy rule and Service that "
+                        "named it has followed; the claim waits for it (kubelet retries)"
+                    ) from None
                 raise ConfigError(
                     f"claim {claim.namespace}/{claim.name}: address {wanted} of IPPool {pool.name} is held "
                     f"by claim {holder.claim_namespace}/{holder.claim_name}"
@@ -198,9 +213,10 @@ class AddressBook:
         return await self.api.create_ip_allocation(record)
 
     async def release(self, claim_uid: str) -> list[str]:
-        """Free every address the claim holds in this node's name; returns them. An agent releases only its
-        own node's (deploy/admission.yaml): those taken on another node (a standalone claim that moved) are
-        freed by the controller once the claim is gone."""
+        """Free every address the claim holds in this node's name, at once; returns them: what a prepare
+        that failed took (no pod used them, no rule or Service named them). An agent releases only its own
+        node's (deploy/admission.yaml). Addresses a pod used are the controller's to free, after their
+        quarantine."""
         freed, elsewhere = [], []
         self.held_reads.touched(claim_uid)
         for allocation in await self.api.list_ip_allocations(claim_uid=claim_uid):

@@ -17,9 +17,11 @@ addresses it holds are never taken for an orphan's.
 
 from __future__ import annotations
 
+import datetime
 import re
+import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -156,6 +158,52 @@ def beyond_allocation(
         kept = min(found, key=lambda a: (a.node not in nodes, a.name))
         beyond += [a for a in found if a is not kept]
     return beyond
+
+
+class Quarantine:
+    """How long a released pool address stays taken before its IPAllocation is deleted (and the address
+    can go to another claim): while any Service's endpoints or any policy peer may still name it.
+
+    A claim's address is released when the claim is gone (its pod deleted, or the claim) or holds more than
+    its allocation gives it. Other tenants' allow rules and EndpointSlices named it until the controller's
+    passes that publish addresses run again and the agents apply what they wrote; another claim taking it
+    meanwhile (by name, at once) would be let in by a rule meant for the one before. So the address is freed
+    only once both hold: `seconds` have passed since the controller found it released (the agents' time to
+    apply, a pass's worst time at the cluster's size), and every pass that publishes addresses has
+    succeeded once since (`followed`). A controller that is down, or whose passes fail, frees nothing; one
+    that restarts starts every quarantine again. A claim asking for a quarantined address by name waits
+    (its prepare fails with the reason, and kubelet retries)."""
+
+    def __init__(
+        self,
+        followed: Callable[[float], bool],
+        seconds: float,
+        on_start: Callable[[float], None] = lambda seconds: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.followed = followed
+        self.seconds = seconds
+        self.on_start = on_start  # the passes to run, and when to look again
+        self.clock = clock
+        self._since: dict[str, tuple[float, str]] = {}  # allocation UID → when found released (clock, text)
+
+    def keep(self, uids: set[str]) -> None:
+        """Forget the allocations no longer released (freed, or their claim back)."""
+        for uid in set(self._since) - uids:
+            del self._since[uid]
+
+    def started(self, uid: str) -> str:
+        """When the allocation was found released (RFC 3339), from now if it was not before."""
+        if uid not in self._since:
+            now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+            self._since[uid] = (self.clock(), now.isoformat().replace("+00:00", "Z"))
+            self.on_start(self.seconds)
+        return self._since[uid][1]
+
+    def over(self, uid: str) -> bool:
+        self.started(uid)
+        since = self._since[uid][0]
+        return self.clock() - since >= self.seconds and self.followed(since)
 
 
 def pool_slices(api: PoolSlicesApi, driver: str) -> SliceWriter:

@@ -27,6 +27,7 @@ from netclaim.names import DRIVER_DOMAIN
 from netclaim.objects import (
     CLAIM_UID_LABEL,
     POOL_LABEL,
+    RELEASED_AT,
     IPAllocation,
     ListItems,
     as_object,
@@ -105,6 +106,13 @@ class KubeAddresses(AddressesApi, IPPoolsApi):
         with translated(f"IPAllocation {allocation.name}"):
             created = await self.kube.client.create(body)
         return IPAllocation.from_api(as_data(created))
+
+    async def mark_released(self, allocation: IPAllocation, when: str) -> None:
+        patch = {"metadata": {"uid": allocation.uid, "annotations": {RELEASED_AT: when}}}
+        path = IP_ALLOCATIONS.path(name=allocation.name)
+        headers = {"Content-Type": "application/merge-patch+json"}
+        with translated(f"IPAllocation {allocation.name}"):
+            raise_for_status(await self.kube.http.request("PATCH", path, json=patch, headers=headers))
 
     async def delete_ip_allocation(self, allocation: IPAllocation) -> None:
         """Not lightkube's delete(): it sends no body, so no preconditions."""
