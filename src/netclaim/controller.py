@@ -44,7 +44,7 @@ from netclaim.adapters.kube.params import KubePoolParams
 from netclaim.adapters.kube.policies import KubePolicies
 from netclaim.adapters.kube.services import KubeServices
 from netclaim.adapters.kube.slices import KubeSlices
-from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool
+from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, pool_class
 from netclaim.api.settings import ControllerSettings
 from netclaim.errors import per_object
 from netclaim.ipam.pools import (
@@ -259,11 +259,6 @@ def _count(number: int) -> int | str:
     """A count for the API: as text past 2**53 (an IPv6 /64 holds 2**64 - 1), which JSON numbers hold
     exactly only in some clients (Go's int64 not at all)."""
     return number if number < 2**53 else str(number)
-
-
-def pool_class(pool: str) -> str:
-    """The DeviceClass through which claims take the addresses of a pool of some namespaces (docs/ipam.md)."""
-    return f"netclaim-pool-{pool}"
 
 
 def _status(pool: IPPool, use: PoolUse, class_missing: bool = False) -> dict[str, Any]:

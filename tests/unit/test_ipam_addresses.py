@@ -18,7 +18,7 @@ from netclaim.errors import (
 )
 from netclaim.ipam import addresses as addresses_module
 from netclaim.ipam.addresses import BLIND_PROBES, MAX_RACES, AddressBook, AddressRequest, Grant
-from netclaim.objects import AllocatedDevice, Claim, IPAllocation
+from netclaim.objects import AllocatedDevice, Claim, IPAllocation, RequestSpec
 from tests.unit.fakes import SAMPLE_DRIVER, SAMPLE_NODE, FakeKubeApi, sample_claim
 
 LAN3: dict[str, Any] = {
@@ -285,7 +285,8 @@ async def test_a_pool_serves_only_the_namespaces_it_lists(api: FakeKubeApi, book
         await book.allocate(CLAIM, [_request("team-b-only")])
     assert api.allocations == {}
     api.add_pool("team-a-too", {**V4_ONLY, "namespaces": ["team-b", "team-a"]})
-    [grant] = await book.allocate(CLAIM, [_request("team-a-too")])
+    through_its_class = replace(CLAIM, requests=(RequestSpec("addr", "netclaim-pool-team-a-too", ()),))
+    [grant] = await book.allocate(through_its_class, [_request("team-a-too")])
     assert len(grant.addresses) == 1
 
 
@@ -452,3 +453,24 @@ async def test_a_claims_own_address_the_controller_is_freeing_is_not_reused(
     await api.mark_released(held, "2026-12-06T10:00:00Z")  # beyond its allocation, say
     [again] = await book.allocate(CLAIM, [_request("v4only")])
     assert again.addresses != grant.addresses
+
+
+@pytest.mark.parametrize(
+    ("device_class", "admitted"),
+    [("netclaim-pool-team", True), ("every-netclaim-device", False), ("", False)],
+)
+async def test_a_pool_of_some_namespaces_gives_addresses_only_through_its_own_class(
+    api: FakeKubeApi, book: AddressBook, device_class: str, admitted: bool
+) -> None:
+    """Admission guards the pool's own class; another class an admin made that selects the pool's device
+    (any netclaim.dev device, say) must not be a way around it, even for a namespace the pool serves."""
+    api.add_pool("team", {**V4_ONLY, "namespaces": ["team-a"]})
+    requests = (RequestSpec("addr", device_class, ()),) if device_class else ()
+    claim = replace(CLAIM, requests=requests)
+    if admitted:
+        [grant] = await book.allocate(claim, [_request("team")])
+        assert grant.addresses
+        return
+    with pytest.raises(ConfigError, match="gives addresses only through its own class, netclaim-pool-team"):
+        await book.allocate(claim, [_request("team")])
+    assert _held(api, claim) == []

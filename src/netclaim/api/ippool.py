@@ -175,6 +175,17 @@ class IPPool(BaseModel):
     def serves(self, namespace: str) -> bool:
         return self.spec.namespaces is None or namespace in self.spec.namespaces
 
+    def admits_class(self, device_class: str) -> bool:
+        """Whether a request of `device_class` may take the pool's addresses: a pool of some namespaces
+        only through its own class (what admission guards), whatever other class an admin made selects
+        its device."""
+        return self.spec.namespaces is None or device_class == pool_class(self.name)
+
+
+def pool_class(pool: str) -> str:
+    """The DeviceClass through which claims take the addresses of a pool of some namespaces (docs/ipam.md)."""
+    return f"netclaim-pool-{pool}"
+
 
 class Family:
     """The addresses of one family a pool hands out, as sorted disjoint [first, last] integer segments."""

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from netclaim import metrics
-from netclaim.api.ippool import IPAddress, IPPool, allocation_name, claim_seed
+from netclaim.api.ippool import IPAddress, IPPool, allocation_name, claim_seed, pool_class
 from netclaim.errors import (
     AddressQuarantinedError,
     AlreadyExistsError,
@@ -89,6 +89,7 @@ class AddressBook:
         for request in requests:
             started = time.monotonic()
             pool = await self._pool(claim, request.allocated.device)
+            _admitted(claim, request, pool)
             for version in request.static:
                 if version not in pool.families():
                     raise ConfigError(
@@ -231,6 +232,20 @@ class AddressBook:
                 extra={"claim_uid": claim_uid, "addresses": freed, "left_to_the_controller": elsewhere},
             )
         return freed
+
+
+def _admitted(claim: Claim, request: AddressRequest, pool: IPPool) -> None:
+    """A pool of some namespaces gives addresses only through its own DeviceClass: admission refuses that
+    class to other namespaces, and another class an admin made that happens to select the pool's device
+    (`device.driver == "netclaim.dev"`, say) must not be a way around it."""
+    name = request.allocated.request
+    device_class = next((r.device_class for r in claim.requests if r.name == name), "")
+    if not pool.admits_class(device_class):
+        raise ConfigError(
+            f"claim {claim.namespace}/{claim.name}: request {name} took IPPool {pool.name} through "
+            f"DeviceClass {device_class or '(unknown)'}; a pool of some namespaces gives addresses only "
+            f"through its own class, {pool_class(pool.name)}"
+        )
 
 
 class HeldReads:
