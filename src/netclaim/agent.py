@@ -28,6 +28,7 @@ from netclaim.configure.attach import Attacher, PodLocks
 from netclaim.configure.check import AttachmentChecker
 from netclaim.configure.gate import CdiGate
 from netclaim.configure.gather import Gatherer
+from netclaim.configure.guard import PortGuard
 from netclaim.configure.hooks import PodHooks
 from netclaim.configure.lifecycle import NetworkCollector, NetworkGate, PluginReadiness
 from netclaim.configure.metadata import DeviceMetadataFiles
@@ -82,7 +83,9 @@ async def _start_configure_path(
     status = StatusWriter(claims, driver, store, supervisor, pods=pods, links=catalog)
     locks = PodLocks()
     readiness, networks = PluginReadiness(cni, health.set), NetworkGate()
-    attacher = Attacher(store, cni, locks, supervisor, readiness, networks)
+    guard = PortGuard(store)
+    await guard.start()  # before any hook or prepare: every NIC's children held as the rows say
+    attacher = Attacher(store, cni, locks, supervisor, readiness, networks, guard)
     supervisor.keep("cni-gc", NetworkCollector(store, cni, networks, readiness).run)
     if settings.check_seconds:
         checker = AttachmentChecker(store, attacher, locks, status, settings.check_seconds)
@@ -99,7 +102,8 @@ async def _start_configure_path(
         in_use = [(r.claim_uid, r.plan.interface_name) for r in store.all()]
         gate = CdiGate(settings.cdi_spec_dir, in_use) if settings.cdi_spec_dir is not None else None
         planning = NodeContext(driver, node, catalog.get, settings.host_local_dir, settings.reserved_networks)
-        preparer = Preparer(store, Gatherer(claims, addresses, cni, driver), planning, status, gate, metadata)
+        gatherer = Gatherer(claims, addresses, cni, driver)
+        preparer = Preparer(store, gatherer, planning, status, gate, metadata, guard)
         unpreparer = Unpreparer(store, attacher, status, gate, metadata)
         supervisor.keep("reclaim", Reclaimer(store, claims, unpreparer).next_round)
         health.expect("kubelet")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import ipaddress
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -434,9 +434,15 @@ class FakePodNetlink:
     removed_ifbs: list[tuple[str, str]] = field(default_factory=list)  # (name, netns)
     links_set: list[tuple[str, int | None, str | None]] = field(default_factory=list)  # (name, mtu, mac)
     fail_shape: list[Exception] = field(default_factory=list)
+    sysctls: dict[tuple[str | None, str], dict[str, str]] = field(default_factory=dict)  # as last set
 
-    async def interface(self, name: str, netns: str | None = None) -> InterfaceState | None:
-        return self.interfaces.get((netns, name))
+    async def interface(
+        self, name: str, netns: str | None = None, sysctls: Mapping[str, str] | None = None
+    ) -> InterfaceState | None:
+        found = self.interfaces.get((netns, name))
+        if found is not None and sysctls:
+            self.sysctls.setdefault((netns, name), {}).update(sysctls)
+        return found
 
     async def shape(self, name: str, bits_per_second: int, netns: str) -> None:
         if self.fail_shape:

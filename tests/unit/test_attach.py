@@ -13,9 +13,11 @@ from netclaim.adapters.cni import Invocation, cni_args
 from netclaim.adapters.netlink import InterfaceState
 from netclaim.adapters.nri import PodSandbox
 from netclaim.configure.attach import PodLocks
+from netclaim.configure.guard import PortGuard
 from netclaim.configure.store import Attachment, Interface, Outcome, State
 from netclaim.errors import AttachError, CniError, KernelError, PodBusyError
 from tests.unit.fakes import ConfigureRig, configure_rig, sample_device, sample_row
+from tests.unit.test_guard import Recorder
 
 EXCLUSIVE_NIC = sample_device("enp7s0", shared=False, mtu=9000, mac="52:54:00:00:07:00")
 
@@ -359,3 +361,38 @@ async def test_a_pods_lock_is_kept_while_a_caller_waits_for_it(rig: ConfigureRig
     finally:
         leave.set()
         await waiting
+
+
+async def test_every_attached_interface_is_set_against_redirects_and_router_advertisements(
+    rig: ConfigureRig,
+) -> None:
+    sandbox = rig.sandbox()
+    await _attached(rig, sample_row(), sandbox)
+    assert rig.netlink.sysctls[(sandbox.netns, "net1")] == {
+        "ipv4/conf/net1/accept_redirects": "0",
+        "ipv6/conf/net1/accept_redirects": "0",
+        "ipv6/conf/net1/accept_ra": "0",  # the NIC's rule does not take the network's
+    }
+
+
+async def test_an_address_only_the_add_tells_is_bound_before_the_hook_answers_or_the_attach_fails(
+    rig: ConfigureRig,
+) -> None:
+    """A tenant's own host-local address is not known at prepare: the NIC's table learns it within the
+    attach; if it cannot, the attach is undone (the pod's frames from it would all be dropped)."""
+    recorder = Recorder()
+    rig.attacher.guard = PortGuard(
+        rig.store, recorder.apply, recorder.hairpin, recorder.host_mac, recorder.our_tables
+    )
+    sandbox = rig.sandbox()
+    attached = await _attached(rig, sample_row(), sandbox)  # sample_row: host-local 10.90.0.0/24
+    assert recorder.tables == [("netclaim-enp1s0", [attached.outcome.interface.mac])]  # type: ignore[union-attr]
+
+    async def refused(netns: str, made: dict[str, object]) -> None:
+        raise KernelError("nft -j -f -: exit 1: Error: Could not process rule: No such file or directory")
+
+    row = sample_row(claim_uid="claim-uid-2", pod_uid="pod-uid-2")
+    rig.attacher.guard.apply = refused
+    with pytest.raises(AttachError, match="Could not process rule"):
+        await _attached(rig, row, rig.sandbox("sandbox-2", uid="pod-uid-2"))
+    assert [c.command for c in rig.cni.calls][-2:] == ["ADD", "DEL"]

@@ -18,7 +18,7 @@ import os
 import socket
 import struct
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -288,9 +288,17 @@ def _link_facts(name: str) -> tuple[int, str, int, int] | None:
     return index, ":".join(f"{byte:02x}" for byte in hardware), mtu, flags
 
 
-async def interface(name: str, netns: str | None = None) -> InterfaceState | None:
+async def interface(
+    name: str, netns: str | None = None, sysctls: Mapping[str, str] | None = None
+) -> InterfaceState | None:
+    """The interface as it is; with `sysctls` (paths under /proc/sys/net → value), those set first, in
+    the same trip to its namespace (one missing, as IPv6's where the namespace has none, is skipped)."""
+
     def look() -> tuple[tuple[int, str, int, int] | None, int]:
-        return _link_facts(name), _netlink_socket()
+        facts = _link_facts(name)
+        if facts is not None:
+            _write_sysctls(sysctls or {})
+        return facts, _netlink_socket()
 
     try:
         facts, fileno = await _in(netns, look, lambda found: os.close(found[1]))  # one trip for both
@@ -495,6 +503,16 @@ def _delete_here(name: str, where: str, *, interface_too: bool) -> None:
         with _kernel_piece(f"deleting {name}", where), IPRoute() as ipr:
             for device in doomed:
                 ipr.link("del", index=device)
+
+
+def _write_sysctls(values: Mapping[str, str]) -> None:
+    """In the calling thread's namespace: each /proc/sys/net/<path> set (a path that is not there skipped)."""
+    for path, value in values.items():
+        try:
+            with open(f"/proc/sys/net/{path}", "w") as sysctl:  # noqa: PTH123 - on the namespace thread
+                sysctl.write(value)
+        except FileNotFoundError:
+            continue
 
 
 _DEFAULT_ACCEPT_DAD = "/proc/sys/net/ipv6/conf/default/accept_dad"  # read in the namespace that opens it

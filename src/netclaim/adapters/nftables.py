@@ -49,3 +49,13 @@ async def table(netns: str, family: str, name: str) -> list[dict[str, Any]]:
         raise
     objects: list[dict[str, Any]] = json.loads(listed).get("nftables", [])
     return [o for o in objects if "metainfo" not in o]
+
+
+async def tables(netns: str) -> list[tuple[str, str]]:
+    """(family, name) of every table in `netns` ("": the agent's own namespace)."""
+    listed = json.loads(await _run(netns, "-j", "list", "tables"))
+    return [
+        (str(o["table"]["family"]), str(o["table"]["name"]))
+        for o in listed.get("nftables", [])
+        if "table" in o
+    ]

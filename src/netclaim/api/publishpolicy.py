@@ -11,6 +11,8 @@
       childType: macvlan        # macvlan | ipvlan: how pods share the NIC (one kind per NIC)
       ipvlanMode: l2            # every ipvlan's mode on the NIC (the kernel keeps one per NIC)
       tenantRanges: [10.70.0.0/16]   # where a claim's own host-local/static IPAM may take addresses
+      portSecurity: true        # a pod sends on its share only from its own MAC and addresses (default)
+      acceptRouterAdvertisements: false  # pods configure IPv6 from the network's routers (default: no)
       attributes: {netclaim.dev/network: storage}
 
 An interface no rule matches is not published. Loopback, default-route uplinks, bridge ports and the
@@ -107,6 +109,17 @@ class Rule(_Strict):
         default=[], max_length=64, description="where a claim's own host-local/static IPAM may take addresses"
     )
     attributes: dict[QualifiedName, AttributeValue] = Field(default={}, description="extra device attributes")
+    portSecurity: bool = Field(
+        default=True,
+        description="a shared NIC's macvlan children send only from their own MAC and addresses (checked "
+        "on the node, where a pod cannot reach; docs/security.md). Off only where other software's children "
+        "share the NIC: then a pod with NET_RAW or NET_ADMIN can send as another",
+    )
+    acceptRouterAdvertisements: bool = Field(
+        default=False,
+        description="pods take addresses and routes from the network's IPv6 router advertisements (a pod's "
+        "own are never passed on a NIC with port security)",
+    )
     linkDown: Literal["NoSchedule", "NoExecute"] = Field(
         default="NoSchedule",
         description="the effect of the taint a NIC's device gets while its link is down: NoSchedule keeps "

@@ -23,6 +23,7 @@ from netclaim.adapters import netlink
 from netclaim.adapters.cni import CniRunner, Invocation, cni_args, host_local_dirs, pod_of_cni_args
 from netclaim.adapters.nri import PodSandbox
 from netclaim.api.cniconfig import speaks_lifecycle
+from netclaim.configure.guard import PortGuard, guarded_nic, interface_sysctls
 from netclaim.configure.lifecycle import NetworkGate, PluginReadiness, network_key
 from netclaim.configure.store import Attachment, Interface, Key, Outcome, State, Store
 from netclaim.errors import AttachError, CniError, NetclaimError, PodBusyError, TransientError
@@ -94,8 +95,10 @@ async def _acquire(lock: asyncio.Lock, deadline: float | None) -> None:
         ) from None
 
 
-async def _read_back(name: str, netns: str) -> netlink.InterfaceState:
-    state = await netlink.interface(name, netns)
+async def _read_back(row: Attachment, netns: str) -> netlink.InterfaceState:
+    """The interface the ADD made, set as every pod's interface is (netclaim.configure.guard)."""
+    name = row.plan.interface_name
+    state = await netlink.interface(name, netns, interface_sysctls(row))
     if state is None:
         raise AttachError(f"CNI ADD succeeded but {name} is not in the pod's namespace")
     return state
@@ -123,6 +126,7 @@ class Attacher:
         background: Supervisor,
         readiness: PluginReadiness,
         gate: NetworkGate,
+        guard: PortGuard | None = None,
     ) -> None:
         self._release_tries: dict[Key, int] = {}  # transient failures of a row's release, so far
         self.store = store
@@ -131,6 +135,7 @@ class Attacher:
         self.background = background  # runs the undo of an ADD whose rollback ran out of time
         self.readiness = readiness
         self.gate = gate
+        self.guard = guard  # None: no NIC's children are held to their identity (tests of other parts)
 
     def _invocation(self, row: Attachment) -> Invocation:
         netns = row.netns if netns_exists(row.netns) else ""
@@ -191,9 +196,15 @@ class Attacher:
                 result = await self.cni.add(plan.conflist, invocation, deadline)
             cni_ms = round((time.monotonic() - started) * 1000, 1)
             faults.point("inside-add")
-            state = await _read_back(plan.interface_name, sandbox.netns)
+            state = await _read_back(row, sandbox.netns)
             if plan.bandwidth_bps:
                 await netlink.shape(plan.interface_name, plan.bandwidth_bps, sandbox.netns)
+            interface = Interface(name=state.name, mac=state.mac, mtu=state.mtu, addresses=state.addresses)
+            attached = row.with_state(
+                State.ATTACHED, outcome=Outcome(cni_args=args, cni_result=result, interface=interface)
+            )
+            if self.guard is not None and not self.guard.covers(attached):  # the ADD told what prepare could
+                await self.guard.follow([plan.nic.if_name], extra=[attached])  # not: a tenant's own IPAM
         except Exception as err:
             message = f"claim {row.claim_namespace}/{row.claim_name} device {row.device}: {err}"
             if await self._rollback(row, deadline):
@@ -206,10 +217,7 @@ class Attacher:
             if not isinstance(err, NetclaimError):
                 log.exception("attach failed (a bug)", extra={"claim": row.claim_name})
             raise AttachError(message) from err
-        interface = Interface(name=state.name, mac=state.mac, mtu=state.mtu, addresses=state.addresses)
-        row = row.with_state(
-            State.ATTACHED, outcome=Outcome(cni_args=args, cni_result=result, interface=interface)
-        )
+        row = attached
         await self.store.transition(row, durable=False)
         log.info(
             "attached",
@@ -284,6 +292,23 @@ class Attacher:
         that kubelet calls again, MAX_RELEASE_TRIES times at most: a plugin that never answers keeps no
         pod Terminating for ever either."""
         problems: list[str] = []
+        try:
+            await self._release(rows, deadline, problems)
+        finally:
+            await self._unbind([nic for nic in map(guarded_nic, rows) if nic is not None])
+        return problems
+
+    async def _unbind(self, nics: list[str]) -> None:
+        """The released rows' children no longer bound; a failure is logged, never raised (the next change
+        of the NIC, or a restart, writes its table again)."""
+        if self.guard is None:
+            return
+        try:
+            await self.guard.follow(nics)
+        except Exception as err:  # noqa: BLE001 - teardown goes on whatever the guard says
+            log.warning("port security not updated after a release", extra={"nics": nics, "error": str(err)})
+
+    async def _release(self, rows: list[Attachment], deadline: float, problems: list[str]) -> None:
         for row in rows:
             async with self.locks(row.pod_uid):
                 current = self.current(row)
@@ -303,7 +328,6 @@ class Attacher:
                     )
                 await self.store.delete(current)
                 self._release_tries.pop(row.key, None)
-        return problems
 
     async def _clean_up(self, row: Attachment) -> str:
         """After a DEL that failed for good: remove what the ADD may have left, and say what was found."""

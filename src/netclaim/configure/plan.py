@@ -17,6 +17,7 @@ versioned, the allocated NIC a NicRecord of its own rather than publish.devices.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -505,6 +506,11 @@ def _plan(
             {**p, "mode": device.ipvlan_mode} if p.get("type") == "ipvlan" and "mode" not in p else p
             for p in conflist["plugins"]
         ]
+    if device.guarded:
+        conflist["plugins"] = [
+            guarded_child(p, child_mac(claim.uid, allocated)) if p.get("type") == "macvlan" else p
+            for p in conflist["plugins"]
+        ]
     consumed = allocated.consumed_capacity.get(BANDWIDTH)
     owner = None if effective.cni_from_admin else claim.namespace
     return AttachPlan(
@@ -515,6 +521,23 @@ def _plan(
         ),
         nic=NicRecord.of(device),
     )
+
+
+def guarded_child(plugin: dict[str, Any], mac: str) -> dict[str, Any]:
+    """A macvlan child on a NIC with port security (netclaim.configure.guard): in VEPA mode, so that every
+    frame it sends, to a pod of the same NIC too, leaves through the NIC where the node checks it (the node
+    then hands a pod's frames for its neighbours back to them); with its MAC chosen here, so that the node
+    knows it before the child exists. `private` stays private (no neighbour gets its frames); a MAC the
+    config names is kept."""
+    mode = "private" if plugin.get("mode") == "private" else "vepa"
+    return {**plugin, "mode": mode, "mac": plugin.get("mac") or mac}
+
+
+def child_mac(claim_uid: str, allocated: AllocatedDevice) -> str:
+    """A stable, locally administered unicast MAC for one allocated share (the same at every prepare)."""
+    digest = hashlib.sha256(f"{claim_uid}/{allocated.request}/{allocated.share_id}".encode()).digest()
+    first = (digest[0] & 0xFC) | 0x02
+    return ":".join(f"{byte:02x}" for byte in (first, *digest[1:6]))
 
 
 def with_node_defaults(

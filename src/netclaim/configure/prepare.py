@@ -25,6 +25,7 @@ from netclaim import faults
 from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.configure.gate import CdiGate
 from netclaim.configure.gather import Gatherer
+from netclaim.configure.guard import PortGuard, guarded_nic
 from netclaim.configure.metadata import DeviceMetadataFiles, base_request
 from netclaim.configure.plan import NodeContext, PlannedDevice, claim_needs, plan_claim
 from netclaim.configure.status import ClaimRef, StatusWriter
@@ -44,7 +45,9 @@ class Preparer:
         status: StatusWriter,
         gate: CdiGate | None,
         metadata: DeviceMetadataFiles | None = None,
+        guard: PortGuard | None = None,
     ) -> None:
+        self.guard = guard
         self.store = store
         self.gather = gather
         self.node = node
@@ -65,11 +68,13 @@ class Preparer:
             faults.point("after-address")
             planned = plan_claim(inputs, self.node)
             _refuse_clashes(claim, planned, self.store.for_pod(claim.reserved_for[0].uid))
+            rows = [_row(claim, p) for p in planned]
+            if self.guard is not None:  # the children bound before they exist: their first frames pass
+                await self.guard.follow([n for n in map(guarded_nic, rows) if n is not None], extra=rows)
         except BaseException:
             if needs.addresses:  # nothing left behind: the retry takes them again
                 await self.gather.give_back(claim.uid)
             raise
-        rows = [_row(claim, p) for p in planned]
         await self.store.put(*rows)
         answer = self._answer(ClaimRef(namespace, name, uid), rows, claim.pod_claim_name)
         faults.point("after-prepare")

@@ -27,6 +27,9 @@ BANDWIDTH = f"{DRIVER_DOMAIN}/bandwidth"
 ATTACHMENTS = f"{DRIVER_DOMAIN}/attachments"
 CHILD_TYPE = f"{DRIVER_DOMAIN}/childType"  # a shared NIC's: macvlan or ipvlan (SHARING_ATTRIBUTES)
 IPVLAN_MODE = f"{DRIVER_DOMAIN}/ipvlanMode"
+# a shared NIC's macvlan children held to their own MAC and addresses on the node (netclaim.configure.guard)
+PORT_SECURITY = f"{DRIVER_DOMAIN}/portSecurity"
+ACCEPT_RA = f"{DRIVER_DOMAIN}/acceptRouterAdvertisements"  # the pods' interfaces take the network's RAs
 LINK_DOWN = f"{DRIVER_DOMAIN}/link-down"  # the taint of a device whose link is down (netclaim.publish.health)
 
 
@@ -83,6 +86,15 @@ class Device:
     def ipvlan_mode(self) -> str | None:
         mode = self.attributes.get(IPVLAN_MODE)
         return mode if isinstance(mode, str) else None
+
+    @property
+    def guarded(self) -> bool:
+        """Whether the node holds the pods' macvlan children on this NIC to their own MAC and addresses:
+        a shared macvlan NIC unless its rule turned port security off (an attribute dropped at the API's
+        limit counts as on)."""
+        return (
+            self.shared and self.child_type == "macvlan" and self.attributes.get(PORT_SECURITY) is not False
+        )
 
     def to_api(self) -> dict[str, Any]:
         api: dict[str, Any] = {
@@ -187,11 +199,14 @@ def _device(interface: NetworkInterface, rule: Rule, grouped: dict[str, dict[str
         sharing.append((CHILD_TYPE, rule.childType))
         if rule.childType == "ipvlan":
             sharing.append((IPVLAN_MODE, rule.ipvlanMode))
+        else:
+            sharing.append((PORT_SECURITY, rule.portSecurity))
+    sharing.append((ACCEPT_RA, rule.acceptRouterAdvertisements))
     attributes: dict[str, AttributeValue] = {}
-    candidates: list[tuple[str, AttributeValue]] = [
-        *((f"{domain}/{key}", value) for domain, values in grouped.items() for key, value in values.items()),
+    candidates: list[tuple[str, AttributeValue]] = [  # what netclaim itself reads first: never dropped
         (f"{DRIVER_DOMAIN}/{SHARED_ATTRIBUTE}", shared),
         *sharing,
+        *((f"{domain}/{key}", value) for domain, values in grouped.items() for key, value in values.items()),
         *((key if "/" in key else f"{DRIVER_DOMAIN}/{key}", value) for key, value in rule.attributes.items()),
     ]
     room = MAX_ATTRIBUTES_AND_CAPACITIES - len(capacity)
