@@ -237,6 +237,7 @@ def _preflight(args: argparse.Namespace) -> int:
     from netclaim.adapters import netlink, nri
     from netclaim.adapters.kube.connection import KubeConnection
     from netclaim.adapters.kube.preflight import KubePreflight
+    from netclaim.configure import guard
     from netclaim.tools import preflight
 
     node = args.node_name or os.environ.get("NODE_NAME", "")
@@ -246,7 +247,7 @@ def _preflight(args: argparse.Namespace) -> int:
     paths = preflight.NodePaths(args.nri_socket, args.cdi_spec_dir, args.cni_bin_dir, plugins)
 
     async def checked() -> list[preflight.Finding]:
-        findings = await preflight.node_findings(paths, nri.reachable, netlink.probe_shaping)
+        findings = await preflight.node_findings(paths, nri.reachable, netlink.probe_shaping, guard.probe)
         if args.api:
             connection = KubeConnection.connect(args.kubeconfig, args.driver_name)
             try:

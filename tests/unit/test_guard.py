@@ -154,3 +154,9 @@ async def test_after_a_restart_every_nic_is_written_again_and_an_old_table_of_a_
     ]
     assert sorted(recorder.hairpins) == [("enp1s0", [MAC]), ("enp9s0", [])]  # none for a NIC that is gone
     store.close()
+
+
+def test_without_a_host_mac_no_empty_set_reaches_nft() -> None:
+    """nft refuses an empty anonymous set: a NIC whose own MAC could not be read gets no host rule."""
+    made = json.dumps(ruleset("enp1s0", [], [Binding(MAC, ("10.3.0.7",))]))
+    assert '{"set": []}' not in made

@@ -38,12 +38,14 @@ async def _shapes() -> None:
 
 async def test_a_node_with_everything_passes(tmp_path: Path) -> None:
     _installed(tmp_path, DEFAULT_PLUGINS)
-    findings = await node_findings(NodePaths(tmp_path / "nri.sock", tmp_path, tmp_path), _answers, _shapes)
+    paths = NodePaths(tmp_path / "nri.sock", tmp_path, tmp_path)
+    findings = await node_findings(paths, _answers, _shapes, _shapes)
     assert [(f.check, f.severity) for f in findings] == [
         ("NRI", "ok"),
         ("CDI", "ok"),
         ("CNI plugins", "ok"),
         ("bandwidth caps", "ok"),
+        ("port security", "ok"),
     ]
     assert render(findings).endswith("preflight: every check passed\n")
 
@@ -60,16 +62,20 @@ async def test_each_missing_piece_is_named_with_its_fix(tmp_path: Path) -> None:
             "a new network namespace (preflight): an ifb device (module ifb): (95, 'Not supported')"
         )
 
+    async def old_kernel() -> None:
+        raise KernelError("nft -c -j -f -: exit 1: Error: Could not process rule: Operation not supported")
+
     paths = NodePaths(tmp_path / "nri.sock", tmp_path / "cdi", tmp_path)
-    findings = await node_findings(paths, no_socket, no_ifb)
+    findings = await node_findings(paths, no_socket, no_ifb, old_kernel)
     text = render(findings)
-    assert [f.severity for f in findings] == ["fail"] * 4
+    assert [f.severity for f in findings] == ["fail"] * 5
     assert f"FAIL  NRI: no socket at {tmp_path}/nri.sock: containerd's NRI is off or elsewhere" in text
     assert "disable = false" in text
     assert f"FAIL  CDI: no directory {tmp_path}/cdi" in text
     assert f"FAIL  CNI plugins: {tmp_path} lacks host-device, static" in text
     assert "an ifb device (module ifb)" in text and "modprobe ifb" in text
-    assert text.endswith("preflight: 4 of 4 checks failed\n")
+    assert "FAIL  port security: a NIC's table or its hairpin cannot be made" in text and "5.16" in text
+    assert text.endswith("preflight: 5 of 5 checks failed\n")
 
 
 async def test_a_socket_nobody_listens_on_is_not_nri(tmp_path: Path) -> None:
@@ -77,7 +83,8 @@ async def test_a_socket_nobody_listens_on_is_not_nri(tmp_path: Path) -> None:
         raise ConnectionRefusedError(errno.ECONNREFUSED, os.strerror(errno.ECONNREFUSED))
 
     _installed(tmp_path, DEFAULT_PLUGINS)
-    [nri, *_] = await node_findings(NodePaths(tmp_path / "nri.sock", tmp_path, tmp_path), refused, _shapes)
+    paths = NodePaths(tmp_path / "nri.sock", tmp_path, tmp_path)
+    [nri, *_] = await node_findings(paths, refused, _shapes, _shapes)
     assert (nri.severity, nri.detail) == (
         "fail",
         f"{tmp_path}/nri.sock: nothing answers (Connection refused)",

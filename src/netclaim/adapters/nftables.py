@@ -33,9 +33,11 @@ async def _run(netns: str, *args: str, data: bytes = b"") -> str:
     return finished.stdout.decode(errors="replace")
 
 
-async def apply(netns: str, ruleset: Ruleset) -> None:
-    """Run the batch in `netns` ("": the agent's own namespace): all of it or, on an error, none of it."""
-    await _run(netns, "-j", "-f", "-", data=json.dumps(ruleset, separators=(",", ":")).encode())
+async def apply(netns: str, ruleset: Ruleset, *, check_only: bool = False) -> None:
+    """Run the batch in `netns` ("": the agent's own namespace): all of it or, on an error, none of it.
+    `check_only`: the kernel checks it and commits nothing (`nft -c`)."""
+    flags = ("-c", "-j", "-f", "-") if check_only else ("-j", "-f", "-")
+    await _run(netns, *flags, data=json.dumps(ruleset, separators=(",", ":")).encode())
 
 
 async def table(netns: str, family: str, name: str) -> list[dict[str, Any]]:

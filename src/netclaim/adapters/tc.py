@@ -73,3 +73,8 @@ async def hairpin(nic: str, macs: Sequence[str], netns: str = "") -> None:
     lines += [f"filter del dev {nic} egress prio {old}" for old in sorted(live - {new})]
     if lines:
         await _run(netns, "-batch", "-", batch="\n".join(lines) + "\n")
+
+
+async def version() -> str:
+    """`tc -V`: that tc is there (PrerequisiteError otherwise)."""
+    return (await _run("", "-V")).strip()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from netclaim.errors import KernelError, NetclaimError
+from netclaim.errors import KernelError, NetclaimError, PrerequisiteError
 from netclaim.kubeapi import PreflightApi
 from netclaim.publish.devices import BANDWIDTH, LINK_DOWN
 
@@ -49,12 +49,14 @@ async def node_findings(
     paths: NodePaths,
     nri_reachable: Callable[[str], Awaitable[None]],
     probe_shaping: Callable[[], Awaitable[None]],
+    probe_port_security: Callable[[], Awaitable[None]],
 ) -> list[Finding]:
     return [
         await _nri(paths.nri_socket, nri_reachable),
         _cdi(paths.cdi_spec_dir),
         _plugins(paths.cni_bin_dir, paths.plugins),
         await _shaping(probe_shaping),
+        await _port_security(probe_port_security),
     ]
 
 
@@ -110,6 +112,22 @@ async def _shaping(probe: Callable[[], Awaitable[None]]) -> Finding:
             "kernel with them; claims on shared NICs are capped at their bandwidth with them",
         )
     return Finding("bandwidth caps", "ok", "ifb, tbf, ingress, u32 and mirred work (a veth shaped)")
+
+
+async def _port_security(probe: Callable[[], Awaitable[None]]) -> Finding:
+    try:
+        await probe()
+    except (KernelError, PrerequisiteError) as err:
+        return Finding(
+            "port security",
+            "fail",
+            f"a NIC's table or its hairpin cannot be made: {err}",
+            "pods on a shared macvlan NIC are held to their own MAC and addresses by an nftables netdev "
+            "egress chain (Linux >= 5.16) and tc (Debian: iproute2, nftables); without them their claims "
+            "fail at prepare. Upgrade the kernel, or set portSecurity: false in the NIC's publish rule "
+            "(docs/security.md says what a pod can then do)",
+        )
+    return Finding("port security", "ok", "nftables' netdev egress hook and tc are there")
 
 
 async def api_findings(api: PreflightApi, node: str, driver: str) -> list[Finding]:
