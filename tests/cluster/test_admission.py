@@ -8,7 +8,7 @@ import copy
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import yaml
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod, Secret
+from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
@@ -528,3 +529,81 @@ def test_an_agent_token_may_only_write_network_status_on_pods_of_its_own_node(
         "containers": [{"name": "main", "image": "netclaim.local/pause:1"}]
     }  # the one spec change pods allow
     assert only in refused("node-2", {}, image)
+
+
+def _slice(name: str, labels: dict[str, str], owner: str = "svc") -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "name": owner,
+                    "uid": "00000000-0000-0000-0000-000000000001",
+                }
+            ],
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.9"]}],
+        "ports": [],
+    }
+
+
+def test_the_controller_token_writes_only_the_endpointslices_it_manages(
+    cluster: ClusterHandle, kube: Client, tmp_path: Path
+) -> None:
+    """RBAC lets the controller write any EndpointSlice; admission (netclaim-controller-endpointslices)
+    keeps a token taken from its pod to the slices of Services over a netclaim network."""
+    path = tmp_path / "controller.kubeconfig"
+    agents.controller_kubeconfig(cluster, path)
+    ours = {
+        "endpointslice.kubernetes.io/managed-by": "netclaim.dev",
+        "kubernetes.io/service-name": "svc",
+        "netclaim.dev/network": "lan3",
+    }
+    theirs = {**ours, "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}
+    others = _slice("kubes", {**theirs, "kubernetes.io/service-name": "kubes"})
+    del others["metadata"]["ownerReferences"]  # no such Service: the garbage collector would take it
+    kube.create(typed(EndpointSlice, others))  # as another controller would have made it
+    with Client(KubeConfig.from_file(path)) as controller:
+
+        def refused(call: Callable[[], object]) -> str:
+            """The API's refusal of what the controller's token asks ("" when it is allowed)."""
+            try:
+                call()
+            except ApiError as err:
+                return str(err.status.message)
+            return ""
+
+        def created(body: dict[str, Any]) -> str:
+            return refused(partial(controller.create, typed(EndpointSlice, body), dry_run=True))
+
+        assert created(_slice("svc-netclaim-ipv4", ours)) == ""
+        without_network = {k: v for k, v in ours.items() if k != "netclaim.dev/network"}
+        taken_over = {"metadata": {"labels": {**ours, "kubernetes.io/service-name": "kubes"}}}
+        refusals = {
+            "another manager": created(_slice("svc-1", theirs)),
+            "no network": created(_slice("svc-2", without_network)),
+            "another owner": created(_slice("svc-3", ours, owner="other")),
+            "taking over": refused(
+                partial(
+                    controller.patch,
+                    EndpointSlice,
+                    "kubes",
+                    taken_over,
+                    namespace="default",
+                    patch_type=PatchType.MERGE,
+                    dry_run=True,
+                )
+            ),
+            "deleting theirs": refused(
+                partial(controller.delete, EndpointSlice, "kubes", namespace="default", dry_run=True)
+            ),
+        }
+    kube.delete(EndpointSlice, "kubes", namespace="default")
+    assert all("netclaim-controller-endpointslices" in said for said in refusals.values()), refusals

@@ -32,6 +32,11 @@ so that an install into another namespace keeps the own-node policies in force. 
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "netclaim.agentServiceAccount" . }}
 {{- end }}
 
+{{/* The controller's ServiceAccount as the apiserver names it in admission requests. */}}
+{{- define "netclaim.controllerUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:netclaim-controller
+{{- end }}
+
 {{/* admission.deviceClassPlugins as the items of a CEL list, filled to 110 columns as in deploy/admission.yaml. */}}
 {{- define "netclaim.deviceClassPlugins" -}}
 {{- $column := 9 }}

@@ -110,6 +110,14 @@ def agent_kubeconfig(handle: ClusterHandle, node: str, path: Path, server: str |
     )
 
 
+def controller_kubeconfig(handle: ClusterHandle, path: Path) -> None:
+    """A token of the controller's ServiceAccount, as its pod authenticates with."""
+    token = handle.kubectl("create", "token", "netclaim-controller", "-n", NAMESPACE, "--duration=1h")
+    write_kubeconfig(
+        path, _server(handle), handle.layout.pki / "ca.crt", "netclaim-controller", {"token": token.strip()}
+    )
+
+
 def _server(handle: ClusterHandle) -> str:
     return f"https://{handle.spec.management_gateway().ip}:{handle.spec.ports.apiserver}"
 
