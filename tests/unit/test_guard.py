@@ -160,3 +160,24 @@ def test_without_a_host_mac_no_empty_set_reaches_nft() -> None:
     """nft refuses an empty anonymous set: a NIC whose own MAC could not be read gets no host rule."""
     made = json.dumps(ruleset("enp1s0", [], [Binding(MAC, ("10.3.0.7",))]))
     assert '{"set": []}' not in made
+
+
+def _static(mac: str, address: str, **row: str) -> Any:
+    planned = _row(mac=mac, ipam={"type": "static", "addresses": [{"address": f"{address}/24"}]})
+    return replace(planned, **row)
+
+
+async def test_a_pods_children_on_one_nic_may_send_as_each_other_never_as_another_pod(tmp_path: Path) -> None:
+    """Two interfaces of one pod in one subnet: the kernel answers ARP and replies from either (ARP flux);
+    that is the pod's own business. Another pod's addresses stay another's."""
+    store = Store(tmp_path)
+    await store.put(
+        _static("02:00:00:00:00:01", "10.3.0.1"),
+        _static("02:00:00:00:00:02", "10.3.0.2", claim_uid="claim-uid-2"),
+        _static("02:00:00:00:00:03", "10.3.0.3", claim_uid="claim-uid-3", pod_uid="pod-uid-3"),
+    )
+    bound = {b.mac: set(b.addresses) for b in _guard(store, Recorder())._wanted("enp1s0", [])}
+    first, second, other = (bound[f"02:00:00:00:00:0{i}"] for i in (1, 2, 3))
+    assert first == second and {"10.3.0.1", "10.3.0.2"} <= first and "10.3.0.3" not in first
+    assert "10.3.0.1" not in other
+    store.close()

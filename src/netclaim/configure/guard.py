@@ -199,13 +199,19 @@ class PortGuard:
 
     def _wanted(self, nic: str, extra: Iterable[Attachment]) -> frozenset[Binding]:
         rows = {r.key: r for r in self.store.all()} | {r.key: r for r in extra}
-        addresses: dict[str, set[str]] = {}
+        macs: dict[str, set[str]] = {}  # pod UID → its children's MACs on the NIC
+        addresses: dict[str, set[str]] = {}  # pod UID → their addresses
         for row in rows.values():
             binding = binding_of(row) if guarded_nic(row) == nic else None
             if binding is not None:
-                addresses.setdefault(binding.mac, set()).update(binding.addresses)
+                macs.setdefault(row.pod_uid, set()).add(binding.mac)
+                addresses.setdefault(row.pod_uid, set()).update(binding.addresses)
+        # a pod's children on one NIC may send as each other: with two in one subnet the kernel answers
+        # and replies from either (its own business), never as another pod
         return frozenset(
-            Binding(mac, tuple(sorted(held, key=_address_order))) for mac, held in addresses.items()
+            Binding(mac, tuple(sorted(addresses[pod], key=_address_order)))
+            for pod, owned in macs.items()
+            for mac in owned
         )
 
     def covers(self, row: Attachment) -> bool:
