@@ -43,6 +43,22 @@ async def test_an_interface_is_read_back_and_a_missing_one_leaves_no_socket_open
     assert _open_fds() == before
 
 
+async def test_the_sysctls_asked_are_set_in_the_interfaces_namespace_in_the_same_trip(netns: str) -> None:
+    sysctls = {"ipv6/conf/v1/accept_ra": "0", "ipv4/conf/v1/accept_redirects": "0", "ipv9/conf/v1/x": "1"}
+    assert await netlink.interface("v1", netns, sysctls) is not None  # one path that is not there: skipped
+    assert _sysctls(netns, "net.ipv6.conf.v1.accept_ra", "net.ipv4.conf.v1.accept_redirects") == ["0", "0"]
+    assert not _on_the_node("/proc/sys/net/ipv6/conf/v1")  # in the pod's namespace, not the node's
+
+
+def _sysctls(netns: str, *names: str) -> list[str]:
+    inside = ["ip", "netns", "exec", Path(netns).name, "sysctl", "-n", *names]
+    return subprocess.run(inside, capture_output=True, text=True, check=True).stdout.split()
+
+
+def _on_the_node(path: str) -> bool:
+    return Path(path).exists()
+
+
 def _netns(*args: str) -> None:
     subprocess.run(["ip", "netns", *args], check=True)
 

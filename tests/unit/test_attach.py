@@ -6,12 +6,14 @@ import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from netclaim.adapters.cni import Invocation, cni_args
 from netclaim.adapters.netlink import InterfaceState
 from netclaim.adapters.nri import PodSandbox
+from netclaim.configure import guard as guard_module
 from netclaim.configure.attach import PodLocks
 from netclaim.configure.guard import PortGuard
 from netclaim.configure.store import Attachment, Interface, Outcome, State
@@ -375,24 +377,31 @@ async def test_every_attached_interface_is_set_against_redirects_and_router_adve
     }
 
 
-async def test_an_address_only_the_add_tells_is_bound_before_the_hook_answers_or_the_attach_fails(
-    rig: ConfigureRig,
+async def test_an_address_only_the_add_tells_is_bound_right_after_the_attach_and_tried_again(
+    rig: ConfigureRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A tenant's own host-local address is not known at prepare: the NIC's table learns it within the
-    attach; if it cannot, the attach is undone (the pod's frames from it would all be dropped)."""
+    """A tenant's own host-local address is not known at prepare: the NIC's table learns it right after
+    the attach, off containerd's NRI lock (the strict table drops the pod's frames from it until then), and
+    tries again when nft refuses for a moment."""
     recorder = Recorder()
-    rig.attacher.guard = PortGuard(
-        rig.store, recorder.apply, recorder.hairpin, recorder.host_mac, recorder.our_tables
-    )
+    guard = PortGuard(rig.store, recorder.apply, recorder.hairpin, recorder.host_mac, recorder.our_tables)
+    rig.attacher.guard = guard
+    monkeypatch.setattr(guard_module, "RETRY_PAUSES", (0.0, 0.0, 0.0))
+    refusals = [KernelError("nft -j -f -: exit 1: Error: Could not process rule: Device or resource busy")]
+
+    returned = asyncio.Event()
+
+    async def busy_once(netns: str, made: dict[str, Any]) -> None:
+        await returned.wait()  # the attach does not wait for it
+        if refusals:
+            raise refusals.pop()
+        await recorder.apply(netns, made)
+
+    guard.apply = busy_once
     sandbox = rig.sandbox()
     attached = await _attached(rig, sample_row(), sandbox)  # sample_row: host-local 10.90.0.0/24
-    assert recorder.tables == [("netclaim-enp1s0", [attached.outcome.interface.mac])]  # type: ignore[union-attr]
-
-    async def refused(netns: str, made: dict[str, object]) -> None:
-        raise KernelError("nft -j -f -: exit 1: Error: Could not process rule: No such file or directory")
-
-    row = sample_row(claim_uid="claim-uid-2", pod_uid="pod-uid-2")
-    rig.attacher.guard.apply = refused
-    with pytest.raises(AttachError, match="Could not process rule"):
-        await _attached(rig, row, rig.sandbox("sandbox-2", uid="pod-uid-2"))
-    assert [c.command for c in rig.cni.calls][-2:] == ["ADD", "DEL"]
+    assert recorder.tables == []
+    returned.set()
+    await rig.background.settle()
+    mac = attached.outcome.interface.mac  # type: ignore[union-attr]
+    assert recorder.tables == [("netclaim-enp1s0", [mac])] and guard.covers(attached)

@@ -204,7 +204,7 @@ class Attacher:
                 State.ATTACHED, outcome=Outcome(cni_args=args, cni_result=result, interface=interface)
             )
             if self.guard is not None and not self.guard.covers(attached):  # the ADD told what prepare could
-                await self.guard.follow([plan.nic.if_name], extra=[attached])  # not: a tenant's own IPAM
+                self.background.spawn("port-security", self.guard.follow_soon(plan.nic.if_name, attached))
         except Exception as err:
             message = f"claim {row.claim_namespace}/{row.claim_name} device {row.device}: {err}"
             if await self._rollback(row, deadline):

@@ -20,7 +20,8 @@ meet a check.
 
 A child's binding (its MAC, chosen at prepare, and the addresses known then) is in place before its ADD,
 so its first frames, the plugin's own gratuitous ARP among them, pass; addresses only the ADD tells (a
-tenant's own IPAM) are added after it, within the hook. The table and the hairpin are rewritten whole
+tenant's own IPAM) are added right after the hook answers, off containerd's NRI lock (frames from them
+are dropped until then: the table is strict). The table and the hairpin are rewritten whole
 for the NIC at each change (one nft transaction, one tc batch): idempotent, and after a restart made
 again from the stored rows. A row binds its child from prepare to unprepare.
 """
@@ -37,11 +38,13 @@ from typing import Any
 from netclaim.adapters import netlink, tc
 from netclaim.adapters import nftables as nft
 from netclaim.configure.store import Attachment, Store
+from netclaim.errors import KernelError, PrerequisiteError
 from netclaim.names import check_interface_name
 from netclaim.publish.devices import ACCEPT_RA
 
 log = logging.getLogger(__name__)
 FAMILY = "netdev"
+RETRY_PAUSES = (0.2, 1.0, 5.0)  # follow_soon's, between tries
 TABLE_PREFIX = "netclaim-"
 Apply = Callable[[str, nft.Ruleset], Awaitable[None]]
 Hairpin = Callable[[str, Sequence[str]], Awaitable[None]]
@@ -195,6 +198,7 @@ class PortGuard:
         self.host_mac = host_mac
         self.tables = tables
         self._bound: dict[str, frozenset[Binding]] = {}  # NIC → what its table holds
+        self._hairpinned: dict[str, list[str]] = {}  # NIC → the MACs its hairpin hands back
         self._locks: dict[str, asyncio.Lock] = {}
 
     def _wanted(self, nic: str, extra: Iterable[Attachment]) -> frozenset[Binding]:
@@ -231,10 +235,31 @@ class PortGuard:
                 if host is None:  # the NIC went, and its children with it: only a table of ours may be left
                     wanted = frozenset()
                 await self.apply("", ruleset(nic, [host] if host else [], sorted(wanted)))
-                if host is not None:
-                    await self.hairpin(nic, sorted({b.mac for b in wanted}))
+                macs = sorted({b.mac for b in wanted})
+                if host is not None and self._hairpinned.get(nic) != macs:  # new addresses only: no tc
+                    await self.hairpin(nic, macs)
+                    self._hairpinned[nic] = macs
                 self._bound[nic] = wanted
                 log.info("port security follows", extra={"nic": nic, "children": len(wanted)})
+
+    async def follow_soon(self, nic: str, row: Attachment) -> None:
+        """`follow` for an attached child whose ADD told addresses its prepare could not (a tenant's own
+        IPAM), off the pod's start: its frames from them are dropped until then (the table is strict), so
+        nothing passes unchecked meanwhile. Tried again a few times; a failure after them is logged, and
+        the next change of the NIC, or a restart, writes its table again."""
+        for pause in (*RETRY_PAUSES, None):
+            try:
+                await self.follow([nic], extra=[row])
+            except (KernelError, PrerequisiteError) as err:
+                if pause is None:
+                    log.warning(
+                        "port security not updated: the pod's new addresses stay blocked",
+                        extra={"nic": nic, "pod_uid": row.pod_uid, "error": str(err)},
+                    )
+                    return
+                await asyncio.sleep(pause)
+            else:
+                return
 
     async def start(self) -> None:
         """After a start: every NIC that has rows, or a table of an agent before, made what the rows say."""
@@ -242,6 +267,7 @@ class PortGuard:
         nics = {nic for nic in map(guarded_nic, rows) if nic is not None}
         nics |= {name.removeprefix(TABLE_PREFIX) for name in await self.tables()}
         self._bound.clear()
+        self._hairpinned.clear()
         for nic in sorted(nics):
             self._bound[nic] = frozenset({Binding("", ())})  # unknown: written whatever it holds
         await self.follow(nics)
