@@ -9,12 +9,14 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount
 
+from netclaim_lab import agents
 from netclaim_lab.cluster import ClusterHandle
 from tests.attacks import (
     CORPUS_OPEN_POOL,
@@ -44,8 +46,10 @@ from tests.cluster.helpers import (
     running,
     store_rows,
 )
-from tests.cluster.ipam import allocations
+from tests.cluster.ipam import allocations, ip_pool, pool_template
+from tests.cluster.netpolicy import ALLOW_CLIENTS, PORT, Net, server
 from tests.kube import delete, typed, wait_for
+from tests.tenant_objects import tenant_objects
 
 ON_ENP0S10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
 NODES = ("node-1", "node-2")
@@ -290,3 +294,191 @@ def test_the_corpus_as_admin_device_class_configs_is_admitted_where_admins_may(
     print(f"attack corpus as DeviceClass configs: {admitted} admitted, {len(refused)} wrongly refused")
     assert refused == []
     assert admitted >= sum(1 for a in attacks() if a.admin_may)
+
+
+TENANT_ROLE = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "Role",
+    "metadata": {"name": "tenant"},
+    "rules": [
+        {"apiGroups": ["k8s.cni.cncf.io"], "resources": ["multi-networkpolicies"], "verbs": ["*"]},
+        {"apiGroups": [""], "resources": ["services", "pods"], "verbs": ["*"]},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["*"]},
+    ],
+}
+
+
+def _tenant_kubeconfig(cluster: ClusterHandle, namespace: str, path: Path) -> Path:
+    """A ServiceAccount of the namespace with the tenant's Role (its policies, Services, slices, pods)."""
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "tenant"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
+    }
+    apply(cluster, namespace, TENANT_ROLE, binding)
+    agents.token_kubeconfig(cluster, namespace, "default", path)
+    return path
+
+
+def test_no_tenant_policy_service_or_slice_reaches_another_tenant_the_node_or_the_controller(
+    cluster: ClusterHandle, kube: Client, ns: str, other_tenant: str, tmp_path: Path, figures: Any
+) -> None:
+    """The tenant-objects corpus (tests/tenant_objects.py), written in its own namespace with a tenant's
+    token: each is refused when written, or else changes nothing of another tenant's (its pods' traffic,
+    by real connections; its tables; its Service's slices), of the nodes (no agent restarts) or of the
+    controller (no restart, its passes go on and still follow the other tenant's changes)."""
+    victim = other_tenant
+    apply(cluster, "default", ip_pool("tobj", {"subnet": "10.64.14.0/24", "gateway": "10.64.14.1"}))
+    try:
+        _the_corpus_changes_nothing_of_the_victims(cluster, kube, ns, victim, tmp_path, figures)
+    finally:
+        cluster.kubectl("delete", "ippool", "tobj", "--ignore-not-found")
+
+
+def _the_corpus_changes_nothing_of_the_victims(
+    cluster: ClusterHandle, kube: Client, ns: str, victim: str, tmp_path: Path, figures: Any
+) -> None:
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "db",
+            "labels": {"netclaim.dev/network": "lan3"},
+            "annotations": {"netclaim.dev/selector": "app=db"},
+        },
+        "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": PORT}]},
+    }
+    apply(
+        cluster,
+        victim,
+        pool_template("t", "tobj"),
+        server("db", "node-1", {"app": "db"}),
+        server("client", "node-2", {"role": "client"}),
+        server("outsider", "node-4", {"role": "outsider"}),
+        service,
+        ALLOW_CLIENTS,
+    )
+    apply(cluster, ns, pool_template("t", "tobj"), server("a0", "node-1", {"app": "db", "role": "client"}))
+    wait_for(lambda: len(running(kube, victim)) == 3 and len(running(kube, ns)) == 1, 180, "pods running")
+    net = Net(cluster, victim)
+    db = net.net1["db"]
+
+    def the_victim_as_it_should_be() -> bool:
+        return (
+            net.tcp("client", db) == "db"
+            and net.tcp("outsider", db) == ""
+            and _slice_addresses(cluster, victim, "db") == {db}
+        )
+
+    wait_for(the_victim_as_it_should_be, 60, "the victim's policy and Service in force")
+    attacker = Net(cluster, ns)
+    assert attacker.tcp("a0", db) == ""  # the client's label, another namespace: not the victim's client
+    table_before = net.table("db")
+    controller_before = controller_metrics(cluster)
+    restarts_before = {node: agents.restarts(cluster, node) for node in ("node-1", "node-2", "node-4")}
+    controller_pod_before = _controller_restarts(cluster)
+
+    tenant = _tenant_kubeconfig(cluster, ns, tmp_path / "tenant.kubeconfig")
+    corpus = tenant_objects(victim, db)
+    refused, accepted = [], []
+    for case in corpus:
+        try:
+            cluster.kubectl(
+                f"--kubeconfig={tenant}", "create", "-n", ns, "-f", "-", input_text=deep_json(case.body)
+            )
+            accepted.append(case.name)
+        except subprocess.CalledProcessError as err:
+            refused.append(case.name)
+            assert "Unable to connect" not in str(err.stderr), err.stderr
+    into_the_victims = tenant_objects(victim, db)[-1].body  # a slice, written into the victim's namespace
+    with pytest.raises(subprocess.CalledProcessError, match="forbidden"):
+        cluster.kubectl(
+            f"--kubeconfig={tenant}",
+            "create",
+            "-n",
+            victim,
+            "-f",
+            "-",
+            input_text=json.dumps(into_the_victims),
+        )
+
+    # the controller keeps passing, and keeps following the victim: a revocation and an allow, in time
+    wait_for(
+        lambda: (
+            controller_metrics(cluster).get(POLICY_PASSES_OK, 0.0)
+            > controller_before.get(POLICY_PASSES_OK, 0.0) + 1
+        ),
+        60,
+        "two more policy passes of the controller",
+    )
+    cluster.kubectl("label", "pod", "-n", victim, "client", "role=retired", "--overwrite")
+    started = time.monotonic()
+    wait_for(lambda: net.tcp("client", db) == "", 30, "the victim's revoked client cut off")
+    revoked_s = time.monotonic() - started
+    cluster.kubectl("label", "pod", "-n", victim, "client", "role=client", "--overwrite")
+    started = time.monotonic()
+    wait_for(lambda: net.tcp("client", db) == "db", 30, "the victim's client allowed again")
+    allowed_s = time.monotonic() - started
+    wait_for(the_victim_as_it_should_be, 30, "the victim as before")
+    assert attacker.tcp("a0", db) == ""
+    wait_for(
+        lambda: "db-netclaim-ipv4-9" not in _slice_names(cluster, ns), 30, "the forged slice of ours undone"
+    )
+    assert net.table("db").count("table ") == table_before.count("table ") == 1  # our table, only ours
+    assert {node: agents.restarts(cluster, node) for node in restarts_before} == restarts_before
+    assert _controller_restarts(cluster) == controller_pod_before
+    after = controller_metrics(cluster)
+    assert after.get(POLICY_PASSES_ERROR, 0.0) == controller_before.get(POLICY_PASSES_ERROR, 0.0)
+    told = cluster.kubectl("get", "events", "-n", ns, "-o", "jsonpath={.items[*].reason}").split()
+    assert {"NetworkPolicyInvalid", "NetworkPolicyUnknownNetwork", "NetworkServiceInvalid"} <= set(told), told
+    kinds = {kind: sum(c.kind == kind for c in corpus) for kind in ("policy", "service", "slice")}
+    figures(
+        f"tenant objects: {len(corpus)} cases ({kinds['policy']} policies, {kinds['service']} Services, "
+        f"{kinds['slice']} slices): {len(refused)} refused when written, {len(accepted)} accepted without "
+        f"effect on the other tenant (its revocation in {revoked_s:.1f} s, its allow in {allowed_s:.1f} s); "
+        "nodes and controller not restarted"
+    )
+
+
+POLICY_PASSES_OK = 'netclaim_policy_passes_total{result="ok"}'
+POLICY_PASSES_ERROR = 'netclaim_policy_passes_total{result="error"}'
+
+
+def _slice_addresses(cluster: ClusterHandle, namespace: str, service: str) -> set[str]:
+    found = json.loads(
+        cluster.kubectl(
+            "get",
+            "endpointslices",
+            "-n",
+            namespace,
+            "-l",
+            f"kubernetes.io/service-name={service}",
+            "-o",
+            "json",
+        )
+    )
+    return {a for s in found["items"] for e in s.get("endpoints") or [] for a in e["addresses"]}
+
+
+def _slice_names(cluster: ClusterHandle, namespace: str) -> set[str]:
+    found = json.loads(cluster.kubectl("get", "endpointslices", "-n", namespace, "-o", "json"))
+    return {s["metadata"]["name"] for s in found["items"]}
+
+
+def _controller_restarts(cluster: ClusterHandle) -> tuple[str, int]:
+    """The controller's pod and its container's restarts."""
+    found = json.loads(
+        cluster.kubectl(
+            "get",
+            "pods",
+            "-n",
+            agents.NAMESPACE,
+            "-l",
+            "app.kubernetes.io/name=netclaim-controller",
+            "-o",
+            "json",
+        )
+    )["items"][0]
+    return found["metadata"]["name"], int(found["status"]["containerStatuses"][0]["restartCount"])

@@ -11,27 +11,17 @@ import ipaddress
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from lightkube import Client
 
 from netclaim_lab import agents
 from netclaim_lab.cluster import ClusterHandle
-from tests.cluster.helpers import (
-    apply,
-    in_node,
-    in_pod_netns,
-    kubectl_json,
-    kubectl_netclaim,
-    running,
-    sandbox_netns,
-)
-from tests.cluster.ipam import NETWORK, ip_pool, pod_addresses, pod_on, pool_template
+from tests.cluster.helpers import apply, in_node, kubectl_json, kubectl_netclaim, running
+from tests.cluster.ipam import NETWORK, ip_pool, pool_template
+from tests.cluster.netpolicy import ALLOW_CLIENTS, DENY_DB, OTHER_PORT, PORT, SUBNET, Net, policy, server
 from tests.kube import wait_for
 
-PORT, OTHER_PORT = 8080, 8081
-SUBNET = "10.64.9.0/24"
 RULES_LABEL = "netclaim.dev/policy-rules"
 
 
@@ -40,90 +30,6 @@ def pool(cluster: ClusterHandle) -> Iterator[str]:
     apply(cluster, "default", ip_pool("pol", {"subnet": SUBNET, "gateway": "10.64.9.1"}))
     yield "pol"
     cluster.kubectl("delete", "ippool", "pol", "--ignore-not-found")
-
-
-def _server(name: str, node: str, labels: dict[str, str]) -> dict[str, Any]:
-    """A pod on the pool's network answering TCP on PORT and OTHER_PORT with its name."""
-    made = pod_on(name, "t", node)
-    made["metadata"]["labels"] = labels
-    made["spec"]["containers"][0]["command"] = [
-        "sh",
-        "-c",
-        f"mkdir -p /www && echo {name} > /www/index.html && httpd -p {PORT} -h /www && "
-        f"exec httpd -f -p {OTHER_PORT} -h /www",
-    ]
-    return made
-
-
-def _policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "k8s.cni.cncf.io/v1beta1",
-        "kind": "MultiNetworkPolicy",
-        "metadata": {
-            "name": name,
-            "annotations": {"k8s.v1.cni.cncf.io/policy-for": f"netclaim.dev/{NETWORK}"},
-        },
-        "spec": spec,
-    }
-
-
-DENY_DB = _policy("deny-db", {"podSelector": {"matchLabels": {"app": "db"}}, "policyTypes": ["Ingress"]})
-ALLOW_CLIENTS = _policy(
-    "allow-clients",
-    {
-        "podSelector": {"matchLabels": {"app": "db"}},
-        "ingress": [
-            {"from": [{"podSelector": {"matchLabels": {"role": "client"}}}], "ports": [{"port": PORT}]}
-        ],
-    },
-)
-
-
-class Net:
-    """The test namespace's pods and their addresses: net1's from the claims' status, eth0's from the pods."""
-
-    def __init__(self, cluster: ClusterHandle, ns: str) -> None:
-        self.cluster, self.ns = cluster, ns
-        self.refresh()
-
-    def refresh(self) -> None:
-        self.net1 = {
-            pod: str(ipaddress.ip_interface(addresses[0]).ip)
-            for pod, addresses in pod_addresses(self.cluster, self.ns).items()
-        }
-        self.pods = {
-            p["metadata"]["name"]: p
-            for p in kubectl_json(self.cluster, "get", "pods", "-n", self.ns)["items"]
-        }
-
-    def primary(self, pod: str) -> str:
-        return str(self.pods[pod]["status"]["podIP"])
-
-    def tcp(self, source: str, address: str, port: int = PORT) -> str:
-        """The answer's body (the server's name), or "" when no connection was made within 2 s."""
-        request = f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {address} {port} || true"
-        got = self.cluster.kubectl("exec", "-n", self.ns, source, "--", "sh", "-c", request, timeout=30)
-        lines = got.strip().splitlines()
-        return lines[-1] if lines and not lines[-1].startswith("HTTP/") else ""
-
-    def pings(self, source: str, address: str) -> bool:
-        got = self.cluster.kubectl(
-            "exec",
-            "-n",
-            self.ns,
-            source,
-            "--",
-            "sh",
-            "-c",
-            f"ping -c 1 -W 2 {address} >/dev/null && echo ok || true",
-        )
-        return got.strip() == "ok"
-
-    def table(self, pod: str) -> str:
-        """`nft list ruleset` inside the pod's network namespace (empty: no table at all)."""
-        node = self.pods[pod]["spec"]["nodeName"]
-        netns = sandbox_netns(self.cluster, node, self.pods[pod]["metadata"]["uid"])
-        return in_pod_netns(self.cluster, node, netns, "nft", "list", "ruleset").strip()
 
 
 def _rules_maps(cluster: ClusterHandle) -> list[str]:
@@ -144,9 +50,9 @@ def test_default_deny_on_net1_then_an_allow_rule_follows_labels_and_the_primary_
         cluster,
         ns,
         pool_template("t", pool),
-        _server("db", "node-1", {"app": "db"}),
-        _server("client", "node-2", {"role": "client"}),
-        _server("other", "node-4", {"role": "other"}),
+        server("db", "node-1", {"app": "db"}),
+        server("client", "node-2", {"role": "client"}),
+        server("other", "node-4", {"role": "other"}),
     )
     wait_for(lambda: len(running(kube, ns)) == 3, 180, "db, client and other running")
     net = Net(cluster, ns)
@@ -174,15 +80,13 @@ def test_default_deny_on_net1_then_an_allow_rule_follows_labels_and_the_primary_
     assert net.tcp("client", db, OTHER_PORT) == "" and not net.pings("client", db)
     assert net.tcp("other", db) == ""
     explained = kubectl_netclaim(cluster, "explain", "pod/db", "-n", ns)
-    for policy, rules in (("deny-db", 0), ("allow-clients", 1)):
-        line = (
-            f"policy {ns}/{policy} selects it on net1 (network {NETWORK}): ingress isolated, {rules} rule(s)"
-        )
+    for name, rules in (("deny-db", 0), ("allow-clients", 1)):
+        line = f"policy {ns}/{name} selects it on net1 (network {NETWORK}): ingress isolated, {rules} rule(s)"
         assert line in explained, explained
     assert "policy" not in kubectl_netclaim(cluster, "explain", "pod/other", "-n", ns)
 
     # a new pod matching the rule is allowed; a relabelled one is cut off
-    apply(cluster, ns, _server("client-2", "node-4", {"role": "client"}))
+    apply(cluster, ns, server("client-2", "node-4", {"role": "client"}))
     wait_for(lambda: len(running(kube, ns)) == 4, 180, "client-2 running")
     new_s = _timed(lambda: net.tcp("client-2", db) == "db", "the new client allowed")
     cluster.kubectl("label", "pod", "-n", ns, "client", "role=retired", "--overwrite")
@@ -208,14 +112,14 @@ def test_egress_with_an_ip_block_and_its_except(
         cluster,
         ns,
         pool_template("t", pool),
-        _server("db", "node-1", {"app": "db"}),
-        _server("web", "node-2", {"app": "web"}),
-        _server("client", "node-4", {"role": "client"}),
+        server("db", "node-1", {"app": "db"}),
+        server("web", "node-2", {"app": "web"}),
+        server("client", "node-4", {"role": "client"}),
     )
     wait_for(lambda: len(running(kube, ns)) == 3, 180, "db, web and client running")
     net = Net(cluster, ns)
     assert net.tcp("client", net.net1["db"]) == "db" and net.tcp("client", net.net1["web"]) == "web"
-    egress = _policy(
+    egress = policy(
         "client-out",
         {
             "podSelector": {"matchLabels": {"role": "client"}},
@@ -258,11 +162,11 @@ def test_after_a_kill_9_while_policies_change_every_pods_table_is_what_the_polic
         cluster,
         ns,
         pool_template("t", pool),
-        _server("db-0", "node-1", {"app": "db"}),
-        _server("db-1", "node-1", {"app": "db"}),
-        _server("web", "node-1", {"app": "web"}),
-        _server("client-0", "node-2", {"role": "client"}),
-        _server("client-1", "node-4", {"role": "client"}),
+        server("db-0", "node-1", {"app": "db"}),
+        server("db-1", "node-1", {"app": "db"}),
+        server("web", "node-1", {"app": "web"}),
+        server("client-0", "node-2", {"role": "client"}),
+        server("client-1", "node-4", {"role": "client"}),
         ALLOW_CLIENTS,
     )
     wait_for(lambda: len(running(kube, ns)) == 5, 180, "5 pods running")
@@ -294,8 +198,8 @@ def test_no_table_is_left_on_any_node_once_the_pods_go(
         cluster,
         ns,
         pool_template("t", pool),
-        _server("db", "node-1", {"app": "db"}),
-        _server("client", "node-2", {"role": "client"}),
+        server("db", "node-1", {"app": "db"}),
+        server("client", "node-2", {"role": "client"}),
         DENY_DB,
     )
     wait_for(lambda: len(running(kube, ns)) == 2, 180, "db and client running")

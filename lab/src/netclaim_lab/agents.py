@@ -110,12 +110,15 @@ def agent_kubeconfig(handle: ClusterHandle, node: str, path: Path, server: str |
     )
 
 
+def token_kubeconfig(handle: ClusterHandle, namespace: str, account: str, path: Path) -> None:
+    """A kubeconfig with a token of ServiceAccount `namespace`/`account` (an hour long)."""
+    token = handle.kubectl("create", "token", account, "-n", namespace, "--duration=1h")
+    write_kubeconfig(path, _server(handle), handle.layout.pki / "ca.crt", account, {"token": token.strip()})
+
+
 def controller_kubeconfig(handle: ClusterHandle, path: Path) -> None:
     """A token of the controller's ServiceAccount, as its pod authenticates with."""
-    token = handle.kubectl("create", "token", "netclaim-controller", "-n", NAMESPACE, "--duration=1h")
-    write_kubeconfig(
-        path, _server(handle), handle.layout.pki / "ca.crt", "netclaim-controller", {"token": token.strip()}
-    )
+    token_kubeconfig(handle, NAMESPACE, "netclaim-controller", path)
 
 
 def _server(handle: ClusterHandle) -> str:
