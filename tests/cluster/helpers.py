@@ -19,7 +19,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
-from netclaim_lab import processes
+from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.images import BUSYBOX_IMAGE
 from netclaim_lab.layout import REPO_ROOT
@@ -444,10 +444,7 @@ def controller_log(cluster: ClusterHandle, lines: int = 40) -> str:
 
 def controller_metrics(cluster: ClusterHandle) -> dict[str, float]:
     """The controller's /metrics (through the API server's pod proxy): `name{labels}` -> value."""
-    pod = kubectl_json(
-        cluster, "get", "pods", "-n", "netclaim-system", "-l", "app.kubernetes.io/name=netclaim-controller"
-    )["items"][0]["metadata"]["name"]
-    return _pod_metrics(cluster, pod, 9178)
+    return _pod_metrics(cluster, agents.controller_pod(cluster)["metadata"]["name"], 9178)
 
 
 def agent_metrics(cluster: ClusterHandle, node: str) -> dict[str, float]:

@@ -97,3 +97,17 @@ class Net:
         node = self.pods[pod]["spec"]["nodeName"]
         netns = sandbox_netns(self.cluster, node, self.pods[pod]["metadata"]["uid"])
         return in_pod_netns(self.cluster, node, netns, "nft", "list", "ruleset").strip()
+
+
+def network_service(name: str, selector: str) -> dict[str, Any]:
+    """A headless Service over the pool's network, choosing its pods by `selector` (docs/services.md)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "labels": {"netclaim.dev/network": NETWORK},
+            "annotations": {"netclaim.dev/selector": selector},
+        },
+        "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": PORT}]},
+    }

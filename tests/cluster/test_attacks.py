@@ -47,7 +47,7 @@ from tests.cluster.helpers import (
     store_rows,
 )
 from tests.cluster.ipam import allocations, ip_pool, pool_template
-from tests.cluster.netpolicy import ALLOW_CLIENTS, PORT, Net, server
+from tests.cluster.netpolicy import ALLOW_CLIENTS, Net, network_service, server
 from tests.kube import delete, typed, wait_for
 from tests.tenant_objects import tenant_objects
 
@@ -340,16 +340,7 @@ def test_no_tenant_policy_service_or_slice_reaches_another_tenant_the_node_or_th
 def _the_corpus_changes_nothing_of_the_victims(
     cluster: ClusterHandle, kube: Client, ns: str, victim: str, tmp_path: Path, figures: Any
 ) -> None:
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": "db",
-            "labels": {"netclaim.dev/network": "lan3"},
-            "annotations": {"netclaim.dev/selector": "app=db"},
-        },
-        "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": PORT}]},
-    }
+    service = network_service("db", "app=db")
     apply(
         cluster,
         victim,
@@ -469,16 +460,5 @@ def _slice_names(cluster: ClusterHandle, namespace: str) -> set[str]:
 
 def _controller_restarts(cluster: ClusterHandle) -> tuple[str, int]:
     """The controller's pod and its container's restarts."""
-    found = json.loads(
-        cluster.kubectl(
-            "get",
-            "pods",
-            "-n",
-            agents.NAMESPACE,
-            "-l",
-            "app.kubernetes.io/name=netclaim-controller",
-            "-o",
-            "json",
-        )
-    )["items"][0]
+    found = agents.controller_pod(cluster)
     return found["metadata"]["name"], int(found["status"]["containerStatuses"][0]["restartCount"])

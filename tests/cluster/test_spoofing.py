@@ -27,7 +27,7 @@ from netclaim_lab import agents
 from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import apply, exists, in_pod_netns, kubectl_json, running, sandbox_netns
 from tests.cluster.ipam import ip_pool, pod_addresses, pod_on, pool_template
-from tests.cluster.netpolicy import PORT, Net, policy, server
+from tests.cluster.netpolicy import PORT, Net, network_service, policy, server
 from tests.kube import delete, typed, wait_for
 from tests.test_port_guard_kernel import FORGE
 
@@ -252,16 +252,7 @@ def _listed(cluster: ClusterHandle, ns: str, service: str) -> set[str]:
 def test_a_released_address_reaches_another_tenant_only_after_the_rules_and_slices_let_it_go(
     cluster: ClusterHandle, kube: Client, ns: str, attacker_ns: str, pool: str, figures: Callable[[str], None]
 ) -> None:
-    clients = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": "clients",
-            "labels": {"netclaim.dev/network": "lan3"},
-            "annotations": {"netclaim.dev/selector": "role=client"},
-        },
-        "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": PORT}]},
-    }
+    clients = network_service("clients", "role=client")
     apply(
         cluster,
         ns,

@@ -183,20 +183,18 @@ class Told:
         self.events.append((pod.name, reason, message))
 
 
+def _both_allowing_the_client() -> FakeRules:
+    allow = NetworkRules(ingress=Direction((Allow(("10.3.0.20/32",)),), ("team-a/p",)))
+    both = {"pod-uid-1": {"lan3": allow}, "pod-uid-2": {"lan3": allow}}
+    return FakeRules({"node-1": RULES_JSON.dump_json(both).decode()})
+
+
 async def test_one_pods_rules_that_nft_refuses_close_that_pod_tell_it_and_never_stop_the_next(
     tmp_path: Path,
 ) -> None:
     """A tenant's rules that fail in nft once stopped the node's sync at that pod: pods after it kept a
     revoked allow. Now the failing pod is isolated with nothing allowed, told, and the next pod follows."""
-    store = await _two_pods(tmp_path)
-    allow = NetworkRules(ingress=Direction((Allow(("10.3.0.20/32",)),), ("team-a/p",)))
-    rules = FakeRules(
-        {
-            "node-1": RULES_JSON.dump_json(
-                {"pod-uid-1": {"lan3": allow}, "pod-uid-2": {"lan3": allow}}
-            ).decode()
-        }
-    )
+    store, rules = await _two_pods(tmp_path), _both_allowing_the_client()
     nft, told = Recorder(refuse={"/run/netns/p1"}), Told()
     enforcer = PolicyEnforcer(rules, store, NODE, nft, warn=told)
     enforcer.seen("pod-uid-1", "team-a", "db-1", {})
@@ -223,15 +221,7 @@ async def test_one_pods_rules_that_nft_refuses_close_that_pod_tell_it_and_never_
 
 
 async def test_a_bug_in_one_pods_rules_is_that_pods_and_the_others_follow(tmp_path: Path) -> None:
-    store = await _two_pods(tmp_path)
-    allow = NetworkRules(ingress=Direction((Allow(("10.3.0.20/32",)),), ("team-a/p",)))
-    rules = FakeRules(
-        {
-            "node-1": RULES_JSON.dump_json(
-                {"pod-uid-1": {"lan3": allow}, "pod-uid-2": {"lan3": allow}}
-            ).decode()
-        }
-    )
+    store, rules = await _two_pods(tmp_path), _both_allowing_the_client()
     applied: list[str] = []
 
     async def buggy(netns: str, ruleset: dict[str, Any]) -> None:

@@ -110,6 +110,15 @@ def agent_kubeconfig(handle: ClusterHandle, node: str, path: Path, server: str |
     )
 
 
+CONTROLLER_LABEL = "app.kubernetes.io/name=netclaim-controller"
+
+
+def controller_pod(handle: ClusterHandle, namespace: str = NAMESPACE) -> dict[str, Any]:
+    """The controller's pod, as the API has it."""
+    found = json.loads(handle.kubectl("get", "pods", "-n", namespace, "-l", CONTROLLER_LABEL, "-o", "json"))
+    return dict(found["items"][0])
+
+
 def token_kubeconfig(handle: ClusterHandle, namespace: str, account: str, path: Path) -> None:
     """A kubeconfig with a token of ServiceAccount `namespace`/`account` (an hour long)."""
     token = handle.kubectl("create", "token", account, "-n", namespace, "--duration=1h")

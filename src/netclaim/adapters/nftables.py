@@ -9,28 +9,17 @@ import json
 from typing import Any
 
 from netclaim.adapters import processes
-from netclaim.errors import KernelError, PrerequisiteError
+from netclaim.errors import KernelError
 
 TIMEOUT_SECONDS = 5.0
-NFT, NSENTER = "nft", "nsenter"
+NFT = "nft"
 Ruleset = dict[str, Any]  # {"nftables": [commands]}, libnftables-json(5)
 
 
 async def _run(netns: str, *args: str, data: bytes = b"") -> str:
-    where = f" in {netns}" if netns else ""
-    what = f"nft {' '.join(args)}{where}"
-    command = [NSENTER, f"--net={netns}", "--", NFT, *args] if netns else [NFT, *args]
-    try:
-        finished = await processes.run(command, stdin=data, time_limit=TIMEOUT_SECONDS)
-    except FileNotFoundError as err:
-        raise PrerequisiteError(
-            f"{what}: {err.filename} is not installed (Debian: nftables, util-linux)"
-        ) from err
-    if finished.returncode != 0:
-        raise KernelError(
-            f"{what}: exit {finished.returncode}: {finished.stderr.decode(errors='replace').strip()}"
-        )
-    return finished.stdout.decode(errors="replace")
+    return await processes.run_tool(
+        NFT, args, netns=netns, stdin=data, package="nftables, util-linux", time_limit=TIMEOUT_SECONDS
+    )
 
 
 async def apply(netns: str, ruleset: Ruleset, *, check_only: bool = False) -> None:

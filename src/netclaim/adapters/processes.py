@@ -23,6 +23,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from netclaim.errors import KernelError, PrerequisiteError
+
 KILLED_SECONDS = 2.0  # how long a killed program's group may take to close its pipes
 
 
@@ -115,3 +117,22 @@ async def run(
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+async def run_tool(
+    program: str, args: Sequence[str], *, netns: str = "", stdin: bytes = b"", package: str, time_limit: float
+) -> str:
+    """A tool of the node's (nft, tc) run to its end, in `netns` ("": the agent's own namespace) under
+    nsenter: its output. PrerequisiteError when it is not installed (`package` says where it comes from),
+    KernelError when it fails (its words)."""
+    where = f" in {netns}" if netns else ""
+    what = f"{program} {' '.join(args)}{where}"
+    command = ["nsenter", f"--net={netns}", "--", program, *args] if netns else [program, *args]
+    try:
+        finished = await run(command, stdin=stdin, time_limit=time_limit)
+    except FileNotFoundError as err:
+        raise PrerequisiteError(f"{what}: {err.filename} is not installed (Debian: {package})") from err
+    if finished.returncode != 0:
+        said = finished.stderr.decode(errors="replace").strip()
+        raise KernelError(f"{what}: exit {finished.returncode}: {said}")
+    return finished.stdout.decode(errors="replace")

@@ -16,28 +16,22 @@ import json
 from collections.abc import Sequence
 
 from netclaim.adapters import processes
-from netclaim.errors import KernelError, PrerequisiteError
 from netclaim.names import MAC, check_interface_name
 
 TIMEOUT_SECONDS = 5.0
-TC, NSENTER = "tc", "nsenter"
+TC = "tc"
 PRIORITIES = (49153, 49154)  # ours (0xc001, 0xc002): far from what tools pick by default (49152 and down)
 
 
 async def _run(netns: str, *args: str, batch: str = "") -> str:
-    what = f"tc {' '.join(args)}" + (f" in {netns}" if netns else "")
-    command = [NSENTER, f"--net={netns}", "--", TC, *args] if netns else [TC, *args]
-    try:
-        finished = await processes.run(command, stdin=batch.encode(), time_limit=TIMEOUT_SECONDS)
-    except FileNotFoundError as err:
-        raise PrerequisiteError(
-            f"{what}: {err.filename} is not installed (Debian: iproute2, util-linux)"
-        ) from err
-    if finished.returncode != 0:
-        raise KernelError(
-            f"{what}: exit {finished.returncode}: {finished.stderr.decode(errors='replace').strip()}"
-        )
-    return finished.stdout.decode(errors="replace")
+    return await processes.run_tool(
+        TC,
+        args,
+        netns=netns,
+        stdin=batch.encode(),
+        package="iproute2, util-linux",
+        time_limit=TIMEOUT_SECONDS,
+    )
 
 
 async def live_priorities(nic: str, netns: str = "") -> set[int]:

@@ -179,21 +179,8 @@ def agent_metrics(handle: ClusterHandle, node: str) -> dict[str, float]:
 
 
 def controller_metrics(handle: ClusterHandle) -> dict[str, float]:
-    pods = json.loads(
-        handle.kubectl(
-            "get",
-            "pods",
-            "-n",
-            agents.NAMESPACE,
-            "-l",
-            "app.kubernetes.io/name=netclaim-controller",
-            "-o",
-            "json",
-        )
-    )["items"]
-    return _metrics(
-        handle.kubectl("get", "--raw", CONTROLLER_METRICS.format(pod=pods[0]["metadata"]["name"]))
-    )
+    pod = agents.controller_pod(handle)
+    return _metrics(handle.kubectl("get", "--raw", CONTROLLER_METRICS.format(pod=pod["metadata"]["name"])))
 
 
 def _summed(handle: ClusterHandle, name: str) -> float:
