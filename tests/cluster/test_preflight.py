@@ -103,16 +103,17 @@ def test_preflight_names_what_is_missing_and_a_gate_that_is_off_costs_no_write_l
         "ok    NRI: /var/run/nri/nri.sock answers",
         "ok    CNI plugins: macvlan, host-device, static in /opt/cni/bin",
         "ok    bandwidth caps: ifb, tbf, ingress, u32 and mirred work (a veth shaped)",
+        "ok    port security: nftables' netdev egress hook and tc are there",
         "ok    node-bound token: system:serviceaccount:netclaim-system:netclaim-agent, bound to node node-1",
         gate,
-        "preflight: 1 of 7 checks failed",
+        "preflight: 1 of 8 checks failed",
     ):
         assert line in first, first
     for line in (
         "FAIL  NRI: no socket at /var/run/nri/nri.sock: containerd's NRI is off or elsewhere",
         '[plugins."io.containerd.nri.v1.nri"] disable = false',
         gate,
-        "preflight: 2 of 7 checks failed",
+        "preflight: 2 of 8 checks failed",
     ):
         assert line in second, second
     for node in ("node-1", "node-2"):
