@@ -20,7 +20,7 @@ import pytest
 
 from netclaim.adapters import nftables as nft
 from netclaim.adapters import tc
-from netclaim.configure.guard import Binding, link_local, ruleset
+from netclaim.configure.guard import Binding, elements, elements_of, link_local, skeleton
 from tests.conftest import require_root_prerequisites
 
 NIC = "nic0"
@@ -118,14 +118,33 @@ class Segment:
     client: Pod  # the pod the victim trusts
 
     async def guard(self) -> None:
+        """The NIC's table made and its children bound, as netclaim.configure.guard writes them."""
         host = _run("ip", "netns", "exec", _named(self.node), "cat", f"/sys/class/net/{NIC}/address").strip()
         pods = (self.attacker, self.victim, self.client)
-        await nft.apply(self.node, ruleset(NIC, [host], [p.binding for p in pods]))
-        await tc.hairpin(NIC, [p.mac for p in pods], self.node)
+        await nft.define(self.node, skeleton(NIC))
+        bound = {("host", host), *(e for p in pods for e in elements_of(p.binding))}
+        await nft.apply(self.node, elements(NIC, "add", bound))
+        await self.hairpin(pods)
+
+    async def hairpin(self, pods: tuple[Pod, ...]) -> None:
+        live = await tc.ours(NIC, self.node)  # made anew beside what is there, as the guard does
+        free = [priority for priority in tc.CHILDREN if priority not in live]
+        children = dict(zip(free, (p.mac for p in pods), strict=False))
+        await tc.change(
+            NIC,
+            children,
+            live - {tc.BROADCAST},
+            broadcast=True if tc.BROADCAST not in live else None,
+            netns=self.node,
+        )
 
     async def unguard(self) -> None:
-        await nft.apply(self.node, ruleset(NIC, [], []))
-        await tc.hairpin(NIC, [], self.node)
+        table = {"family": "netdev", "name": f"netclaim-{NIC}"}
+        await nft.apply(self.node, {"nftables": [{"add": {"table": table}}, {"delete": {"table": table}}]})
+        live = await tc.ours(NIC, self.node)
+        await tc.change(
+            NIC, {}, live - {tc.BROADCAST}, broadcast=False if tc.BROADCAST in live else None, netns=self.node
+        )
 
 
 def _named(netns: str) -> str:
@@ -208,9 +227,7 @@ def _reset(victim: Pod) -> None:
 
 def test_a_pod_sends_only_as_itself_once_the_nic_is_guarded(segment: Segment) -> None:
     a, v, c = segment.attacker, segment.victim, segment.client
-    asyncio.run(segment.guard())  # the hairpin: VEPA children reach each other through the node only
-    asyncio.run(segment.unguard())
-    asyncio.run(tc.hairpin(NIC, [p.mac for p in (a, v, c)], segment.node))  # neighbours, no checks
+    asyncio.run(segment.hairpin((a, v, c)))  # VEPA children reach each other through the node, unchecked
     assert a.pings(v.v4) and v.pings(c.v6) and a.pings(WIRE[0])
     unguarded = _attacks(segment)
     assert unguarded == dict.fromkeys(unguarded, True), unguarded  # each attack works on an open NIC
@@ -227,14 +244,14 @@ def test_a_pod_sends_only_as_itself_once_the_nic_is_guarded(segment: Segment) ->
     assert not a.pings(v.v4) and not a.pings(WIRE[0])
 
 
-def test_the_hairpin_is_replaced_whole_and_removed_with_the_last_child(segment: Segment) -> None:
-    a, v = segment.attacker, segment.victim
+def test_a_childs_filter_comes_and_goes_alone_and_the_last_child_takes_the_mirror(segment: Segment) -> None:
+    a, v, c = segment.attacker, segment.victim, segment.client
     asyncio.run(segment.guard())
-    first = asyncio.run(tc.live_priorities(NIC, segment.node))
-    asyncio.run(segment.guard())
-    assert len(first) == 1 and asyncio.run(tc.live_priorities(NIC, segment.node)) != first  # one at a time
+    assert asyncio.run(tc.ours(NIC, segment.node)) == {tc.BROADCAST, *tc.CHILDREN[:3]}
     assert a.pings(v.v4)
+    asyncio.run(tc.change(NIC, {}, [tc.CHILDREN[1]], netns=segment.node))  # the victim's filter alone
+    assert asyncio.run(tc.ours(NIC, segment.node)) == {tc.BROADCAST, tc.CHILDREN[0], tc.CHILDREN[2]}
+    assert not a.pings(v.v4) and a.pings(c.v4)  # VEPA without its hairpin filter: the wire reflects nothing
     asyncio.run(segment.unguard())
-    assert asyncio.run(tc.live_priorities(NIC, segment.node)) == set()
-    assert not a.pings(v.v4)  # VEPA without the node's hairpin: neighbours apart (the wire reflects nothing)
+    assert asyncio.run(tc.ours(NIC, segment.node)) == set()
     assert "netclaim" not in _run("ip", "netns", "exec", _named(segment.node), "nft", "list", "tables")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import ipaddress
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -885,3 +885,89 @@ def api_status(code: int, message: str, name: str | None = None) -> str:
     """A Status object as the API server answers with (JSON text)."""
     details = {"name": name, "kind": "resourceclaims"} if name else {}
     return json.dumps({"kind": "Status", "code": code, "message": message, "details": details})
+
+
+# --- port security: the node as netclaim.configure.guard writes it ---
+
+from netclaim.adapters import tc  # noqa: E402
+from netclaim.configure.guard import PortGuard  # noqa: E402
+
+
+@dataclass
+class Hairpins:
+    """The NIC's tc filters, by priority (what netclaim.adapters.tc would leave)."""
+
+    filters: dict[str, dict[int, str]] = field(default_factory=dict)  # NIC → priority → MAC ("*": mirror)
+    batches: int = 0
+
+    async def ours(self, nic: str, netns: str = "") -> set[int]:
+        return set(self.filters.get(nic, {}))
+
+    async def change(
+        self,
+        nic: str,
+        add: Mapping[int, str],
+        remove: Iterable[int] = (),
+        *,
+        broadcast: bool | None = None,
+        netns: str = "",
+    ) -> None:
+        self.batches += 1
+        held = self.filters.setdefault(nic, {})
+        assert not set(add) & set(held), "a priority given twice"
+        held.update(add)
+        for priority in remove:
+            del held[priority]
+        if broadcast:
+            held[tc.BROADCAST] = "*"
+        elif broadcast is False:
+            del held[tc.BROADCAST]
+
+    def macs(self, nic: str) -> set[str]:
+        return {mac for mac in self.filters.get(nic, {}).values() if mac != "*"}
+
+
+@dataclass
+class Recorder:
+    """The node as the guard writes it: each NIC's table (made, then its set elements), its hairpin."""
+
+    sets: dict[str, set[tuple[str, Any]]] = field(default_factory=dict)  # table → its elements
+    made: list[str] = field(default_factory=list)  # tables made whole
+    batches: int = 0  # nft runs
+    old: list[str] = field(default_factory=list)  # tables of an agent before
+    hairpins: Hairpins = field(default_factory=Hairpins)
+
+    async def define(self, netns: str, script: str) -> None:
+        assert netns == ""  # the node's own namespace
+        name = script.split()[2]
+        self.made.append(name)
+        self.sets[name] = set()
+        self.batches += 1
+
+    async def apply(self, netns: str, batch: dict[str, Any]) -> None:
+        assert netns == ""
+        self.batches += 1
+        for command in batch["nftables"]:
+            [(verb, body)] = command.items()
+            if "table" in body:  # a table deleted (its NIC went)
+                self.sets.pop(body["table"]["name"], None)
+                continue
+            element = body["element"]
+            for value in element["elem"]:
+                entry = (element["name"], tuple(value["concat"]) if isinstance(value, dict) else value)
+                getattr(self.sets[element["table"]], "add" if verb == "add" else "remove")(entry)
+
+    def macs(self, table: str) -> set[str]:
+        return {value for name, value in self.sets.get(table, set()) if name == "macs"}
+
+    async def host_mac(self, nic: str) -> str | None:
+        return None if nic == "gone0" else "52:54:00:12:34:56"
+
+    async def our_tables(self) -> list[str]:
+        return self.old
+
+
+def recorded_guard(store: Store, recorder: Recorder) -> PortGuard:
+    return PortGuard(
+        store, recorder.apply, recorder.define, recorder.hairpins, recorder.host_mac, recorder.our_tables
+    )

@@ -15,11 +15,9 @@ from netclaim.adapters.netlink import InterfaceState
 from netclaim.adapters.nri import PodSandbox
 from netclaim.configure import guard as guard_module
 from netclaim.configure.attach import PodLocks
-from netclaim.configure.guard import PortGuard
 from netclaim.configure.store import Attachment, Interface, Outcome, State
 from netclaim.errors import AttachError, CniError, KernelError, PodBusyError
-from tests.unit.fakes import ConfigureRig, configure_rig, sample_device, sample_row
-from tests.unit.test_guard import Recorder
+from tests.unit.fakes import ConfigureRig, Recorder, configure_rig, recorded_guard, sample_device, sample_row
 
 EXCLUSIVE_NIC = sample_device("enp7s0", shared=False, mtu=9000, mac="52:54:00:00:07:00")
 
@@ -384,7 +382,7 @@ async def test_an_address_only_the_add_tells_is_bound_right_after_the_attach_and
     the attach, off containerd's NRI lock (the strict table drops the pod's frames from it until then), and
     tries again when nft refuses for a moment."""
     recorder = Recorder()
-    guard = PortGuard(rig.store, recorder.apply, recorder.hairpin, recorder.host_mac, recorder.our_tables)
+    guard = recorded_guard(rig.store, recorder)
     rig.attacher.guard = guard
     monkeypatch.setattr(guard_module, "RETRY_PAUSES", (0.0, 0.0, 0.0))
     refusals = [KernelError("nft -j -f -: exit 1: Error: Could not process rule: Device or resource busy")]
@@ -400,8 +398,9 @@ async def test_an_address_only_the_add_tells_is_bound_right_after_the_attach_and
     guard.apply = busy_once
     sandbox = rig.sandbox()
     attached = await _attached(rig, sample_row(), sandbox)  # sample_row: host-local 10.90.0.0/24
-    assert recorder.tables == []
+    assert recorder.sets == {}
     returned.set()
     await rig.background.settle()
     mac = attached.outcome.interface.mac  # type: ignore[union-attr]
-    assert recorder.tables == [("netclaim-enp1s0", [mac])] and guard.covers(attached)
+    assert recorder.macs("netclaim-enp1s0") == {mac} and guard.covers(attached)
+    assert ("v4", (mac, "10.90.0.10")) in recorder.sets["netclaim-enp1s0"]  # what the ADD told

@@ -4,20 +4,28 @@ tests/test_port_guard_kernel.py)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from netclaim.configure.guard import Binding, PortGuard, binding_of, guarded_nic, link_local, ruleset
+from netclaim.adapters import tc
+from netclaim.configure.guard import (
+    Binding,
+    binding_of,
+    elements,
+    elements_of,
+    guarded_nic,
+    link_local,
+    skeleton,
+)
 from netclaim.configure.plan import child_mac, guarded_child
 from netclaim.configure.store import Interface, Outcome, State, Store
+from netclaim.errors import KernelError
 from netclaim.objects import AllocatedDevice
 from netclaim.publish.devices import PORT_SECURITY
-from tests.unit.fakes import sample_device, sample_row
+from tests.unit.fakes import Recorder, recorded_guard, sample_device, sample_row
 
 MAC = "02:00:00:00:00:0a"
 
@@ -66,100 +74,77 @@ def test_an_exclusive_nic_and_a_nic_without_port_security_are_not_guarded() -> N
     assert guarded_nic(sample_row(opted_out)) is None
 
 
-def test_the_table_holds_our_names_and_the_childrens_values_only() -> None:
-    made = ruleset("enp1s0", ["52:54:00:12:34:56"], [Binding(MAC, ("10.3.0.7", "fd03::7"))])
-    commands = made["nftables"]
-    table = {"family": "netdev", "name": "netclaim-enp1s0"}
-    assert commands[:3] == [
-        {"add": {"table": table}},
-        {"delete": {"table": table}},
-        {"add": {"table": table}},
-    ]
-    chains = [c["add"]["chain"] for c in commands if "chain" in c.get("add", {})]
-    assert [c["name"] for c in chains] == ["child_0", "egress"]
-    assert chains[1]["hook"] == "egress" and chains[1]["dev"] == "enp1s0"
-    text = json.dumps(made)
-    assert "0xfd030000000000000000000000000007" in text  # the advertisement target it may claim
-    egress = [
-        c["add"]["rule"]["expr"]
-        for c in commands
-        if c.get("add", {}).get("rule", {}).get("chain") == "egress"
-    ]
-    assert egress[-1] == [{"drop": None}]  # any other source MAC
-    assert ruleset("enp1s0", [], [])["nftables"] == commands[:2]  # no child: the table goes
+def test_the_table_is_ours_and_what_pods_bring_goes_in_as_data() -> None:
+    """The table's text holds netclaim's constants and the NIC's checked name; MACs and addresses are JSON
+    set elements, each typed as its set is."""
+    text = skeleton("enp1s0")
+    assert 'device "enp1s0"' in text and "02:" not in text and "10." not in text.replace("0.0.0.0", "")
     with pytest.raises(ValueError, match="not a usable interface name"):
-        ruleset('enp1s0" ; flush ruleset', [], [])
+        skeleton('enp1s0" ; flush ruleset')
+    made = elements_of(Binding(MAC, ("10.3.0.7", "fd03::7")))
+    assert made == {
+        ("macs", MAC),
+        ("pairs", (MAC, MAC)),
+        ("v4", (MAC, "10.3.0.7")),
+        ("v6", (MAC, "fd03::7")),
+        ("nd", (MAC, "0xfd030000000000000000000000000007")),  # the advertisement target it may claim
+    }
+    batch = elements("enp1s0", "delete", made)["nftables"]
+    assert [c["delete"]["element"]["name"] for c in batch] == ["macs", "nd", "pairs", "v4", "v6"]
+    assert batch[3]["delete"]["element"]["elem"] == [{"concat": [MAC, "10.3.0.7"]}]
 
 
-@dataclass
-class Recorder:
-    tables: list[tuple[str, list[str]]] = field(default_factory=list)  # (table, the children's MACs)
-    hairpins: list[tuple[str, list[str]]] = field(default_factory=list)
-    old: list[str] = field(default_factory=list)  # tables of an agent before
-
-    async def apply(self, netns: str, made: dict[str, Any]) -> None:
-        assert netns == ""  # the node's own namespace
-        name = made["nftables"][0]["add"]["table"]["name"]
-        vmaps = [
-            e["vmap"]["data"]["set"]
-            for c in made["nftables"]
-            for e in c.get("add", {}).get("rule", {}).get("expr", [])
-            if "vmap" in e
-        ]
-        self.tables.append((name, [mac for vmap in vmaps for mac, _ in vmap]))
-
-    async def hairpin(self, nic: str, macs: Sequence[str]) -> None:
-        self.hairpins.append((nic, list(macs)))
-
-    async def host_mac(self, nic: str) -> str | None:
-        return None if nic == "gone0" else "52:54:00:12:34:56"
-
-    async def our_tables(self) -> list[str]:
-        return self.old
-
-
-def _guard(store: Store, recorder: Recorder) -> PortGuard:
-    return PortGuard(store, recorder.apply, recorder.hairpin, recorder.host_mac, recorder.our_tables)
-
-
-async def test_children_are_bound_before_they_are_stored_and_unbound_once_gone(tmp_path: Path) -> None:
+async def test_a_nics_table_is_made_once_then_only_what_changes_is_written(tmp_path: Path) -> None:
     store, recorder = Store(tmp_path), Recorder()
-    guard = _guard(store, recorder)
-    row = _row(mac=MAC)
-    await guard.follow(["enp1s0"], extra=[row])  # prepare: before the row is stored
-    assert recorder.tables == [("netclaim-enp1s0", [MAC])] and recorder.hairpins == [("enp1s0", [MAC])]
-    await store.put(row)
+    guard = recorded_guard(store, recorder)
+    first = _row(mac=MAC)
+    await store.put(first)
+    await guard.follow(["enp1s0"])  # prepare: the row stored, its child not made yet
+    assert recorder.made == ["netclaim-enp1s0"] and recorder.macs("netclaim-enp1s0") == {MAC}
+    assert ("host", "52:54:00:12:34:56") in recorder.sets["netclaim-enp1s0"]
+    assert recorder.hairpins.macs("enp1s0") == {MAC} and tc.BROADCAST in recorder.hairpins.filters["enp1s0"]
+    writes = (recorder.batches, recorder.hairpins.batches)
     await guard.follow(["enp1s0"])
-    assert len(recorder.tables) == 1  # unchanged: nothing written
-    assert guard.covers(row)
+    assert (recorder.batches, recorder.hairpins.batches) == writes  # unchanged: nothing written
+    assert guard.covers(first)
+
+    second = _row(mac="02:00:00:00:00:0b")
+    second = replace(second, claim_uid="claim-uid-2", pod_uid="pod-uid-2")
+    await store.put(second)
+    await guard.follow(["enp1s0"])
+    assert recorder.made == ["netclaim-enp1s0"]  # not made again: one batch of elements, one of tc
+    assert (recorder.batches, recorder.hairpins.batches) == (writes[0] + 1, writes[1] + 1)
+    assert recorder.macs("netclaim-enp1s0") == recorder.hairpins.macs("enp1s0") == {MAC, "02:00:00:00:00:0b"}
+
     interface = Interface(name="net1", mac=MAC, mtu=1500, addresses=("10.90.0.9/24",))
-    attached = row.with_state(State.ATTACHED, outcome=Outcome(interface=interface))
+    attached = first.with_state(State.ATTACHED, outcome=Outcome(interface=interface))
     assert not guard.covers(attached)  # its ADD told an address prepare could not know
-    await store.delete(row)
+    await store.put(attached)
+    hairpin_batches = recorder.hairpins.batches
     await guard.follow(["enp1s0"])
-    assert recorder.tables[-1] == ("netclaim-enp1s0", []) and recorder.hairpins[-1] == ("enp1s0", [])
+    assert ("v4", (MAC, "10.90.0.9")) in recorder.sets["netclaim-enp1s0"] and guard.covers(attached)
+    assert recorder.hairpins.batches == hairpin_batches  # a new address alone: no tc
+
+    await store.delete(attached, second)
+    await guard.follow(["enp1s0"])
+    assert recorder.macs("netclaim-enp1s0") == set() and recorder.hairpins.filters["enp1s0"] == {}
     store.close()
 
 
-async def test_after_a_restart_every_nic_is_written_again_and_an_old_table_of_a_gone_nic_goes(
+async def test_after_a_restart_every_nic_is_made_again_and_an_old_table_of_a_gone_nic_goes(
     tmp_path: Path,
 ) -> None:
     store, recorder = Store(tmp_path), Recorder(old=["netclaim-enp9s0", "netclaim-gone0"])
+    recorder.hairpins.filters["enp1s0"] = {tc.BROADCAST: "*", tc.CHILDREN[0]: "02:00:00:00:00:99"}  # left
     await store.put(_row(mac=MAC))
-    await _guard(store, recorder).start()
-    assert sorted(recorder.tables) == [
-        ("netclaim-enp1s0", [MAC]),  # written though the last agent may have written the same
-        ("netclaim-enp9s0", []),
-        ("netclaim-gone0", []),
-    ]
-    assert sorted(recorder.hairpins) == [("enp1s0", [MAC]), ("enp9s0", [])]  # none for a NIC that is gone
-    store.close()
-
-
-def test_without_a_host_mac_no_empty_set_reaches_nft() -> None:
-    """nft refuses an empty anonymous set: a NIC whose own MAC could not be read gets no host rule."""
-    made = json.dumps(ruleset("enp1s0", [], [Binding(MAC, ("10.3.0.7",))]))
-    assert '{"set": []}' not in made
+    await recorded_guard(store, recorder).start()
+    assert sorted(recorder.made) == ["netclaim-enp1s0", "netclaim-enp9s0"]  # whatever an agent before wrote
+    assert "netclaim-gone0" not in recorder.sets  # its NIC is gone: deleted
+    assert recorder.macs("netclaim-enp1s0") == {MAC} and recorder.macs("netclaim-enp9s0") == set()
+    assert recorder.hairpins.filters["enp1s0"] == {
+        tc.BROADCAST: "*",
+        tc.CHILDREN[1]: MAC,
+    }  # made before break
 
 
 def _static(mac: str, address: str, **row: str) -> Any:
@@ -176,8 +161,34 @@ async def test_a_pods_children_on_one_nic_may_send_as_each_other_never_as_anothe
         _static("02:00:00:00:00:02", "10.3.0.2", claim_uid="claim-uid-2"),
         _static("02:00:00:00:00:03", "10.3.0.3", claim_uid="claim-uid-3", pod_uid="pod-uid-3"),
     )
-    bound = {b.mac: set(b.addresses) for b in _guard(store, Recorder())._wanted("enp1s0", [])}
+    bound = {b.mac: set(b.addresses) for b in recorded_guard(store, Recorder())._wanted("enp1s0")}
     first, second, other = (bound[f"02:00:00:00:00:0{i}"] for i in (1, 2, 3))
     assert first == second and {"10.3.0.1", "10.3.0.2"} <= first and "10.3.0.3" not in first
     assert "10.3.0.1" not in other
+    store.close()
+
+
+async def test_a_write_cut_short_leaves_the_next_follow_to_make_the_nic_whole_again(tmp_path: Path) -> None:
+    """nft's transaction went in, tc's batch failed: what the kernel holds is not what the guard thought,
+    so the next change does not diff against it (deleting elements already gone would fail forever)."""
+    store, recorder = Store(tmp_path), Recorder()
+    guard = recorded_guard(store, recorder)
+    await store.put(_row(mac=MAC))
+    await guard.follow(["enp1s0"])
+    second = replace(_row(mac="02:00:00:00:00:0b"), claim_uid="claim-uid-2", pod_uid="pod-uid-2")
+    await store.put(second)
+    healthy = recorder.hairpins.change
+
+    async def refused(*args: Any, **kwargs: Any) -> None:
+        raise KernelError("tc -batch -: exit 2: RTNETLINK answers: No space left on device")
+
+    recorder.hairpins.change = refused  # type: ignore[method-assign]
+    with pytest.raises(KernelError):
+        await guard.follow(["enp1s0"])
+    assert not guard.covers(second)
+    recorder.hairpins.change = healthy  # type: ignore[method-assign]
+    await store.delete(second)
+    await guard.follow(["enp1s0"])
+    assert recorder.made == ["netclaim-enp1s0", "netclaim-enp1s0"]  # made again, whole
+    assert recorder.macs("netclaim-enp1s0") == recorder.hairpins.macs("enp1s0") == {MAC}
     store.close()

@@ -15,6 +15,7 @@ import pytest
 
 from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool
+from netclaim.configure.guard import binding_of
 from netclaim.configure.plan import (
     POOL_IPAM,
     ClaimInputs,
@@ -26,7 +27,14 @@ from netclaim.configure.plan import (
     plan_claim,
 )
 from netclaim.configure.status import ClaimRef
-from netclaim.errors import ApiUnavailableError, CniError, ConfigError, PoolExhaustedError, StateStoreError
+from netclaim.errors import (
+    ApiUnavailableError,
+    CniError,
+    ConfigError,
+    KernelError,
+    PoolExhaustedError,
+    StateStoreError,
+)
 from netclaim.ipam.addresses import Grant
 from netclaim.objects import AllocatedDevice, Claim
 from netclaim.publish.devices import Device
@@ -35,8 +43,10 @@ from tests.unit.fakes import (
     SAMPLE_DRIVER,
     SAMPLE_NODE,
     ConfigureRig,
+    Recorder,
     configure_rig,
     every_version,
+    recorded_guard,
     sample_allocation,
     sample_claim,
     sample_config,
@@ -466,3 +476,33 @@ async def test_unprepare_leaves_a_pods_addresses_to_the_controllers_quarantine(
     await rig.unpreparer.unprepare(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert rig.api.calls == [] and _held(rig) == held and len(held) == 2
     assert rig.store.all() == []
+
+
+async def test_a_prepare_whose_children_cannot_be_bound_leaves_no_row_nor_address(
+    rig: ConfigureRig,
+) -> None:
+    """Port security refused (nft failed): kubelet gets the error, and its retry starts from nothing."""
+    recorder = Recorder()
+
+    async def refused(netns: str, script: str) -> None:
+        raise KernelError("nft -f -: exit 1: Error: Could not process rule: No buffer space available")
+
+    recorder.define = refused  # type: ignore[method-assign]
+    rig.preparer.guard = recorded_guard(rig.store, recorder)
+    with pytest.raises(KernelError):
+        await _prepare(rig)
+    assert rig.store.for_claim(CLAIM.uid) == [] and _held(rig) == []
+
+
+async def test_a_retried_prepare_binds_the_children_the_first_did_not(rig: ConfigureRig) -> None:
+    recorder = Recorder()
+    rig.preparer.guard = recorded_guard(rig.store, recorder)
+    rig.store.write_seconds = 0.0
+    with pytest.raises(StateStoreError):  # the rows still land, the NIC's table was not written
+        await _prepare(rig)
+    rig.store.write_seconds = 5.0
+    await rig.store.delete()
+    assert recorder.sets == {}
+    await _prepare(rig)
+    [row] = rig.store.for_claim(CLAIM.uid)
+    assert recorder.macs("netclaim-enp1s0") == {binding_of(row).mac}  # type: ignore[union-attr]

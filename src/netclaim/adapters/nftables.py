@@ -29,6 +29,13 @@ async def apply(netns: str, ruleset: Ruleset, *, check_only: bool = False) -> No
     await _run(netns, *flags, data=json.dumps(ruleset, separators=(",", ":")).encode())
 
 
+async def define(netns: str, script: str, *, check_only: bool = False) -> None:
+    """Run a script of netclaim's own definitions in nft's language (`nft -f -`): constants only, never a
+    value a pod or a tenant brings (those go in as JSON, `apply`)."""
+    flags = ("-c", "-f", "-") if check_only else ("-f", "-")
+    await _run(netns, *flags, data=script.encode())
+
+
 async def table(netns: str, family: str, name: str) -> list[dict[str, Any]]:
     """The table's objects as `nft -j list table` gives them (its table, chains, sets, rules); [] when the
     namespace has none of that name."""

@@ -203,8 +203,6 @@ class Attacher:
             attached = row.with_state(
                 State.ATTACHED, outcome=Outcome(cni_args=args, cni_result=result, interface=interface)
             )
-            if self.guard is not None and not self.guard.covers(attached):  # the ADD told what prepare could
-                self.background.spawn("port-security", self.guard.follow_soon(plan.nic.if_name, attached))
         except Exception as err:
             message = f"claim {row.claim_namespace}/{row.claim_name} device {row.device}: {err}"
             if await self._rollback(row, deadline):
@@ -219,6 +217,8 @@ class Attacher:
             raise AttachError(message) from err
         row = attached
         await self.store.transition(row, durable=False)
+        if self.guard is not None and not self.guard.covers(row):  # the ADD told what prepare could not
+            self.background.spawn("port-security", self.guard.follow_soon(plan.nic.if_name, row))
         log.info(
             "attached",
             extra={

@@ -21,9 +21,10 @@ meet a check.
 A child's binding (its MAC, chosen at prepare, and the addresses known then) is in place before its ADD,
 so its first frames, the plugin's own gratuitous ARP among them, pass; addresses only the ADD tells (a
 tenant's own IPAM) are added right after the hook answers, off containerd's NRI lock (frames from them
-are dropped until then: the table is strict). The table and the hairpin are rewritten whole
-for the NIC at each change (one nft transaction, one tc batch): idempotent, and after a restart made
-again from the stored rows. A row binds its child from prepare to unprepare.
+are dropped until then: the table is strict). A NIC's table is made whole once (at the agent's start, or
+its first child); after that a change writes only the set elements and hairpin filters that differ (one
+nft transaction, one tc batch, whatever the number of children). A row binds its child from prepare to
+unprepare.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 from netclaim.adapters import netlink, tc
 from netclaim.adapters import nftables as nft
@@ -47,7 +48,25 @@ FAMILY = "netdev"
 RETRY_PAUSES = (0.2, 1.0, 5.0)  # follow_soon's, between tries
 TABLE_PREFIX = "netclaim-"
 Apply = Callable[[str, nft.Ruleset], Awaitable[None]]
-Hairpin = Callable[[str, Sequence[str]], Awaitable[None]]
+Define = Callable[[str, str], Awaitable[None]]
+
+
+class Hairpin(Protocol):
+    """The NIC's hairpin filters (netclaim.adapters.tc's)."""
+
+    async def ours(self, nic: str, netns: str = "") -> set[int]: ...
+
+    async def change(
+        self,
+        nic: str,
+        add: Mapping[int, str],
+        remove: Iterable[int] = (),
+        *,
+        broadcast: bool | None = None,
+        netns: str = "",
+    ) -> None: ...
+
+
 Tables = Callable[[], Awaitable[list[str]]]
 HostMac = Callable[[str], Awaitable[str | None]]
 
@@ -101,73 +120,65 @@ def table_name(nic: str) -> str:
     return f"{TABLE_PREFIX}{check_interface_name(nic)}"
 
 
-def _payload(protocol: str, field: str) -> dict[str, Any]:
-    return {"payload": {"protocol": protocol, "field": field}}
+def skeleton(nic: str) -> str:
+    """The NIC's table as nft's own language: its sets and its rules, netclaim's constants only (the NIC's
+    name is checked; nothing a pod or a tenant brings). What the pods bring, MACs and addresses, goes into
+    the sets as JSON elements (`elements`). Text because one set's key (ether saddr . @th,64,128: an
+    advertisement's target) has a type nft's JSON cannot declare."""
+    return f"""table {FAMILY} {table_name(nic)}
+delete table {FAMILY} {table_name(nic)}
+table {FAMILY} {table_name(nic)} {{
+  set host {{ type ether_addr; }}
+  set macs {{ type ether_addr; }}
+  set pairs {{ type ether_addr . ether_addr; }}
+  set v4 {{ type ether_addr . ipv4_addr; }}
+  set v6 {{ type ether_addr . ipv6_addr; }}
+  set nd {{ typeof ether saddr . @th,64,128; }}
+  chain egress {{
+    type filter hook egress device "{check_interface_name(nic)}" priority 0; policy accept;
+    ether saddr @host accept
+    ether saddr != @macs drop
+    meta protocol != {{ ip, arp, ip6 }} drop
+    ip saddr != 0.0.0.0 ether saddr . ip saddr != @v4 drop
+    ether saddr . arp saddr ether != @pairs drop
+    arp saddr ip != 0.0.0.0 ether saddr . arp saddr ip != @v4 drop
+    ip6 saddr != :: ether saddr . ip6 saddr != @v6 drop
+    icmpv6 type nd-neighbor-advert ether saddr . @th,64,128 != @nd drop
+    icmpv6 type {{ nd-router-advert, nd-redirect }} drop
+    icmp type redirect drop
+  }}
+}}
+"""
 
 
-def _match(left: dict[str, Any], right: Any, op: str = "==") -> dict[str, Any]:
-    return {"match": {"op": op, "left": left, "right": right}}
+Element = tuple[str, Any]  # (set, element as nft's JSON writes it)
 
 
-DROP, ACCEPT = {"drop": None}, {"accept": None}
-ROUTERS_ONLY = ("nd-router-advert", "nd-redirect")  # what no pod sends: a router's words
+def elements_of(binding: Binding) -> set[Element]:
+    """The set elements that admit one child: its MAC, its MAC as its ARP sender, each address with it."""
+    found: set[Element] = {("macs", binding.mac), ("pairs", (binding.mac, binding.mac))}
+    for address in binding.addresses:
+        if ":" in address:
+            found.add(("v6", (binding.mac, address)))
+            found.add(("nd", (binding.mac, f"0x{int(ipaddress.IPv6Address(address)):032x}")))
+        else:
+            found.add(("v4", (binding.mac, address)))
+    return found
 
 
-def ruleset(nic: str, host_macs: Sequence[str], bindings: Sequence[Binding]) -> nft.Ruleset:
-    """The NIC's table: replaced whole in one transaction (none when no child is bound: deleted)."""
-    table = {"family": FAMILY, "name": table_name(nic)}
-    commands: list[dict[str, Any]] = [{"add": {"table": table}}, {"delete": {"table": table}}]
-    if not bindings:
-        return {"nftables": commands}
-    commands.append({"add": {"table": table}})
-
-    def rule(chain: str, *expressions: dict[str, Any]) -> dict[str, Any]:
-        return {"add": {"rule": {**_of(table), "chain": chain, "expr": list(expressions)}}}
-
-    jumps = []
-    for index, binding in enumerate(sorted(set(bindings))):
-        chain = f"child_{index}"
-        v4 = [a for a in binding.addresses if ":" not in a]
-        unspecified = ipaddress.IPv4Address(0).compressed  # DHCP's and ARP probes' source
-        v6 = [a for a in binding.addresses if ":" in a]
-        targets = [f"0x{int(ipaddress.IPv6Address(a)):032x}" for a in v6]
-        commands += [
-            {"add": {"chain": {**_of(table), "name": chain}}},
-            rule(chain, _match({"meta": {"key": "protocol"}}, {"set": ["ip", "arp", "ip6"]}, "!="), DROP),
-            rule(chain, _match(_payload("ip", "saddr"), {"set": [unspecified, *v4]}, "!="), DROP),
-            rule(chain, _match(_payload("arp", "saddr ip"), {"set": [unspecified, *v4]}, "!="), DROP),
-            rule(chain, _match(_payload("arp", "saddr ether"), binding.mac, "!="), DROP),
-            rule(chain, _match(_payload("ip6", "saddr"), {"set": ["::", *v6]}, "!="), DROP),
-            rule(  # an advertisement's target must be its own address (none: it advertises none)
-                chain,
-                _match(_payload("icmpv6", "type"), "nd-neighbor-advert"),
-                *(
-                    [_match({"payload": {"base": "th", "offset": 64, "len": 128}}, {"set": targets}, "!=")]
-                    if targets
-                    else []
-                ),
-                DROP,
-            ),
-            rule(chain, _match(_payload("icmpv6", "type"), {"set": list(ROUTERS_ONLY)}), DROP),
-            rule(chain, _match(_payload("icmp", "type"), "redirect"), DROP),
-            rule(chain, ACCEPT),  # its own: a jump back would meet the base chain's drop
-        ]
-        jumps.append([binding.mac, {"jump": {"target": chain}}])
-    base = {**_of(table), "name": "egress", "type": "filter", "hook": "egress", "dev": nic, "prio": 0}
-    commands.append({"add": {"chain": {**base, "policy": "accept"}}})
-    if host_macs:  # the node's own frames
-        commands.append(
-            rule("egress", _match(_payload("ether", "saddr"), {"set": sorted(set(host_macs))}), ACCEPT)
-        )
-    commands += [
-        rule("egress", {"vmap": {"key": _payload("ether", "saddr"), "data": {"set": jumps}}}),
-        rule("egress", DROP),  # a source MAC netclaim did not give out, nor the node's
+def elements(nic: str, verb: str, chosen: Iterable[Element]) -> nft.Ruleset:
+    """One batch that adds (`verb` "add") or deletes ("delete") the elements of the NIC's sets."""
+    by_set: dict[str, list[Any]] = {}
+    for name, value in sorted(chosen, key=repr):
+        by_set.setdefault(name, []).append({"concat": list(value)} if isinstance(value, tuple) else value)
+    commands = [
+        {verb: {"element": {"family": FAMILY, "table": table_name(nic), "name": name, "elem": values}}}
+        for name, values in sorted(by_set.items())
     ]
     return {"nftables": commands}
 
 
-def _of(table: dict[str, str]) -> dict[str, str]:
-    return {"family": table["family"], "table": table["name"]}
+TC = cast(Hairpin, tc)  # the adapter's functions are the protocol's
 
 
 async def _host_mac(nic: str) -> str | None:
@@ -182,30 +193,34 @@ async def _our_tables() -> list[str]:
 
 
 class PortGuard:
-    """Keeps each NIC's table and hairpin what the store's rows bind, one NIC at a time."""
+    """Keeps each NIC's table and hairpin what the store's rows bind: the table made once per NIC (at
+    the agent's start, or its first child), then only the elements and hairpin filters that change. Each
+    call reads what to bind from the store when it gets the NIC: calls queued behind a write find their
+    rows written by it, and return at once (a burst of prepares on a NIC costs a few writes, not one each)."""
 
     def __init__(
         self,
         store: Store,
         apply: Apply = nft.apply,
-        hairpin: Hairpin = tc.hairpin,
+        define: Define = nft.define,
+        hairpin: Hairpin = TC,
         host_mac: HostMac = _host_mac,
         tables: Tables = _our_tables,
     ) -> None:
         self.store = store
         self.apply = apply
+        self.define = define
         self.hairpin = hairpin
         self.host_mac = host_mac
         self.tables = tables
-        self._bound: dict[str, frozenset[Binding]] = {}  # NIC → what its table holds
-        self._hairpinned: dict[str, list[str]] = {}  # NIC → the MACs its hairpin hands back
+        self._bound: dict[str, frozenset[Binding]] = {}  # NIC → what its table holds (made: in it)
+        self._hairpins: dict[str, dict[str, int]] = {}  # NIC → its children's MACs → their filters
         self._locks: dict[str, asyncio.Lock] = {}
 
-    def _wanted(self, nic: str, extra: Iterable[Attachment]) -> frozenset[Binding]:
-        rows = {r.key: r for r in self.store.all()} | {r.key: r for r in extra}
+    def _wanted(self, nic: str) -> frozenset[Binding]:
         macs: dict[str, set[str]] = {}  # pod UID → its children's MACs on the NIC
         addresses: dict[str, set[str]] = {}  # pod UID → their addresses
-        for row in rows.values():
+        for row in self.store.all():
             binding = binding_of(row) if guarded_nic(row) == nic else None
             if binding is not None:
                 macs.setdefault(row.pod_uid, set()).add(binding.mac)
@@ -221,26 +236,65 @@ class PortGuard:
     def covers(self, row: Attachment) -> bool:
         """Whether the row's child is bound as it is now (its ADD may have told new addresses)."""
         nic, binding = guarded_nic(row), binding_of(row)
-        return nic is None or binding is None or binding in self._bound.get(nic, frozenset())
+        if nic is None or binding is None:
+            return True
+        held = {e for b in self._bound.get(nic, frozenset()) for e in elements_of(b)}
+        return elements_of(binding) <= held
 
-    async def follow(self, nics: Iterable[str], extra: Iterable[Attachment] = ()) -> None:
-        """Each NIC's table and hairpin made what the rows (and `extra`, about to be stored) bind."""
-        pending = list(extra)
+    async def follow(self, nics: Iterable[str]) -> None:
+        """Each NIC's table and hairpin made what the stored rows bind."""
         for nic in sorted(set(nics)):
             async with self._locks.setdefault(nic, asyncio.Lock()):
-                wanted = self._wanted(nic, pending)
-                if self._bound.get(nic) == wanted:
-                    continue
-                host = await self.host_mac(nic)
-                if host is None:  # the NIC went, and its children with it: only a table of ours may be left
-                    wanted = frozenset()
-                await self.apply("", ruleset(nic, [host] if host else [], sorted(wanted)))
-                macs = sorted({b.mac for b in wanted})
-                if host is not None and self._hairpinned.get(nic) != macs:  # new addresses only: no tc
-                    await self.hairpin(nic, macs)
-                    self._hairpinned[nic] = macs
-                self._bound[nic] = wanted
-                log.info("port security follows", extra={"nic": nic, "children": len(wanted)})
+                try:
+                    await self._follow(nic)
+                except BaseException:  # what the kernel holds is unknown now: the next call makes it whole
+                    self._bound.pop(nic, None)
+                    self._hairpins.pop(nic, None)
+                    raise
+
+    async def _follow(self, nic: str) -> None:
+        wanted = self._wanted(nic)
+        bound = self._bound.get(nic)
+        if bound == wanted:
+            return
+        host = await self.host_mac(nic)
+        if host is None:  # the NIC went, and its children with it: only a table of ours may be left
+            gone = [{"add": {"table": _table(nic)}}, {"delete": {"table": _table(nic)}}]
+            await self.apply("", {"nftables": gone})
+            self._bound.pop(nic, None)
+            self._hairpins.pop(nic, None)
+            return
+        before = {e for b in bound or () for e in elements_of(b)}
+        after = {e for b in wanted for e in elements_of(b)}
+        if bound is None:  # made now, whole
+            await self.define("", skeleton(nic))
+            await self.apply("", elements(nic, "add", {("host", host), *after}))
+        else:
+            batch = elements(nic, "delete", before - after)["nftables"]
+            batch += elements(nic, "add", after - before)["nftables"]
+            if batch:
+                await self.apply("", {"nftables": batch})
+        await self._hand_back(nic, {b.mac for b in wanted}, made=bound is None)
+        self._bound[nic] = wanted
+        log.info("port security follows", extra={"nic": nic, "children": len(wanted)})
+
+    async def _hand_back(self, nic: str, macs: set[str], *, made: bool) -> None:
+        """The NIC's hairpin for `macs`: when the table is `made`, written anew beside what an agent before
+        left (its filters deleted once the new ones are in); else only the MACs that came or went."""
+        held = {} if made else self._hairpins.get(nic, {})
+        live = (
+            await self.hairpin.ours(nic) if made else set(held.values()) | ({tc.BROADCAST} if held else set())
+        )
+        if not made and set(held) == macs:
+            return  # new addresses only: no tc
+        kept = {mac: priority for mac, priority in held.items() if mac in macs}
+        free = (p for p in tc.CHILDREN if p not in live and p not in kept.values())
+        added = {next(free): mac for mac in sorted(macs - set(kept))}
+        stale = {p for p in live if p != tc.BROADCAST} - set(kept.values())
+        mirrored = tc.BROADCAST in live
+        broadcast = True if macs and not mirrored else (False if not macs and mirrored else None)
+        await self.hairpin.change(nic, added, stale, broadcast=broadcast)
+        self._hairpins[nic] = {**kept, **{mac: priority for priority, mac in added.items()}}
 
     async def follow_soon(self, nic: str, row: Attachment) -> None:
         """`follow` for an attached child whose ADD told addresses its prepare could not (a tenant's own
@@ -249,7 +303,7 @@ class PortGuard:
         the next change of the NIC, or a restart, writes its table again."""
         for pause in (*RETRY_PAUSES, None):
             try:
-                await self.follow([nic], extra=[row])
+                await self.follow([nic])
             except (KernelError, PrerequisiteError) as err:
                 if pause is None:
                     log.warning(
@@ -262,15 +316,17 @@ class PortGuard:
                 return
 
     async def start(self) -> None:
-        """After a start: every NIC that has rows, or a table of an agent before, made what the rows say."""
-        rows = self.store.all()
-        nics = {nic for nic in map(guarded_nic, rows) if nic is not None}
+        """After a start: every NIC that has rows, or a table of an agent before, made again whole from what
+        the rows say (an older agent's elements never stay)."""
+        nics = {nic for nic in map(guarded_nic, self.store.all()) if nic is not None}
         nics |= {name.removeprefix(TABLE_PREFIX) for name in await self.tables()}
         self._bound.clear()
-        self._hairpinned.clear()
-        for nic in sorted(nics):
-            self._bound[nic] = frozenset({Binding("", ())})  # unknown: written whatever it holds
+        self._hairpins.clear()
         await self.follow(nics)
+
+
+def _table(nic: str) -> dict[str, str]:
+    return {"family": FAMILY, "name": table_name(nic)}
 
 
 def interface_sysctls(row: Attachment) -> dict[str, str]:
@@ -290,7 +346,5 @@ async def probe() -> None:
     """What port security needs of the node, tried without changing it: the kernel takes a NIC's table
     (nftables' netdev egress hook: Linux 5.16 or later), checked on the loopback device and committed
     nowhere, and tc is installed (its mirred action is probed with bandwidth caps)."""
-    await nft.apply(
-        "", ruleset("lo", [], [Binding("02:00:00:00:00:01", ("10.0.0.1", "fe80::1"))]), check_only=True
-    )
+    await nft.define("", skeleton("lo"), check_only=True)
     await tc.version()

@@ -59,6 +59,7 @@ class Preparer:
         existing = self.store.for_claim(uid)
         if existing:  # kubelet asks again after a restart, a lost answer or a call it cancelled
             log.info("prepare repeated", extra={"claim": f"{namespace}/{name}"})
+            await self._bind(existing)  # the first call may have stopped before it
             return self._answer(ClaimRef(namespace, name, uid), existing, None)
         started = time.monotonic()
         claim = await self.gather.claim(namespace, name, uid)
@@ -69,13 +70,18 @@ class Preparer:
             planned = plan_claim(inputs, self.node)
             _refuse_clashes(claim, planned, self.store.for_pod(claim.reserved_for[0].uid))
             rows = [_row(claim, p) for p in planned]
-            if self.guard is not None:  # the children bound before they exist: their first frames pass
-                await self.guard.follow([n for n in map(guarded_nic, rows) if n is not None], extra=rows)
         except BaseException:
             if needs.addresses:  # nothing left behind: the retry takes them again
                 await self.gather.give_back(claim.uid)
             raise
-        await self.store.put(*rows)
+        await self.store.put(*rows)  # rows the disk was slow to take still land: their addresses stay theirs
+        try:
+            await self._bind(rows)
+        except BaseException:
+            await self.store.delete(*rows)
+            if needs.addresses:
+                await self.gather.give_back(claim.uid)
+            raise
         answer = self._answer(ClaimRef(namespace, name, uid), rows, claim.pod_claim_name)
         faults.point("after-prepare")
         self.status.prepared(claim)
@@ -88,6 +94,11 @@ class Preparer:
         devices = [r.device for r in rows]
         log.info("prepared", extra={"claim": f"{namespace}/{name}", "devices": devices, "ms": elapsed_ms})
         return answer
+
+    async def _bind(self, rows: list[Attachment]) -> None:
+        """The rows' children bound on their NICs before they exist: their first frames pass."""
+        if self.guard is not None and not all(map(self.guard.covers, rows)):
+            await self.guard.follow(n for n in map(guarded_nic, rows) if n is not None)
 
     def _answer(
         self, claim: ClaimRef, rows: list[Attachment], pod_claim_name: str | None
