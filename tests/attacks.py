@@ -104,8 +104,9 @@ def _ipam(**fields: Any) -> dict[str, Any]:
     return macvlan(ipam={**HOST_LOCAL, **fields})
 
 
-# Keys netclaim itself reads (netclaim.api.cnikeys), in another spelling: refused whoever writes them, the
-# admin too, at admission and at prepare. Every other key is the plugin's: any spelling is an admin's to use.
+# Keys netclaim itself reads (netclaim.core.config.cnikeys), in another spelling: refused whoever writes
+# them, the admin too, at admission and at prepare. Every other key is the plugin's: any spelling is an
+# admin's to use.
 SPELLED_FOR_EVERYONE = frozenset({
     "macvlan Master: eth0", "macvlan MASTER: eth0", "macvlan mAsTeR: eth0", "master and Master",
     "ipvlan Master: eth0", "host-device Device: eth0", "ipam datadir", "ipam DataDir", "ipam DATADIR",

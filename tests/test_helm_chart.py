@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from netclaim.api.publishpolicy import PublishPolicy
-from netclaim.api.validate import ALLOWED_PLUGINS
+from netclaim.core.config.publishpolicy import PublishPolicy
+from netclaim.core.config.validate import ALLOWED_PLUGINS
 from netclaim.errors import PrerequisiteError
 from netclaim_lab import manifests
 from netclaim_lab.binaries import built_bin_dir

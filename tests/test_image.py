@@ -126,7 +126,7 @@ def _files(archive: Path) -> list[str]:
 def test_the_image_holds_the_product_only(builds: Builds) -> None:
     """netclaim's wheel and the packages it needs: no lab code, nothing only the lab installs."""
     paths = _files(builds.first.path)
-    assert f"{agent_image.SITE_PACKAGES}/netclaim/agent.py" in paths
+    assert f"{agent_image.SITE_PACKAGES}/netclaim/agent/main.py" in paths
     assert not lab_paths(paths)
 
 
@@ -156,7 +156,7 @@ def test_the_image_runs_netclaim_and_the_plugins_tools(builds: Builds, tmp_path:
     assert entrypoint.returncode == 0 and "--cni-bin-dir" in entrypoint.stdout, entrypoint.stderr
     # the controller runs as 65532 on a read-only root: every module it needs is compiled already
     imports = subprocess.run(
-        ["chroot", "--userspec=65532:65532", str(rootfs), "python3", "-c", "import netclaim.controller"],
+        ["chroot", "--userspec=65532:65532", str(rootfs), "python3", "-c", "import netclaim.controller.main"],
         capture_output=True,
         text=True,
         check=False,

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from netclaim import metrics
 from netclaim.errors import PrerequisiteError
+from netclaim.runtime import metrics
 from netclaim_lab.binaries import built_bin_dir, built_promtool
 from netclaim_lab.layout import REPO_ROOT
 

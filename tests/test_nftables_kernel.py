@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from netclaim.adapters import nftables as nft
-from netclaim.api.networkpolicy import read_policy_spec
+from netclaim.core.policy import ruleset as nftables
+from netclaim.core.policy.rules import Allow, Direction, NetworkRules, PolicyObject, PortMatch, pod_rules
+from netclaim.core.policy.spec import read_policy_spec
 from netclaim.errors import ConfigError, KernelError
-from netclaim.netpolicy import nftables
-from netclaim.netpolicy.rules import Allow, Direction, NetworkRules, PolicyObject, PortMatch, pod_rules
 from tests.unit.test_nft_ruleset import PODS, SPEC
 
 SERVER = """

@@ -1,6 +1,6 @@
 """Port security on a real kernel (root, iproute2, nftables): a node namespace whose NIC (a veth to a "wire"
 namespace) carries three macvlan children in VEPA mode, each in a pod namespace, with the NIC's table and
-hairpin as netclaim.configure.guard writes them. Each attack is made first without the guard, where it
+hairpin as netclaim.agent.pods.guard writes them. Each attack is made first without the guard, where it
 must work (so the checks can fail), then with it, where it must not: a pod's forged source address (what
 NET_ADMIN allows), a forged ARP and neighbour advertisement, a router advertisement (what NET_RAW allows),
 and a MAC of its own choosing. The neighbours still reach each other and the wire."""
@@ -20,7 +20,7 @@ import pytest
 
 from netclaim.adapters import nftables as nft
 from netclaim.adapters import tc
-from netclaim.configure.guard import Binding, elements, elements_of, link_local, skeleton
+from netclaim.agent.pods.guard import Binding, elements, elements_of, link_local, skeleton
 from tests.conftest import require_root_prerequisites
 
 NIC = "nic0"
@@ -118,7 +118,7 @@ class Segment:
     client: Pod  # the pod the victim trusts
 
     async def guard(self) -> None:
-        """The NIC's table made and its children bound, as netclaim.configure.guard writes them."""
+        """The NIC's table made and its children bound, as netclaim.agent.pods.guard writes them."""
         host = _run("ip", "netns", "exec", _named(self.node), "cat", f"/sys/class/net/{NIC}/address").strip()
         pods = (self.attacker, self.victim, self.client)
         await nft.define(self.node, skeleton(NIC))

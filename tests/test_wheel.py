@@ -19,14 +19,19 @@ from netclaim_lab import agent_image
 from tests.packaging import LAB_ONLY, lab_paths
 
 PRODUCT_COMMANDS = {"netclaim", "kubectl-netclaim"}
-PRODUCT_FILES = {"netclaim/agent.py", "netclaim/controller.py", "netclaim/cli.py", "netclaim/py.typed"}
+PRODUCT_FILES = {
+    "netclaim/agent/main.py",
+    "netclaim/controller/main.py",
+    "netclaim/cli/main.py",
+    "netclaim/py.typed",
+}
 
 
 def test_lab_paths_knows_the_labs_files() -> None:
     assert lab_paths(
         [
-            "netclaim/agent.py",
-            "netclaim/cli.py",
+            "netclaim/agent/main.py",
+            "netclaim/cli/main.py",
             "netclaim/clusters.py",
             "netclaim-0.1.0.dist-info/METADATA",
             "usr/lib/python3/dist-packages/cffi/api.py",
@@ -90,13 +95,23 @@ def test_installed_alone_the_product_brings_no_lab_module(wheel: Path, tmp_path:
     python = bin_dir / "python"
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-input"]
     subprocess.run([*pip, "--no-deps", "--no-index", str(wheel)], check=True)
-    modules = ["netclaim.agent", "netclaim.controller", "netclaim.cli", "netclaim.cluster", *sorted(LAB_ONLY)]
+    modules = [
+        "netclaim.agent.main",
+        "netclaim.controller.main",
+        "netclaim.cli.main",
+        "netclaim.cluster",
+        *sorted(LAB_ONLY),
+    ]
     probe = (
         "import importlib.util, json, sys\n"
         "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m)]))"
     )
     # -I: neither PYTHONPATH nor the working directory (this checkout) reaches the fresh interpreter
     found = subprocess.run([python, "-I", "-c", probe, *modules], capture_output=True, text=True, check=True)
-    assert json.loads(found.stdout) == ["netclaim.agent", "netclaim.controller", "netclaim.cli"]
+    assert json.loads(found.stdout) == [
+        "netclaim.agent.main",
+        "netclaim.controller.main",
+        "netclaim.cli.main",
+    ]
     assert (bin_dir / "netclaim").is_file() and (bin_dir / "kubectl-netclaim").is_file()
     assert not (bin_dir / "netclaim-lab").exists()

@@ -1,5 +1,5 @@
 import sys
 
-from netclaim.cli import main
+from netclaim.cli.main import main
 
 sys.exit(main())

@@ -10,7 +10,7 @@
     │   │   └── AlreadyExistsError    a create found the name taken (an address another claim holds)
     │   ├── PoolExhaustedError    an IP pool had no free address at prepare (one is being released)
     │   ├── AddressQuarantinedError   the address a claim asks for by name was released by another claim
-    │   │                         and is not free yet (netclaim.ipam.pools.Quarantine)
+    │   │                         and is not free yet (netclaim.core.ipam.pools.Quarantine)
     │   ├── PodBusyError          an earlier operation on the same pod still holds its lock
     │   ├── StateStoreError       the state database is locked, cannot be written, or its disk did not
     │   │                         take a write within the bound (the write is still made, in its turn)
@@ -33,7 +33,7 @@
 
 How each boundary reacts (kubelet: NodePrepareResources, per claim; NRI: RunPodSandbox; loops: the
 status writer, each claim and pod on its own; reclaim and the publish/watch loops; the controller's
-reconcile). Every loop is kept running by netclaim.supervisor, which counts each failure of a loop in
+reconcile). Every loop is kept running by netclaim.runtime.supervisor, which counts each failure of a loop in
 netclaim_task_restarts_total{task,error} and each failed one-shot job (an Event, an undo, an NRI call)
 in netclaim_task_failures_total{task}; neither stops the process nor makes it unready:
 

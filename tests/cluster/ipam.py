@@ -15,7 +15,7 @@ from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 
-from netclaim.objects import IPAllocation
+from netclaim.core.objects import IPAllocation
 from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import kubectl_json, pod_spec

@@ -68,7 +68,7 @@ def test_make_bench_runs_every_phase_and_writes_the_report(tmp_path: Path) -> No
             suite.PHASES, quick.full_node_pods
         )
     assert result["publish"]["start_to_1024_s"]["n"] == quick.publish_runs
-    assert result["memory"]["steps_mib"][-1][0] == "netclaim.agent"
+    assert result["memory"]["steps_mib"][-1][0] == "netclaim.agent.main"
     assert result["profile"]["burst"]["busy_samples"] > 0
     assert result["idle"]["node-1"]["rss_mib"] > 0
     assert result["idle"]["node-1"]["container_mib"]["pss"] > 0

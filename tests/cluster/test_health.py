@@ -226,7 +226,7 @@ def test_a_link_flapping_a_hundred_times_in_ten_seconds_costs_a_handful_of_slice
     wait_for(lambda: _taints(kube) == [], 30, "the taint gone once the link settled")
     time.sleep(3)  # anything still to come would come now
     written, generations = writes() - before, generation() - generation_before
-    # every generation rewrites all of the node's slices: one per capacity (netclaim.publish.slices)
+    # every generation rewrites all of the node's slices: one per capacity (netclaim.core.devices.slices)
     slices = len(node_slices(kube, NODE))
     figures(
         f"slice writes for 100 flaps: {written:.0f} ({generations} generations of {slices} slices); "

@@ -18,8 +18,8 @@ from lightkube.core.client import FieldSelector
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from netclaim.api.ippool import POOLS_POOL
-from netclaim.quantity import parse_quantity
+from netclaim.core.ipam.ippool import POOLS_POOL
+from netclaim.core.quantity import parse_quantity
 from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import (
     apply,

@@ -14,7 +14,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import ResourceClaimTemplate, ResourceSlice
 
-from netclaim.publish.slices import MAX_DEVICES_PER_SLICE
+from netclaim.core.devices.slices import MAX_DEVICES_PER_SLICE
 from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.controlplane import ControlPlane

@@ -12,8 +12,8 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from netclaim.api.cniconfig import CNIConfig, as_conflist, decode
-    from netclaim.api.placeholders import render
+    from netclaim.core.config.cniconfig import CNIConfig, as_conflist, decode
+    from netclaim.core.config.placeholders import render
     from netclaim.errors import ConfigError
 
 

@@ -9,8 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from netclaim.errors import AlreadyExistsError, ConfigError, ConflictError, GoneError, NetclaimError
-from netclaim.kubeapi import (
+from netclaim.core.kubeapi import (
     AddressesApi,
     ClaimsApi,
     ClusterClaimsApi,
@@ -20,7 +19,8 @@ from netclaim.kubeapi import (
     PoolParamsApi,
     PoolSlicesApi,
 )
-from netclaim.objects import Claim, IPAllocation, Pod, Slice
+from netclaim.core.objects import Claim, IPAllocation, Pod, Slice
+from netclaim.errors import AlreadyExistsError, ConfigError, ConflictError, GoneError, NetclaimError
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Event:
 class FakeKubeApi(
     ClaimsApi, ClusterClaimsApi, NodeSlicesApi, PoolSlicesApi, AddressesApi, IPPoolsApi, PoolParamsApi
 ):
-    """An in-memory API server playing every role the core asks of it, both programs' (netclaim.kubeapi):
+    """An in-memory API server playing every role the core asks of it, both programs' (netclaim.core.kubeapi):
     pass it as each of them. `fail_next` raises errors before calls; each item put on `slice_events` is an
     event of every watch but the claims' and IPAllocations': each (type, object) put on `claim_events` or
     `allocation_events` is one of theirs. Lists are at resourceVersion "1" (held lists: `list_version`)."""
@@ -60,7 +60,7 @@ class FakeKubeApi(
     device_classes: set[str] = field(default_factory=set)
     pool_params: dict[str, tuple[dict[str, str], str]] = field(default_factory=dict)  # name → data, owner UID
     # fields of a slice's devices this API server drops, as one with a feature gate off does
-    # (netclaim.publish.slices.GATED_FIELDS)
+    # (netclaim.core.devices.slices.GATED_FIELDS)
     drops: frozenset[str] = frozenset()
     node_events: list[tuple[str, str, str, str]] = field(default_factory=list)  # node, uid, reason, message
     node_conditions: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # each one set, in order
@@ -296,11 +296,12 @@ class FakeKubeApi(
         return [Pod.from_api(copy.deepcopy(p)) for p in self.pods]
 
 
-# --- publish/ fakes: an inventory source, and netlink as netclaim.publish.inventory calls it ---------------
+# --- publish/ fakes: an inventory source, and netlink as netclaim.agent.publish.inventory calls it
+# ---------------
 
 
 from netclaim.adapters import netlink as real_netlink  # noqa: E402
-from netclaim.publish.inventory import NetworkInterface  # noqa: E402
+from netclaim.core.devices.nic import NetworkInterface  # noqa: E402
 
 
 @dataclass
@@ -327,8 +328,8 @@ class FakeInventory:
 
 @dataclass
 class FakeNetlink:
-    """Stands in for the `netlink` module inside netclaim.publish.inventory (monkeypatch it there): links,
-    addresses and default routes from these fields; `batches` feeds LinkEvents().next_batch()."""
+    """Stands in for the `netlink` module inside netclaim.agent.publish.inventory (monkeypatch it there):
+    links, addresses and default routes from these fields; `batches` feeds LinkEvents().next_batch()."""
 
     Link = real_netlink.Link
 
@@ -389,15 +390,23 @@ import pytest  # noqa: E402
 from netclaim.adapters.cni import CniRunner, Invocation  # noqa: E402
 from netclaim.adapters.netlink import InterfaceState  # noqa: E402
 from netclaim.adapters.nri import PodSandbox  # noqa: E402
-from netclaim.api.cniconfig import CNI_VERSIONS, speaks_lifecycle  # noqa: E402
-from netclaim.configure import attach as attach_module  # noqa: E402
-from netclaim.configure.attach import Attacher, PodLocks  # noqa: E402
-from netclaim.configure.check import AttachmentChecker  # noqa: E402
-from netclaim.configure.gather import Gatherer  # noqa: E402
-from netclaim.configure.hooks import PodHooks  # noqa: E402
-from netclaim.configure.lifecycle import NetworkCollector, NetworkGate, PluginReadiness  # noqa: E402
-from netclaim.configure.metadata import DeviceMetadataFiles  # noqa: E402
-from netclaim.configure.plan import (  # noqa: E402
+from netclaim.agent.claims.gather import Gatherer  # noqa: E402
+from netclaim.agent.claims.metadata import DeviceMetadataFiles  # noqa: E402
+from netclaim.agent.claims.prepare import Preparer  # noqa: E402
+from netclaim.agent.claims.reclaim import Reclaimer  # noqa: E402
+from netclaim.agent.claims.unprepare import Unpreparer  # noqa: E402
+from netclaim.agent.pods import attach as attach_module  # noqa: E402
+from netclaim.agent.pods.attach import Attacher, PodLocks  # noqa: E402
+from netclaim.agent.pods.check import AttachmentChecker  # noqa: E402
+from netclaim.agent.pods.hooks import PodHooks  # noqa: E402
+from netclaim.agent.pods.lifecycle import NetworkCollector, NetworkGate, PluginReadiness  # noqa: E402
+from netclaim.agent.status import ClaimRef, StatusWriter  # noqa: E402
+from netclaim.agent.store import Attachment, State, Store  # noqa: E402
+from netclaim.core.config.cniconfig import CNI_VERSIONS, speaks_lifecycle  # noqa: E402
+from netclaim.core.devices.catalog import BANDWIDTH, Capacity, Device, DeviceCatalog  # noqa: E402
+from netclaim.core.ipam.addresses import AddressBook  # noqa: E402
+from netclaim.core.objects import AllocatedDevice, DeviceConfig, PodRef  # noqa: E402
+from netclaim.core.plan import (  # noqa: E402
     POOL_IPAM,
     AttachPlan,
     NicRecord,
@@ -405,15 +414,7 @@ from netclaim.configure.plan import (  # noqa: E402
     PluginVersions,
     named_plugin_types,
 )
-from netclaim.configure.prepare import Preparer  # noqa: E402
-from netclaim.configure.reclaim import Reclaimer  # noqa: E402
-from netclaim.configure.status import ClaimRef, StatusWriter  # noqa: E402
-from netclaim.configure.store import Attachment, State, Store  # noqa: E402
-from netclaim.configure.unprepare import Unpreparer  # noqa: E402
-from netclaim.ipam.addresses import AddressBook  # noqa: E402
-from netclaim.objects import AllocatedDevice, DeviceConfig, PodRef  # noqa: E402
-from netclaim.publish.devices import BANDWIDTH, Capacity, Device, DeviceCatalog  # noqa: E402
-from netclaim.supervisor import Supervisor  # noqa: E402
+from netclaim.runtime.supervisor import Supervisor  # noqa: E402
 
 SAMPLE_NODE = "node-1"
 SAMPLE_CLUSTER = (
@@ -426,7 +427,7 @@ CNI_VERSIONS_SPOKEN = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 
 @dataclass
 class FakePodNetlink:
-    """Stands in for the `netlink` module inside netclaim.configure.attach (monkeypatch it there): the
+    """Stands in for the `netlink` module inside netclaim.agent.pods.attach (monkeypatch it there): the
     interfaces of the node (netns None) and of pods' namespaces (their path), keyed (netns, name)."""
 
     interfaces: dict[tuple[str | None, str], InterfaceState] = field(default_factory=dict)
@@ -887,10 +888,10 @@ def api_status(code: int, message: str, name: str | None = None) -> str:
     return json.dumps({"kind": "Status", "code": code, "message": message, "details": details})
 
 
-# --- port security: the node as netclaim.configure.guard writes it ---
+# --- port security: the node as netclaim.agent.pods.guard writes it ---
 
 from netclaim.adapters import tc  # noqa: E402
-from netclaim.configure.guard import PortGuard  # noqa: E402
+from netclaim.agent.pods.guard import PortGuard  # noqa: E402
 
 
 @dataclass

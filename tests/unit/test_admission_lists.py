@@ -7,10 +7,10 @@ import re
 
 import yaml
 
-from netclaim.api.cniconfig import KINDS, CNIConfig
-from netclaim.api.ippool import AddressConfig
-from netclaim.api.tenancy import IPAM, PLUGINS
-from netclaim.api.validate import ALLOWED_PLUGINS
+from netclaim.core.config.cniconfig import KINDS, CNIConfig
+from netclaim.core.config.tenancy import IPAM, PLUGINS
+from netclaim.core.config.validate import ALLOWED_PLUGINS
+from netclaim.core.ipam.ippool import AddressConfig
 from netclaim_lab.layout import REPO_ROOT
 
 

@@ -13,9 +13,9 @@ import pytest
 from netclaim.adapters.cni import Invocation, cni_args
 from netclaim.adapters.netlink import InterfaceState
 from netclaim.adapters.nri import PodSandbox
-from netclaim.configure import guard as guard_module
-from netclaim.configure.attach import PodLocks
-from netclaim.configure.store import Attachment, Interface, Outcome, State
+from netclaim.agent.pods import guard as guard_module
+from netclaim.agent.pods.attach import PodLocks
+from netclaim.agent.store import Attachment, Interface, Outcome, State
 from netclaim.errors import AttachError, CniError, KernelError, PodBusyError
 from tests.unit.fakes import ConfigureRig, Recorder, configure_rig, recorded_guard, sample_device, sample_row
 

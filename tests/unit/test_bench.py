@@ -110,15 +110,15 @@ def test_pod_marks_take_the_first_container_of_the_pods_last_sandbox(tmp_path: P
 
 def test_busy_profile_counts_the_main_threads_work_not_its_waits(tmp_path: Path) -> None:
     stacks = tmp_path / "raw.txt"
-    root = "thread (1): MainThread;<module> (netclaim:7);main (netclaim/cli.py:294);_run (asyncio/e.py:80)"
-    attach = f"{root};Attacher.attach (netclaim/configure/attach.py:110)"
+    root = "thread (1): MainThread;<module> (netclaim:7);main (netclaim/cli/main.py:29);_run (asyncio/e.py:8)"
+    attach = f"{root};Attacher.attach (netclaim/agent/pods/attach.py:110)"
     stacks.write_text(
         "\n".join(
             [
                 f"{root};EpollSelector.select (selectors.py:468) 500",  # waiting: not counted
                 f"{attach};interface (netclaim/adapters/netlink.py:170);decode (pyroute2/base.py:9) 30",
-                f"{attach};Store.put (netclaim/configure/store.py:214);execute (sqlite3/x.py:1) 10",
-                f"{root};publish_loop (netclaim/publish/loop.py:60);links (netclaim/adapters/n.py:113) 60",
+                f"{attach};Store.put (netclaim/agent/store.py:214);execute (sqlite3/x.py:1) 10",
+                f"{root};publish_loop (netclaim/agent/publish/loop.py:6);links (netclaim/adapters/n.py:1) 60",
                 "thread (2): grpc;poll (grpc/x.py:1) 1000",  # another thread
                 "thread (0x7f1): MainThread;",  # no count: a line make bench died on
             ]
@@ -127,12 +127,12 @@ def test_busy_profile_counts_the_main_threads_work_not_its_waits(tmp_path: Path)
     )
     whole = measure.busy_profile(stacks)
     assert whole["busy_samples"] == 100
-    assert whole["functions"][0] == ["publish_loop (publish/loop.py)", 60.0]
+    assert whole["functions"][0] == ["publish_loop (agent/publish/loop.py)", 60.0]
     assert ["netlink", 60.0] not in whole["packages"] and ["netclaim", 60.0] in whole["packages"]
     under = measure.busy_profile(stacks, "Attacher.attach")
     assert under["busy_samples"] == 40
     assert under["functions"][:2] == [
-        ["Attacher.attach (configure/attach.py)", 100.0],
+        ["Attacher.attach (agent/pods/attach.py)", 100.0],
         ["interface (adapters/netlink.py)", 75.0],
     ]
     assert under["packages"] == [["pyroute2", 75.0], ["sqlite3", 25.0]]
@@ -230,14 +230,14 @@ def sample_result() -> dict[str, Any]:
         },
         "publish": {"start_to_1024_s": _distribution(2.5), "nic_added_s": _distribution(0.12)},
         "memory": {
-            "steps_mib": [["asyncio", 11.0], ["netclaim.agent", 11.0]],
+            "steps_mib": [["asyncio", 11.0], ["netclaim.agent.main", 11.0]],
             "python_mib": 9.0,
             "after_imports_mib": 68.0,
         },
         "profile": {
             k: {
                 "busy_samples": 10,
-                "functions": [["Attacher.attach (configure/attach.py)", 100.0]],
+                "functions": [["Attacher.attach (agent/pods/attach.py)", 100.0]],
                 "packages": [["pyroute2", 60.0]],
             }
             for k in ("attach", "prepare", "burst")

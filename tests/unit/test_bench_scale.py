@@ -15,7 +15,7 @@ import pytest
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from netclaim.names import DRIVER_DOMAIN
+from netclaim.core.names import DRIVER_DOMAIN
 from netclaim_lab import keeper
 from netclaim_lab.benchmarks import arms, measure, report, scale
 

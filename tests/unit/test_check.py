@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.configure.status import ClaimRef
-from netclaim.configure.store import State
+from netclaim.agent.status import ClaimRef
+from netclaim.agent.store import State
 from netclaim.errors import CniError, CniTryAgainError
 from tests.unit.fakes import ConfigureRig, configure_rig, sample_claim, sample_device, sample_row
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from netclaim.adapters.cni import CniRunner, Invocation
-from netclaim.configure.plan import with_node_defaults
+from netclaim.core.plan import with_node_defaults
 from netclaim.errors import CniError, CniNotReadyError, CniTryAgainError, ConfigError, TransientError
 
 CONFLIST = {"cniVersion": "1.0.0", "name": "t", "plugins": [{"type": "sleepy"}]}

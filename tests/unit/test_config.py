@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from netclaim.api.cniconfig import CNIConfig, SourcedConfig, decode, merge
-from netclaim.api.placeholders import ScalarValue, render
+from netclaim.core.config.cniconfig import CNIConfig, SourcedConfig, decode, merge
+from netclaim.core.config.placeholders import ScalarValue, render
 from netclaim.errors import ConfigError
 from tests.corpus import DELETE, VALID_CONFIG, mutated
 

@@ -1,6 +1,6 @@
 """Every malformed config and policy of the corpus is refused with a message naming the field; no crash.
 
-Configs go through the agent's own planning (netclaim.configure.plan.plan_claim on a claim that carries
+Configs go through the agent's own planning (netclaim.core.plan.plan_claim on a claim that carries
 them, then the CNI adapter's plugin lookup in a directory holding the admission allow-list's plugins):
 what prepare does before any plugin runs.
 """
@@ -17,13 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netclaim.adapters.cni import CniRunner
-from netclaim.api.cniconfig import decode, plugin_types
-from netclaim.api.validate import ALLOWED_PLUGINS
-from netclaim.configure.plan import ClaimInputs, NodeContext, plan_claim
+from netclaim.core.config.cniconfig import decode, plugin_types
+from netclaim.core.config.validate import ALLOWED_PLUGINS
+from netclaim.core.devices.catalog import Device
+from netclaim.core.devices.rules import load_policy
+from netclaim.core.objects import Claim
+from netclaim.core.plan import ClaimInputs, NodeContext, plan_claim
 from netclaim.errors import ConfigError
-from netclaim.objects import Claim
-from netclaim.publish.devices import Device
-from netclaim.publish.policy import load_policy
 from tests.corpus import VALID_CONFIG, VALID_POLICY, ConfigCase, PolicyCase, config_cases, policy_cases
 from tests.unit.fakes import SAMPLE_CLUSTER, every_version, sample_allocation, sample_claim, sample_config
 

@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from netclaim.api.publishpolicy import NO_POLICY, Bandwidth, Match, PublishPolicy, Rule
-from netclaim.configure.plan import NicRecord
-from netclaim.names import device_name, is_dns_label
-from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, Capacity, DeviceCatalog, decide
-from netclaim.publish.inventory import NetworkInterface
-from netclaim.publish.policy import load_policy, rule_problems
+from netclaim.core.config.publishpolicy import NO_POLICY, Bandwidth, Match, PublishPolicy, Rule
+from netclaim.core.devices.catalog import ATTACHMENTS, BANDWIDTH, Capacity, DeviceCatalog, decide
+from netclaim.core.devices.nic import NetworkInterface
+from netclaim.core.devices.rules import load_policy, rule_problems
+from netclaim.core.names import device_name, is_dns_label
+from netclaim.core.plan import NicRecord
 
 DRIVER = "netclaim.dev"
 
@@ -116,7 +116,7 @@ def test_admin_attributes_cannot_replace_standard_ones() -> None:
 def test_a_shared_nic_without_a_speed_gets_no_bandwidth_and_a_log_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="netclaim.publish.devices"):
+    with caplog.at_level(logging.WARNING, logger="netclaim.core.devices.catalog"):
         [shared] = decide([nic("enp1s0", speed_bps=None)], policy(Rule()), DRIVER)
     assert shared.device is not None and set(shared.device.capacity) == {ATTACHMENTS}
     [record] = caplog.records
@@ -124,7 +124,7 @@ def test_a_shared_nic_without_a_speed_gets_no_bandwidth_and_a_log_line(
         "interface enp1s0: no link speed and no bandwidth.total in the policy: no bandwidth published"
     )
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="netclaim.publish.devices"):
+    with caplog.at_level(logging.WARNING, logger="netclaim.core.devices.catalog"):
         [exclusive] = decide([nic("enp1s0", speed_bps=None)], policy(Rule(mode="exclusive")), DRIVER)
     assert exclusive.device is not None and exclusive.device.capacity == {}
     assert caplog.records == [], "an exclusive NIC needs no bandwidth"

@@ -1,5 +1,5 @@
 """EndpointSlices of Services over a netclaim network: which pods and addresses, the slices' shape, and a
-pass that one bad Service never stops (netclaim.services.endpoints)."""
+pass that one bad Service never stops (netclaim.controller.services)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,7 @@ from typing import Any
 
 import pytest
 
-from netclaim.errors import ApiRejectedError, ApiUnavailableError, NetclaimError
-from netclaim.objects import Claim, IPAllocation, Pod, PodClaim, PodCondition, PodRef
-from netclaim.published import PublishedAddresses
-from netclaim.services.endpoints import (
+from netclaim.controller.services import (
     MAX_ENDPOINTS,
     EndpointsReconciler,
     NetworkService,
@@ -21,6 +18,9 @@ from netclaim.services.endpoints import (
     endpoints,
     same_slice,
 )
+from netclaim.core.ipam.published import PublishedAddresses
+from netclaim.core.objects import Claim, IPAllocation, Pod, PodClaim, PodCondition, PodRef
+from netclaim.errors import ApiRejectedError, ApiUnavailableError, NetclaimError
 from tests.unit.fakes import SAMPLE_DRIVER, sample_claim
 
 READY = [{"type": "Ready", "status": "True", "reason": "InterfaceAttached"}]

@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from netclaim import cli
-from netclaim.objects import Pod
-from netclaim.tools import report
-from netclaim.tools.explain import (
+from netclaim.cli import main as cli
+from netclaim.cli import report
+from netclaim.cli.explain import (
     Explanation,
     Snapshot,
     clauses,
@@ -23,6 +22,7 @@ from netclaim.tools.explain import (
     show_quantity,
     table,
 )
+from netclaim.core.objects import Pod
 
 SHARED_CLASS = {
     "metadata": {"name": "netclaim-shared"},

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from netclaim.configure.gate import CDI_KIND, CdiGate, device_name, spec
+from netclaim.agent.claims.gate import CDI_KIND, CdiGate, device_name, spec
+from netclaim.core.objects import Claim
 from netclaim.errors import ApiUnavailableError
-from netclaim.objects import Claim
 from tests.corpus import VALID_CONFIG
 from tests.unit import fakes
 from tests.unit.fakes import configure_rig, sample_allocation, sample_claim, sample_config, sample_device

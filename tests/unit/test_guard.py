@@ -1,4 +1,4 @@
-"""Port security's decisions (netclaim.configure.guard, the plan's guarded children): which rows bind which
+"""Port security's decisions (netclaim.agent.pods.guard, the plan's guarded children): which rows bind which
 child, what the NIC's table holds, and when the table and hairpin are written (the kernel's side:
 tests/test_port_guard_kernel.py)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from netclaim.adapters import tc
-from netclaim.configure.guard import (
+from netclaim.agent.pods.guard import (
     Binding,
     binding_of,
     elements,
@@ -20,11 +20,11 @@ from netclaim.configure.guard import (
     link_local,
     skeleton,
 )
-from netclaim.configure.plan import child_mac, guarded_child
-from netclaim.configure.store import Interface, Outcome, State, Store
+from netclaim.agent.store import Interface, Outcome, State, Store
+from netclaim.core.devices.catalog import PORT_SECURITY
+from netclaim.core.objects import AllocatedDevice
+from netclaim.core.plan import child_mac, guarded_child
 from netclaim.errors import KernelError
-from netclaim.objects import AllocatedDevice
-from netclaim.publish.devices import PORT_SECURITY
 from tests.unit.fakes import Recorder, recorded_guard, sample_device, sample_row
 
 MAC = "02:00:00:00:00:0a"

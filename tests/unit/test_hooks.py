@@ -12,9 +12,9 @@ import pytest
 
 from netclaim.adapters.cni import CniRunner, cni_args
 from netclaim.adapters.nri import PodSandbox
-from netclaim.configure.policy import PolicyEnforcer
-from netclaim.configure.status import NETWORK_STATUS, ClaimRef
-from netclaim.configure.store import Attachment, Outcome, State
+from netclaim.agent.pods.policy import PolicyEnforcer
+from netclaim.agent.status import NETWORK_STATUS, ClaimRef
+from netclaim.agent.store import Attachment, Outcome, State
 from netclaim.errors import AttachError, CniError, HostNetworkPodError, PodBusyError
 from tests.unit.fakes import ConfigureRig, configure_rig, sample_claim, sample_device, sample_row
 from tests.unit.test_policy_enforcer import DELETE_ONLY, FakeRules, Recorder, _guard
@@ -82,7 +82,7 @@ async def test_a_hook_logs_its_parts(rig: ConfigureRig, caplog: pytest.LogCaptur
     """The benchmark splits the hook as containerd times it (two stopwatch plugins) into the NRI round trip
     and these parts; only a pod with claims is logged."""
     await rig.store.put(FIRST, SECOND)
-    caplog.set_level(logging.INFO, logger="netclaim.configure.hooks")
+    caplog.set_level(logging.INFO, logger="netclaim.agent.pods.hooks")
     await rig.hooks.run_pod_sandbox(rig.sandbox(uid="another-pod"), BUDGET)
     await rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET)
     [line] = [r for r in caplog.records if r.message == "pod sandbox hooked"]

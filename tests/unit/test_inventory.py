@@ -13,16 +13,10 @@ from typing import cast
 import pytest
 
 from netclaim.adapters.netlink import Link, LinkChange
-from netclaim.api.overrides import load_overrides
+from netclaim.agent.publish.inventory import FileInventory, NodeInventory, Sysfs, _apply_override, cni_bridges
+from netclaim.core.config.overrides import load_overrides
+from netclaim.core.devices.nic import NetworkInterface
 from netclaim.errors import ConfigError
-from netclaim.publish.inventory import (
-    FileInventory,
-    NetworkInterface,
-    NodeInventory,
-    Sysfs,
-    _apply_override,
-    cni_bridges,
-)
 from tests.unit.fakes import FakeNetlink
 
 
@@ -196,7 +190,7 @@ def fake_netlink(monkeypatch: pytest.MonkeyPatch) -> FakeNetlink:
         },
         default_route={2},
     )
-    monkeypatch.setattr("netclaim.publish.inventory.netlink", netlink)
+    monkeypatch.setattr("netclaim.agent.publish.inventory.netlink", netlink)
     return netlink
 
 

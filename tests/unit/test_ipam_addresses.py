@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from netclaim.api.ippool import POOLS_POOL, IPAddress, IPPool, allocation_name, claim_seed
+from netclaim.core.ipam import addresses as addresses_module
+from netclaim.core.ipam.addresses import BLIND_PROBES, MAX_RACES, AddressBook, AddressRequest, Grant
+from netclaim.core.ipam.ippool import POOLS_POOL, IPAddress, IPPool, allocation_name, claim_seed
+from netclaim.core.objects import AllocatedDevice, Claim, IPAllocation, RequestSpec
 from netclaim.errors import (
     AddressQuarantinedError,
     AlreadyExistsError,
@@ -16,9 +19,6 @@ from netclaim.errors import (
     PoolExhaustedError,
     TransientError,
 )
-from netclaim.ipam import addresses as addresses_module
-from netclaim.ipam.addresses import BLIND_PROBES, MAX_RACES, AddressBook, AddressRequest, Grant
-from netclaim.objects import AllocatedDevice, Claim, IPAllocation, RequestSpec
 from tests.unit.fakes import SAMPLE_DRIVER, SAMPLE_NODE, FakeKubeApi, sample_claim
 
 LAN3: dict[str, Any] = {
@@ -435,7 +435,7 @@ async def test_a_quarantined_address_asked_for_by_name_waits_and_says_why(
     api: FakeKubeApi, book: AddressBook
 ) -> None:
     """The client pod that held it was deleted a moment ago: another tenant asking for it by name at once
-    must not get it while rules and Services still name it (netclaim.ipam.pools.Quarantine)."""
+    must not get it while rules and Services still name it (netclaim.core.ipam.pools.Quarantine)."""
     gone = replace(sample_claim((), (), name="client-0", uid="claim-uid-9"), namespace="team-b")
     held = await api.create_ip_allocation(_holding(gone, "v4only", "10.10.4.7"))
     await api.mark_released(held, "2026-12-06T10:00:00Z")

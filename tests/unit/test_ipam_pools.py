@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool, allocation_name
-from netclaim.controller import ADDRESS_CLASS, Reconciler
-from netclaim.errors import ApiRejectedError
-from netclaim.ipam.pools import (
+from netclaim.controller.ipam import ADDRESS_CLASS, Reconciler
+from netclaim.core.devices.slices import MAX_GENERATION
+from netclaim.core.ipam.ippool import ADDRESSES, POOLS_POOL, IPPool, allocation_name
+from netclaim.core.ipam.pools import (
     SLICE_PREFIX,
     PoolUse,
     beyond_allocation,
@@ -23,8 +23,8 @@ from netclaim.ipam.pools import (
     pool_use,
     read_pools,
 )
-from netclaim.objects import AllocatedDevice, Claim, IPAllocation, RequestSpec
-from netclaim.publish.slices import MAX_GENERATION
+from netclaim.core.objects import AllocatedDevice, Claim, IPAllocation, RequestSpec
+from netclaim.errors import ApiRejectedError
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim
 
 SIX: dict[str, Any] = {"ranges": [{"subnet": "10.10.3.0/29"}]}  # 10.10.3.1 .. .6
@@ -410,7 +410,7 @@ async def test_a_reconcile_publishes_the_valid_pools_with_their_capacity(cluster
         {},
     )  # the gone claim's address is free again
     pools = [s for s in cluster.slices.values() if s["spec"]["pool"]["name"] == POOLS_POOL]
-    # pools of different sizes in slices of their own (netclaim.publish.slices: Kubernetes 1.34)
+    # pools of different sizes in slices of their own (netclaim.core.devices.slices: Kubernetes 1.34)
     assert [[d["name"] for d in s["spec"]["devices"]] for s in pools] == [["lan3"], ["wide"]]
     devices = {d["name"]: d for s in pools for d in s["spec"]["devices"]}
     assert sorted(devices) == ["lan3", "wide"]  # broken publishes no device

@@ -6,12 +6,12 @@ import ipaddress
 
 import pytest
 
-from netclaim.api.ippool import POOLS_POOL
-from netclaim.controller import Reconciler
+from netclaim.controller.ipam import Reconciler
+from netclaim.core.ipam.addresses import AddressBook, AddressRequest
+from netclaim.core.ipam.ippool import POOLS_POOL
+from netclaim.core.ipam.pools import PoolUse, exhausted_message
+from netclaim.core.objects import AllocatedDevice
 from netclaim.errors import ConfigError
-from netclaim.ipam.addresses import AddressBook, AddressRequest
-from netclaim.ipam.pools import PoolUse, exhausted_message
-from netclaim.objects import AllocatedDevice
 from tests.unit.fakes import SAMPLE_DRIVER, SAMPLE_NODE, FakeKubeApi, sample_claim
 
 FULL = PoolUse(capacity=2, allocated_claims=2, addresses={4: 2})

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from netclaim.api.cniconfig import decode
-from netclaim.api.ippool import (
+from netclaim.core.config.cniconfig import decode
+from netclaim.core.ipam.ippool import (
     MAX_CAPACITY,
     AddressConfig,
     Family,

@@ -19,16 +19,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netclaim import objects
 from netclaim.adapters.kube import connection
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.adapters.kube.services import KubeServices
+from netclaim.core import objects
+from netclaim.core.objects import Claim, IPAllocation, item_spans, read_json, read_list
 from netclaim.errors import ApiUnavailableError, ConfigError, GoneError
-from netclaim.metrics import REGISTRY
-from netclaim.objects import Claim, IPAllocation, item_spans, read_json, read_list
+from netclaim.runtime.metrics import REGISTRY
 from tests.unit.fakes import KUBECONFIG, FakeApiServer, api_status
 
 API_DEPTH = 5000  # 10 KiB of `[[[[…]]]]`: as deep as the API server stores an opaque config
@@ -147,7 +147,7 @@ def test_no_integer_crashes_the_reader() -> None:
     segmentation fault). read_json never hands it one; a crash would end this child, not the test run."""
     probe = (
         "import gc\n"
-        "from netclaim.objects import read_json, read_list\n"
+        "from netclaim.core.objects import read_json, read_list\n"
         "n = b'7' * 5000\n"
         "for i in range(300):\n"
         '    read_list(b\'{"items": [{"a": 1}, {"n": \' + n + b\'}, {"b": [2.5]}]}\')\n'

@@ -1,4 +1,4 @@
-"""Each program's roles of the Kubernetes API (netclaim.kubeapi) hold only what its RBAC lets it do
+"""Each program's roles of the Kubernetes API (netclaim.core.kubeapi) hold only what its RBAC lets it do
 (deploy/rbac.yaml, rendered from the chart), and the adapter plays them in classes of a readable size."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import yaml
 
-from netclaim import kubeapi
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.policies import KubePolicies
@@ -18,6 +17,7 @@ from netclaim.adapters.kube.preflight import KubePreflight
 from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.adapters.kube.services import KubeServices
 from netclaim.adapters.kube.slices import KubeSlices
+from netclaim.core import kubeapi
 
 RBAC = Path(__file__).parents[2] / "deploy" / "rbac.yaml"
 ROLES = {

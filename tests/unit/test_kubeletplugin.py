@@ -33,7 +33,8 @@ from netclaim.adapters.kubeletplugin import (
     serve,
     socket_paths,
 )
-from netclaim.configure.status import ClaimRef
+from netclaim.agent.status import ClaimRef
+from netclaim.core.devices.catalog import LINK_DOWN, Device, DeviceCatalog, Taint
 from netclaim.errors import (
     ApiRejectedError,
     ApiUnavailableError,
@@ -45,8 +46,7 @@ from netclaim.errors import (
     PodBusyError,
     StateStoreError,
 )
-from netclaim.metrics import REGISTRY
-from netclaim.publish.devices import LINK_DOWN, Device, DeviceCatalog, Taint
+from netclaim.runtime.metrics import REGISTRY
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     ConfigureRig,

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from netclaim.configure.lifecycle import NetworkGate, network_key
-from netclaim.configure.store import Attachment, State
+from netclaim.agent.pods.lifecycle import NetworkGate, network_key
+from netclaim.agent.store import Attachment, State
 from netclaim.errors import AttachError, CniNotReadyError, PodBusyError
 from tests.unit.fakes import (
     ConfigureRig,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime
 from dataclasses import replace
 
-from netclaim.publish.health import LinkHealth
-from netclaim.publish.inventory import NetworkInterface
+from netclaim.agent.publish.health import LinkHealth
+from netclaim.core.devices.nic import NetworkInterface
 
 LOSS = datetime.datetime(2026, 12, 2, 22, 0, tzinfo=datetime.UTC)
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from netclaim.configure.metadata import API_VERSIONS, MAX_ATTRIBUTES, DeviceMetadataFiles
-from netclaim.configure.status import ClaimRef
-from netclaim.configure.store import Interface, Outcome, State
-from netclaim.names import NETWORK
-from netclaim.objects import Claim, PodRef
+from netclaim.agent.claims.metadata import API_VERSIONS, MAX_ATTRIBUTES, DeviceMetadataFiles
+from netclaim.agent.status import ClaimRef
+from netclaim.agent.store import Interface, Outcome, State
+from netclaim.core.names import NETWORK
+from netclaim.core.objects import Claim, PodRef
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     ConfigureRig,

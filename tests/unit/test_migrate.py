@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from netclaim import cli
-from netclaim.api.validate import validate_files
-from netclaim.tools.explain import evaluate, published_devices
-from netclaim.tools.migrate import Migration, migrate, selections
+from netclaim.cli import main as cli
+from netclaim.cli.explain import evaluate, published_devices
+from netclaim.cli.migrate import Migration, migrate, selections
+from netclaim.core.config.validate import validate_files
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "multus"
 

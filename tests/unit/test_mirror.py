@@ -1,5 +1,5 @@
-"""netclaim.mirror: a list, then a watch from its resourceVersion, kept in memory; unsynced whenever what it
-holds may miss a change."""
+"""netclaim.controller.mirror: a list, then a watch from its resourceVersion, kept in memory; unsynced
+whenever what it holds may miss a change."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from netclaim.controller.mirror import Mirror
+from netclaim.core.kubeapi import Listed
 from netclaim.errors import ApiUnavailableError
-from netclaim.kubeapi import Listed
-from netclaim.mirror import Mirror
 
 Item = tuple[str, int]  # (name, value): "" names an object whose identity could not be read
 

@@ -1,5 +1,5 @@
 """MultiNetworkPolicies read as a tenant may write them, made into each pod's rules with NetworkPolicy's
-meaning, and those rules as an nftables script (netclaim.api.networkpolicy, netclaim.netpolicy)."""
+meaning, and those rules as an nftables script (netclaim.core.policy.spec, netclaim.netpolicy)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from netclaim.api.networkpolicy import netclaim_networks, read_policy_spec
-from netclaim.errors import ConfigError
-from netclaim.netpolicy import nftables
-from netclaim.netpolicy.rules import (
+from netclaim.core.ipam.published import PublishedAddresses
+from netclaim.core.policy import ruleset as nftables
+from netclaim.core.policy.rules import (
     Allow,
     Direction,
     NetworkRules,
@@ -19,7 +18,8 @@ from netclaim.netpolicy.rules import (
     PortMatch,
     pod_rules,
 )
-from netclaim.published import PublishedAddresses
+from netclaim.core.policy.spec import netclaim_networks, read_policy_spec
+from netclaim.errors import ConfigError
 
 
 def _pod(
@@ -186,14 +186,14 @@ def test_policies_add_up_and_an_empty_from_allows_everyone() -> None:
 
 
 def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> None:
-    from netclaim.netpolicy.distribute import (
+    from netclaim.core.objects import Pod, PodRef
+    from netclaim.core.policy.distribution import (
         config_maps,
         node_label,
         pod_facts,
         read_guards,
         read_rules,
     )
-    from netclaim.objects import Pod, PodRef
     from tests.unit.fakes import SAMPLE_DRIVER, sample_claim
 
     def pod(name: str, node: str, labels: dict[str, str]) -> Pod:
@@ -306,7 +306,7 @@ def _object(name: str, spec: Any, policy_for: str = "netclaim.dev/lan3") -> dict
 
 
 async def test_a_policy_that_cannot_be_read_or_names_no_network_there_is_is_told_once_on_itself() -> None:
-    from netclaim.netpolicy.distribute import PolicyReconciler
+    from netclaim.controller.policy import PolicyReconciler
 
     api = FakePolicies(
         [
@@ -335,7 +335,7 @@ async def test_a_policy_that_cannot_be_read_or_names_no_network_there_is_is_told
 def test_a_policy_whose_compile_fails_isolates_its_pods_and_the_others_compile(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from netclaim.netpolicy import rules as rules_module
+    from netclaim.core.policy import rules as rules_module
 
     real = rules_module._directions
 

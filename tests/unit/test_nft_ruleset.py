@@ -1,4 +1,4 @@
-"""A tenant's MultiNetworkPolicy from the API to nft's JSON (netclaim.api.networkpolicy,
+"""A tenant's MultiNetworkPolicy from the API to nft's JSON (netclaim.core.policy.spec,
 netclaim.netpolicy): what is normalized or refused, and the property that whatever policy is accepted, the
 batch handed to nft holds only our table, our chains and typed values, never a command of the tenant's."""
 
@@ -12,10 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netclaim.api.networkpolicy import read_policy_spec
-from netclaim.errors import ConfigError
-from netclaim.netpolicy import nftables
-from netclaim.netpolicy.rules import (
+from netclaim.core.policy import ruleset as nftables
+from netclaim.core.policy.rules import (
     Allow,
     Direction,
     NetworkRules,
@@ -24,6 +22,8 @@ from netclaim.netpolicy.rules import (
     PortMatch,
     pod_rules,
 )
+from netclaim.core.policy.spec import read_policy_spec
+from netclaim.errors import ConfigError
 
 WHERE = "MultiNetworkPolicy team-a/p"
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from google.protobuf.message import Message
 
-from netclaim import metrics
 from netclaim._proto import nri_pb2, ttrpc_pb2
 from netclaim.adapters import nri
 from netclaim.errors import AttachError, ProtocolError
-from netclaim.supervisor import Supervisor
+from netclaim.runtime import metrics
+from netclaim.runtime.supervisor import Supervisor
 
 REGISTER_FRAME = bytes.fromhex(
     "00000002"

@@ -1,10 +1,10 @@
-"""The Kubernetes objects as netclaim reads them from the API's JSON (netclaim.objects)."""
+"""The Kubernetes objects as netclaim reads them from the API's JSON (netclaim.core.objects)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from netclaim.objects import Claim, Pod, PodClaim
+from netclaim.core.objects import Claim, Pod, PodClaim
 
 
 def test_a_claim_is_read_from_the_apis_json() -> None:

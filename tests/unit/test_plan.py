@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from netclaim.configure.plan import (
+from netclaim.core.devices.catalog import ATTACHMENTS, Capacity, Device
+from netclaim.core.objects import Claim, DeviceConfig, PodRef
+from netclaim.core.plan import (
     AttachPlan,
     ClaimInputs,
     NicRecord,
@@ -22,8 +24,6 @@ from netclaim.configure.plan import (
     with_node_defaults,
 )
 from netclaim.errors import ConfigError
-from netclaim.objects import Claim, DeviceConfig, PodRef
-from netclaim.publish.devices import ATTACHMENTS, Capacity, Device
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     SAMPLE_CLUSTER,

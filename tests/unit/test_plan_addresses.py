@@ -14,9 +14,13 @@ from typing import Any
 import pytest
 
 from netclaim.adapters.kubeletplugin import PreparedDevice
-from netclaim.api.ippool import ADDRESSES, POOLS_POOL, IPPool
-from netclaim.configure.guard import binding_of
-from netclaim.configure.plan import (
+from netclaim.agent.pods.guard import binding_of
+from netclaim.agent.status import ClaimRef
+from netclaim.core.devices.catalog import Device
+from netclaim.core.ipam.addresses import Grant
+from netclaim.core.ipam.ippool import ADDRESSES, POOLS_POOL, IPPool
+from netclaim.core.objects import AllocatedDevice, Claim
+from netclaim.core.plan import (
     POOL_IPAM,
     ClaimInputs,
     NodeContext,
@@ -26,7 +30,6 @@ from netclaim.configure.plan import (
     claim_needs,
     plan_claim,
 )
-from netclaim.configure.status import ClaimRef
 from netclaim.errors import (
     ApiUnavailableError,
     CniError,
@@ -35,9 +38,6 @@ from netclaim.errors import (
     PoolExhaustedError,
     StateStoreError,
 )
-from netclaim.ipam.addresses import Grant
-from netclaim.objects import AllocatedDevice, Claim
-from netclaim.publish.devices import Device
 from tests.unit.fakes import (
     SAMPLE_CLUSTER,
     SAMPLE_DRIVER,
@@ -463,7 +463,8 @@ async def test_unprepare_leaves_a_pods_addresses_to_the_controllers_quarantine(
     rig: ConfigureRig, how: str
 ) -> None:
     """Other tenants' rules and Services named the addresses: another claim must not take them before
-    those follow (netclaim.ipam.pools.Quarantine). The agent frees none at unprepare, and asks nothing."""
+    those follow (netclaim.core.ipam.pools.Quarantine). The agent frees none at unprepare, and asks
+    nothing."""
     if how == "ends with its pod":
         rig.api.add_claim(replace(CLAIM, owned_by_pod=True))
     await _prepare(rig)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.api.publishpolicy import AttributeValue
+from netclaim.core.config.publishpolicy import AttributeValue
+from netclaim.core.devices.rules import load_policy, matches
 from netclaim.errors import ConfigError
-from netclaim.publish.policy import load_policy, matches
 
 GOOD = """apiVersion: netclaim.dev/v1alpha1
 kind: PublishPolicy

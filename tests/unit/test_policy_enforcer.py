@@ -1,5 +1,5 @@
 """The agent's policy enforcer on a real store, the rules API and nft faked: what reaches a pod's namespace,
-when, and that an unselected pod costs no nft at all (netclaim.configure.policy)."""
+when, and that an unselected pod costs no nft at all (netclaim.agent.pods.policy)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from netclaim.api.networkpolicy import LabelSelector
-from netclaim.configure.policy import PolicyEnforcer
-from netclaim.configure.status import PodRef
-from netclaim.configure.store import State, Store
+from netclaim.agent.pods.policy import PolicyEnforcer
+from netclaim.agent.status import PodRef
+from netclaim.agent.store import State, Store
+from netclaim.core.policy import ruleset as nftables
+from netclaim.core.policy.distribution import GUARDS_JSON, RULES_JSON, Guard
+from netclaim.core.policy.rules import Allow, Direction, NetworkRules
+from netclaim.core.policy.spec import LabelSelector
 from netclaim.errors import AttachError, KernelError
-from netclaim.metrics import REGISTRY
-from netclaim.netpolicy import nftables
-from netclaim.netpolicy.distribute import GUARDS_JSON, RULES_JSON, Guard
-from netclaim.netpolicy.rules import Allow, Direction, NetworkRules
+from netclaim.runtime.metrics import REGISTRY
 from tests.unit.fakes import sample_device, sample_row
 
 NODE = "node-1"

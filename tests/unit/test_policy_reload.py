@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from netclaim.agent.publish.loop import PolicyFile, watch_policy
 from netclaim.errors import ConfigError
-from netclaim.publish.loop import Trigger, watch_policy
-from netclaim.publish.policy import PolicyFile
+from netclaim.runtime.trigger import Trigger
 
 SHARED = """apiVersion: netclaim.dev/v1alpha1
 kind: PublishPolicy

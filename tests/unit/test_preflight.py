@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from netclaim.errors import ApiRejectedError, KernelError
-from netclaim.tools.preflight import (
+from netclaim.cli.preflight import (
     DEFAULT_PLUGINS,
     NodePaths,
     api_findings,
@@ -20,6 +19,7 @@ from netclaim.tools.preflight import (
     probe_slice,
     render,
 )
+from netclaim.errors import ApiRejectedError, KernelError
 
 
 def _installed(directory: Path, names: tuple[str, ...]) -> None:

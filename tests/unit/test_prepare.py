@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from netclaim.adapters.kubeletplugin import PreparedDevice
-from netclaim.configure import prepare as prepare_module
-from netclaim.configure.plan import ClaimInputs, NodeContext, PlannedDevice, plan_claim
-from netclaim.configure.status import ClaimRef
-from netclaim.configure.store import State
+from netclaim.agent.claims import prepare as prepare_module
+from netclaim.agent.status import ClaimRef
+from netclaim.agent.store import State
+from netclaim.core.objects import Claim, PodRef
+from netclaim.core.plan import ClaimInputs, NodeContext, PlannedDevice, plan_claim
 from netclaim.errors import CniError, ConfigError, GoneError, StateStoreError
-from netclaim.objects import Claim, PodRef
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     ConfigureRig,

@@ -18,17 +18,18 @@ from typing import Any, TypeVar
 
 import pytest
 
-from netclaim import backoff, metrics
 from netclaim.adapters.netlink import LinkChange
+from netclaim.agent.publish import loop
+from netclaim.agent.publish.health import LinkHealth
+from netclaim.agent.publish.inventory import NodeInventory, Sysfs
+from netclaim.agent.publish.loop import PolicyFile, publish_pass, watch_inventory, watch_slices
+from netclaim.agent.publish.publisher import SlicePublisher
+from netclaim.core.devices.catalog import Device, DeviceCatalog
+from netclaim.core.devices.nic import NetworkInterface
 from netclaim.errors import ApiUnavailableError, ConfigError
-from netclaim.publish import loop
-from netclaim.publish.devices import Device, DeviceCatalog
-from netclaim.publish.health import LinkHealth
-from netclaim.publish.inventory import NetworkInterface, NodeInventory, Sysfs
-from netclaim.publish.loop import Trigger, periodic, publish_pass, watch_inventory, watch_slices
-from netclaim.publish.policy import PolicyFile
-from netclaim.publish.publisher import SlicePublisher
-from netclaim.supervisor import Supervisor
+from netclaim.runtime import backoff, metrics
+from netclaim.runtime.supervisor import Supervisor
+from netclaim.runtime.trigger import Trigger, periodic
 from tests.unit.fakes import FakeInventory, FakeKubeApi, FakeNetlink
 
 NODE, DRIVER = "node-a", "netclaim.dev"
@@ -181,8 +182,7 @@ async def test_passes_are_spaced_while_fires_keep_coming(
     tasks: list[asyncio.Task[Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Pods starting fire a link event each: a scan per event would keep the agent busy rescanning."""
-    monkeypatch.setattr(loop, "PASS_INTERVAL_SECONDS", 0.2)
-    trigger = Trigger()
+    trigger = Trigger(interval=0.2)
     passes: asyncio.Queue[float] = asyncio.Queue()
 
     async def consumer() -> None:
@@ -248,7 +248,7 @@ async def test_a_pass_publishes_the_scanned_and_held_devices(supervisor: Supervi
     trigger.fire()
     assert await within(published.events.get()) == 1
     assert asked == [{"enp1s0", "enp2s0"}], "held devices are asked with the names present (no virtual NIC)"
-    # the held device (no capacity) has a slice of its own (netclaim.publish.slices: Kubernetes 1.34)
+    # the held device (no capacity) has a slice of its own (netclaim.core.devices.slices: Kubernetes 1.34)
     assert published_names(api) == [["enp1s0", "enp2s0"], ["enp7s0"]]
     for name in ("enp1s0", "enp2s0", "enp7s0"):
         assert catalog.get(name) is not None
@@ -309,7 +309,7 @@ async def test_a_failed_publish_is_retried_until_it_succeeds(
     trigger = Trigger()
     published = Published()
     errors_before = metrics.REGISTRY.get_sample_value("netclaim_publish_errors_total") or 0.0
-    with caplog.at_level(logging.WARNING, logger="netclaim.supervisor"):
+    with caplog.at_level(logging.WARNING, logger="netclaim.runtime.supervisor"):
         keep_publishing(supervisor, source, api, trigger, published)
         trigger.fire()  # the only fire: the retry must not need another one
         assert await within(published.events.get()) == 1
@@ -325,7 +325,7 @@ async def test_a_failed_publish_is_retried_until_it_succeeds(
     assert source.scans == 2
     assert list(api.slices) == [f"{NODE}-{DRIVER}-0"]
     assert metrics.REGISTRY.get_sample_value("netclaim_publish_errors_total") == errors_before + 1
-    [warning] = [r for r in caplog.records if r.name == "netclaim.supervisor"]
+    [warning] = [r for r in caplog.records if r.name == "netclaim.runtime.supervisor"]
     assert warning.levelno == logging.WARNING and warning.getMessage().startswith("publish failed")
     await yield_to_loop()
     assert published.count == 1 and source.scans == 2, "after the success the loop waits for a fire"
@@ -370,12 +370,12 @@ async def test_a_failed_scan_is_retried(
     api = FakeKubeApi()
     trigger = Trigger()
     published = Published()
-    with caplog.at_level(logging.WARNING, logger="netclaim.supervisor"):
+    with caplog.at_level(logging.WARNING, logger="netclaim.runtime.supervisor"):
         keep_publishing(supervisor, source, api, trigger, published)
         trigger.fire()
         await within(published.events.get())
     assert source.scans == 2 and len(api.slices) == 1
-    [record] = [r for r in caplog.records if r.name == "netclaim.supervisor"]
+    [record] = [r for r in caplog.records if r.name == "netclaim.runtime.supervisor"]
     assert (record.exc_info is not None) is isinstance(error, RuntimeError), "a traceback only for a bug"
 
 
@@ -432,7 +432,7 @@ async def test_netlink_events_of_the_node_inventory_fire_the_trigger(
     supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     netlink = FakeNetlink()
-    monkeypatch.setattr("netclaim.publish.inventory.netlink", netlink)
+    monkeypatch.setattr("netclaim.agent.publish.inventory.netlink", netlink)
     trigger = CountingTrigger()
     supervisor.keep(
         "inventory-watch", partial(watch_inventory, NodeInventory(sysfs=Sysfs(tmp_path)), trigger)

@@ -1,13 +1,13 @@
-"""Which addresses the controller publishes as endpoints and policy peers (netclaim.published): a pool's
-only through the claim's own IPAllocation, a tenant range's only if no other namespace reports it."""
+"""Which addresses the controller publishes as endpoints and policy peers (netclaim.core.ipam.published): a
+pool's only through the claim's own IPAllocation, a tenant range's only if no other namespace reports it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from netclaim.api.ippool import IPPool
-from netclaim.objects import Claim, IPAllocation
-from netclaim.published import Contested, PublishedAddresses
+from netclaim.core.ipam.ippool import IPPool
+from netclaim.core.ipam.published import Contested, PublishedAddresses
+from netclaim.core.objects import Claim, IPAllocation
 from tests.unit.fakes import SAMPLE_DRIVER, sample_claim
 
 POOL = IPPool.from_api(

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from netclaim import metrics
+from netclaim.agent.publish.publisher import SlicePublisher
+from netclaim.core.devices.catalog import Capacity, Device
+from netclaim.core.devices.slices import ApiDevice, chunk, dropped_fields, normalized_device
+from netclaim.core.objects import Slice
 from netclaim.errors import ApiUnavailableError
-from netclaim.objects import Slice
-from netclaim.publish.devices import Capacity, Device
-from netclaim.publish.publisher import SlicePublisher
-from netclaim.publish.slices import ApiDevice, chunk, dropped_fields, normalized_device
+from netclaim.runtime import metrics
 from tests.unit.fakes import FakeKubeApi
 
 
@@ -365,7 +365,7 @@ async def test_fields_the_api_server_drops_are_said_once_and_never_rewritten_in_
     # after DROPPED_RECHECK_SECONDS the slices are written in full once: a gate turned on is used
     api.drops = frozenset()
     clock = [0.0]
-    monkeypatch.setattr("netclaim.publish.slices.time.monotonic", lambda: clock[0] + 10**6)
+    monkeypatch.setattr("netclaim.core.devices.slices.time.monotonic", lambda: clock[0] + 10**6)
     assert await publisher.slices.write([_device("nic0").to_api()]) == 1
     assert next(iter(_pool(api).values()))["spec"]["devices"][0]["allowMultipleAllocations"] is True
     assert (

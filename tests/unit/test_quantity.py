@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from netclaim.core.quantity import format_quantity, parse_quantity
 from netclaim.errors import ConfigError
-from netclaim.quantity import format_quantity, parse_quantity
 
 
 @pytest.mark.parametrize(

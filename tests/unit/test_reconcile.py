@@ -18,14 +18,14 @@ from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.params import KubePoolParams
 from netclaim.adapters.kube.slices import KubeSlices
-from netclaim.api.ippool import POOLS_POOL
-from netclaim.controller import REST_FACTOR, Reconciler, concerns_pools, fire_on_changes, paced_pass
+from netclaim.controller.ipam import Reconciler, concerns_pools
+from netclaim.controller.mirror import Mirror
+from netclaim.core.ipam.ippool import POOLS_POOL
+from netclaim.core.ipam.pools import Quarantine
+from netclaim.core.objects import Claim, IPAllocation
 from netclaim.errors import ApiRejectedError, ApiUnavailableError
-from netclaim.ipam.pools import Quarantine
-from netclaim.metrics import REGISTRY
-from netclaim.mirror import Mirror
-from netclaim.objects import Claim, IPAllocation
-from netclaim.publish.loop import Trigger
+from netclaim.runtime.metrics import REGISTRY
+from netclaim.runtime.trigger import REST_FACTOR, Trigger, fire_on_changes, paced_pass
 from tests.unit.fakes import (
     KUBECONFIG,
     SAMPLE_DRIVER,

@@ -1,4 +1,5 @@
-"""CEL selectors over a DRA device (netclaim.api.selectors): what the policy and `netclaim explain` run."""
+"""CEL selectors over a DRA device (netclaim.core.devices.selectors): what the policy and `netclaim explain`
+run."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import subprocess
 import sys
 from decimal import Decimal
 
-from netclaim.api.selectors import Verdict, evaluate
+from netclaim.core.devices.selectors import Verdict, evaluate
 
 ATTRIBUTES = {"netclaim.dev": {"ifName": "enp0s10", "speed": 10000}}
 
@@ -35,7 +36,7 @@ def test_what_gives_no_answer_says_why() -> None:
 
 def test_the_cel_library_is_loaded_only_when_a_selector_runs() -> None:
     """Its package loads an interactive shell too: 12 MiB of an idle agent whose policy matches by name."""
-    probe = "import sys, netclaim.agent, netclaim.publish.policy; print('cel' in sys.modules)"
+    probe = "import sys, netclaim.agent.main, netclaim.core.devices.rules; print('cel' in sys.modules)"
     assert (
         subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
         == "False\n"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.api.settings import load_settings
+from netclaim.core.config.settings import load_settings
 from netclaim.errors import ConfigError
 
 

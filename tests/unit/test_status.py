@@ -14,10 +14,8 @@ from typing import Any
 
 import pytest
 
-from netclaim.backoff import Backoff
-from netclaim.configure import status as status_module
-from netclaim.configure.plan import NicRecord
-from netclaim.configure.status import (
+from netclaim.agent import status as status_module
+from netclaim.agent.status import (
     MAX_CONFLICT_RETRIES,
     NETWORK_STATUS,
     ClaimRef,
@@ -28,11 +26,13 @@ from netclaim.configure.status import (
     follow_links,
     network_status,
 )
-from netclaim.configure.store import Interface, Outcome, State, Store
+from netclaim.agent.store import Interface, Outcome, State, Store
+from netclaim.core.devices.catalog import LINK_DOWN, DeviceCatalog, Taint
+from netclaim.core.objects import Claim, Pod
+from netclaim.core.plan import NicRecord
 from netclaim.errors import ApiRejectedError, ApiUnavailableError, GoneError
-from netclaim.objects import Claim, Pod
-from netclaim.publish.devices import LINK_DOWN, DeviceCatalog, Taint
-from netclaim.supervisor import Supervisor
+from netclaim.runtime.backoff import Backoff
+from netclaim.runtime.supervisor import Supervisor
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
 
 CLAIM = ClaimRef("team-a", "claim-1", "claim-uid-1")

@@ -7,8 +7,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from netclaim.configure.plan import PoolAddresses
-from netclaim.configure.status import (
+from netclaim.agent.status import (
     MAX_DATA_BYTES,
     MAX_HARDWARE_ADDRESS,
     MAX_INTERFACE_NAME,
@@ -16,9 +15,10 @@ from netclaim.configure.status import (
     address_entries,
     device_entry,
 )
-from netclaim.configure.store import Interface, Outcome, State
-from netclaim.controller import Reconciler
-from netclaim.objects import CONDITION_MESSAGE_BYTES
+from netclaim.agent.store import Interface, Outcome, State
+from netclaim.controller.ipam import Reconciler
+from netclaim.core.objects import CONDITION_MESSAGE_BYTES
+from netclaim.core.plan import PoolAddresses
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_row
 
 ROW = sample_row()

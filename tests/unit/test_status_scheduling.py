@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from netclaim.backoff import Backoff
-from netclaim.configure import status as status_module
-from netclaim.configure.status import (
+from netclaim.agent import status as status_module
+from netclaim.agent.status import (
     MAX_BUG_ATTEMPTS,
     MAX_PARALLEL_WRITES,
     NETWORK_STATUS,
@@ -25,11 +24,12 @@ from netclaim.configure.status import (
     StatusWriter,
     network_status,
 )
-from netclaim.configure.store import Interface, Outcome, State, Store
+from netclaim.agent.store import Interface, Outcome, State, Store
+from netclaim.core.objects import Claim, Pod
 from netclaim.errors import ApiForbiddenError, ApiRejectedError, ApiUnavailableError
-from netclaim.metrics import REGISTRY
-from netclaim.objects import Claim, Pod
-from netclaim.supervisor import Supervisor
+from netclaim.runtime.backoff import Backoff
+from netclaim.runtime.metrics import REGISTRY
+from netclaim.runtime.supervisor import Supervisor
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim, sample_device, sample_row
 
 SAFETY_NET = 10.0  # seconds: not a measurement, a bound on a writer that gave up

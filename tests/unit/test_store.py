@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from netclaim.configure.store import SCHEMA_VERSION, Interface, Outcome, State, Store
+from netclaim.agent.store import SCHEMA_VERSION, Interface, Outcome, State, Store
+from netclaim.core.devices.catalog import ATTACHMENTS, BANDWIDTH, Capacity
 from netclaim.errors import PrerequisiteError, StateStoreError
-from netclaim.publish.devices import ATTACHMENTS, BANDWIDTH, Capacity
 from tests.unit.fakes import sample_device, sample_row
 
 ATTACHED_OUTCOME = Outcome(

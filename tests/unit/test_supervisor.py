@@ -12,10 +12,10 @@ import pytest
 
 from netclaim.adapters import http
 from netclaim.adapters.http import Health
-from netclaim.backoff import Backoff
 from netclaim.errors import ApiUnavailableError
-from netclaim.metrics import REGISTRY
-from netclaim.supervisor import Supervisor
+from netclaim.runtime.backoff import Backoff
+from netclaim.runtime.metrics import REGISTRY
+from netclaim.runtime.supervisor import Supervisor
 from tests.unit.test_http import _get
 
 SAFETY_NET = 10.0  # seconds: not a measurement, a bound on what never happens
@@ -73,7 +73,7 @@ async def test_a_task_with_a_bug_is_restarted_and_reported_and_the_agent_stays_r
         assert attempts.started == 2  # restarted after the bug
         assert not running.done()  # the agent goes on
         assert _restarts("status-writer", "KeyError") == before + 1
-        [record] = [r for r in caplog.records if r.name == "netclaim.supervisor"]
+        [record] = [r for r in caplog.records if r.name == "netclaim.runtime.supervisor"]
         assert record.levelno == logging.ERROR and record.exc_info is not None  # with its traceback
         assert record.getMessage().startswith("status-writer failed (a bug)")
         ready = await _get(port, b"GET /readyz HTTP/1.1\r\n\r\n")
@@ -95,7 +95,7 @@ async def test_a_netclaim_error_is_retried_with_a_warning_and_counted_by_its_cla
     supervisor.keep("slice-watch", attempts)
     await asyncio.wait_for(attempts.working.wait(), SAFETY_NET)
     assert _restarts("slice-watch", "ApiUnavailableError") == before + 2
-    records = [r for r in caplog.records if r.name == "netclaim.supervisor"]
+    records = [r for r in caplog.records if r.name == "netclaim.runtime.supervisor"]
     assert [(r.levelno, r.exc_info) for r in records] == [(logging.WARNING, None)] * 2
 
 
@@ -134,7 +134,7 @@ async def test_a_one_shot_jobs_failure_is_logged_and_counted_and_a_cancelled_one
     cancelled.cancel()
     await asyncio.wait_for(supervisor.settle(), SAFETY_NET)
     assert _failures("pod-event") == before + 1
-    [record] = [r for r in caplog.records if r.name == "netclaim.supervisor"]
+    [record] = [r for r in caplog.records if r.name == "netclaim.runtime.supervisor"]
     assert record.levelno == logging.ERROR and record.getMessage() == "pod-event failed"
     assert isinstance(record.exc_info and record.exc_info[1], ValueError)
 

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.configure.attach import MAX_RELEASE_TRIES
-from netclaim.configure.status import ClaimRef
+from netclaim.agent.pods.attach import MAX_RELEASE_TRIES
+from netclaim.agent.status import ClaimRef
+from netclaim.core.objects import DeviceConfig, IPAllocation, PodRef
 from netclaim.errors import (
     ApiUnavailableError,
     CniTryAgainError,
     ConfigError,
     NetclaimError,
 )
-from netclaim.metrics import REGISTRY
-from netclaim.objects import DeviceConfig, IPAllocation, PodRef
+from netclaim.runtime.metrics import REGISTRY
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     SAMPLE_DRIVER,

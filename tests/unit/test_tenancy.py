@@ -8,15 +8,15 @@ from typing import Any, cast
 
 import pytest
 
-from netclaim.api.cniconfig import plugin_types
-from netclaim.api.cnikeys import spelling_problems
-from netclaim.api.ippool import IPPool
-from netclaim.api.tenancy import Target, tenant_problems
-from netclaim.api.validate import ALLOWED_PLUGINS, problems
-from netclaim.configure.plan import ClaimInputs, NodeContext, plan_claim
+from netclaim.core.config.cniconfig import plugin_types
+from netclaim.core.config.cnikeys import spelling_problems
+from netclaim.core.config.tenancy import Target, tenant_problems
+from netclaim.core.config.validate import ALLOWED_PLUGINS, problems
+from netclaim.core.devices.catalog import Device
+from netclaim.core.ipam.ippool import IPPool
+from netclaim.core.objects import Claim, DeviceConfig
+from netclaim.core.plan import ClaimInputs, NodeContext, plan_claim
 from netclaim.errors import ConfigError
-from netclaim.objects import Claim, DeviceConfig
-from netclaim.publish.devices import Device
 from tests.attacks import CORPUS_POOL, TENANT_RANGES, Attack, Nested, attacks, chain, macvlan, nested_value
 from tests.unit.fakes import every_version, sample_allocation, sample_claim, sample_config
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from netclaim import cli
-from netclaim.api.overrides import load_overrides
-from netclaim.api.validate import validate_files
-from netclaim.netpolicy.rules import PolicyObject
-from netclaim.publish.policy import load_policy, sample_attributes
+from netclaim.cli import main as cli
+from netclaim.core.config.overrides import load_overrides
+from netclaim.core.config.validate import validate_files
+from netclaim.core.devices.rules import load_policy, sample_attributes
+from netclaim.core.policy.rules import PolicyObject
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN = frozenset(name for domain in sample_attributes().values() for name in domain) | {"network"}

@@ -394,7 +394,12 @@ def _build_netclaim(base_layer: Path, work: Path, output: Path, log: TextIO) -> 
     shutil.copyfile(COMMAND_FILE, command)
     command.chmod(0o755)
     _compile(rootfs, [f"{SITE_PACKAGES}/{name}" for name in added if (site / name).is_dir()])
-    smoke = ["python3", "-B", "-c", "import netclaim.agent, netclaim.controller"]  # -B: no stray .pyc
+    smoke = [
+        "python3",
+        "-B",
+        "-c",
+        "import netclaim.agent.main, netclaim.controller.main",
+    ]  # -B: no stray .pyc
     _chroot(rootfs, smoke, "importing netclaim in the image")
     paths = [COMMAND_PATH.lstrip("/")]
     for name in added:

@@ -4,8 +4,8 @@ a registry pull would), with the ServiceAccount token kubelet projects into them
 
 The controller runs as deploy/'s Deployment, in the pod network. The lab sets the image reference and
 digest in both and adds one thing to the DaemonSet: a fault file the tests write (NETCLAIM_FAULTS_FILE,
-netclaim.faults). The NIC properties veths lack are each node's /etc/netclaim/nic-overrides.yaml, as on a
-real node whose NICs do not report them.
+netclaim.runtime.faults). The NIC properties veths lack are each node's /etc/netclaim/nic-overrides.yaml, as
+on a real node whose NICs do not report them.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def restarts(handle: ClusterHandle, node: str, namespace: str = NAMESPACE) -> in
 
 
 def set_faults(handle: ClusterHandle, node: str, faults: str) -> None:
-    """The fault points (netclaim.faults) the next agent process on `node` reads at its start."""
+    """The fault points (netclaim.runtime.faults) the next agent process on `node` reads at its start."""
     path = handle.node(node).layout.state_dir / FAULTS_FILE
     if faults:
         path.write_text(faults)

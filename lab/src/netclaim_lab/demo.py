@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from netclaim.core.quantity import format_quantity, parse_quantity
 from netclaim.errors import NetclaimError
-from netclaim.quantity import format_quantity, parse_quantity
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.layout import REPO_ROOT
 

@@ -21,10 +21,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from netclaim.api.overrides import NicOverride
+from netclaim.core.config.files import load_yaml_model
+from netclaim.core.config.overrides import NicOverride
+from netclaim.core.names import DNS_LABEL, MAC, check_interface_name, pattern
 from netclaim.errors import ConfigError
-from netclaim.files import load_yaml_model
-from netclaim.names import DNS_LABEL, MAC, check_interface_name, pattern
 
 DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=pattern(DNS_LABEL))]
 

@@ -5,7 +5,7 @@ Plugins run only from the configured directory, by name (never a path), without 
 time, and never outlive the call that started them (a timeout or a cancellation kills the plugin's process
 group before the call ends). A network config list is a chain: ADD runs the plugins in order passing each
 result on as `prevResult`; DEL runs them in reverse with the final ADD result. A chain that fails half-way
-is rolled back with DEL by the caller (netclaim.configure.attach).
+is rolled back with DEL by the caller (netclaim.agent.pods.attach).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from netclaim.adapters import processes
-from netclaim.api.cniconfig import speaks_lifecycle
+from netclaim.core.config.cniconfig import speaks_lifecycle
+from netclaim.core.names import PLUGIN_TYPE
 from netclaim.errors import CNI_TRY_AGAIN, CniError, CniTryAgainError, ConfigError, NetclaimError
-from netclaim.names import PLUGIN_TYPE
 
 log = logging.getLogger(__name__)
 

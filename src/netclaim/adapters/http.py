@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from netclaim.metrics import REGISTRY
+from netclaim.runtime.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,6 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.server import Server, Stream
 
-from netclaim import metrics
 from netclaim._proto import (
     dra_health_v1_grpc,
     dra_health_v1_pb2,
@@ -36,7 +35,8 @@ from netclaim._proto import (
     pluginregistration_pb2,
 )
 from netclaim.errors import AddressQuarantinedError, CniError, ConfigError, NetclaimError, TransientError
-from netclaim.stopping import InFlight
+from netclaim.runtime import metrics
+from netclaim.runtime.stopping import InFlight
 
 log = logging.getLogger(__name__)
 # kubelet 1.37 opens the health stream only for a plugin that names it here

@@ -1,6 +1,6 @@
 """nftables in a network namespace: `nft` (Debian's nftables) run under `nsenter --net`, fed nft's JSON
 (`nft -j -f -`, one transaction: all of it or none of it), and tables read back as JSON. The only place
-netclaim runs nft; callers hand it data (netclaim.netpolicy.nftables, netclaim.netguard), never nft's
+netclaim runs nft; callers hand it data (netclaim.core.policy.ruleset, netclaim.netguard), never nft's
 language, so no value can become a command."""
 
 from __future__ import annotations

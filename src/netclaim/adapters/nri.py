@@ -32,11 +32,11 @@ from typing import Protocol
 
 from google.protobuf.message import DecodeError, Message
 
-from netclaim import metrics
 from netclaim._proto import nri_pb2, ttrpc_pb2
-from netclaim.backoff import Backoff
 from netclaim.errors import NetclaimError, ProtocolError
-from netclaim.supervisor import Supervisor
+from netclaim.runtime import metrics
+from netclaim.runtime.backoff import Backoff
+from netclaim.runtime.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 netclaim runs tc: pyroute2's u32 cannot express a match before the network header (the Ethernet
 destination), which this needs.
 
-Every frame a VEPA child sends leaves through its NIC's egress (where netclaim.configure.guard checks it);
+Every frame a VEPA child sends leaves through its NIC's egress (where netclaim.agent.pods.guard checks it);
 the hairpin hands those meant for a child of the same NIC back to the NIC's receive path, as an 802.1Qbg
 switch port would: unicast to a child is redirected (it never reaches the wire), broadcast and multicast
 are mirrored (the wire gets them too). One filter mirrors, at BROADCAST; each child's MAC has a filter of
@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Mapping
 
 from netclaim.adapters import processes
-from netclaim.names import MAC, check_interface_name
+from netclaim.core.names import MAC, check_interface_name
 
 TIMEOUT_SECONDS = 5.0
 TC = "tc"

@@ -29,8 +29,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
-from netclaim.api.publishpolicy import Bandwidth
-from netclaim.names import DRIVER_DOMAIN
+from netclaim.core.config.publishpolicy import Bandwidth
+from netclaim.core.names import DRIVER_DOMAIN
 
 NOOP_DRIVER = "gpu.example.com"  # the example driver's name and its chart's DeviceClass
 # 16 per node: 5,000 exclusive claims take 62.5 % of them, as 5,000 NIC shares take 64 % of the bandwidth

@@ -22,7 +22,7 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from netclaim._proto import dra_v1_grpc, dra_v1_pb2
 from netclaim.adapters.kubeletplugin import socket_paths
-from netclaim.names import DRIVER_DOMAIN
+from netclaim.core.names import DRIVER_DOMAIN
 from netclaim_lab import agents, processes
 from netclaim_lab.benchmarks import arms, bulk, measure
 from netclaim_lab.benchmarks.suite import log, wait_for

@@ -1,6 +1,6 @@
 """`make bench-scale`'s IPAM figures at 5,000 claims: netclaim's controller (the real process, beside the
 cluster as the measured agents are) publishing the pool, and the addresses of every allocated pool claim
-taken as agents take them at NodePrepareResources (netclaim.ipam.addresses.AddressBook, the agents' own
+taken as agents take them at NodePrepareResources (netclaim.core.ipam.addresses.AddressBook, the agents' own
 code, on each claim's node), many at once; then the controller's status pass over 5,000 IPAllocations, its
 CPU and RSS, and how long it takes to free the addresses of 5,000 deleted claims."""
 
@@ -21,9 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from netclaim.adapters.kube.addresses import IPAllocationResource, IPPoolResource, KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
-from netclaim.configure.plan import address_requests
-from netclaim.ipam.addresses import AddressBook
-from netclaim.names import DRIVER_DOMAIN
+from netclaim.core.ipam.addresses import AddressBook
+from netclaim.core.names import DRIVER_DOMAIN
+from netclaim.core.plan import address_requests
 from netclaim_lab import processes
 from netclaim_lab.benchmarks import measure
 from netclaim_lab.benchmarks.arms import POOL

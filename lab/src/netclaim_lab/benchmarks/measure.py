@@ -536,7 +536,7 @@ def busy_profile(path: Path, under: str | None = None, top: int = 10) -> dict[st
             frames = frames[names.index(under) :]
         busy += count
         for function, where in dict.fromkeys(frames):
-            if where.startswith("netclaim/") and where != "netclaim/cli.py":
+            if where.startswith("netclaim/") and where != "netclaim/cli/main.py":
                 key = f"{function} ({where.removeprefix('netclaim/')})"
                 inclusive[key] = inclusive.get(key, 0) + count
         package = frames[-1][1].split("/")[0].removesuffix(".py") or "?"

@@ -69,7 +69,7 @@ def _cell(d: dict[str, Any], q: str, scale: float, digits: int) -> str:
     return text
 
 
-HOOK_PARTS = {  # the parts of the hook's log line (netclaim.configure.hooks), as the report names them
+HOOK_PARTS = {  # the parts of the hook's log line (netclaim.agent.pods.hooks), as the report names them
     "lock_ms": "waiting for the pod's lock",
     "attach_ms": "attaching",
     "policy_ms": "network policy",

@@ -64,13 +64,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.slices import KubeSlices
-from netclaim.names import DRIVER_DOMAIN
-from netclaim.publish.devices import Device, decide
-from netclaim.publish.inventory import FileInventory
-from netclaim.publish.policy import PolicyFile
-from netclaim.publish.publisher import SlicePublisher
-from netclaim.publish.slices import normalized_device
-from netclaim.quantity import parse_quantity
+from netclaim.agent.publish.inventory import FileInventory
+from netclaim.agent.publish.loop import PolicyFile
+from netclaim.agent.publish.publisher import SlicePublisher
+from netclaim.core.devices.catalog import Device, decide
+from netclaim.core.devices.slices import normalized_device
+from netclaim.core.names import DRIVER_DOMAIN
+from netclaim.core.quantity import parse_quantity
 from netclaim_lab import agents, binaries, cluster, keeper, processes
 from netclaim_lab.benchmarks import arms, bulk, dense, ipam_load, measure, report
 from netclaim_lab.benchmarks.arms import Arm

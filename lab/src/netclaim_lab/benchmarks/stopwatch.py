@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from netclaim.adapters.nri import PodSandbox, run_plugin
-from netclaim.supervisor import Supervisor
+from netclaim.runtime.supervisor import Supervisor
 from netclaim_lab import processes
 from netclaim_lab.cluster import ClusterHandle
 

@@ -732,7 +732,7 @@ def memory(handle: ClusterHandle) -> dict[str, Any]:
         raise SystemExit(f"bench: no running agent container on {NODE}")
     node = handle.node(NODE)  # crictl exec streams through the node's own address
     command = [*node.enter(), *node.crictl(), "exec", found[0], "python3", "-c", IMPORT_COSTS]
-    command += [*AGENT_IMPORTS, "netclaim.agent"]
+    command += [*AGENT_IMPORTS, "netclaim.agent.main"]
     steps = json.loads(processes.run(command, timeout=120))
     return {
         "steps_mib": [
@@ -769,7 +769,7 @@ def profile(handle: ClusterHandle, kube: Client, sizes: Sizes) -> dict[str, Any]
 
 BURNER_CPU = "1"  # half of a bench node
 NRI_LOST = "NRI connection lost; reconnecting"  # the agent's log (netclaim.adapters.nri)
-HOOK_MISSED = "attaching into a running sandbox (its RunPodSandbox was missed)"  # netclaim.configure.hooks
+HOOK_MISSED = "attaching into a running sandbox (its RunPodSandbox was missed)"  # netclaim.agent.pods.hooks
 
 
 def _burner() -> dict[str, Any]:

@@ -21,10 +21,9 @@ from netclaim.adapters.kube.connection import (
     selector,
     translated,
 )
-from netclaim.errors import ConfigError, GoneError
-from netclaim.kubeapi import AddressesApi, IPPoolsApi, Listed
-from netclaim.names import DRIVER_DOMAIN
-from netclaim.objects import (
+from netclaim.core.kubeapi import AddressesApi, IPPoolsApi, Listed
+from netclaim.core.names import DRIVER_DOMAIN
+from netclaim.core.objects import (
     CLAIM_UID_LABEL,
     POOL_LABEL,
     RELEASED_AT,
@@ -33,6 +32,7 @@ from netclaim.objects import (
     as_object,
     ippool_problem,
 )
+from netclaim.errors import ConfigError, GoneError
 
 log = logging.getLogger(__name__)
 IPPoolResource = create_global_resource(DRIVER_DOMAIN, "v1alpha1", "IPPool", "ippools")

@@ -18,9 +18,9 @@ from netclaim.adapters.kube.connection import (
     raise_for_status,
     translated,
 )
+from netclaim.core.kubeapi import ClaimsApi, ClusterClaimsApi, Listed, PodAnnotationsApi
+from netclaim.core.objects import Claim, ListItems, Pod, resource_version_of
 from netclaim.errors import ConfigError
-from netclaim.kubeapi import ClaimsApi, ClusterClaimsApi, Listed, PodAnnotationsApi
-from netclaim.objects import Claim, ListItems, Pod, resource_version_of
 
 
 class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):

@@ -7,7 +7,7 @@ ApiRejectedError.
 The kinds that carry free JSON anyone may write (ResourceClaims: opaque configs and device status of
 every driver; IPPools; IPAllocations) are read without lightkube's decoder, which recurses once per level
 of nesting: the API server stores values nested thousands deep (10 KiB of `[[[[…]]]]`). They are fetched
-with an HTTP client lightkube makes from the same kubeconfig and built by netclaim.objects (read_json,
+with an HTTP client lightkube makes from the same kubeconfig and built by netclaim.core.objects (read_json,
 read_list: no recursion), in a thread when large (a cluster's lists). Each listed object is read on its
 own: one that cannot be read is skipped (a claim: read as far as it can be), with a log line, the
 `netclaim_unreadable_objects_total` metric and a Warning Event on it, once per version of the object; it
@@ -41,7 +41,7 @@ from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
 
-from netclaim import metrics
+from netclaim.core.objects import IPPOOL_API_VERSION, ListItems, as_object, as_text, cut, read_json, read_list
 from netclaim.errors import (
     AlreadyExistsError,
     ApiForbiddenError,
@@ -53,7 +53,7 @@ from netclaim.errors import (
     NetclaimError,
     NotServedError,
 )
-from netclaim.objects import IPPOOL_API_VERSION, ListItems, as_object, as_text, cut, read_json, read_list
+from netclaim.runtime import metrics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T", bytes, str)

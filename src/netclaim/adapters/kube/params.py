@@ -9,9 +9,9 @@ from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.resources.core_v1 import ConfigMap
 
 from netclaim.adapters.kube.connection import IPPOOLS, KubeConnection, translated
+from netclaim.core.kubeapi import PoolParamsApi
+from netclaim.core.objects import PARAMS_LABEL, POOL_NAMESPACES
 from netclaim.errors import GoneError
-from netclaim.kubeapi import PoolParamsApi
-from netclaim.objects import PARAMS_LABEL, POOL_NAMESPACES
 
 
 class KubePoolParams(PoolParamsApi):

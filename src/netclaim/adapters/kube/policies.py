@@ -14,10 +14,10 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from netclaim.adapters.kube.connection import SLICES, Kind, KubeConnection, as_data, translated
+from netclaim.core.kubeapi import NetworkPoliciesApi, PolicyRulesApi
+from netclaim.core.names import NETWORK, POLICY_RULES_KEY, POLICY_RULES_LABEL
+from netclaim.core.objects import Pod, as_object
 from netclaim.errors import GoneError, NotServedError
-from netclaim.kubeapi import NetworkPoliciesApi, PolicyRulesApi
-from netclaim.names import NETWORK, POLICY_RULES_KEY, POLICY_RULES_LABEL
-from netclaim.objects import Pod, as_object
 
 POLICIES = Kind("k8s.cni.cncf.io/v1beta1", "MultiNetworkPolicy", "multi-networkpolicies")
 CONFIG_MAPS = Kind("v1", "ConfigMap", "configmaps")

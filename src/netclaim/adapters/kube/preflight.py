@@ -8,8 +8,8 @@ from typing import Any
 from lightkube.resources.authentication_v1 import SelfSubjectReview
 
 from netclaim.adapters.kube.connection import SLICES, KubeConnection, raise_for_status, translated
+from netclaim.core.kubeapi import PreflightApi
 from netclaim.errors import ConfigError
-from netclaim.kubeapi import PreflightApi
 
 
 class KubePreflight(PreflightApi):

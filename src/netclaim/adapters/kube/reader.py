@@ -11,9 +11,9 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 
 from netclaim.adapters.kube.connection import CLAIMS, KubeConnection, as_data, translated
 from netclaim.adapters.kube.policies import POLICIES
+from netclaim.core.names import DRIVER_DOMAIN, SLICE_MANAGED_BY
+from netclaim.core.objects import ListItems
 from netclaim.errors import ApiRejectedError, GoneError, NotServedError
-from netclaim.names import DRIVER_DOMAIN, SLICE_MANAGED_BY
-from netclaim.objects import ListItems
 
 
 class KubeClusterReader:

@@ -22,10 +22,10 @@ from netclaim.adapters.kube.connection import (
     selector,
     translated,
 )
+from netclaim.core.kubeapi import NetworkServicesApi
+from netclaim.core.names import NETWORK, SLICE_MANAGED_BY
+from netclaim.core.objects import Claim, Pod, as_object
 from netclaim.errors import GoneError
-from netclaim.kubeapi import NetworkServicesApi
-from netclaim.names import NETWORK, SLICE_MANAGED_BY
-from netclaim.objects import Claim, Pod, as_object
 
 APPLY = "application/apply-patch+yaml"  # JSON is YAML: the API server takes either
 

@@ -15,9 +15,9 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
 from lightkube.types import PatchType
 
 from netclaim.adapters.kube.connection import SLICES, KubeConnection, as_data, selector, translated
+from netclaim.core.kubeapi import NodeSlicesApi, PoolSlicesApi
+from netclaim.core.objects import Slice
 from netclaim.errors import GoneError
-from netclaim.kubeapi import NodeSlicesApi, PoolSlicesApi
-from netclaim.objects import Slice
 
 
 class KubeSlices(NodeSlicesApi, PoolSlicesApi):

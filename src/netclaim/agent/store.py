@@ -1,0 +1,446 @@
+"""Durable state of prepared and attached interfaces: SQLite in WAL mode, written through, fsync'd.
+
+One row per allocated device of a claim, keyed by (claim UID, pool, device, share ID); the pod UID says
+which pod's sandbox gets it. Rows move prepared → attaching → attached → detached and are deleted by
+NodeUnprepareResources. A row in `attaching` after a crash means an ADD may be half done: it is rolled
+back (DEL) before anything else. Plans and outcomes are typed and stored as versioned JSON.
+
+Writes never block the event loop, which must answer the runtime's hooks within their budget: they run,
+one at a time and in the order they were asked, on a thread of their own with a connection of its own.
+A caller waits at most WRITE_SECONDS for its write;
+past that it gets a StateStoreError (transient: the runtime or kubelet retries) while the write is still
+made, in its turn. That is safe because every write records what may happen next before it happens (an
+`attaching` row before ADD) or what already happened: a write the caller gave up on and that lands later
+says no more than a row that is rolled back or repeated anyway. Reads run on the event loop, on a second
+connection: in WAL mode they never wait for the writer, and see every write that returned.
+
+How durable each write is, and why that is enough (WAL mode; a transaction is never half made):
+- against kill -9 (or any end of the agent alone) every write that returned is kept, whatever the level:
+  with synchronous=NORMAL a commit is in the kernel's page cache when it returns, and the kernel writes it;
+- against a power cut or a kernel crash, only writes made with synchronous=FULL (fsync'd) are sure. The
+  node reboots: every pod network namespace, every interface netclaim made, is gone; what survives is on
+  disk and in the API: host-local's reservations (files in netclaim's own directory) and IPAllocations.
+  So the two writes that precede what outlives a reboot are FULL: a claim's prepared rows (they name the
+  addresses it took in the API, kubelet's checkpoint says the claim is prepared) and the `attaching` row
+  written before each ADD (it makes the agent DEL, and host-local release, what the ADD reserved). The
+  writes after an ADD, a rollback, a DEL and the deletion of rows are NORMAL: losing one leaves the row
+  of before, and each row of before is undone or done again safely (an `attaching` row is rolled back, a
+  row that reappears is unprepared again). The hook path pays one fsync, not two.
+Writes after the first only change the row's state columns (`transition`): the plan is written once.
+
+The schema is the store's own: the rows' columns and the plan's JSON (netclaim.core.plan.AttachPlan,
+whose models are pydantic models of configure/ only, extra fields refused). Schema 3 keeps the allocated
+NIC as a NicRecord; schema 2 kept publish.devices.Device as it was serialised (changing that dataclass
+changed what the store read back), schema 1 untyped dicts. Older rows are migrated when the store opens;
+a database of a newer schema than this agent knows is refused, and so is a row it cannot read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from netclaim.core.devices.catalog import Device
+from netclaim.core.plan import AttachPlan, NicCapacity, NicRecord, PoolAddresses
+from netclaim.errors import PrerequisiteError, StateStoreError
+
+log = logging.getLogger(__name__)
+SCHEMA_VERSION = 3
+WRITE_SECONDS = 0.5  # the most a caller waits for the disk: a third of the runtime's hook budget
+READ_BUSY_SECONDS = 0.25  # a reader waits for SQLite's own locks (a checkpoint) at most this long
+
+
+class State(StrEnum):
+    PREPARED = "prepared"
+    ATTACHING = "attaching"
+    ATTACHED = "attached"
+    DETACHED = "detached"
+
+
+class Interface(BaseModel):
+    """The interface as read back from the pod's namespace after ADD."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    mac: str
+    mtu: int
+    addresses: tuple[str, ...]
+
+
+class Outcome(BaseModel):
+    """What the last ADD did: its CNI_ARGS (DEL needs the same), the CNI result, the interface; what the
+    last CNI CHECK found amiss since, and whether DEL and ADD restored it ("" while every CHECK passed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    cni_args: str = ""
+    cni_result: dict[str, Any] | None = None
+    interface: Interface | None = None
+    check: str = ""
+
+
+Key = tuple[str, str, str, str]  # claim UID, pool, device, share ID
+
+
+@dataclass(frozen=True)
+class Attachment:
+    claim_uid: str
+    pool: str
+    device: str
+    share_id: str
+    claim_namespace: str
+    claim_name: str
+    request: str
+    pod_uid: str
+    plan: AttachPlan
+    state: State = State.PREPARED
+    sandbox_id: str = ""
+    netns: str = ""
+    outcome: Outcome = field(default_factory=Outcome)
+    error: str = ""
+
+    @property
+    def key(self) -> Key:
+        return (self.claim_uid, self.pool, self.device, self.share_id)
+
+    def with_state(self, state: State, **changes: Any) -> Attachment:
+        return replace(self, state=state, **changes)
+
+
+_COLUMNS = (
+    "claim_uid",
+    "pool",
+    "device",
+    "share_id",
+    "claim_namespace",
+    "claim_name",
+    "request",
+    "pod_uid",
+    "plan",
+    "state",
+    "sandbox_id",
+    "netns",
+    "result",
+    "error",
+)
+
+
+def _plan_v1(plan: dict[str, Any]) -> AttachPlan:
+    """A schema-1 plan (an untyped dict; its NIC a record of lists) as an AttachPlan."""
+    record = plan["deviceRecord"]
+    fields = ("value", "default", "minimum", "step", "maximum")
+    return AttachPlan(
+        interface_name=plan["interfaceName"],
+        conflist=plan["conflist"],
+        bandwidth_bps=plan.get("bandwidth"),
+        nic=NicRecord(
+            name=record["name"],
+            if_name=record["ifName"],
+            shared=record["shared"],
+            attributes=record["attributes"],
+            capacity={
+                k: NicCapacity(**dict(zip(fields, v, strict=False))) for k, v in record["capacity"].items()
+            },
+        ),
+    )
+
+
+def _plan_v2(plan: dict[str, Any]) -> AttachPlan:
+    """A schema-2 plan (plan version 1 or 2: its NIC as publish.devices.Device was serialised then)."""
+    device = plan["device"]
+    return AttachPlan(
+        interface_name=plan["interface_name"],
+        conflist=plan["conflist"],
+        bandwidth_bps=plan["bandwidth_bps"],
+        nic=NicRecord(
+            name=device["name"],
+            if_name=device["if_name"],
+            shared=device["shared"],
+            attributes=device["attributes"],
+            capacity={k: NicCapacity.model_validate(c) for k, c in device["capacity"].items()},
+        ),
+        pool_addresses=tuple(PoolAddresses.model_validate(p) for p in plan.get("pool_addresses", ())),
+    )
+
+
+def _outcome_v1(result: dict[str, Any]) -> Outcome:
+    interface = result.get("interface")
+    return Outcome(
+        cni_args=str(result.get("args", "")),
+        cni_result=result.get("cni"),
+        interface=Interface(**{**interface, "addresses": tuple(interface["addresses"])})
+        if interface
+        else None,
+    )
+
+
+def _migrated(schema: int, plan: str, result: str) -> tuple[str, str]:
+    """A row's plan and outcome (JSON) of schema `schema` as this schema has them."""
+    if schema == 1:
+        outcome = _outcome_v1(json.loads(result)).model_dump_json() if result else ""
+        return _plan_v1(json.loads(plan)).model_dump_json(), outcome
+    return _plan_v2(json.loads(plan)).model_dump_json(), result
+
+
+def _outcome_json(outcome: Outcome) -> str:
+    if outcome == Outcome():
+        return ""
+    # `check` only when a CHECK found something: the agent before it (a rolled-back upgrade) reads the rest
+    return outcome.model_dump_json(exclude=None if outcome.check else {"check"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(text: str) -> AttachPlan:
+    """A row's plan, read once per text: each row's is written once and read at every hook and status
+    write (the models are frozen; nothing changes a plan once made)."""
+    return AttachPlan.model_validate_json(text)
+
+
+class Store:
+    def __init__(self, directory: Path, write_seconds: float = WRITE_SECONDS) -> None:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        directory.chmod(0o700)
+        path = directory / "netclaim.db"
+        path.touch(mode=0o600, exist_ok=True)
+        path.chmod(0o600)
+        self.path = path
+        self.write_seconds = write_seconds
+        # the writer's: used by the writer thread only, once migrated here
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._durable = True  # the writer connection's synchronous level: FULL, else NORMAL
+        self._migrate()
+        self._reader = sqlite3.connect(path, isolation_level=None, timeout=READ_BUSY_SECONDS)
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netclaim-store")
+        self._networks = set(self.networks())  # their keys: remember_network writes a new one only
+
+    def _migrate(self) -> None:
+        with self._transaction() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            found = int(row[0]) if row is not None else SCHEMA_VERSION
+            if found > SCHEMA_VERSION:
+                raise PrerequisiteError(
+                    f"{self.path}: the state database has schema {found}, newer than this agent's "
+                    f"{SCHEMA_VERSION}: run the newer agent (downgrades are not supported)"
+                )
+            db.execute("""
+                CREATE TABLE IF NOT EXISTS attachments (
+                    claim_uid TEXT NOT NULL, pool TEXT NOT NULL, device TEXT NOT NULL, share_id TEXT NOT NULL,
+                    claim_namespace TEXT NOT NULL, claim_name TEXT NOT NULL, request TEXT NOT NULL,
+                    pod_uid TEXT NOT NULL, plan TEXT NOT NULL, state TEXT NOT NULL,
+                    sandbox_id TEXT NOT NULL, netns TEXT NOT NULL, result TEXT NOT NULL, error TEXT NOT NULL,
+                    updated REAL NOT NULL,
+                    PRIMARY KEY (claim_uid, pool, device, share_id))""")
+            db.execute("CREATE INDEX IF NOT EXISTS attachments_by_pod ON attachments (pod_uid)")
+            # the CNI 1.1 networks this node has attached to, for their plugins' GC (configure.lifecycle);
+            # a table older agents never read, so no schema change
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS networks (key TEXT PRIMARY KEY, conflist TEXT NOT NULL, "
+                "used REAL NOT NULL)"
+            )
+            old = db.execute("SELECT rowid, plan, result FROM attachments").fetchall() if found < 3 else []
+            for rowid, plan, result in old:
+                update = "UPDATE attachments SET plan = ?, result = ? WHERE rowid = ?"
+                db.execute(update, (*_migrated(found, plan, result), rowid))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+
+    @contextmanager
+    def _transaction(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction of the writer thread; `durable`: fsync'd at commit (synchronous=FULL), else
+        kept by the kernel only (NORMAL: lost to a power cut, never to the agent's own end)."""
+        try:
+            if durable != self._durable:  # a connection's level, set between its transactions
+                self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                self._durable = durable
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.OperationalError as err:
+            raise StateStoreError(f"{self.path}: {err}") from err
+
+    def close(self) -> None:
+        """After the writes asked so far are made."""
+        self._writer.shutdown(wait=True)
+        self._reader.close()
+        self._db.close()
+
+    async def _write(self, write: Callable[[], None]) -> None:
+        """Run `write` on the writer thread; wait for it at most `write_seconds`."""
+        made = asyncio.get_running_loop().run_in_executor(self._writer, write)
+        try:
+            await asyncio.wait_for(asyncio.shield(made), self.write_seconds)
+        except BaseException as err:
+            if not made.done():  # the caller stops waiting (past its bound, or cancelled): not the write
+                made.add_done_callback(self._late)
+            if isinstance(err, TimeoutError):
+                raise StateStoreError(
+                    f"{self.path}: the disk did not take a write within {self.write_seconds} s (it is "
+                    "still made, in its turn)"
+                ) from None
+            raise
+
+    def _late(self, made: asyncio.Future[None]) -> None:
+        """A write nobody waits for any more: what became of it goes to the log."""
+        if not made.cancelled() and made.exception() is not None:
+            log.warning("a late state write failed", extra={"error": str(made.exception())})
+
+    def _row(self, values: tuple[Any, ...]) -> Attachment:
+        data = dict(zip(_COLUMNS, values, strict=True))
+        try:
+            plan = _plan(data.pop("plan"))
+            result = data.pop("result")
+            outcome = Outcome.model_validate_json(result) if result else Outcome()
+            state = State(data.pop("state"))
+        except ValueError as err:  # pydantic's ValidationError is a ValueError too
+            problem = err.errors(include_url=False)[0]["msg"] if isinstance(err, ValidationError) else err
+            raise PrerequisiteError(
+                f"{self.path}: row of claim {data['claim_uid']} device {data['device']} is not a row this "
+                f"agent understands (written by a newer agent?): {problem}"
+            ) from err
+        return Attachment(**data, plan=plan, outcome=outcome, state=state)
+
+    def _select(self, where: str, parameters: tuple[Any, ...] = ()) -> list[Attachment]:
+        order = "ORDER BY claim_uid, pool, device, share_id"
+        query = f"SELECT {', '.join(_COLUMNS)} FROM attachments {where} {order}"  # noqa: S608 - fixed fragments
+        try:
+            rows = self._reader.execute(query, parameters).fetchall()
+        except sqlite3.OperationalError as err:
+            raise StateStoreError(f"{self.path}: {err}") from err
+        return [self._row(row) for row in rows]
+
+    async def put(self, *rows: Attachment) -> None:
+        """Insert or replace rows in one transaction (all or nothing)."""
+        await self._write(lambda: self._put(rows))
+
+    def _put(self, rows: tuple[Attachment, ...]) -> None:
+        with self._transaction() as db:
+            for row in rows:
+                db.execute(
+                    f"INSERT OR REPLACE INTO attachments ({', '.join(_COLUMNS)}, updated) "  # noqa: S608
+                    f"VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
+                    (
+                        row.claim_uid,
+                        row.pool,
+                        row.device,
+                        row.share_id,
+                        row.claim_namespace,
+                        row.claim_name,
+                        row.request,
+                        row.pod_uid,
+                        row.plan.model_dump_json(),
+                        row.state.value,
+                        row.sandbox_id,
+                        row.netns,
+                        _outcome_json(row.outcome),
+                        row.error,
+                        time.time(),
+                    ),
+                )
+
+    async def transition(self, *rows: Attachment, durable: bool) -> None:
+        """Write the rows' state columns (state, sandbox, netns, outcome, error), in one transaction; the
+        plan and the claim's columns are as `put` wrote them. `durable`: see the module's docstring."""
+        await self._write(lambda: self._transition(rows, durable))
+
+    def _transition(self, rows: tuple[Attachment, ...], durable: bool) -> None:
+        with self._transaction(durable) as db:
+            for row in rows:
+                db.execute(
+                    "UPDATE attachments SET state = ?, sandbox_id = ?, netns = ?, result = ?, error = ?, "
+                    "updated = ? WHERE claim_uid = ? AND pool = ? AND device = ? AND share_id = ?",
+                    (
+                        row.state.value,
+                        row.sandbox_id,
+                        row.netns,
+                        _outcome_json(row.outcome),
+                        row.error,
+                        time.time(),
+                        *row.key,
+                    ),
+                )
+
+    async def delete(self, *rows: Attachment) -> None:
+        await self._write(lambda: self._delete(rows))
+
+    def _delete(self, rows: tuple[Attachment, ...]) -> None:
+        with self._transaction(durable=False) as db:
+            for row in rows:
+                db.execute(
+                    "DELETE FROM attachments WHERE claim_uid = ? AND pool = ? AND device = ? "
+                    "AND share_id = ?",
+                    row.key,
+                )
+
+    def get(self, key: Key) -> Attachment | None:
+        """The row as stored now (None once deleted)."""
+        found = self._select("WHERE claim_uid = ? AND pool = ? AND device = ? AND share_id = ?", key)
+        return found[0] if found else None
+
+    def for_claim(self, claim_uid: str) -> list[Attachment]:
+        return self._select("WHERE claim_uid = ?", (claim_uid,))
+
+    def for_pod(self, pod_uid: str) -> list[Attachment]:
+        return self._select("WHERE pod_uid = ?", (pod_uid,))
+
+    def all(self) -> list[Attachment]:
+        return self._select("")
+
+    async def remember_network(self, key: str, conflist: dict[str, Any]) -> None:
+        """Keep a network's config for its plugins' GC, once (not fsync'd: a network lost to a power cut
+        is written again at its next attach, and its leftovers wait for that)."""
+        if key in self._networks:
+            return
+
+        def write() -> None:
+            with self._transaction(durable=False) as db:
+                db.execute(
+                    "INSERT OR REPLACE INTO networks VALUES (?, ?, ?)",
+                    (key, json.dumps(conflist), time.time()),
+                )
+
+        await self._write(write)
+        self._networks.add(key)
+
+    async def forget_network(self, key: str) -> None:
+        def write() -> None:
+            with self._transaction(durable=False) as db:
+                db.execute("DELETE FROM networks WHERE key = ?", (key,))
+
+        self._networks.discard(key)
+        await self._write(write)
+
+    def networks(self) -> dict[str, dict[str, Any]]:
+        """The networks remembered, by key."""
+        try:
+            found = self._reader.execute("SELECT key, conflist FROM networks ORDER BY key").fetchall()
+        except sqlite3.OperationalError as err:
+            raise StateStoreError(f"{self.path}: {err}") from err
+        return {key: json.loads(conflist) for key, conflist in found}
+
+    def held_devices(self, present: set[str]) -> list[Device]:
+        """Whole NICs now inside pods: gone from the node's netns, still this node's (allocated) devices."""
+        return [
+            row.plan.nic.published()
+            for row in self.all()
+            if not row.plan.shared
+            and row.state in (State.ATTACHING, State.ATTACHED)
+            and row.device not in present
+        ]

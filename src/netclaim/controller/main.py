@@ -1,0 +1,161 @@
+"""`netclaim controller`: the cluster's one controller. Only wiring: the work is in ipam.py, services.py and
+policy.py, and every task it starts is kept running by netclaim.runtime.supervisor.
+
+One object never fails a pass: the lists skip (and report) what cannot be read (netclaim.adapters.kube),
+and a write about one object that fails is logged and tried again the next pass; only an API that cannot
+serve ends a pass early. Passes are counted in netclaim_reconcile_total{result} and the last success is
+netclaim_last_reconcile_timestamp_seconds: what shows that reconcile keeps succeeding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from functools import partial
+
+from netclaim.adapters.http import Health
+from netclaim.adapters.http import serve as serve_health
+from netclaim.adapters.kube.addresses import KubeAddresses
+from netclaim.adapters.kube.claims import KubeClaims
+from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.params import KubePoolParams
+from netclaim.adapters.kube.policies import KubePolicies
+from netclaim.adapters.kube.services import KubeServices
+from netclaim.adapters.kube.slices import KubeSlices
+from netclaim.controller.ipam import Reconciler, concerns_pools
+from netclaim.controller.policy import PolicyReconciler
+from netclaim.controller.services import EndpointsReconciler
+from netclaim.core.config.settings import ControllerSettings
+from netclaim.core.ipam.pools import (
+    Quarantine,
+)
+from netclaim.core.kubeapi import (
+    ClusterClaimsApi,
+    IPPoolsApi,
+    NetworkPoliciesApi,
+    NetworkServicesApi,
+    PoolParamsApi,
+)
+from netclaim.core.objects import Claim
+from netclaim.runtime.supervisor import Supervisor
+from netclaim.runtime.trigger import PassClock, Trigger, always, fire_on_changes, paced_pass, periodic
+
+log = logging.getLogger(__name__)
+
+
+async def run(settings: ControllerSettings) -> None:
+    health = Health()
+    health.expect("reconciled")
+    http = await serve_health(settings.metrics_address, health)
+    kube = KubeConnection.connect(settings.kubeconfig, f"{settings.driver_name}-controller")
+    claims: ClusterClaimsApi = KubeClaims(kube)
+    addresses: IPPoolsApi = KubeAddresses(kube)
+    params: PoolParamsApi = KubePoolParams(kube, settings.namespace)
+    services: NetworkServicesApi = KubeServices(kube)
+    trigger, endpoints_trigger, policies_trigger = Trigger(), Trigger(), Trigger()
+    endpoints_clock, policies_clock = PassClock(), PassClock()
+
+    def quarantined(seconds: float) -> None:
+        """An address found released: the passes that publish addresses run now, the pools' after it."""
+        endpoints_trigger.fire()
+        policies_trigger.fire()
+        asyncio.get_running_loop().call_later(seconds + 0.5, trigger.fire)
+
+    quarantine = Quarantine(
+        lambda since: endpoints_clock.since(since) and policies_clock.since(since),
+        settings.address_quarantine_seconds,
+        quarantined,
+    )
+    reconciler = Reconciler(claims, addresses, KubeSlices(kube), params, settings.driver_name, quarantine)
+    endpoints = EndpointsReconciler(services, settings.driver_name, reconciler.publishable)
+    network_policies: NetworkPoliciesApi = KubePolicies(kube, settings.namespace)
+    policies = PolicyReconciler(network_policies, claims, settings.driver_name, reconciler.publishable)
+
+    async def reconciled() -> None:
+        await reconciler.reconcile()
+        health.set("reconciled", True)
+
+    def served(namespace: str) -> bool:
+        """A change in a namespace with a Service over a network (as of the last pass)."""
+        return namespace in endpoints.namespaces
+
+    def claim_served(claim: Claim) -> bool:
+        return served(claim.namespace)
+
+    def serving(_: object) -> bool:
+        return bool(endpoints.namespaces)
+
+    def policed(_: object) -> bool:
+        """Pods, claims and namespaces matter to the policies only while some name a netclaim network."""
+        return bool(policies.namespaces_with_policies)
+
+    pools = (trigger, partial(concerns_pools, driver=settings.driver_name))
+    supervisor = Supervisor()
+    supervisor.keep("reconcile", partial(paced_pass, trigger, reconciled))
+    supervisor.keep("ippools-watch", partial(fire_on_changes, addresses.ippool_changes, (trigger, always)))
+    allocation_changes = partial(
+        reconciler.allocations_seen.follow, addresses.listed_ip_allocations, addresses.ip_allocation_changes
+    )
+    supervisor.keep(
+        "ipallocations-watch",
+        partial(
+            fire_on_changes,
+            allocation_changes,
+            (trigger, always),
+            (endpoints_trigger, serving),  # an address given or freed: what may be published changed
+            (policies_trigger, policed),
+        ),
+    )
+    supervisor.keep(
+        "resourceclaims-watch",
+        partial(
+            fire_on_changes,
+            partial(reconciler.claims_seen.follow, claims.listed_claims, claims.claim_changes),
+            pools,
+            (endpoints_trigger, claim_served),
+            (policies_trigger, policed),
+        ),
+    )
+    supervisor.keep("resync", partial(periodic, trigger, settings.resync_seconds))
+    supervisor.keep(
+        "endpoints", partial(paced_pass, endpoints_trigger, endpoints_clock.timed(endpoints.reconcile))
+    )
+    supervisor.keep(
+        "services-watch", partial(fire_on_changes, services.service_changes, (endpoints_trigger, always))
+    )
+    supervisor.keep(
+        "pods-watch",
+        partial(
+            fire_on_changes, services.pod_changes, (endpoints_trigger, served), (policies_trigger, policed)
+        ),
+    )
+    supervisor.keep(
+        "policies", partial(paced_pass, policies_trigger, policies_clock.timed(policies.reconcile))
+    )
+    supervisor.keep(
+        "multinetworkpolicies-watch",
+        partial(fire_on_changes, network_policies.network_policy_changes, (policies_trigger, always)),
+    )
+    supervisor.keep(
+        "namespaces-watch",
+        partial(fire_on_changes, network_policies.namespace_changes, (policies_trigger, policed)),
+    )
+    supervisor.keep("policies-resync", partial(periodic, policies_trigger, settings.resync_seconds))
+    supervisor.keep(
+        "endpointslices-watch",
+        partial(
+            fire_on_changes,
+            partial(services.slice_changes_by, settings.driver_name),
+            (endpoints_trigger, always),
+        ),
+    )
+    supervisor.keep("endpoints-resync", partial(periodic, endpoints_trigger, settings.resync_seconds))
+    log.info("controller starting", extra={"driver": settings.driver_name})
+    try:
+        await supervisor.run_until_stopped()
+    finally:
+        await supervisor.stop()
+        if http is not None:
+            http.close()
+        await kube.close()
+        log.info("controller stopped")

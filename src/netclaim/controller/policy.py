@@ -1,0 +1,94 @@
+"""The controller's policy pass: every MultiNetworkPolicy compiled for the pods it selects, and handed to
+the nodes' agents as netclaim.core.policy.distribution lays it out."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from netclaim.core.ipam.published import PublishedAddresses
+from netclaim.core.kubeapi import ClusterClaimsApi, NetworkPoliciesApi
+from netclaim.core.policy.distribution import config_maps, pod_facts
+from netclaim.core.policy.rules import PolicyObject
+from netclaim.core.policy.spec import malformed_networks
+from netclaim.errors import per_object
+from netclaim.runtime import metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PolicyReconciler:
+    """One pass makes the rules ConfigMaps what the MultiNetworkPolicies say of the pods now. A policy that
+    cannot be read isolates its namespace's pods on its networks (netclaim.core.policy.rules); that, and a
+    policy-for naming no netclaim network there is, are told once per problem: a Warning Event on the
+    policy, in its namespace. A ConfigMap that cannot be written is tried again next pass."""
+
+    api: NetworkPoliciesApi
+    claims: ClusterClaimsApi
+    driver: str
+    published: Callable[[], Awaitable[PublishedAddresses]]  # what may be published, as of now
+    warned: set[tuple[str, str]] = field(default_factory=set)  # (policy UID, problem) told
+    namespaces_with_policies: set[str] = field(default_factory=set)
+
+    async def reconcile(self) -> None:
+        await metrics.counted_pass(metrics.POLICY_PASSES, self.once, metrics.POLICY_PASS_SECONDS)
+
+    async def once(self) -> None:
+        objects = await self.api.list_network_policies()
+        policies = [p for p in (PolicyObject.from_api(o) for o in objects) if p.networks]
+        self.namespaces_with_policies = {p.namespace for p in policies}
+        present = await self.api.list_rules_maps()
+        wanted: dict[str, tuple[str, dict[str, str]]] = {}
+        if policies:
+            await self._tell(policies, await self.api.list_networks(self.driver))
+            namespaces = await self.api.list_namespace_labels()
+            published = await self.published()
+            facts = pod_facts(await self.api.list_pods(), await self.claims.list_claims(), published)
+            wanted = config_maps(policies, facts, namespaces)
+        for name, (label, data) in wanted.items():
+            if present.get(name) != data:
+                await per_object(f"ConfigMap {name}", self.api.apply_rules_map(name, label, data))
+        for name in sorted(set(present) - set(wanted)):
+            await per_object(f"ConfigMap {name}", self.api.delete_rules_map(name))
+        uids = {p.uid for p in policies}
+        self.warned = {(uid, problem) for uid, problem in self.warned if uid in uids}
+
+    async def _tell(self, policies: list[PolicyObject], networks: set[str]) -> None:
+        for policy in policies:
+            problems = [policy.problem] if policy.problem else []
+            unknown = [n for n in policy.networks if n not in networks]
+            if unknown:
+                malformed = set(malformed_networks(tuple(unknown)))
+                problems.append(
+                    "policy-for names "
+                    + ", ".join(f"netclaim.dev/{n}" for n in unknown)
+                    + ": no netclaim NIC of the cluster is on "
+                    + ("that network" if len(unknown) == 1 else "those networks")
+                    + (" (not a network name)" if malformed else "")
+                    + "; it selects nothing there"
+                )
+            for problem in problems:
+                if (policy.uid, problem) in self.warned:
+                    continue
+                self.warned.add((policy.uid, problem))
+                where = f"{policy.namespace}/{policy.name}"
+                isolating = problem == policy.problem
+                log.warning(
+                    "MultiNetworkPolicy cannot be read: it isolates its namespace's pods on its networks"
+                    if isolating
+                    else "MultiNetworkPolicy names an unknown netclaim network",
+                    extra={"policy": where, "problem": problem},
+                )
+                reason = "NetworkPolicyInvalid" if isolating else "NetworkPolicyUnknownNetwork"
+                message = (
+                    f"{problem} (until it can be read, every pod of its namespace on its networks is "
+                    "isolated, allowing nothing)"
+                    if isolating
+                    else problem
+                )
+                event = self.api.create_policy_event(
+                    policy.namespace, policy.name, policy.uid, reason, message
+                )
+                await per_object(f"event on MultiNetworkPolicy {where}", event)

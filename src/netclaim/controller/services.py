@@ -1,0 +1,344 @@
+"""EndpointSlices of the Services over a netclaim network (docs/services.md), made by the controller from
+the claims' status.
+
+A Service over a network is headless (`clusterIP: None`), has no `spec.selector`, carries the label
+`netclaim.dev/network: <network>` and chooses its pods with the annotation `netclaim.dev/selector` (a label
+selector as kubectl takes it, read by the API server itself). Without a selector the EndpointSlice
+controller leaves the Service to us (with one, it would add every pod's primary address beside ours), and
+kube-proxy ignores headless Services; CoreDNS serves any slice labelled with the Service's name.
+
+Each selected pod is an endpoint with its address on that network: the `networkData` of our status entry whose
+`data` names the network (the NIC's `netclaim.dev/network`, written by the agent), of a claim the pod is
+using, when the controller may publish it (netclaim.core.ipam.published: a pool address only through the
+claim's own IPAllocation, a tenant range's only if no other namespace reports it). `ready` follows the
+entry's `Ready` condition and the pod's, as the EndpointSlice controller does for a pod's primary address; a
+pod being deleted is `terminating`. One slice per address family and per MAX_ENDPOINTS endpoints, owned by
+the Service (deleting it deletes them), labelled managed-by `netclaim.dev`: the EndpointSlice controller
+never touches them.
+
+A Service gets no endpoints (its slices are deleted, a Warning Event says why) when it is not headless, has
+a selector, or its annotation is missing or refused by the API server: a Service over a network never lists
+a pod's primary address, nor a pod it did not select.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from netclaim.core.ipam.published import PublishedAddresses
+from netclaim.core.kubeapi import NetworkServicesApi
+from netclaim.core.names import DRIVER_DOMAIN, NETWORK, SLICE_MANAGED_BY, SLICE_SERVICE_NAME
+from netclaim.core.objects import Claim, Pod
+from netclaim.errors import ApiRejectedError, NetclaimError, per_object
+from netclaim.runtime import metrics
+
+log = logging.getLogger(__name__)
+SELECTOR = f"{DRIVER_DOMAIN}/selector"
+HEADLESS = "service.kubernetes.io/headless"
+MAX_ENDPOINTS = 100  # per slice, as the EndpointSlice controller's default
+FAMILIES = {4: "IPv4", 6: "IPv6"}
+
+
+@dataclass(frozen=True)
+class NetworkService:
+    """A Service labelled with a netclaim network, as the controller reads it."""
+
+    namespace: str
+    name: str
+    uid: str
+    network: str
+    selector: str  # the annotation: "" when missing
+    ports: tuple[dict[str, Any], ...]  # the slices' ports
+    publish_not_ready: bool
+    refusal: str = ""  # why it gets no endpoints at all
+    warning: str = ""  # what of it is left out (a port)
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> NetworkService:
+        """From the Service's JSON (typed by the API server)."""
+        meta, spec = data.get("metadata") or {}, data.get("spec") or {}
+        ports, port_problems = _slice_ports(spec.get("ports") or [])
+        problems: list[str] = []
+        selector = str((meta.get("annotations") or {}).get(SELECTOR) or "")
+        if spec.get("selector"):
+            problems.append(
+                f"spec.selector is set, so Kubernetes lists its pods' primary addresses too: move it into "
+                f"the annotation {SELECTOR} (as a label selector, like app=db)"
+            )
+        if spec.get("clusterIP") != "None":
+            problems.append(
+                "not headless: only `clusterIP: None` Services are served over a netclaim network (a "
+                "cluster IP would be proxied over the primary network)"
+            )
+        if not selector:
+            problems.append(f"annotation {SELECTOR} is missing: it says which pods serve it (like app=db)")
+        return cls(
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or ""),
+            uid=str(meta.get("uid") or ""),
+            network=str((meta.get("labels") or {}).get(NETWORK) or ""),
+            selector=selector,
+            ports=tuple(ports),
+            publish_not_ready=bool(spec.get("publishNotReadyAddresses")),
+            refusal="; ".join(problems),
+            warning="; ".join(port_problems),
+        )
+
+
+def _slice_ports(ports: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The Service's ports as a slice lists them: the target port, which a headless Service's clients
+    reach directly. A named target port is left out (it names a container port of each pod)."""
+    made, problems = [], []
+    for index, port in enumerate(ports):
+        target = port.get("targetPort", port.get("port"))
+        if not isinstance(target, int):
+            problems.append(f"spec.ports[{index}].targetPort {target!r}: only port numbers are served")
+            continue
+        entry: dict[str, Any] = {"port": target, "protocol": str(port.get("protocol") or "TCP")}
+        for key in ("name", "appProtocol"):
+            if port.get(key):
+                entry[key] = port[key]
+        made.append(entry)
+    return made, problems
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    pod: Pod
+    address: str
+    ready: bool
+    serving: bool
+
+
+def endpoints(
+    service: NetworkService, pods: Iterable[Pod], claims: dict[str, Claim], published: PublishedAddresses
+) -> list[Endpoint]:
+    """One endpoint per selected pod and address family: its first publishable address on the Service's
+    network, from a claim the pod uses that is reserved for it (a claim a pod names but does not hold
+    lends nothing)."""
+    found = []
+    for pod in pods:
+        if not pod.node:
+            continue
+        seen: set[int] = set()
+        for name in pod.claim_names():
+            claim = claims.get(name)
+            if claim is None or not any(ref.uid == pod.uid for ref in claim.reserved_for):
+                continue
+            for address in published.of(claim).get(service.network, ()):
+                version = ipaddress.ip_address(address).version
+                if version in seen:
+                    continue
+                seen.add(version)
+                serving = pod.ready or service.publish_not_ready
+                found.append(Endpoint(pod, address, ready=serving and not pod.deleting, serving=serving))
+    return found
+
+
+def slice_name(service: str, version: int, index: int) -> str:
+    return f"{service}-netclaim-ipv{version}" + (f"-{index}" if index else "")
+
+
+def desired_slices(service: NetworkService, found: list[Endpoint], manager: str) -> dict[str, dict[str, Any]]:
+    """The Service's slices by name: per family, MAX_ENDPOINTS endpoints each, sorted by pod."""
+    slices = {}
+    for version, family in FAMILIES.items():
+        ours = sorted(
+            (e for e in found if ipaddress.ip_address(e.address).version == version),
+            key=lambda e: (e.pod.name, e.address),
+        )
+        for index, start in enumerate(range(0, len(ours), MAX_ENDPOINTS)):
+            name = slice_name(service.name, version, index)
+            slices[name] = _slice_body(service, name, family, ours[start : start + MAX_ENDPOINTS], manager)
+    return slices
+
+
+def _slice_body(
+    service: NetworkService, name: str, family: str, found: list[Endpoint], manager: str
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "namespace": service.namespace,
+            "labels": {
+                SLICE_SERVICE_NAME: service.name,
+                SLICE_MANAGED_BY: manager,
+                HEADLESS: "",
+                NETWORK: service.network,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "name": service.name,
+                    "uid": service.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "addressType": family,
+        "endpoints": [
+            {
+                "addresses": [e.address],
+                "conditions": {"ready": e.ready, "serving": e.serving, "terminating": e.pod.deleting},
+                "nodeName": e.pod.node,
+                "targetRef": {
+                    "kind": "Pod",
+                    "namespace": e.pod.namespace,
+                    "name": e.pod.name,
+                    "uid": e.pod.uid,
+                },
+            }
+            for e in found
+        ],
+        "ports": list(service.ports),
+    }
+
+
+def same_slice(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether the slice as the API has it already says what `wanted` says (the fields we write)."""
+    meta = current.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    wanted_meta = wanted["metadata"]
+    return (
+        all(labels.get(k) == v for k, v in wanted_meta["labels"].items())
+        and [(o.get("uid"), o.get("controller")) for o in meta.get("ownerReferences") or []]
+        == [(o["uid"], o["controller"]) for o in wanted_meta["ownerReferences"]]
+        and current.get("addressType") == wanted["addressType"]
+        and _endpoints_key(current.get("endpoints") or []) == _endpoints_key(wanted["endpoints"])
+        and sorted(map(_port_key, current.get("ports") or [])) == sorted(map(_port_key, wanted["ports"]))
+    )
+
+
+def _endpoints_key(found: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return sorted(
+        (
+            tuple(e.get("addresses") or ()),
+            tuple(sorted((e.get("conditions") or {}).items())),
+            e.get("nodeName"),
+            (e.get("targetRef") or {}).get("uid"),
+        )
+        for e in found
+    )
+
+
+def _port_key(port: dict[str, Any]) -> tuple[Any, ...]:
+    return (port.get("name") or "", port.get("port"), port.get("protocol") or "TCP", port.get("appProtocol"))
+
+
+@dataclass
+class EndpointsReconciler:
+    """One pass makes every network Service's slices what its pods' claims say. One Service never fails a
+    pass: what fails about it is logged (and, when it is the Service's to fix, an Event on it) and tried
+    again next pass; only an API that cannot serve ends a pass early."""
+
+    api: NetworkServicesApi
+    driver: str
+    published: Callable[[], Awaitable[PublishedAddresses]]  # what may be published, as of now
+    namespaces: set[str] = field(default_factory=set)  # of the network Services at the last pass
+    warned: dict[str, str] = field(default_factory=dict)  # Service UID → the problem last reported
+
+    async def reconcile(self) -> None:
+        await metrics.counted_pass(metrics.ENDPOINT_PASSES, self.once)
+
+    async def once(self) -> None:
+        current = {
+            (str(s["metadata"]["namespace"]), str(s["metadata"]["name"])): s
+            for s in await self.api.list_network_slices(self.driver)
+        }
+        claims: dict[str, dict[str, Claim]] = {}
+        wanted: dict[tuple[str, str], dict[str, Any]] = {}
+        services: list[NetworkService] = []
+        listed = await self.api.list_network_services()
+        published = await self.published() if listed else PublishedAddresses((), (), (), self.driver)
+        for found in listed:
+            meta = found.get("metadata") or {}
+            where = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+            try:
+                service = NetworkService.from_api(found)
+                services.append(service)
+                made = await self._slices_of(service, claims, published)
+            except Exception as err:  # this Service's, whatever it is (a list of its namespace that failed,
+                # a bug): it keeps its slices and the next Service goes on; an API that is down fails the
+                # writes that follow, which end the pass
+                log.warning(
+                    "Service's endpoints not computed; the next pass tries again",
+                    extra={"service": "/".join(where), "error": repr(err)},
+                    exc_info=not isinstance(err, NetclaimError),
+                )
+                wanted.update({key: body for key, body in current.items() if _of_service(body, *where)})
+                continue
+            wanted.update({(service.namespace, name): body for name, body in made.items()})
+        self.namespaces = {s.namespace for s in services}
+        for key, body in wanted.items():
+            if key not in current or not same_slice(current[key], body):
+                await per_object(f"EndpointSlice {key[0]}/{key[1]}", self.api.apply_endpoint_slice(body))
+        for key in sorted(set(current) - set(wanted)):
+            await per_object(f"EndpointSlice {key[0]}/{key[1]}", self.api.delete_endpoint_slice(*key))
+        uids = {s.uid for s in services}
+        self.warned = {uid: problem for uid, problem in self.warned.items() if uid in uids}
+
+    async def _slices_of(
+        self, service: NetworkService, claims: dict[str, dict[str, Claim]], published: PublishedAddresses
+    ) -> dict[str, dict[str, Any]]:
+        problem = service.refusal
+        pods: list[Pod] = []
+        if not problem:
+            try:
+                pods = await self.api.list_selected_pods(service.namespace, service.selector)
+            except ApiRejectedError as err:
+                problem = f"annotation {SELECTOR}: {err}"
+        if not problem and service.namespace not in claims:
+            claims[service.namespace] = {
+                c.name: c for c in await self.api.list_namespace_claims(service.namespace)
+            }
+        contested = (
+            _contested(service, pods, claims.get(service.namespace, {}), published) if not problem else ""
+        )
+        told = "; ".join(p for p in (problem, service.warning, contested) if p)
+        if told:
+            await self._warn(service, told)
+        if problem:
+            return {}
+        found = endpoints(service, pods, claims[service.namespace], published)
+        return desired_slices(service, found, self.driver)
+
+    async def _warn(self, service: NetworkService, problem: str) -> None:
+        if self.warned.get(service.uid) == problem:
+            return
+        self.warned[service.uid] = problem
+        log.warning(
+            "Service over a netclaim network not served as asked",
+            extra={"service": f"{service.namespace}/{service.name}", "problem": problem},
+        )
+        event = self.api.create_service_event(
+            service.namespace, service.name, service.uid, "NetworkServiceInvalid", problem
+        )
+        await per_object(f"event on Service {service.namespace}/{service.name}", event)
+
+
+def _contested(
+    service: NetworkService, pods: list[Pod], claims: dict[str, Claim], published: PublishedAddresses
+) -> str:
+    """What the Service's own pods report on its network that other namespaces' claims report too."""
+    used = {f"{service.namespace}/{c}" for pod in pods for c in pod.claim_names() if c in claims}
+    both = [c for c in published.contested if c.network == service.network and used & set(c.claims)]
+    if not both:
+        return ""
+    shown = ", ".join(f"{c.address} ({', '.join(c.claims)})" for c in both[:5])
+    return (
+        f"addresses on network {service.network} that claims of other namespaces report too are published "
+        f"for none of them: {shown}"
+    )
+
+
+def _of_service(body: dict[str, Any], namespace: str, name: str) -> bool:
+    meta = body.get("metadata") or {}
+    return meta.get("namespace") == namespace and (meta.get("labels") or {}).get(SLICE_SERVICE_NAME) == name

@@ -1,0 +1,251 @@
+"""MultiNetworkPolicy (k8s.cni.cncf.io/v1beta1, the CRD multi-networkpolicy defines) as netclaim reads it:
+the shape of a NetworkPolicy, for the interfaces of the networks its annotation names.
+
+    apiVersion: k8s.cni.cncf.io/v1beta1
+    kind: MultiNetworkPolicy
+    metadata:
+      name: db-ingress
+      annotations:
+        k8s.v1.cni.cncf.io/policy-for: netclaim.dev/lan3     # netclaim networks: netclaim.dev/<network>
+    spec:
+      podSelector: {matchLabels: {app: db}}
+      policyTypes: [Ingress]
+      ingress:
+      - from: [{podSelector: {matchLabels: {role: client}}}]
+        ports: [{protocol: TCP, port: 5432}]
+
+A network is named `netclaim.dev/<network>`, where <network> is the NIC's `netclaim.dev/network` attribute.
+multi-networkpolicy reads a name with a slash as `<namespace>/<NetworkAttachmentDefinition>`; no namespace
+has a dot in its name, so no Multus network is ever named so, and both can serve one cluster. Names of
+other forms are Multus's: netclaim leaves them alone.
+
+Every field is read as NetworkPolicy defines it; a policy is a tenant's, so its shape is checked here
+(the CRD's schema may be an older or looser one) and a policy that cannot be read is never ignored: it
+isolates every pod of its namespace on its networks, allowing nothing (docs/services.md).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from netclaim.core.names import DRIVER_DOMAIN, NETWORK_NAME
+from netclaim.errors import ConfigError, format_validation_error
+
+POLICY_FOR = "k8s.v1.cni.cncf.io/policy-for"
+NETWORK_PREFIX = f"{DRIVER_DOMAIN}/"
+# What one policy may hold: each rule is nftables rules in every pod it selects, and the whole policy is
+# compiled on every change of its namespace. Past any bound the policy is refused (its namespace's pods on
+# its networks isolated, allowing nothing), never truncated.
+MAX_RULES = 100  # per direction
+MAX_PEERS = 100  # per rule
+MAX_PORTS = 100  # per rule
+MAX_EXCEPTS = 100  # per ipBlock
+MAX_LABELS = 32  # matchLabels entries, and matchExpressions, per selector
+MAX_VALUES = 64  # per matchExpression
+# A label's key: an optional DNS-subdomain prefix (<= 253) and a name (<= 63); a value: <= 63, possibly
+# empty (Kubernetes' own rules, so a selector can only name labels the API server lets a pod carry)
+LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+LABEL_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# IANA_SVC_NAME, a container port's name: 1-15 of a-z 0-9 -, at least one letter, no '-' at either end
+# nor two together
+PORT_NAME = re.compile(r"(?=.*[a-z])[a-z0-9]([a-z0-9]|-(?!-))*(?<!-)")
+
+
+def _label_key(key: str) -> str:
+    prefix, slash, name = key.rpartition("/")
+    if not LABEL_NAME.fullmatch(name) or (
+        slash and (not prefix or len(prefix) > 253 or not LABEL_PREFIX.fullmatch(prefix))
+    ):
+        raise ValueError(f"{key!r} is not a label key (an optional DNS prefix and '/', then a name of 1-63)")
+    return key
+
+
+def _label_value(value: str) -> str:
+    if value and not LABEL_NAME.fullmatch(value):
+        raise ValueError(f"{value!r} is not a label value (0-63 of A-Z a-z 0-9 - _ ., alphanumeric ends)")
+    return value
+
+
+LabelKey = Annotated[StrictStr, AfterValidator(_label_key)]
+LabelValue = Annotated[StrictStr, AfterValidator(_label_value)]
+
+
+def network_of(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """A CIDR as NetworkPolicy's ipBlock takes it, normalized: host bits cleared (10.1.2.3/16 is
+    10.1.0.0/16, as every NetworkPolicy implementation reads it). Refused: no prefix length, a zone
+    (`fe80::1%eth0`), an IPv4-mapped IPv6 network (`::ffff:10.0.0.0/104`: IPv4 traffic is never
+    matched as IPv6, so such a rule would silently allow or except nothing), anything but the plain
+    text form."""
+    if not isinstance(text, str) or "/" not in text or "%" in text or text.strip() != text:
+        raise ValueError(f"{text!r} is not a CIDR (like 10.0.0.0/8 or fd00::/64)")
+    try:
+        network = ipaddress.ip_network(text, strict=False)
+    except ValueError as err:
+        raise ValueError(f"{text!r} is not a CIDR: {err}") from None
+    if isinstance(network, ipaddress.IPv6Network) and network.network_address.ipv4_mapped is not None:
+        raise ValueError(f"{text!r} is an IPv4 network written as IPv6: write it as IPv4")
+    return network
+
+
+def _cidr(text: str) -> str:
+    return str(network_of(text))
+
+
+Cidr = Annotated[StrictStr, AfterValidator(_cidr)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Requirement(_Strict):
+    key: LabelKey
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: tuple[LabelValue, ...] = Field(default=(), max_length=MAX_VALUES)
+
+    @model_validator(mode="after")
+    def _values_as_the_operator_needs(self) -> Requirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs values")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelector(_Strict):
+    """metav1.LabelSelector: its terms ANDed; an empty one selects everything."""
+
+    match_labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, alias="matchLabels", max_length=MAX_LABELS
+    )
+    match_expressions: tuple[Requirement, ...] = Field(
+        default=(), alias="matchExpressions", max_length=MAX_LABELS
+    )
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            _holds(r, labels) for r in self.match_expressions
+        )
+
+
+def _holds(requirement: Requirement, labels: Mapping[str, str]) -> bool:
+    if requirement.operator == "In":
+        return labels.get(requirement.key) in requirement.values
+    if requirement.operator == "NotIn":
+        return labels.get(requirement.key) not in requirement.values
+    if requirement.operator == "Exists":
+        return requirement.key in labels
+    return requirement.key not in labels
+
+
+class IPBlock(_Strict):
+    cidr: Cidr
+    except_: tuple[Cidr, ...] = Field(default=(), alias="except", max_length=MAX_EXCEPTS)
+
+    @model_validator(mode="after")
+    def _excepts_inside(self) -> IPBlock:
+        network = ipaddress.ip_network(self.cidr)
+        for text in self.except_:
+            inner = ipaddress.ip_network(text)
+            if inner.version != network.version or not inner.subnet_of(network):  # type: ignore[arg-type]
+                raise ValueError(f"except {text!r} is not inside cidr {self.cidr}")
+        return self
+
+
+class Peer(_Strict):
+    pod_selector: LabelSelector | None = Field(default=None, alias="podSelector")
+    namespace_selector: LabelSelector | None = Field(default=None, alias="namespaceSelector")
+    ip_block: IPBlock | None = Field(default=None, alias="ipBlock")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Peer:
+        if self.ip_block is not None and (self.pod_selector or self.namespace_selector):
+            raise ValueError("ipBlock cannot be combined with podSelector or namespaceSelector")
+        if self.ip_block is None and self.pod_selector is None and self.namespace_selector is None:
+            raise ValueError("a peer needs podSelector, namespaceSelector or ipBlock")
+        return self
+
+
+class Port(_Strict):
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+    port: StrictInt | StrictStr | None = None
+    end_port: StrictInt | None = Field(default=None, alias="endPort")
+
+    @model_validator(mode="after")
+    def _a_port_or_range(self) -> Port:
+        if isinstance(self.port, int) and not 1 <= self.port <= 65535:
+            raise ValueError(f"port {self.port} is not 1-65535")
+        if isinstance(self.port, str) and (len(self.port) > 15 or not PORT_NAME.fullmatch(self.port)):
+            raise ValueError(
+                f"port {self.port!r} is neither a number nor a container port's name (1-15 of a-z 0-9 -, "
+                "with a letter)"
+            )
+        if self.end_port is not None:
+            if not isinstance(self.port, int):
+                raise ValueError("endPort needs a numeric port")
+            if not self.port <= self.end_port <= 65535:
+                raise ValueError(f"endPort {self.end_port} is not between port {self.port} and 65535")
+        return self
+
+
+class IngressRule(_Strict):
+    ports: tuple[Port, ...] = Field(default=(), max_length=MAX_PORTS)
+    peers: tuple[Peer, ...] = Field(default=(), alias="from", max_length=MAX_PEERS)
+
+
+class EgressRule(_Strict):
+    ports: tuple[Port, ...] = Field(default=(), max_length=MAX_PORTS)
+    peers: tuple[Peer, ...] = Field(default=(), alias="to", max_length=MAX_PEERS)
+
+
+class PolicySpec(_Strict):
+    pod_selector: LabelSelector = Field(alias="podSelector")
+    policy_types: tuple[Literal["Ingress", "Egress"], ...] = Field(default=(), alias="policyTypes")
+    ingress: tuple[IngressRule, ...] = Field(default=(), max_length=MAX_RULES)
+    egress: tuple[EgressRule, ...] = Field(default=(), max_length=MAX_RULES)
+
+    @property
+    def isolates_ingress(self) -> bool:
+        """NetworkPolicy's rule: Ingress unless policyTypes says otherwise."""
+        return "Ingress" in self.policy_types or not self.policy_types
+
+    @property
+    def isolates_egress(self) -> bool:
+        return "Egress" in self.policy_types or (not self.policy_types and bool(self.egress))
+
+
+def netclaim_networks(annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """The netclaim networks the policy-for annotation names (spaces ignored, as multi-networkpolicy does);
+    other names are Multus's. A name after `netclaim.dev/` that no network can have is kept as it is
+    written: the policy still names netclaim, and unknown_networks says why it selects nothing there."""
+    names = annotations.get(POLICY_FOR, "").replace(" ", "").split(",")
+    return tuple(
+        sorted({n.removeprefix(NETWORK_PREFIX) for n in names if n.startswith(NETWORK_PREFIX)} - {""})
+    )
+
+
+def malformed_networks(networks: tuple[str, ...]) -> tuple[str, ...]:
+    """The names of `networks` that no NIC's `netclaim.dev/network` attribute can hold."""
+    return tuple(n for n in networks if not NETWORK_NAME.fullmatch(n))
+
+
+def read_policy_spec(spec: Any, where: str) -> PolicySpec:
+    """The spec, or a ConfigError naming each field that cannot be read (`where` names the policy)."""
+    try:
+        return PolicySpec.model_validate(spec)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(where, err, "spec")) from None

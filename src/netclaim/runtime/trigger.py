@@ -1,0 +1,94 @@
+"""When a program's loops run: a coalescing trigger, passes paced by their own cost, watches that fire
+the passes they concern, and a periodic resync."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+REST_FACTOR = 4.0  # after a paced pass, rest this many times its duration
+
+
+class Trigger:
+    """A coalescing wake-up: many fire() calls before the next wait() make one pass. A fire that says
+    `compare=False` (a change on the node only) lets the pass leave the API alone when the devices it finds
+    are those it last published; any other fire makes the pass compare them with the slices."""
+
+    def __init__(self, settle: float = 0.1, interval: float = 0.0) -> None:
+        self.settle = settle  # a burst of fires becomes one pass
+        self.interval = interval  # the least time from one pass's start to the next's
+        self._event = asyncio.Event()
+        self._last_pass = -math.inf
+        self._compare = False
+
+    def fire(self, compare: bool = True) -> None:
+        self._compare = self._compare or compare
+        self._event.set()
+
+    async def wait(self) -> bool:
+        """Whether the pass must compare with the slices."""
+        await self._event.wait()
+        now = asyncio.get_running_loop().time()
+        await asyncio.sleep(max(self.settle, self._last_pass + self.interval - now))
+        self._event.clear()
+        self._last_pass = asyncio.get_running_loop().time()
+        compare, self._compare = self._compare, False
+        return compare
+
+
+async def periodic(trigger: Trigger, seconds: float) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        trigger.fire()
+
+
+class PassClock:
+    """When the last successful pass of a reconciler started: what a quarantine waits for."""
+
+    def __init__(self) -> None:
+        self.started = float("-inf")
+
+    def timed(self, one_pass: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            started = time.monotonic()
+            await one_pass()
+            self.started = max(self.started, started)
+
+        return run
+
+    def since(self, moment: float) -> bool:
+        return self.started >= moment
+
+
+async def paced_pass(trigger: Trigger, one_pass: Callable[[], Awaitable[None]]) -> None:
+    """One pass once triggered, then a rest of REST_FACTOR times its duration. A pass that fails leaves
+    the trigger fired: the next one (after the supervisor's backoff) does not wait for another change."""
+    await trigger.wait()
+    started = time.monotonic()
+    try:
+        await one_pass()
+    except BaseException:
+        trigger.fire()
+        raise
+    await asyncio.sleep(REST_FACTOR * (time.monotonic() - started))
+
+
+async def fire_on_changes(
+    changes: Callable[[], AsyncIterator[T]], *routes: tuple[Trigger, Callable[[T], bool]]
+) -> None:
+    """Fire every route's trigger once connected (whatever happened meanwhile, reconcile once), then, at
+    each change, the triggers of the routes it concerns: one watch serves several passes."""
+    for trigger, _ in routes:
+        trigger.fire()
+    async for changed in changes():
+        for trigger, concerns in routes:
+            if concerns(changed):
+                trigger.fire()
+
+
+def always(_: object) -> bool:
+    return True

@@ -1,1 +1,0 @@
-"""What the controller keeps for Services over netclaim networks (docs/services.md)."""
