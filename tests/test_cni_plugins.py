@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.cni import CniRunner, Invocation, cni_args, host_local_reservations
+from netclaim.adapters.cni import CniRunner
+from netclaim.core.node import Invocation, cni_args
 from netclaim.errors import CniError, CniNotReadyError
 from netclaim_lab import binaries
 from netclaim_lab.node import DEBIAN_CNI_DIR
@@ -78,7 +79,7 @@ def test_check_finds_an_address_removed_by_hand(kind: str, master: str, pod: str
         asyncio.run(runner.check(conflist, _invocation(pod), result, _deadline()))
     assert (found.value.plugin, found.value.command) == ("macvlan", "CHECK")
     asyncio.run(runner.delete(conflist, _invocation(pod), result, _deadline()))
-    assert host_local_reservations(conflist) == set()
+    assert runner.host_local_reservations(conflist) == set()
 
 
 def test_status_says_when_the_ipam_plugin_is_gone_and_1_0_chains_are_not_asked(
@@ -104,7 +105,7 @@ def test_gc_removes_a_stale_reservation_and_keeps_the_live_one(master: str, pod:
     live = result["ips"][0]["address"].split("/")[0]
     stale = tmp_path / "ipam" / "check-net" / "10.77.0.50"
     stale.write_text("sandbox-gone\r\nnet1")  # as host-local writes one, for a sandbox whose DEL never came
-    assert host_local_reservations(conflist) == {live, "10.77.0.50"}
+    assert runner.host_local_reservations(conflist) == {live, "10.77.0.50"}
     asyncio.run(runner.gc(conflist, [("sandbox-1", "net1")], _deadline()))
-    assert host_local_reservations(conflist) == {live}
+    assert runner.host_local_reservations(conflist) == {live}
     asyncio.run(runner.delete(conflist, _invocation(pod), result, _deadline()))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from netclaim.adapters import netlink
+from netclaim.core.node import Link, LinkChange
 from netclaim.errors import KernelError
 
 
@@ -114,9 +115,9 @@ async def test_an_interface_made_without_dad_has_its_ipv6_address_at_once_and_th
     assert "tentative" in _ip(netns, "-6", "addr", "show", "dev", "later")  # DAD lasts at least 1 s
 
 
-async def _changes_of(events: netlink.LinkEvents, index: int) -> list[netlink.LinkChange]:
+async def _changes_of(events: netlink.LinkEvents, index: int) -> list[LinkChange]:
     """The link events for `index` in the batches that arrive within half a second."""
-    found: list[netlink.LinkChange] = []
+    found: list[LinkChange] = []
     with contextlib.suppress(TimeoutError):
         while True:
             batch = await asyncio.wait_for(events.next_batch(), 0.5)
@@ -157,7 +158,7 @@ async def test_a_nic_whose_peer_goes_down_loses_its_carrier_and_the_kernel_count
     _ip(netns, "link", "set", "v1", "up")
     _ip(netns, "link", "set", "v2", "up")
 
-    async def v1() -> netlink.Link:
+    async def v1() -> Link:
         [found] = [link for link in await netlink.links(netns) if link.name == "v1"]
         return found
 
@@ -191,14 +192,14 @@ async def test_a_quiet_links_new_link_events_are_dropped_and_its_deletion_is_not
         _ip(netns, "link", "set", "v1", "up")
         _ip(netns, "addr", "add", "10.9.1.2/24", "dev", "v1")
         _ip(netns, "addr", "add", "10.9.2.2/24", "dev", "v2")
-        seen: list[netlink.LinkChange] = []
+        seen: list[LinkChange] = []
         with contextlib.suppress(TimeoutError):
             while True:
                 seen += await asyncio.wait_for(events.next_batch(), 0.5)
         assert {(c.event, c.index) for c in seen} == {("RTM_NEWLINK", v2.index), ("RTM_NEWADDR", v2.index)}
         assert any(c.link is not None and c.link.mtu == 1300 for c in seen), "v2's change, decoded"
         _ip(netns, "link", "del", "v1")  # and its peer v2
-        gone: list[netlink.LinkChange] = []
+        gone: list[LinkChange] = []
         with contextlib.suppress(TimeoutError):
             while True:
                 gone += await asyncio.wait_for(events.next_batch(), 0.5)

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from netclaim.adapters import nftables as nft
-from netclaim.core.policy import ruleset as nftables
+from netclaim.core.policy import ruleset as rulesets
 from netclaim.core.policy.rules import Allow, Direction, NetworkRules, PolicyObject, PortMatch, pod_rules
 from netclaim.core.policy.spec import read_policy_spec
 from netclaim.errors import ConfigError, KernelError
@@ -119,7 +119,7 @@ async def test_only_what_the_policy_allows_reaches_net1_and_eth0_is_untouched(po
     open_before = {port: _reach(client, "10.9.1.3", "10.9.1.1", port) for port in (5432, 8080)}
     assert open_before == {5432: "open", 8080: "open"}
     allows = (Allow(("10.9.1.2/32", "fd09::2/128"), (), (PortMatch("TCP", 5432, 5432),)),)
-    await nft.apply(netns, nftables.ruleset({"net1": NetworkRules(ingress=Direction(allows, ("team-a/p",)))}))
+    await nft.apply(netns, rulesets.ruleset({"net1": NetworkRules(ingress=Direction(allows, ("team-a/p",)))}))
     seen = {
         "allowed peer, allowed port": _reach(client, "10.9.1.2", "10.9.1.1", 5432),
         "allowed peer, other port": _reach(client, "10.9.1.2", "10.9.1.1", 8080),
@@ -135,7 +135,7 @@ async def test_only_what_the_policy_allows_reaches_net1_and_eth0_is_untouched(po
         "primary interface, any port": "open",
     }
     assert not _pings(client, "10.9.1.1", "10.9.1.2") and _pings(client, "10.9.2.1", "10.9.2.2")
-    shown = await nft.table(netns, nftables.FAMILY, nftables.NAME)
+    shown = await nft.table(netns, rulesets.FAMILY, rulesets.NAME)
     jumps = [o["rule"]["expr"] for o in shown if "rule" in o and o["rule"]["chain"] == "input"]
     assert jumps == [
         [
@@ -146,9 +146,9 @@ async def test_only_what_the_policy_allows_reaches_net1_and_eth0_is_untouched(po
     assert "eth0" not in json.dumps(shown)
 
     started = time.monotonic()
-    await nft.apply(netns, nftables.ruleset({"net1": NetworkRules()}))  # nothing isolated: the table goes
+    await nft.apply(netns, rulesets.ruleset({"net1": NetworkRules()}))  # nothing isolated: the table goes
     assert time.monotonic() - started < nft.TIMEOUT_SECONDS
-    assert await nft.table(netns, nftables.FAMILY, nftables.NAME) == []
+    assert await nft.table(netns, rulesets.FAMILY, rulesets.NAME) == []
     assert _reach(client, "10.9.1.3", "10.9.1.1", 8080) == "open" and _pings(client, "10.9.1.1", "10.9.1.2")
 
 
@@ -156,7 +156,7 @@ async def test_egress_and_an_ip_block_with_except(pod: tuple[str, str]) -> None:
     netns, client = pod
     allows = (Allow(("10.9.1.0/24",), ("10.9.1.3/32",)),)
     await nft.apply(
-        netns, nftables.ruleset({"net1": NetworkRules(egress=Direction(allows, ("team-a/out",)))})
+        netns, rulesets.ruleset({"net1": NetworkRules(egress=Direction(allows, ("team-a/out",)))})
     )
     pod_ns = Path(netns).name
     assert _pings(pod_ns, "10.9.1.2")
@@ -168,13 +168,13 @@ async def test_egress_and_an_ip_block_with_except(pod: tuple[str, str]) -> None:
 async def test_a_batch_nft_refuses_changes_nothing(pod: tuple[str, str]) -> None:
     netns, _ = pod
     allows = (Allow(("10.9.1.2/32",)),)
-    good = nftables.ruleset({"net1": NetworkRules(ingress=Direction(allows, ("team-a/p",)))})
+    good = rulesets.ruleset({"net1": NetworkRules(ingress=Direction(allows, ("team-a/p",)))})
     await nft.apply(netns, good)
-    before = await nft.table(netns, nftables.FAMILY, nftables.NAME)
+    before = await nft.table(netns, rulesets.FAMILY, rulesets.NAME)
     bad = json.loads(json.dumps(good).replace('"10.9.1.2"', '"10.9.1.999"'))
     with pytest.raises(KernelError, match="exit 1"):
         await nft.apply(netns, bad)
-    assert await nft.table(netns, nftables.FAMILY, nftables.NAME) == before
+    assert await nft.table(netns, rulesets.FAMILY, rulesets.NAME) == before
 
 
 def test_random_tenant_policies_leave_the_kernel_with_our_table_and_chains_only(pod: tuple[str, str]) -> None:
@@ -194,7 +194,7 @@ def test_random_tenant_policies_leave_the_kernel_with_our_table_and_chains_only(
             return
         for rules in pod_rules([policy], PODS, {"team-a": {}, "team-b": {"a": "b"}}).values():
             asyncio.run(
-                nft.apply(netns, nftables.ruleset({f"net{i}": r for i, r in enumerate(rules.values(), 1)}))
+                nft.apply(netns, rulesets.ruleset({f"net{i}": r for i, r in enumerate(rules.values(), 1)}))
             )
             listed = json.loads(_run("nsenter", f"--net={netns}", "nft", "-j", "list", "ruleset"))
             objects = [o for o in listed["nftables"] if "metainfo" not in o]

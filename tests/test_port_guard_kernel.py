@@ -21,6 +21,7 @@ import pytest
 from netclaim.adapters import nftables as nft
 from netclaim.adapters import tc
 from netclaim.agent.pods.guard import Binding, elements, elements_of, link_local, skeleton
+from netclaim.core.node import BROADCAST, CHILDREN
 from tests.conftest import require_root_prerequisites
 
 NIC = "nic0"
@@ -128,13 +129,13 @@ class Segment:
 
     async def hairpin(self, pods: tuple[Pod, ...]) -> None:
         live = await tc.ours(NIC, self.node)  # made anew beside what is there, as the guard does
-        free = [priority for priority in tc.CHILDREN if priority not in live]
+        free = [priority for priority in CHILDREN if priority not in live]
         children = dict(zip(free, (p.mac for p in pods), strict=False))
         await tc.change(
             NIC,
             children,
-            live - {tc.BROADCAST},
-            broadcast=True if tc.BROADCAST not in live else None,
+            live - {BROADCAST},
+            broadcast=True if BROADCAST not in live else None,
             netns=self.node,
         )
 
@@ -143,7 +144,7 @@ class Segment:
         await nft.apply(self.node, {"nftables": [{"add": {"table": table}}, {"delete": {"table": table}}]})
         live = await tc.ours(NIC, self.node)
         await tc.change(
-            NIC, {}, live - {tc.BROADCAST}, broadcast=False if tc.BROADCAST in live else None, netns=self.node
+            NIC, {}, live - {BROADCAST}, broadcast=False if BROADCAST in live else None, netns=self.node
         )
 
 
@@ -247,10 +248,10 @@ def test_a_pod_sends_only_as_itself_once_the_nic_is_guarded(segment: Segment) ->
 def test_a_childs_filter_comes_and_goes_alone_and_the_last_child_takes_the_mirror(segment: Segment) -> None:
     a, v, c = segment.attacker, segment.victim, segment.client
     asyncio.run(segment.guard())
-    assert asyncio.run(tc.ours(NIC, segment.node)) == {tc.BROADCAST, *tc.CHILDREN[:3]}
+    assert asyncio.run(tc.ours(NIC, segment.node)) == {BROADCAST, *CHILDREN[:3]}
     assert a.pings(v.v4)
-    asyncio.run(tc.change(NIC, {}, [tc.CHILDREN[1]], netns=segment.node))  # the victim's filter alone
-    assert asyncio.run(tc.ours(NIC, segment.node)) == {tc.BROADCAST, tc.CHILDREN[0], tc.CHILDREN[2]}
+    asyncio.run(tc.change(NIC, {}, [CHILDREN[1]], netns=segment.node))  # the victim's filter alone
+    assert asyncio.run(tc.ours(NIC, segment.node)) == {BROADCAST, CHILDREN[0], CHILDREN[2]}
     assert not a.pings(v.v4) and a.pings(c.v4)  # VEPA without its hairpin filter: the wire reflects nothing
     asyncio.run(segment.unguard())
     assert asyncio.run(tc.ours(NIC, segment.node)) == set()

@@ -300,8 +300,8 @@ class FakeKubeApi(
 # ---------------
 
 
-from netclaim.adapters import netlink as real_netlink  # noqa: E402
 from netclaim.core.devices.nic import NetworkInterface  # noqa: E402
+from netclaim.core.node import Link, LinkChange  # noqa: E402
 
 
 @dataclass
@@ -328,21 +328,19 @@ class FakeInventory:
 
 @dataclass
 class FakeNetlink:
-    """Stands in for the `netlink` module inside netclaim.agent.publish.inventory (monkeypatch it there):
-    links, addresses and default routes from these fields; `batches` feeds LinkEvents().next_batch()."""
+    """The node's links as the inventory reads them (netclaim.core.node.NodeLinks): links, addresses and
+    default routes from these fields; `batches` feeds link_events().next_batch()."""
 
-    Link = real_netlink.Link
-
-    known_links: list[real_netlink.Link] = field(default_factory=list)
+    known_links: list[Link] = field(default_factory=list)
     known_addresses: dict[int, list[ipaddress.IPv4Interface | ipaddress.IPv6Interface]] = field(
         default_factory=dict
     )
     default_route: set[int] = field(default_factory=set)
-    batches: asyncio.Queue[list[real_netlink.LinkChange]] = field(default_factory=asyncio.Queue)
+    batches: asyncio.Queue[list[LinkChange]] = field(default_factory=asyncio.Queue)
     subscriptions: list[str] = field(default_factory=list)  # "open" / "close" of each LinkEvents
     quieted: int = 0  # link events dropped before decoding
 
-    async def links(self, netns: str | None = None) -> list[real_netlink.Link]:
+    async def links(self, netns: str | None = None) -> list[Link]:
         return list(self.known_links)
 
     async def addresses(
@@ -353,8 +351,7 @@ class FakeNetlink:
     async def default_route_interfaces(self, netns: str | None = None) -> set[int]:
         return set(self.default_route)
 
-    def LinkEvents(self, quiet: Callable[[int], bool] | None = None) -> FakeLinkEvents:
-        """Named like the class it stands in for: inventory calls `netlink.LinkEvents()`."""
+    def link_events(self, quiet: Callable[[int], bool] | None = None) -> FakeLinkEvents:
         return FakeLinkEvents(self, quiet)
 
 
@@ -373,7 +370,7 @@ class FakeLinkEvents:
     async def __aexit__(self, *_: object) -> None:
         self.netlink.subscriptions.append("close")
 
-    async def next_batch(self) -> list[real_netlink.LinkChange]:
+    async def next_batch(self) -> list[LinkChange]:
         batch = await self.netlink.batches.get()
         passed = [c for c in batch if not (c.event != "RTM_DELLINK" and self.quiet and self.quiet(c.index))]
         self.netlink.quieted += len(batch) - len(passed)
@@ -385,17 +382,12 @@ class FakeLinkEvents:
 import contextlib  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import pytest  # noqa: E402
-
-from netclaim.adapters.cni import CniRunner, Invocation  # noqa: E402
-from netclaim.adapters.netlink import InterfaceState  # noqa: E402
-from netclaim.adapters.nri import PodSandbox  # noqa: E402
+from netclaim.adapters.cni import CniRunner  # noqa: E402
 from netclaim.agent.claims.gather import Gatherer  # noqa: E402
 from netclaim.agent.claims.metadata import DeviceMetadataFiles  # noqa: E402
 from netclaim.agent.claims.prepare import Preparer  # noqa: E402
 from netclaim.agent.claims.reclaim import Reclaimer  # noqa: E402
 from netclaim.agent.claims.unprepare import Unpreparer  # noqa: E402
-from netclaim.agent.pods import attach as attach_module  # noqa: E402
 from netclaim.agent.pods.attach import Attacher, PodLocks  # noqa: E402
 from netclaim.agent.pods.check import AttachmentChecker  # noqa: E402
 from netclaim.agent.pods.hooks import PodHooks  # noqa: E402
@@ -405,6 +397,7 @@ from netclaim.agent.store import Attachment, State, Store  # noqa: E402
 from netclaim.core.config.cniconfig import CNI_VERSIONS, speaks_lifecycle  # noqa: E402
 from netclaim.core.devices.catalog import BANDWIDTH, Capacity, Device, DeviceCatalog  # noqa: E402
 from netclaim.core.ipam.addresses import AddressBook  # noqa: E402
+from netclaim.core.node import InterfaceState, Invocation, PodSandbox  # noqa: E402
 from netclaim.core.objects import AllocatedDevice, DeviceConfig, PodRef  # noqa: E402
 from netclaim.core.plan import (  # noqa: E402
     POOL_IPAM,
@@ -427,7 +420,7 @@ CNI_VERSIONS_SPOKEN = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 
 @dataclass
 class FakePodNetlink:
-    """Stands in for the `netlink` module inside netclaim.agent.pods.attach (monkeypatch it there): the
+    """The interfaces as attaching reads and sets them (netclaim.core.node.PodLinks): the
     interfaces of the node (netns None) and of pods' namespaces (their path), keyed (netns, name)."""
 
     interfaces: dict[tuple[str | None, str], InterfaceState] = field(default_factory=dict)
@@ -474,6 +467,10 @@ class FakePodNetlink:
             promisc=current.promisc if listening is None else listening,
             allmulti=current.allmulti if listening is None else listening,
         )
+
+    @contextlib.asynccontextmanager
+    async def without_dad(self, netns: str) -> AsyncIterator[None]:
+        yield
 
     def add_host_nic(self, device: Device, *, mtu: int, mac: str) -> None:
         self.interfaces[(None, device.if_name)] = InterfaceState(device.if_name, 2, mac, mtu, ())
@@ -789,9 +786,8 @@ class ConfigureRig:
         return [d for d in found.devices_status if d["driver"] == SAMPLE_DRIVER]
 
 
-def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureRig:
+def configure_rig(tmp_path: Path) -> ConfigureRig:
     netlink = FakePodNetlink()
-    monkeypatch.setattr(attach_module, "netlink", netlink)
     api = FakeKubeApi()
     store = Store(tmp_path / "state")
     cni = FakeCni(netlink)
@@ -799,7 +795,7 @@ def configure_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigureR
     background = Supervisor()
     health: dict[str, bool] = {}
     readiness, networks = PluginReadiness(cni, health.__setitem__), NetworkGate()
-    attacher = Attacher(store, cni, locks, background, readiness, networks)
+    attacher = Attacher(store, cni, netlink, locks, background, readiness, networks)
     status = StatusWriter(api, SAMPLE_DRIVER, store, background, pods=api)
     catalog = DeviceCatalog()
     addresses = AddressBook(api, SAMPLE_NODE)
@@ -890,8 +886,8 @@ def api_status(code: int, message: str, name: str | None = None) -> str:
 
 # --- port security: the node as netclaim.agent.pods.guard writes it ---
 
-from netclaim.adapters import tc  # noqa: E402
 from netclaim.agent.pods.guard import PortGuard  # noqa: E402
+from netclaim.core.node import BROADCAST  # noqa: E402
 
 
 @dataclass
@@ -920,9 +916,9 @@ class Hairpins:
         for priority in remove:
             del held[priority]
         if broadcast:
-            held[tc.BROADCAST] = "*"
+            held[BROADCAST] = "*"
         elif broadcast is False:
-            del held[tc.BROADCAST]
+            del held[BROADCAST]
 
     def macs(self, nic: str) -> set[str]:
         return {mac for mac in self.filters.get(nic, {}).values() if mac != "*"}
@@ -938,15 +934,15 @@ class Recorder:
     old: list[str] = field(default_factory=list)  # tables of an agent before
     hairpins: Hairpins = field(default_factory=Hairpins)
 
-    async def define(self, netns: str, script: str) -> None:
-        assert netns == ""  # the node's own namespace
+    async def define(self, netns: str, script: str, *, check_only: bool = False) -> None:
+        assert netns == "" and not check_only  # the node's own namespace
         name = script.split()[2]
         self.made.append(name)
         self.sets[name] = set()
         self.batches += 1
 
-    async def apply(self, netns: str, batch: dict[str, Any]) -> None:
-        assert netns == ""
+    async def apply(self, netns: str, batch: dict[str, Any], *, check_only: bool = False) -> None:
+        assert netns == "" and not check_only
         self.batches += 1
         for command in batch["nftables"]:
             [(verb, body)] = command.items()
@@ -961,14 +957,15 @@ class Recorder:
     def macs(self, table: str) -> set[str]:
         return {value for name, value in self.sets.get(table, set()) if name == "macs"}
 
-    async def host_mac(self, nic: str) -> str | None:
-        return None if nic == "gone0" else "52:54:00:12:34:56"
+    async def tables(self, netns: str) -> list[tuple[str, str]]:
+        return [("netdev", name) for name in self.old] + [("inet", "netclaim")]  # a pod's, not the guard's
 
-    async def our_tables(self) -> list[str]:
-        return self.old
+    async def interface(
+        self, name: str, netns: str | None = None, sysctls: Mapping[str, str] | None = None
+    ) -> InterfaceState | None:
+        """The node's NICs: all there (with the same MAC) but gone0."""
+        return None if name == "gone0" else InterfaceState(name, 2, "52:54:00:12:34:56", 1500, ())
 
 
 def recorded_guard(store: Store, recorder: Recorder) -> PortGuard:
-    return PortGuard(
-        store, recorder.apply, recorder.define, recorder.hairpins, recorder.host_mac, recorder.our_tables
-    )
+    return PortGuard(store, recorder, recorder.hairpins, recorder)

@@ -10,12 +10,10 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.cni import Invocation, cni_args
-from netclaim.adapters.netlink import InterfaceState
-from netclaim.adapters.nri import PodSandbox
 from netclaim.agent.pods import guard as guard_module
 from netclaim.agent.pods.attach import PodLocks
 from netclaim.agent.store import Attachment, Interface, Outcome, State
+from netclaim.core.node import InterfaceState, Invocation, PodSandbox, cni_args
 from netclaim.errors import AttachError, CniError, KernelError, PodBusyError
 from tests.unit.fakes import ConfigureRig, Recorder, configure_rig, recorded_guard, sample_device, sample_row
 
@@ -24,7 +22,7 @@ EXCLUSIVE_NIC = sample_device("enp7s0", shared=False, mtu=9000, mac="52:54:00:00
 
 @pytest.fixture
 def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
-    built = configure_rig(tmp_path, monkeypatch)
+    built = configure_rig(tmp_path)
     yield built
     built.store.close()
 
@@ -388,14 +386,15 @@ async def test_an_address_only_the_add_tells_is_bound_right_after_the_attach_and
     refusals = [KernelError("nft -j -f -: exit 1: Error: Could not process rule: Device or resource busy")]
 
     returned = asyncio.Event()
+    record = recorder.apply
 
-    async def busy_once(netns: str, made: dict[str, Any]) -> None:
+    async def busy_once(netns: str, made: dict[str, Any], *, check_only: bool = False) -> None:
         await returned.wait()  # the attach does not wait for it
         if refusals:
             raise refusals.pop()
-        await recorder.apply(netns, made)
+        await record(netns, made)
 
-    guard.apply = busy_once
+    recorder.apply = busy_once  # type: ignore[method-assign,assignment]
     sandbox = rig.sandbox()
     attached = await _attached(rig, sample_row(), sandbox)  # sample_row: host-local 10.90.0.0/24
     assert recorder.sets == {}

@@ -21,7 +21,7 @@ BROKEN = CniError("macvlan", "CHECK", 999, "interface net1 is missing address 10
 
 @pytest.fixture
 def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
-    built = configure_rig(tmp_path, monkeypatch)
+    built = configure_rig(tmp_path)
     built.api.add_claim(sample_claim((), ()))
     yield built
     built.store.close()

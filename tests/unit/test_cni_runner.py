@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.adapters.cni import CniRunner, Invocation
+from netclaim.adapters.cni import CniRunner
+from netclaim.core.node import Invocation
 from netclaim.core.plan import with_node_defaults
 from netclaim.errors import CniError, CniNotReadyError, CniTryAgainError, ConfigError, TransientError
 

@@ -136,7 +136,7 @@ def _rig_with_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[fak
     """configure/ with the gate writing to tmp_path/cdi, and one claim of one NIC."""
     nic = sample_device("enp1s0")
     claim = sample_claim((sample_allocation(nic, "net"),), (sample_config(VALID_CONFIG, requests=("net",)),))
-    rig = configure_rig(tmp_path, monkeypatch)
+    rig = configure_rig(tmp_path)
     rig.catalog.update([nic])
     rig.api.add_claim(claim)
     rig.preparer.gate = rig.unpreparer.gate = CdiGate(tmp_path / "cdi")

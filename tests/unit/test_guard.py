@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters import tc
 from netclaim.agent.pods.guard import (
     Binding,
     binding_of,
@@ -22,6 +21,7 @@ from netclaim.agent.pods.guard import (
 )
 from netclaim.agent.store import Interface, Outcome, State, Store
 from netclaim.core.devices.catalog import PORT_SECURITY
+from netclaim.core.node import BROADCAST, CHILDREN
 from netclaim.core.objects import AllocatedDevice
 from netclaim.core.plan import child_mac, guarded_child
 from netclaim.errors import KernelError
@@ -102,7 +102,7 @@ async def test_a_nics_table_is_made_once_then_only_what_changes_is_written(tmp_p
     await guard.follow(["enp1s0"])  # prepare: the row stored, its child not made yet
     assert recorder.made == ["netclaim-enp1s0"] and recorder.macs("netclaim-enp1s0") == {MAC}
     assert ("host", "52:54:00:12:34:56") in recorder.sets["netclaim-enp1s0"]
-    assert recorder.hairpins.macs("enp1s0") == {MAC} and tc.BROADCAST in recorder.hairpins.filters["enp1s0"]
+    assert recorder.hairpins.macs("enp1s0") == {MAC} and BROADCAST in recorder.hairpins.filters["enp1s0"]
     writes = (recorder.batches, recorder.hairpins.batches)
     await guard.follow(["enp1s0"])
     assert (recorder.batches, recorder.hairpins.batches) == writes  # unchanged: nothing written
@@ -135,15 +135,15 @@ async def test_after_a_restart_every_nic_is_made_again_and_an_old_table_of_a_gon
     tmp_path: Path,
 ) -> None:
     store, recorder = Store(tmp_path), Recorder(old=["netclaim-enp9s0", "netclaim-gone0"])
-    recorder.hairpins.filters["enp1s0"] = {tc.BROADCAST: "*", tc.CHILDREN[0]: "02:00:00:00:00:99"}  # left
+    recorder.hairpins.filters["enp1s0"] = {BROADCAST: "*", CHILDREN[0]: "02:00:00:00:00:99"}  # left
     await store.put(_row(mac=MAC))
     await recorded_guard(store, recorder).start()
     assert sorted(recorder.made) == ["netclaim-enp1s0", "netclaim-enp9s0"]  # whatever an agent before wrote
     assert "netclaim-gone0" not in recorder.sets  # its NIC is gone: deleted
     assert recorder.macs("netclaim-enp1s0") == {MAC} and recorder.macs("netclaim-enp9s0") == set()
     assert recorder.hairpins.filters["enp1s0"] == {
-        tc.BROADCAST: "*",
-        tc.CHILDREN[1]: MAC,
+        BROADCAST: "*",
+        CHILDREN[1]: MAC,
     }  # made before break
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.adapters.cni import CniRunner, cni_args
-from netclaim.adapters.nri import PodSandbox
+from netclaim.adapters.cni import CniRunner
 from netclaim.agent.pods.policy import PolicyEnforcer
 from netclaim.agent.status import NETWORK_STATUS, ClaimRef
 from netclaim.agent.store import Attachment, Outcome, State
+from netclaim.core.node import PodSandbox, cni_args
 from netclaim.errors import AttachError, CniError, HostNetworkPodError, PodBusyError
 from tests.unit.fakes import ConfigureRig, configure_rig, sample_claim, sample_device, sample_row
 from tests.unit.test_policy_enforcer import DELETE_ONLY, FakeRules, Recorder, _guard
@@ -27,7 +27,7 @@ BUDGET = 30.0
 
 @pytest.fixture
 def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
-    built = configure_rig(tmp_path, monkeypatch)
+    built = configure_rig(tmp_path)
     built.api.add_claim(sample_claim((), ()))
     yield built
     built.store.close()

@@ -12,10 +12,10 @@ from typing import cast
 
 import pytest
 
-from netclaim.adapters.netlink import Link, LinkChange
 from netclaim.agent.publish.inventory import FileInventory, NodeInventory, Sysfs, _apply_override, cni_bridges
 from netclaim.core.config.overrides import load_overrides
 from netclaim.core.devices.nic import NetworkInterface
+from netclaim.core.node import Link, LinkChange
 from netclaim.errors import ConfigError
 from tests.unit.fakes import FakeNetlink
 
@@ -169,8 +169,8 @@ def link(index: int, name: str, kind: str = "", *, master: int | None = None, lo
 
 
 @pytest.fixture
-def fake_netlink(monkeypatch: pytest.MonkeyPatch) -> FakeNetlink:
-    netlink = FakeNetlink(
+def fake_netlink() -> FakeNetlink:
+    return FakeNetlink(
         known_links=[
             link(1, "lo", loopback=True),
             link(2, "eth0"),
@@ -190,11 +190,9 @@ def fake_netlink(monkeypatch: pytest.MonkeyPatch) -> FakeNetlink:
         },
         default_route={2},
     )
-    monkeypatch.setattr("netclaim.agent.publish.inventory.netlink", netlink)
-    return netlink
 
 
-def _node_inventory(tmp_path: Path) -> NodeInventory:
+def _node_inventory(tmp_path: Path, netlink: FakeNetlink) -> NodeInventory:
     _fake_sysfs(tmp_path / "sys")
     cni = tmp_path / "cni"
     cni.mkdir()
@@ -205,13 +203,13 @@ def _node_inventory(tmp_path: Path) -> NodeInventory:
         "  enp0s10: {speed: 10G, numaNode: 0, pcieRoot: pci0000:5d, driver: fake}\n"
         "  absent0: {speed: 1G}\n"
     )
-    return NodeInventory(overrides, cni, Sysfs(tmp_path / "sys"))
+    return NodeInventory(netlink, overrides, cni, Sysfs(tmp_path / "sys"))
 
 
 async def test_scan_says_why_an_interface_is_never_published(
     tmp_path: Path, fake_netlink: FakeNetlink
 ) -> None:
-    interfaces = await _node_inventory(tmp_path).scan()
+    interfaces = await _node_inventory(tmp_path, fake_netlink).scan()
     assert [i.name for i in interfaces] == sorted(link.name for link in fake_netlink.known_links)
     reasons = {i.name: i.never_publish for i in interfaces}
     assert reasons == {
@@ -230,7 +228,7 @@ async def test_scan_says_why_an_interface_is_never_published(
 
 
 async def test_scan_joins_netlink_sysfs_and_overrides(tmp_path: Path, fake_netlink: FakeNetlink) -> None:
-    by_name = {i.name: i for i in await _node_inventory(tmp_path).scan()}
+    by_name = {i.name: i for i in await _node_inventory(tmp_path, fake_netlink).scan()}
     assert by_name["ens1f0"] == NetworkInterface(
         name="ens1f0",
         index=3,
@@ -262,7 +260,7 @@ async def test_scan_joins_netlink_sysfs_and_overrides(tmp_path: Path, fake_netli
 
 
 async def test_scan_refuses_a_bad_overrides_file(tmp_path: Path, fake_netlink: FakeNetlink) -> None:
-    inventory = _node_inventory(tmp_path)
+    inventory = _node_inventory(tmp_path, fake_netlink)
     assert inventory.overrides_file is not None
     inventory.overrides_file.write_text("apiVersion: netclaim.dev/v1alpha1\nkind: NicOverrides\nnics: {}\n")
     with pytest.raises(ConfigError, match=r"overrides\.yaml"):
@@ -270,7 +268,7 @@ async def test_scan_refuses_a_bad_overrides_file(tmp_path: Path, fake_netlink: F
 
 
 async def test_node_inventory_changes_follow_netlink_batches(fake_netlink: FakeNetlink) -> None:
-    changes = NodeInventory().changes()
+    changes = NodeInventory(fake_netlink).changes()
     assert isinstance(changes, AsyncGenerator)
     fake_netlink.batches.put_nowait([LinkChange("RTM_NEWLINK", 7, name="eth7")])
     fake_netlink.batches.put_nowait(
@@ -288,7 +286,7 @@ async def test_the_primary_networks_links_and_link_local_addresses_change_nothin
 ) -> None:
     """Before, every pod's host-side veth (and the link-local address the kernel gives it) woke a rescan of
     the node: ≈ 10 ms of the agent's CPU for a pod that asked nothing of netclaim."""
-    inventory = NodeInventory(sysfs=Sysfs(tmp_path))
+    inventory = NodeInventory(fake_netlink, sysfs=Sysfs(tmp_path))
     await inventory.scan()  # the fixture's links: ens1f0 (3) may be published, cni0 (11) may not
     changes = cast(AsyncGenerator[None], inventory.changes())
     ignored = [
@@ -316,7 +314,7 @@ async def test_the_primary_networks_links_are_dropped_undecoded_after_their_firs
     """Decoding the dozen RTM_NEWLINK of each pod's veth was a tenth of the agent's CPU in a burst: the
     links a scan (or a first event) found named as the primary network's are dropped by index, until their
     RTM_DELLINK frees the index for another link."""
-    inventory = NodeInventory(sysfs=Sysfs(tmp_path))
+    inventory = NodeInventory(fake_netlink, sysfs=Sysfs(tmp_path))
     await inventory.scan()  # the fixture's veth1a2b (8), cali0c1d (9) and cni0 (11)
     changes = cast(AsyncGenerator[None], inventory.changes())
     fake_netlink.batches.put_nowait([LinkChange("RTM_NEWLINK", index, name="x") for index in (8, 9, 11)])
@@ -345,7 +343,7 @@ async def test_a_nics_own_event_that_changes_nothing_scanned_wakes_no_rescan(
 ) -> None:
     """A macvlan made on a NIC and moved into a pod gives the NIC two RTM_NEWLINK that alter nothing the
     scan reads; every attach and every detach cost the node a rescan."""
-    inventory = NodeInventory(sysfs=Sysfs(tmp_path))
+    inventory = NodeInventory(fake_netlink, sysfs=Sysfs(tmp_path))
     await inventory.scan()
     changes = cast(AsyncGenerator[None], inventory.changes())
     as_scanned = link(3, "ens1f0")

@@ -28,13 +28,13 @@ from netclaim._proto import (
 from netclaim.adapters.kubeletplugin import (
     SUPPORTED_VERSIONS,
     KubeletPlugin,
-    PreparedDevice,
     _DraService,
     serve,
     socket_paths,
 )
 from netclaim.agent.status import ClaimRef
 from netclaim.core.devices.catalog import LINK_DOWN, Device, DeviceCatalog, Taint
+from netclaim.core.node import PreparedDevice
 from netclaim.errors import (
     ApiRejectedError,
     ApiUnavailableError,
@@ -195,7 +195,7 @@ NIC = sample_device("enp1s0")
 
 @pytest.fixture
 def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
-    built = configure_rig(tmp_path, monkeypatch)
+    built = configure_rig(tmp_path)
     built.catalog.update([NIC])
     yield built
     built.store.close()

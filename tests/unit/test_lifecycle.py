@@ -43,7 +43,7 @@ OTHER = _at_1_1(
 
 @pytest.fixture
 def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
-    built = configure_rig(tmp_path, monkeypatch)
+    built = configure_rig(tmp_path)
     built.api.add_claim(sample_claim((), ()))
     yield built
     built.store.close()

@@ -34,7 +34,7 @@ FROM_TEMPLATE = replace(CLAIM, pod_claim_name="fabric")
 
 @pytest.fixture
 def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
-    built = configure_rig(tmp_path, monkeypatch)
+    built = configure_rig(tmp_path)
     built.catalog.update([NIC])
     yield built
     built.store.close()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from netclaim.core.ipam.published import PublishedAddresses
-from netclaim.core.policy import ruleset as nftables
+from netclaim.core.policy import ruleset as rulesets
 from netclaim.core.policy.rules import (
     Allow,
     Direction,
@@ -141,7 +141,7 @@ def test_the_peers_of_one_port_list_are_one_allow_however_many_pods_they_are() -
     by_peer, block = sorted(direction.allows, key=lambda a: a.excepts)
     assert block == Allow(("10.9.0.0/16",), ("10.9.1.0/24",), port)  # its except kept to it
     assert by_peer.ports == port and len(by_peer.cidrs) == 40  # both families of the 20 clients
-    assert nftables.counted({"net1": NetworkRules(ingress=direction)}) == (3, 1)  # IPv4 set, IPv6 set, block
+    assert rulesets.counted({"net1": NetworkRules(ingress=direction)}) == (3, 1)  # IPv4 set, IPv6 set, block
 
 
 def test_named_ports_are_the_selected_pods_for_ingress_and_each_peers_for_egress() -> None:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netclaim.core.policy import ruleset as nftables
+from netclaim.core.policy import ruleset as rulesets
 from netclaim.core.policy.rules import (
     Allow,
     Direction,
@@ -144,7 +144,7 @@ def test_the_ruleset_matches_only_our_interfaces_and_ends_each_isolated_directio
             (PortMatch("TCP", 80, 90), PortMatch("TCP", 85, 100), PortMatch("UDP")),
         ),
     )
-    ruleset = nftables.ruleset(
+    ruleset = rulesets.ruleset(
         {"net1": NetworkRules(ingress=Direction(allows, ("team-a/p",))), "net2": NetworkRules()}
     )
     table = {"family": "inet", "name": "netclaim"}
@@ -181,7 +181,7 @@ def test_the_ruleset_matches_only_our_interfaces_and_ends_each_isolated_directio
         [_source("ip6", {"prefix": {"addr": "fd03::", "len": 64}}), udp, accept],
         [{"drop": None}],
     ]
-    assert nftables.ruleset({"net1": NetworkRules()}) == {
+    assert rulesets.ruleset({"net1": NetworkRules()}) == {
         "nftables": [{"add": {"table": table}}, {"delete": {"table": table}}]
     }
 
@@ -335,11 +335,11 @@ def test_any_policy_the_api_accepts_renders_to_our_table_and_chains_only() -> No
             return
         for rules in pod_rules([policy], PODS, {"team-a": {}, "team-b": {"a": "b"}}).values():
             interfaces = {f"net{i}": r for i, r in enumerate(rules.values(), 1)}
-            ruleset = nftables.ruleset(interfaces)
+            ruleset = rulesets.ruleset(interfaces)
             _only_ours(ruleset)
             json.dumps(ruleset)  # plain JSON: what nft -j reads
             seen["rendered"] += 1
-            seen["allow rules"] += nftables.counted(interfaces)[0]
+            seen["allow rules"] += rulesets.counted(interfaces)[0]
 
     renders_ours()
     # it sampled both sides: hostile values refused, and accepted policies with rules rendered

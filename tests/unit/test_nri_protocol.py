@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 
 from netclaim._proto import nri_pb2, ttrpc_pb2
 from netclaim.adapters import nri
+from netclaim.core.node import PodSandbox
 from netclaim.errors import AttachError, ProtocolError
 from netclaim.runtime import metrics
 from netclaim.runtime.supervisor import Supervisor
@@ -75,19 +76,19 @@ class Hooks:
     calls: list[str] = field(default_factory=list)
     synchronized: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def synchronize(self, pods: list[nri.PodSandbox]) -> None:
+    async def synchronize(self, pods: list[PodSandbox]) -> None:
         self.calls.append(f"synchronize {sorted(p.name for p in pods)}")
         self.synchronized.set()
 
-    async def run_pod_sandbox(self, pod: nri.PodSandbox, budget: float) -> None:
+    async def run_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
         self.calls.append(f"run {pod.name} {budget:.2f}")
         if pod.name == "broken":
             raise AttachError("cannot attach net1")
 
-    async def stop_pod_sandbox(self, pod: nri.PodSandbox, budget: float) -> None:
+    async def stop_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
         self.calls.append(f"stop {pod.name}")
 
-    async def remove_pod_sandbox(self, pod: nri.PodSandbox, budget: float) -> None:
+    async def remove_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
         self.calls.append(f"remove {pod.name}")
 
 
@@ -262,7 +263,7 @@ def test_a_dropped_connection_ends_only_once_its_hooks_in_flight_have_ended() ->
     class StuckHooks(Hooks):
         started: asyncio.Event = field(default_factory=asyncio.Event)
 
-        async def run_pod_sandbox(self, pod: nri.PodSandbox, budget: float) -> None:
+        async def run_pod_sandbox(self, pod: PodSandbox, budget: float) -> None:
             self.started.set()
             try:
                 await asyncio.Event().wait()  # inside ADD, say

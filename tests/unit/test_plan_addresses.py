@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.agent.pods.guard import binding_of
 from netclaim.agent.status import ClaimRef
 from netclaim.core.devices.catalog import Device
 from netclaim.core.ipam.addresses import Grant
 from netclaim.core.ipam.ippool import ADDRESSES, POOLS_POOL, IPPool
+from netclaim.core.node import PreparedDevice
 from netclaim.core.objects import AllocatedDevice, Claim
 from netclaim.core.plan import (
     POOL_IPAM,
@@ -318,7 +318,7 @@ REF = ClaimRef(CLAIM.namespace, CLAIM.name, CLAIM.uid)
 
 @pytest.fixture
 def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
-    built = configure_rig(tmp_path, monkeypatch)
+    built = configure_rig(tmp_path)
     built.catalog.update([NIC, SECOND_NIC])
     built.api.add_pool("lan3", LAN3_SPEC)
     built.api.add_claim(CLAIM)
@@ -485,7 +485,7 @@ async def test_a_prepare_whose_children_cannot_be_bound_leaves_no_row_nor_addres
     """Port security refused (nft failed): kubelet gets the error, and its retry starts from nothing."""
     recorder = Recorder()
 
-    async def refused(netns: str, script: str) -> None:
+    async def refused(netns: str, script: str, *, check_only: bool = False) -> None:
         raise KernelError("nft -f -: exit 1: Error: Could not process rule: No buffer space available")
 
     recorder.define = refused  # type: ignore[method-assign]

@@ -16,7 +16,7 @@ import pytest
 from netclaim.agent.pods.policy import PolicyEnforcer
 from netclaim.agent.status import PodRef
 from netclaim.agent.store import State, Store
-from netclaim.core.policy import ruleset as nftables
+from netclaim.core.policy import ruleset as rulesets
 from netclaim.core.policy.distribution import GUARDS_JSON, RULES_JSON, Guard
 from netclaim.core.policy.rules import Allow, Direction, NetworkRules
 from netclaim.core.policy.spec import LabelSelector
@@ -64,7 +64,7 @@ def _rules(ruleset: dict[str, Any], chain: str) -> list[list[dict[str, Any]]]:
     ]
 
 
-DELETE_ONLY = nftables.ruleset({})
+DELETE_ONLY = rulesets.ruleset({})
 
 
 async def _attached_store(tmp_path: Path) -> Store:

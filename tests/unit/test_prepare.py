@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.agent.claims import prepare as prepare_module
 from netclaim.agent.status import ClaimRef
 from netclaim.agent.store import State
+from netclaim.core.node import PreparedDevice
 from netclaim.core.objects import Claim, PodRef
 from netclaim.core.plan import ClaimInputs, NodeContext, PlannedDevice, plan_claim
 from netclaim.errors import CniError, ConfigError, GoneError, StateStoreError
@@ -44,7 +44,7 @@ REF = ClaimRef(CLAIM.namespace, CLAIM.name, CLAIM.uid)
 
 @pytest.fixture
 def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
-    built = configure_rig(tmp_path, monkeypatch)
+    built = configure_rig(tmp_path)
     built.catalog.update([NIC, SECOND_NIC])
     built.api.add_claim(CLAIM)
     yield built

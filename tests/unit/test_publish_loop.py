@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 import pytest
 
-from netclaim.adapters.netlink import LinkChange
 from netclaim.agent.publish import loop
 from netclaim.agent.publish.health import LinkHealth
 from netclaim.agent.publish.inventory import NodeInventory, Sysfs
@@ -26,6 +25,7 @@ from netclaim.agent.publish.loop import PolicyFile, publish_pass, watch_inventor
 from netclaim.agent.publish.publisher import SlicePublisher
 from netclaim.core.devices.catalog import Device, DeviceCatalog
 from netclaim.core.devices.nic import NetworkInterface
+from netclaim.core.node import LinkChange
 from netclaim.errors import ApiUnavailableError, ConfigError
 from netclaim.runtime import backoff, metrics
 from netclaim.runtime.supervisor import Supervisor
@@ -429,13 +429,12 @@ async def test_the_inventory_watch_fires_once_per_change(supervisor: Supervisor)
 
 
 async def test_netlink_events_of_the_node_inventory_fire_the_trigger(
-    supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    supervisor: Supervisor, tmp_path: Path
 ) -> None:
     netlink = FakeNetlink()
-    monkeypatch.setattr("netclaim.agent.publish.inventory.netlink", netlink)
     trigger = CountingTrigger()
     supervisor.keep(
-        "inventory-watch", partial(watch_inventory, NodeInventory(sysfs=Sysfs(tmp_path)), trigger)
+        "inventory-watch", partial(watch_inventory, NodeInventory(netlink, sysfs=Sysfs(tmp_path)), trigger)
     )
     netlink.batches.put_nowait(
         [LinkChange("RTM_NEWLINK", 5, name="eth5"), LinkChange("RTM_NEWADDR", 5, scope=0)]

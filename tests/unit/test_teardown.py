@@ -46,7 +46,7 @@ TOO_DEEP = "status.allocation.devices.config[0].opaque.parameters: nested deeper
 
 @pytest.fixture
 def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConfigureRig]:
-    built = configure_rig(tmp_path, monkeypatch)
+    built = configure_rig(tmp_path)
     built.catalog.update([NIC, SECOND_NIC])
     built.api.add_claim(CLAIM)
     yield built

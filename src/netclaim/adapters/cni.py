@@ -16,66 +16,22 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from netclaim.adapters import processes
 from netclaim.core.config.cniconfig import speaks_lifecycle
 from netclaim.core.names import PLUGIN_TYPE
+from netclaim.core.node import Invocation, host_local_dirs
 from netclaim.errors import CNI_TRY_AGAIN, CniError, CniTryAgainError, ConfigError, NetclaimError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BIN_DIR = Path("/usr/lib/cni")
-HOST_LOCAL_DATA_DIR = Path("/var/lib/cni/networks")  # host-local's default dataDir
 # How long a plugin's ready answer to STATUS is believed, per network: pods of a network ask once in that
 # time (kubelet itself polls the runtime's network status every 5-10 s; an ADD to a plugin that went
 # unready meanwhile fails with the plugin's own error, and the next STATUS says so)
 STATUS_FRESH_SECONDS = 30.0
-
-
-def host_local_dirs(conflist: dict[str, Any]) -> list[Path]:
-    """The directories where the chain's host-local plugins keep this network's reservations."""
-    dirs: list[Path] = []
-    for plugin in conflist.get("plugins", []):
-        ipam = plugin.get("ipam") if isinstance(plugin, dict) else None
-        if isinstance(ipam, dict) and ipam.get("type") == "host-local":
-            dirs.append(Path(str(ipam.get("dataDir") or HOST_LOCAL_DATA_DIR)) / str(conflist.get("name", "")))
-    return dirs
-
-
-def host_local_reservations(conflist: dict[str, Any]) -> set[str]:
-    """The addresses host-local holds for the network (one file each, named by the address)."""
-    held: set[str] = set()
-    for network in host_local_dirs(conflist):
-        for path in network.glob("*") if network.is_dir() else []:
-            with contextlib.suppress(ValueError):
-                held.add(str(ipaddress.ip_address(path.name)))
-    return held
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """Who the plugins act for: the runtime's container ID, the netns and the interface name."""
-
-    container_id: str
-    netns: str
-    if_name: str
-    args: str  # CNI_ARGS
-
-
-def cni_args(namespace: str, pod: str, sandbox_id: str, pod_uid: str) -> str:
-    return (
-        f"IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod};"
-        f"K8S_POD_INFRA_CONTAINER_ID={sandbox_id};K8S_POD_UID={pod_uid}"
-    )
-
-
-def pod_of_cni_args(args: str) -> tuple[str, str]:
-    """The pod's namespace and name from what cni_args made."""
-    pairs = dict(part.split("=", 1) for part in args.split(";") if "=" in part)
-    return pairs.get("K8S_POD_NAMESPACE", ""), pairs.get("K8S_POD_NAME", "")
 
 
 class CniRunner:
@@ -108,6 +64,15 @@ class CniRunner:
                     reservation.unlink(missing_ok=True)
                     released.append(reservation.name)
         return released
+
+    def host_local_reservations(self, conflist: dict[str, Any]) -> set[str]:
+        """The addresses host-local holds for the network (one file each, named by the address)."""
+        held: set[str] = set()
+        for network in host_local_dirs(conflist):
+            for path in network.glob("*") if network.is_dir() else []:
+                with contextlib.suppress(ValueError):
+                    held.add(str(ipaddress.ip_address(path.name)))
+        return held
 
     def plugin_path(self, kind: str) -> Path:
         """The binary for plugin `kind`, or a ConfigError saying why it cannot run."""

@@ -34,6 +34,7 @@ from netclaim._proto import (
     pluginregistration_grpc,
     pluginregistration_pb2,
 )
+from netclaim.core.node import PreparedDevice
 from netclaim.errors import AddressQuarantinedError, CniError, ConfigError, NetclaimError, TransientError
 from netclaim.runtime import metrics
 from netclaim.runtime.stopping import InFlight
@@ -47,15 +48,6 @@ STOP_GRACE_SECONDS = 2.0  # a call kubelet has under way when the agent stops ge
 CLOSE_WAIT_SECONDS = 0.5  # then the cancelled ones this long to unwind
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
-
-
-@dataclass(frozen=True)
-class PreparedDevice:
-    request: str
-    pool: str
-    device: str
-    share_id: str | None
-    cdi_device_ids: tuple[str, ...] = ()
 
 
 class ClaimPreparer(Protocol):

@@ -19,7 +19,6 @@ import socket
 import struct
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pyroute2 import AsyncIPRoute, IPRoute
@@ -27,6 +26,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_DELADDR, RTM_NEWADDR, RTM_NEWLINK
 from pyroute2.netlink.rtnl.marshal import MarshalRtnl
 
+from netclaim.core.node import InterfaceState, Link, LinkChange
 from netclaim.errors import KernelError
 
 IFF_UP = 0x1
@@ -47,21 +47,6 @@ IFF_PROMISC = 0x100
 IFF_ALLMULTI = 0x200
 T = TypeVar("T")
 
-
-@dataclass(frozen=True)
-class Link:
-    index: int
-    name: str
-    kind: str  # "" for physical devices; veth, macvlan, bridge, bond… for virtual ones
-    mac: str
-    mtu: int
-    up: bool
-    loopback: bool
-    master: int | None
-    operstate: str
-    vf_count: int = 0  # SR-IOV virtual functions enabled (IFLA_NUM_VF)
-    carrier: bool = True  # IFLA_CARRIER: the link has a peer (cable, switch port, veth peer up)
-    carrier_changes: int = 0  # IFLA_CARRIER_CHANGES: the kernel's count of carrier losses and returns
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -184,19 +169,6 @@ async def default_route_interfaces(netns: str | None = None) -> set[int]:
         return {int(r.get("oif")) async for r in await ipr.get_default_routes() if r.get("oif")}
 
 
-@dataclass(frozen=True)
-class LinkChange:
-    """One notification: its kind (RTM_NEWLINK, RTM_DELADDR…), the link's index, and for link events its
-    name and the link as the message describes it (the kernel sends a whole RTM_NEWLINK for any change,
-    also one that alters nothing a scan reads: a macvlan made on a NIC, or moved away from it), or the
-    address's scope (address events)."""
-
-    event: str
-    index: int
-    name: str | None = None
-    scope: int | None = None
-    link: Link | None = None
-
 
 def _change(message: Any) -> LinkChange:
     event, index = str(message.get("event")), int(message.get("index") or 0)
@@ -259,17 +231,10 @@ class LinkEvents:
         return [_change(m) async for m in self._ipr.get()]
 
 
-@dataclass(frozen=True)
-class InterfaceState:
-    """An interface as the kernel has it (read back from a pod's namespace for the claim status)."""
+def link_events(quiet: Callable[[int], bool] | None = None) -> LinkEvents:
+    """The node's own LinkEvents (what the inventory follows)."""
+    return LinkEvents(quiet=quiet)
 
-    name: str
-    index: int
-    mac: str
-    mtu: int
-    addresses: tuple[str, ...]  # canonical CIDR form, global scope
-    promisc: bool = False
-    allmulti: bool = False
 
 
 def _link_facts(name: str) -> tuple[int, str, int, int] | None:

@@ -9,11 +9,11 @@ import json
 from typing import Any
 
 from netclaim.adapters import processes
+from netclaim.core.node import Ruleset  # libnftables-json(5)
 from netclaim.errors import KernelError
 
 TIMEOUT_SECONDS = 5.0
 NFT = "nft"
-Ruleset = dict[str, Any]  # {"nftables": [commands]}, libnftables-json(5)
 
 
 async def _run(netns: str, *args: str, data: bytes = b"") -> str:

@@ -25,14 +25,13 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Protocol
 
 from google.protobuf.message import DecodeError, Message
 
 from netclaim._proto import nri_pb2, ttrpc_pb2
+from netclaim.core.node import PodSandbox, SandboxEvents
 from netclaim.errors import NetclaimError, ProtocolError
 from netclaim.runtime import metrics
 from netclaim.runtime.backoff import Backoff
@@ -52,40 +51,11 @@ _TTRPC = struct.Struct(">IIBB")
 MAX_MUX_FRAME = MAX_MESSAGE + _TTRPC.size
 
 
-@dataclass(frozen=True)
-class PodSandbox:
-    """A pod sandbox as the runtime describes it; `netns` is "" for a pod on the host network."""
-
-    id: str
-    uid: str
-    name: str
-    namespace: str
-    netns: str
-    labels: Mapping[str, str] = field(default_factory=dict)  # the pod's (what policies select on)
-
-    @classmethod
-    def from_nri(cls, pod: nri_pb2.PodSandbox) -> PodSandbox:
-        netns = next((ns.path for ns in pod.linux.namespaces if ns.type == "network"), "")
-        return cls(
-            id=pod.id,
-            uid=pod.uid,
-            name=pod.name,
-            namespace=pod.namespace,
-            netns=netns,
-            labels=dict(pod.labels),
-        )
-
-
-class PodHooks(Protocol):
-    """What netclaim does on pod sandbox events; each call must finish within `budget` seconds."""
-
-    async def synchronize(self, pods: list[PodSandbox]) -> None: ...
-
-    async def run_pod_sandbox(self, pod: PodSandbox, budget: float) -> None: ...
-
-    async def stop_pod_sandbox(self, pod: PodSandbox, budget: float) -> None: ...
-
-    async def remove_pod_sandbox(self, pod: PodSandbox, budget: float) -> None: ...
+def _sandbox(pod: nri_pb2.PodSandbox) -> PodSandbox:
+    netns = next((ns.path for ns in pod.linux.namespaces if ns.type == "network"), "")
+    return PodSandbox(
+        id=pod.id, uid=pod.uid, name=pod.name, namespace=pod.namespace, netns=netns, labels=dict(pod.labels)
+    )
 
 
 def mux_frame(conn: int, payload: bytes) -> bytes:
@@ -159,7 +129,7 @@ class Connection:
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        hooks: PodHooks,
+        hooks: SandboxEvents,
         background: Supervisor,
         name: str,
         index: str,
@@ -321,7 +291,7 @@ class Connection:
 
     async def _synchronize(self, payload: bytes) -> Message:
         request = nri_pb2.SynchronizeRequest.FromString(payload)
-        self._sync_pods.extend(PodSandbox.from_nri(pod) for pod in request.pods)
+        self._sync_pods.extend(_sandbox(pod) for pod in request.pods)
         if request.more:
             return nri_pb2.SynchronizeResponse(more=True)
         pods, self._sync_pods = self._sync_pods, []
@@ -345,7 +315,7 @@ class Connection:
         hook: Callable[[PodSandbox, float], Awaitable[None]],
     ) -> Callable[[bytes], Awaitable[Message]]:
         async def call(payload: bytes) -> Message:
-            await hook(PodSandbox.from_nri(kind.FromString(payload).pod), self.budget)
+            await hook(_sandbox(kind.FromString(payload).pod), self.budget)
             return nri_pb2.Empty()
 
         return call
@@ -359,13 +329,13 @@ class Connection:
         }
         hook = hooks.get(event.event)
         if hook is not None:
-            await hook(PodSandbox.from_nri(event.pod), self.budget)
+            await hook(_sandbox(event.pod), self.budget)
         return nri_pb2.Empty()
 
 
 async def run_plugin(
     socket: Path,
-    hooks: PodHooks,
+    hooks: SandboxEvents,
     background: Supervisor,
     name: str = "netclaim",
     index: str = "50",

@@ -17,11 +17,10 @@ from collections.abc import Iterable, Mapping
 
 from netclaim.adapters import processes
 from netclaim.core.names import MAC, check_interface_name
+from netclaim.core.node import BROADCAST, CHILDREN
 
 TIMEOUT_SECONDS = 5.0
 TC = "tc"
-BROADCAST = 49152  # 0xc000: far from what tools pick by default (49152 is the first they take downwards)
-CHILDREN = range(49153, 57345)  # a child's MAC each: 8,192 children on a NIC at most
 
 
 async def _run(netns: str, *args: str, batch: str = "") -> str:

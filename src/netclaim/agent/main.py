@@ -12,7 +12,7 @@ import logging
 import time
 from functools import partial
 
-from netclaim.adapters import kubeletplugin, nri
+from netclaim.adapters import kubeletplugin, netlink, nftables, nri, tc
 from netclaim.adapters.cni import CniRunner
 from netclaim.adapters.http import Health
 from netclaim.adapters.http import serve as serve_health
@@ -67,7 +67,7 @@ SETTLE_SECONDS = 10.0
 def inventory_source(settings: AgentSettings) -> InventorySource:
     if settings.inventory_file is not None:
         return FileInventory(settings.inventory_file)
-    return NodeInventory(settings.nic_overrides, settings.cni_conf_dir)
+    return NodeInventory(netlink, settings.nic_overrides, settings.cni_conf_dir)
 
 
 def _allowed_plugins(settings: AgentSettings) -> frozenset[str] | None:
@@ -92,9 +92,9 @@ async def _start_configure_path(
     status = StatusWriter(claims, driver, store, supervisor, pods=pods, links=catalog)
     locks = PodLocks()
     readiness, networks = PluginReadiness(cni, health.set), NetworkGate()
-    guard = PortGuard(store)
+    guard = PortGuard(store, nftables, tc, netlink)
     await guard.start()  # before any hook or prepare: every NIC's children held as the rows say
-    attacher = Attacher(store, cni, locks, supervisor, readiness, networks, guard)
+    attacher = Attacher(store, cni, netlink, locks, supervisor, readiness, networks, guard)
     supervisor.keep("cni-gc", NetworkCollector(store, cni, networks, readiness).run)
     if settings.check_seconds:
         checker = AttachmentChecker(store, attacher, locks, status, settings.check_seconds)
@@ -127,7 +127,7 @@ async def _start_configure_path(
         )
     if settings.nri_socket is not None:
         policies = PolicyEnforcer(
-            KubePolicyRules(kube, settings.namespace), store, node, warn=status.warn_later
+            KubePolicyRules(kube, settings.namespace), store, node, nftables.apply, warn=status.warn_later
         )
         supervisor.keep("policy-rules-watch", policies.watch)
         hooks = PodHooks(store, attacher, status, locks, metadata, policies)

@@ -48,6 +48,7 @@ def _controller(args: argparse.Namespace) -> int:
 def _inventory(args: argparse.Namespace) -> int:
     import asyncio
 
+    from netclaim.adapters import netlink
     from netclaim.agent.publish.inventory import FileInventory, NodeInventory
     from netclaim.core.devices.catalog import BANDWIDTH, decide
     from netclaim.core.devices.nic import InventorySource
@@ -57,7 +58,7 @@ def _inventory(args: argparse.Namespace) -> int:
     source: InventorySource = (
         FileInventory(args.inventory_file)
         if args.inventory_file
-        else NodeInventory(args.nic_overrides, args.cni_conf_dir)
+        else NodeInventory(netlink, args.nic_overrides, args.cni_conf_dir)
     )
     decisions = decide(asyncio.run(source.scan()), policy, args.driver_name)
     if args.output == "yaml":
@@ -237,11 +238,18 @@ def _preflight(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
-    from netclaim.adapters import netlink, nri
+    from netclaim.adapters import netlink, nftables, nri, tc
     from netclaim.adapters.kube.connection import KubeConnection
     from netclaim.adapters.kube.preflight import KubePreflight
-    from netclaim.agent.pods import guard
+    from netclaim.agent.pods.guard import skeleton
     from netclaim.cli import preflight
+
+    async def port_security() -> None:
+        """The kernel takes a NIC's table (nftables' netdev egress hook: Linux 5.16 or later), checked on
+        the loopback device and committed nowhere, and tc is installed (its mirred action is probed with
+        bandwidth caps)."""
+        await nftables.define("", skeleton("lo"), check_only=True)
+        await tc.version()
 
     node = args.node_name or os.environ.get("NODE_NAME", "")
     if args.api and not node:
@@ -250,7 +258,7 @@ def _preflight(args: argparse.Namespace) -> int:
     paths = preflight.NodePaths(args.nri_socket, args.cdi_spec_dir, args.cni_bin_dir, plugins)
 
     async def checked() -> list[preflight.Finding]:
-        findings = await preflight.node_findings(paths, nri.reachable, netlink.probe_shaping, guard.probe)
+        findings = await preflight.node_findings(paths, nri.reachable, netlink.probe_shaping, port_security)
         if args.api:
             connection = KubeConnection.connect(args.kubeconfig, args.driver_name)
             try:

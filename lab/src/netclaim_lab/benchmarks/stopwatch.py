@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from netclaim.adapters.nri import PodSandbox, run_plugin
+from netclaim.adapters.nri import run_plugin
+from netclaim.core.node import PodSandbox
 from netclaim.runtime.supervisor import Supervisor
 from netclaim_lab import processes
 from netclaim_lab.cluster import ClusterHandle

@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from netclaim.adapters.cni import CniRunner
 from netclaim.core.ipam.addresses import AddressBook
 from netclaim.core.ipam.ippool import IPPool
 from netclaim.core.ipam.pools import read_pools
 from netclaim.core.kubeapi import ClaimsApi
+from netclaim.core.node import Cni
 from netclaim.core.objects import Claim
 from netclaim.core.plan import ClaimInputs, ClaimNeeds, PluginVersions
 from netclaim.errors import ConfigError, GoneError, NetclaimError
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 class Gatherer:
-    def __init__(self, api: ClaimsApi, addresses: AddressBook, cni: CniRunner, driver: str) -> None:
+    def __init__(self, api: ClaimsApi, addresses: AddressBook, cni: Cni, driver: str) -> None:
         self.api = api
         self.addresses = addresses
         self.cni = cni

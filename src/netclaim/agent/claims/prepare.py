@@ -21,13 +21,13 @@ import logging
 import time
 from dataclasses import replace
 
-from netclaim.adapters.kubeletplugin import PreparedDevice
 from netclaim.agent.claims.gate import CdiGate
 from netclaim.agent.claims.gather import Gatherer
 from netclaim.agent.claims.metadata import DeviceMetadataFiles, base_request
 from netclaim.agent.pods.guard import PortGuard, guarded_nic
 from netclaim.agent.status import ClaimRef, StatusWriter
 from netclaim.agent.store import Attachment, Store
+from netclaim.core.node import PreparedDevice
 from netclaim.core.objects import Claim
 from netclaim.core.plan import NodeContext, PlannedDevice, claim_needs, plan_claim
 from netclaim.errors import ConfigError

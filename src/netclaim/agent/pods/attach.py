@@ -18,13 +18,20 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from netclaim.adapters import netlink
-from netclaim.adapters.cni import CniRunner, Invocation, cni_args, host_local_dirs, pod_of_cni_args
-from netclaim.adapters.nri import PodSandbox
 from netclaim.agent.pods.guard import PortGuard, guarded_nic, interface_sysctls
 from netclaim.agent.pods.lifecycle import NetworkGate, PluginReadiness, network_key
 from netclaim.agent.store import Attachment, Interface, Key, Outcome, State, Store
 from netclaim.core.config.cniconfig import speaks_lifecycle
+from netclaim.core.node import (
+    Cni,
+    InterfaceState,
+    Invocation,
+    PodLinks,
+    PodSandbox,
+    cni_args,
+    host_local_dirs,
+    pod_of_cni_args,
+)
 from netclaim.errors import AttachError, CniError, NetclaimError, PodBusyError, TransientError
 from netclaim.runtime import faults
 from netclaim.runtime.supervisor import Supervisor
@@ -95,15 +102,6 @@ async def _acquire(lock: asyncio.Lock, deadline: float | None) -> None:
         ) from None
 
 
-async def _read_back(row: Attachment, netns: str) -> netlink.InterfaceState:
-    """The interface the ADD made, set as every pod's interface is (netclaim.agent.pods.guard)."""
-    name = row.plan.interface_name
-    state = await netlink.interface(name, netns, interface_sysctls(row))
-    if state is None:
-        raise AttachError(f"CNI ADD succeeded but {name} is not in the pod's namespace")
-    return state
-
-
 def _addresses_of(result: dict[str, Any]) -> tuple[str, ...]:
     """The addresses of a CNI result, as plain addresses (what goes into CNI_ARGS: nothing else can)."""
     found = []
@@ -121,7 +119,8 @@ class Attacher:
     def __init__(
         self,
         store: Store,
-        cni: CniRunner,
+        cni: Cni,
+        links: PodLinks,
         locks: PodLocks,
         background: Supervisor,
         readiness: PluginReadiness,
@@ -131,6 +130,7 @@ class Attacher:
         self._release_tries: dict[Key, int] = {}  # transient failures of a row's release, so far
         self.store = store
         self.cni = cni
+        self.links = links
         self.locks = locks
         self.background = background  # runs the undo of an ADD whose rollback ran out of time
         self.readiness = readiness
@@ -141,13 +141,21 @@ class Attacher:
         netns = row.netns if netns_exists(row.netns) else ""
         return Invocation(row.sandbox_id, netns, row.plan.interface_name, row.outcome.cni_args)
 
+    async def _read_back(self, row: Attachment, netns: str) -> InterfaceState:
+        """The interface the ADD made, set as every pod's interface is (netclaim.agent.pods.guard)."""
+        name = row.plan.interface_name
+        state = await self.links.interface(name, netns, interface_sysctls(row))
+        if state is None:
+            raise AttachError(f"CNI ADD succeeded but {name} is not in the pod's namespace")
+        return state
+
     def current(self, row: Attachment) -> Attachment | None:
         return self.store.get(row.key)
 
     async def is_attached(self, row: Attachment, sandbox: PodSandbox) -> bool:
         if row.state != State.ATTACHED or row.sandbox_id != sandbox.id:
             return False
-        return await netlink.interface(row.plan.interface_name, sandbox.netns) is not None
+        return await self.links.interface(row.plan.interface_name, sandbox.netns) is not None
 
     async def attach(
         self, row: Attachment, sandbox: PodSandbox, deadline: float, keep: tuple[str, ...] = ()
@@ -190,15 +198,15 @@ class Attacher:
         started = time.monotonic()
         try:
             if plan.may_get_ipv6:  # duplicate address detection would hold the ADD 1-2 s: see docs/ipam.md
-                async with netlink.without_dad(sandbox.netns):
+                async with self.links.without_dad(sandbox.netns):
                     result = await self.cni.add(plan.conflist, invocation, deadline)
             else:
                 result = await self.cni.add(plan.conflist, invocation, deadline)
             cni_ms = round((time.monotonic() - started) * 1000, 1)
             faults.point("inside-add")
-            state = await _read_back(row, sandbox.netns)
+            state = await self._read_back(row, sandbox.netns)
             if plan.bandwidth_bps:
-                await netlink.shape(plan.interface_name, plan.bandwidth_bps, sandbox.netns)
+                await self.links.shape(plan.interface_name, plan.bandwidth_bps, sandbox.netns)
             interface = Interface(name=state.name, mac=state.mac, mtu=state.mtu, addresses=state.addresses)
             attached = row.with_state(
                 State.ATTACHED, outcome=Outcome(cni_args=args, cni_result=result, interface=interface)
@@ -275,7 +283,7 @@ class Attacher:
             return row
         invocation = self._invocation(row)
         if invocation.netns:
-            await netlink.remove_ifb(invocation.if_name, invocation.netns)
+            await self.links.remove_ifb(invocation.if_name, invocation.netns)
         await self.cni.delete(row.plan.conflist, invocation, row.outcome.cni_result, deadline)
         await self._restore_host_nic(row)
         row = row.with_state(State.DETACHED, netns="", outcome=Outcome(), error="")
@@ -334,8 +342,8 @@ class Attacher:
         found: list[str] = []
         try:
             left = row.plan.shared and netns_exists(row.netns)
-            if left and await netlink.interface(row.plan.interface_name, row.netns) is not None:
-                await netlink.delete_link(row.plan.interface_name, row.netns)
+            if left and await self.links.interface(row.plan.interface_name, row.netns) is not None:
+                await self.links.delete_link(row.plan.interface_name, row.netns)
                 found.append(f"removed {row.plan.interface_name} from the pod")
             if speaks_lifecycle(row.plan.conflist) and row.plan.conflist.get("disableGC") is not True:
                 found.append("what the plugins hold for it is left to the network's CNI GC (within 10 min)")
@@ -356,10 +364,10 @@ class Attacher:
             return
         nic = row.plan.nic
         if_name, mtu, mac = nic.if_name, nic.mtu, nic.mac
-        current = await netlink.interface(if_name)
+        current = await self.links.interface(if_name)
         if current is None:
             log.warning("exclusive NIC not back on the node", extra={"interface": if_name})
             return
         listening = current.promisc or current.allmulti
         if current.mtu != mtu or current.mac != mac or listening:
-            await netlink.set_link(if_name, mtu=mtu, mac=mac, listening=False if listening else None)
+            await self.links.set_link(if_name, mtu=mtu, mac=mac, listening=False if listening else None)

@@ -32,43 +32,20 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any
 
-from netclaim.adapters import netlink, tc
-from netclaim.adapters import nftables as nft
 from netclaim.agent.store import Attachment, Store
 from netclaim.core.devices.catalog import ACCEPT_RA
 from netclaim.core.names import check_interface_name
+from netclaim.core.node import BROADCAST, CHILDREN, Hairpin, Interfaces, Nft, Ruleset
 from netclaim.errors import KernelError, PrerequisiteError
 
 log = logging.getLogger(__name__)
 FAMILY = "netdev"
 RETRY_PAUSES = (0.2, 1.0, 5.0)  # follow_soon's, between tries
 TABLE_PREFIX = "netclaim-"
-Apply = Callable[[str, nft.Ruleset], Awaitable[None]]
-Define = Callable[[str, str], Awaitable[None]]
-
-
-class Hairpin(Protocol):
-    """The NIC's hairpin filters (netclaim.adapters.tc's)."""
-
-    async def ours(self, nic: str, netns: str = "") -> set[int]: ...
-
-    async def change(
-        self,
-        nic: str,
-        add: Mapping[int, str],
-        remove: Iterable[int] = (),
-        *,
-        broadcast: bool | None = None,
-        netns: str = "",
-    ) -> None: ...
-
-
-Tables = Callable[[], Awaitable[list[str]]]
-HostMac = Callable[[str], Awaitable[str | None]]
 
 
 @dataclass(frozen=True, order=True)
@@ -166,7 +143,7 @@ def elements_of(binding: Binding) -> set[Element]:
     return found
 
 
-def elements(nic: str, verb: str, chosen: Iterable[Element]) -> nft.Ruleset:
+def elements(nic: str, verb: str, chosen: Iterable[Element]) -> Ruleset:
     """One batch that adds (`verb` "add") or deletes ("delete") the elements of the NIC's sets."""
     by_set: dict[str, list[Any]] = {}
     for name, value in sorted(chosen, key=repr):
@@ -178,41 +155,17 @@ def elements(nic: str, verb: str, chosen: Iterable[Element]) -> nft.Ruleset:
     return {"nftables": commands}
 
 
-TC = cast(Hairpin, tc)  # the adapter's functions are the protocol's
-
-
-async def _host_mac(nic: str) -> str | None:
-    state = await netlink.interface(nic)
-    return state.mac if state is not None else None
-
-
-async def _our_tables() -> list[str]:
-    return [
-        name for family, name in await nft.tables("") if family == FAMILY and name.startswith(TABLE_PREFIX)
-    ]
-
-
 class PortGuard:
     """Keeps each NIC's table and hairpin what the store's rows bind: the table made once per NIC (at
     the agent's start, or its first child), then only the elements and hairpin filters that change. Each
     call reads what to bind from the store when it gets the NIC: calls queued behind a write find their
     rows written by it, and return at once (a burst of prepares on a NIC costs a few writes, not one each)."""
 
-    def __init__(
-        self,
-        store: Store,
-        apply: Apply = nft.apply,
-        define: Define = nft.define,
-        hairpin: Hairpin = TC,
-        host_mac: HostMac = _host_mac,
-        tables: Tables = _our_tables,
-    ) -> None:
+    def __init__(self, store: Store, nft: Nft, hairpin: Hairpin, interfaces: Interfaces) -> None:
         self.store = store
-        self.apply = apply
-        self.define = define
+        self.nft = nft
         self.hairpin = hairpin
-        self.host_mac = host_mac
-        self.tables = tables
+        self.interfaces = interfaces
         self._bound: dict[str, frozenset[Binding]] = {}  # NIC → what its table holds (made: in it)
         self._hairpins: dict[str, dict[str, int]] = {}  # NIC → its children's MACs → their filters
         self._locks: dict[str, asyncio.Lock] = {}
@@ -257,23 +210,24 @@ class PortGuard:
         bound = self._bound.get(nic)
         if bound == wanted:
             return
-        host = await self.host_mac(nic)
+        state = await self.interfaces.interface(nic)
+        host = state.mac if state is not None else None
         if host is None:  # the NIC went, and its children with it: only a table of ours may be left
             gone = [{"add": {"table": _table(nic)}}, {"delete": {"table": _table(nic)}}]
-            await self.apply("", {"nftables": gone})
+            await self.nft.apply("", {"nftables": gone})
             self._bound.pop(nic, None)
             self._hairpins.pop(nic, None)
             return
         before = {e for b in bound or () for e in elements_of(b)}
         after = {e for b in wanted for e in elements_of(b)}
         if bound is None:  # made now, whole
-            await self.define("", skeleton(nic))
-            await self.apply("", elements(nic, "add", {("host", host), *after}))
+            await self.nft.define("", skeleton(nic))
+            await self.nft.apply("", elements(nic, "add", {("host", host), *after}))
         else:
             batch = elements(nic, "delete", before - after)["nftables"]
             batch += elements(nic, "add", after - before)["nftables"]
             if batch:
-                await self.apply("", {"nftables": batch})
+                await self.nft.apply("", {"nftables": batch})
         await self._hand_back(nic, {b.mac for b in wanted}, made=bound is None)
         self._bound[nic] = wanted
         log.info("port security follows", extra={"nic": nic, "children": len(wanted)})
@@ -283,15 +237,15 @@ class PortGuard:
         left (its filters deleted once the new ones are in); else only the MACs that came or went."""
         held = {} if made else self._hairpins.get(nic, {})
         live = (
-            await self.hairpin.ours(nic) if made else set(held.values()) | ({tc.BROADCAST} if held else set())
+            await self.hairpin.ours(nic) if made else set(held.values()) | ({BROADCAST} if held else set())
         )
         if not made and set(held) == macs:
             return  # new addresses only: no tc
         kept = {mac: priority for mac, priority in held.items() if mac in macs}
-        free = (p for p in tc.CHILDREN if p not in live and p not in kept.values())
+        free = (p for p in CHILDREN if p not in live and p not in kept.values())
         added = {next(free): mac for mac in sorted(macs - set(kept))}
-        stale = {p for p in live if p != tc.BROADCAST} - set(kept.values())
-        mirrored = tc.BROADCAST in live
+        stale = {p for p in live if p != BROADCAST} - set(kept.values())
+        mirrored = BROADCAST in live
         broadcast = True if macs and not mirrored else (False if not macs and mirrored else None)
         await self.hairpin.change(nic, added, stale, broadcast=broadcast)
         self._hairpins[nic] = {**kept, **{mac: priority for priority, mac in added.items()}}
@@ -319,7 +273,11 @@ class PortGuard:
         """After a start: every NIC that has rows, or a table of an agent before, made again whole from what
         the rows say (an older agent's elements never stay)."""
         nics = {nic for nic in map(guarded_nic, self.store.all()) if nic is not None}
-        nics |= {name.removeprefix(TABLE_PREFIX) for name in await self.tables()}
+        nics |= {
+            name.removeprefix(TABLE_PREFIX)
+            for family, name in await self.nft.tables("")
+            if family == FAMILY and name.startswith(TABLE_PREFIX)
+        }
         self._bound.clear()
         self._hairpins.clear()
         await self.follow(nics)
@@ -341,10 +299,3 @@ def interface_sysctls(row: Attachment) -> dict[str, str]:
         f"ipv6/conf/{name}/accept_ra": accept_ra,
     }
 
-
-async def probe() -> None:
-    """What port security needs of the node, tried without changing it: the kernel takes a NIC's table
-    (nftables' netdev egress hook: Linux 5.16 or later), checked on the loopback device and committed
-    nowhere, and tc is installed (its mirred action is probed with bandwidth caps)."""
-    await nft.define("", skeleton("lo"), check_only=True)
-    await tc.version()

@@ -11,12 +11,12 @@ import itertools
 import logging
 import time
 
-from netclaim.adapters.nri import PodSandbox
 from netclaim.agent.claims.metadata import DeviceMetadataFiles
 from netclaim.agent.pods.attach import Attacher, PodLocks, netns_exists
 from netclaim.agent.pods.policy import PolicyEnforcer
 from netclaim.agent.status import ClaimRef, PodRef, StatusWriter
 from netclaim.agent.store import Attachment, State, Store
+from netclaim.core.node import PodSandbox
 from netclaim.errors import AttachError, HostNetworkPodError, NetclaimError, TransientError
 from netclaim.runtime import faults
 from netclaim.runtime.stopping import InFlight

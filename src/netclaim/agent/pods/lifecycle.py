@@ -26,9 +26,9 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from netclaim.adapters.cni import CniRunner, host_local_dirs, host_local_reservations
 from netclaim.agent.store import State, Store
 from netclaim.core.config.cniconfig import plugin_types, speaks_lifecycle
+from netclaim.core.node import Cni, host_local_dirs
 from netclaim.errors import CniError, PodBusyError
 from netclaim.runtime import metrics
 
@@ -90,7 +90,7 @@ class PluginReadiness:
     """STATUS of a chain, told to the agent's readiness as `cni/<plugin>`: False from a not-ready answer
     until the plugin's next ready one."""
 
-    def __init__(self, cni: CniRunner, report: Callable[[str, bool], None]) -> None:
+    def __init__(self, cni: Cni, report: Callable[[str, bool], None]) -> None:
         self.cni = cni
         self.report = report
 
@@ -113,7 +113,7 @@ class NetworkCollector:
     def __init__(
         self,
         store: Store,
-        cni: CniRunner,
+        cni: Cni,
         gate: NetworkGate,
         readiness: PluginReadiness,
         seconds: float = GC_SECONDS,
@@ -156,9 +156,9 @@ class NetworkCollector:
                     if row.state in HOLDING and network_key(row.plan.conflist) == key
                 }
             )
-            before = host_local_reservations(conflist)
+            before = self.cni.host_local_reservations(conflist)
             await self.cni.gc(conflist, valid, time.monotonic() + GC_CALL_SECONDS)
-            left = host_local_reservations(conflist)
+            left = self.cni.host_local_reservations(conflist)
             if not valid and not left:  # nothing of it left here: its next attach remembers it again
                 await self.store.forget_network(key)
         removed = sorted(before - left)

@@ -23,23 +23,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from netclaim.adapters import nftables as nft
 from netclaim.agent.status import PodRef
 from netclaim.agent.store import Attachment, State, Store
 from netclaim.core.kubeapi import PolicyRulesApi
 from netclaim.core.names import NETWORK
-from netclaim.core.policy import ruleset as nftables
+from netclaim.core.node import ApplyRuleset
+from netclaim.core.policy import ruleset as rulesets
 from netclaim.core.policy.distribution import GUARDS, Guard, node_label, read_guards, read_rules
 from netclaim.core.policy.rules import Direction, NetworkRules
 from netclaim.errors import AttachError, NetclaimError
 from netclaim.runtime import metrics
 
 log = logging.getLogger(__name__)
-Apply = Callable[[str, nft.Ruleset], Awaitable[None]]
+ENFORCE_SECONDS = 5.0  # a running pod's rules, when they change: how long nft may take
 Warn = Callable[[PodRef, str, str], None]  # a Warning Event on the pod: reason, message
 FAILED_REASON = "NetworkPolicyNotApplied"
 
@@ -100,7 +100,7 @@ def _policies(interfaces: Mapping[str, NetworkRules]) -> str:
     return ", ".join(sorted(names)) or "none"
 
 
-EMPTY = nftables.ruleset({})
+EMPTY = rulesets.ruleset({})
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class PolicyEnforcer:
         api: PolicyRulesApi,
         store: Store,
         node: str,
-        apply: Apply = nft.apply,
+        apply: ApplyRuleset,
         warn: Warn = _no_warning,
     ) -> None:
         self.api = api
@@ -153,7 +153,7 @@ class PolicyEnforcer:
         started = time.monotonic()
         for uid in sorted({row.pod_uid for row in self.store.all() if row.state == State.ATTACHED}):
             try:
-                await self._enforce(uid, time.monotonic() + nft.TIMEOUT_SECONDS)
+                await self._enforce(uid, time.monotonic() + ENFORCE_SECONDS)
             except Exception as err:  # noqa: BLE001 - one pod's failure, whatever it is, is that pod's
                 await self._closed_after(uid, err)
         metrics.POLICY_SYNC_SECONDS.observe(time.monotonic() - started)
@@ -224,7 +224,7 @@ class PolicyEnforcer:
     async def _put(
         self, uid: str, netns: str, interfaces: Mapping[str, NetworkRules], deadline: float
     ) -> None:
-        ruleset = nftables.ruleset(interfaces)
+        ruleset = rulesets.ruleset(interfaces)
         holds = self.applied.get(uid, None if uid in self.inherited else EMPTY)
         if holds == ruleset:
             return
@@ -232,7 +232,7 @@ class PolicyEnforcer:
         await asyncio.wait_for(self.apply(netns, ruleset), max(0.1, deadline - time.monotonic()))
         self.applied[uid] = ruleset
         self.inherited.discard(uid)
-        self.programmed[uid] = nftables.counted(interfaces)
+        self.programmed[uid] = rulesets.counted(interfaces)
         self._show()
 
     async def _closed_after(self, uid: str, err: Exception) -> None:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from netclaim.adapters import netlink
 from netclaim.core.config.overrides import NicOverride, load_overrides
 from netclaim.core.devices.nic import NetworkInterface
 from netclaim.core.names import PCI_ADDRESS
+from netclaim.core.node import Link, LinkChange, NodeLinks
 from netclaim.core.quantity import parse_quantity
 from netclaim.errors import ConfigError
 
@@ -131,12 +131,17 @@ class NodeInventory:
     """The node's real interfaces (netlink + sysfs), with declared overrides applied."""
 
     def __init__(
-        self, overrides_file: Path | None = None, cni_conf_dir: Path | None = None, sysfs: Sysfs | None = None
+        self,
+        links: NodeLinks,
+        overrides_file: Path | None = None,
+        cni_conf_dir: Path | None = None,
+        sysfs: Sysfs | None = None,
     ) -> None:
+        self.links = links
         self.overrides_file = overrides_file
         self.cni_conf_dir = cni_conf_dir
         self.sysfs = sysfs or Sysfs()
-        self._candidates: dict[int, netlink.Link] = {}  # the last scan's links that may be published
+        self._candidates: dict[int, Link] = {}  # the last scan's links that may be published
         self._pod_network: set[int] = set()  # links named as the primary network's: their changes are dropped
         # A NIC without carrier reads no speed: the last one read stands, or the bandwidth a device offers
         # would change (and its slice be rewritten) with every loss of its link.
@@ -144,7 +149,7 @@ class NodeInventory:
 
     async def scan(self) -> list[NetworkInterface]:
         links, addresses, uplinks = await asyncio.gather(
-            netlink.links(), netlink.addresses(), netlink.default_route_interfaces()
+            self.links.links(), self.links.addresses(), self.links.default_route_interfaces()
         )
         overrides = load_overrides(self.overrides_file)
         bridges = cni_bridges(self.cni_conf_dir)
@@ -192,12 +197,12 @@ class NodeInventory:
         A link of the primary network is known by name at its first event (or scan) and by index after
         it: netlink drops its events undecoded (a dozen for each pod), but its RTM_DELLINK, which frees the
         index for the next link. Renamed away from such a name, a link is found at the next resync."""
-        async with netlink.LinkEvents(quiet=self._pod_network.__contains__) as events:
+        async with self.links.link_events(quiet=self._pod_network.__contains__) as events:
             while True:
                 if any(self._may_change_scan(c) for c in await events.next_batch()):
                     yield None
 
-    def _may_change_scan(self, change: netlink.LinkChange) -> bool:
+    def _may_change_scan(self, change: LinkChange) -> bool:
         if change.name is None:
             return change.scope == 0
         if change.event == "RTM_DELLINK":
@@ -210,7 +215,7 @@ class NodeInventory:
 
 
 def _never_publish(
-    link: netlink.Link, uplinks: set[int], cni_bridge_names: set[str], by_index: dict[int, netlink.Link]
+    link: Link, uplinks: set[int], cni_bridge_names: set[str], by_index: dict[int, Link]
 ) -> str | None:
     if link.loopback:
         return "loopback"
