@@ -398,7 +398,7 @@ from netclaim.core.config.cniconfig import CNI_VERSIONS, speaks_lifecycle  # noq
 from netclaim.core.devices.catalog import BANDWIDTH, Capacity, Device, DeviceCatalog  # noqa: E402
 from netclaim.core.ipam.addresses import AddressBook  # noqa: E402
 from netclaim.core.node import InterfaceState, Invocation, PodSandbox  # noqa: E402
-from netclaim.core.objects import AllocatedDevice, DeviceConfig, PodRef  # noqa: E402
+from netclaim.core.objects import AllocatedDevice, ConsumerRef, DeviceConfig  # noqa: E402
 from netclaim.core.plan import (  # noqa: E402
     POOL_IPAM,
     AttachPlan,
@@ -723,7 +723,7 @@ def sample_claim(
     *,
     name: str = "claim-1",
     uid: str = "claim-uid-1",
-    reserved_for: tuple[PodRef, ...] = (PodRef("pod-1", "pod-uid-1"),),
+    reserved_for: tuple[ConsumerRef, ...] = (ConsumerRef("pod-1", "pod-uid-1"),),
     allocated: bool = True,
     devices_status: tuple[dict[str, Any], ...] = (),
 ) -> Claim:

@@ -19,7 +19,7 @@ from netclaim.controller.services import (
     same_slice,
 )
 from netclaim.core.ipam.published import PublishedAddresses
-from netclaim.core.objects import Claim, IPAllocation, Pod, PodClaim, PodCondition, PodRef
+from netclaim.core.objects import Claim, ConsumerRef, IPAllocation, Pod, PodClaim, PodCondition
 from netclaim.errors import ApiRejectedError, ApiUnavailableError, NetclaimError
 from tests.unit.fakes import SAMPLE_DRIVER, sample_claim
 
@@ -91,7 +91,7 @@ def _claim(pod: str, *entries: dict[str, Any]) -> Claim:
         (),
         name=f"{pod}-net",
         uid=f"{pod}-claim-uid",
-        reserved_for=(PodRef(pod, f"{pod}-uid"),),
+        reserved_for=(ConsumerRef(pod, f"{pod}-uid"),),
         devices_status=entries,
     )
 

@@ -15,7 +15,7 @@ from netclaim.agent.claims.metadata import API_VERSIONS, MAX_ATTRIBUTES, DeviceM
 from netclaim.agent.status import ClaimRef
 from netclaim.agent.store import Interface, Outcome, State
 from netclaim.core.names import NETWORK
-from netclaim.core.objects import Claim, PodRef
+from netclaim.core.objects import Claim, ConsumerRef
 from tests.corpus import VALID_CONFIG
 from tests.unit.fakes import (
     ConfigureRig,
@@ -148,7 +148,7 @@ async def test_claims_share_one_spec_so_the_runtime_rereads_one_file_per_change(
         CLAIM,
         name="claim-2",
         uid="5e0c2a41-0000-4000-8000-000000000002",
-        reserved_for=(PodRef("pod-2", "pod-uid-2"),),
+        reserved_for=(ConsumerRef("pod-2", "pod-uid-2"),),
     )
     await _prepare(rig)
     await _prepare(rig, other)

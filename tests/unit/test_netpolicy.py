@@ -186,7 +186,7 @@ def test_policies_add_up_and_an_empty_from_allows_everyone() -> None:
 
 
 def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> None:
-    from netclaim.core.objects import Pod, PodRef
+    from netclaim.core.objects import ConsumerRef, Pod
     from netclaim.core.policy.distribution import (
         config_maps,
         node_label,
@@ -216,7 +216,11 @@ def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> N
             "data": {"netclaim.dev/network": "lan3"},
         }
         return sample_claim(
-            (), (), name=f"{name}-net", reserved_for=(PodRef(name, f"{name}-uid"),), devices_status=(entry,)
+            (),
+            (),
+            name=f"{name}-net",
+            reserved_for=(ConsumerRef(name, f"{name}-uid"),),
+            devices_status=(entry,),
         )
 
     pods = [pod("db", "node-1", {"app": "db"}), pod("client", "node-2", {"role": "client"})]

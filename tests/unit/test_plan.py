@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from netclaim.core.devices.catalog import ATTACHMENTS, Capacity, Device
-from netclaim.core.objects import Claim, DeviceConfig, PodRef
+from netclaim.core.objects import Claim, ConsumerRef, DeviceConfig
 from netclaim.core.plan import (
     AttachPlan,
     ClaimInputs,
@@ -148,7 +148,7 @@ def test_an_unallocated_claim_is_a_config_error() -> None:
 
 @pytest.mark.parametrize("pods", [0, 2])
 def test_a_claim_must_be_reserved_for_exactly_one_pod(pods: int) -> None:
-    reserved = tuple(PodRef(f"pod-{i}", f"uid-{i}") for i in range(pods))
+    reserved = tuple(ConsumerRef(f"pod-{i}", f"uid-{i}") for i in range(pods))
     claim = sample_claim((sample_allocation(NIC),), (sample_config(VALID_CONFIG),), reserved_for=reserved)
     with pytest.raises(ConfigError, match=f"reserved for {pods} pods.*ResourceClaimTemplate"):
         _plan(claim)

@@ -15,7 +15,7 @@ from netclaim.agent.claims import prepare as prepare_module
 from netclaim.agent.status import ClaimRef
 from netclaim.agent.store import State
 from netclaim.core.node import PreparedDevice
-from netclaim.core.objects import Claim, PodRef
+from netclaim.core.objects import Claim, ConsumerRef
 from netclaim.core.plan import ClaimInputs, NodeContext, PlannedDevice, plan_claim
 from netclaim.errors import CniError, ConfigError, GoneError, StateStoreError
 from tests.corpus import VALID_CONFIG
@@ -241,7 +241,7 @@ async def test_a_claim_of_another_pod_is_planned_for_its_own_pod(rig: ConfigureR
         (sample_config(VALID_CONFIG),),
         name="claim-2",
         uid="claim-uid-2",
-        reserved_for=(PodRef("pod-2", "pod-uid-2"),),
+        reserved_for=(ConsumerRef("pod-2", "pod-uid-2"),),
     )
     rig.api.add_claim(other)
     await _prepare(rig, other)
@@ -322,7 +322,7 @@ async def test_reclaim_takes_the_rows_of_a_standalone_claim_whose_pod_is_gone(ri
     assert await rig.reclaimer.reclaim() == []
     assert await rig.reclaimer.reclaim() == []  # still reserved for its pod: kept
     rig.api.add_claim(
-        sample_claim(CLAIM.results, CLAIM.configs, reserved_for=(PodRef("pod-2", "pod-uid-2"),))
+        sample_claim(CLAIM.results, CLAIM.configs, reserved_for=(ConsumerRef("pod-2", "pod-uid-2"),))
     )
     assert await rig.reclaimer.reclaim() == [REF]
     assert rig.store.all() == []

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
-from netclaim.core.config.settings import load_settings
+from netclaim.cli.main import build_parser
+from netclaim.core.config.settings import AgentSettings, ControllerSettings, load_settings
 from netclaim.errors import ConfigError
 
 
@@ -31,3 +34,42 @@ def test_unknown_setting_is_refused(tmp_path: Path) -> None:
     config.write_text("node_name: n\nnri_sockett: /x\n")
     with pytest.raises(ConfigError, match="nri_sockett: unknown field"):
         load_settings({}, config)
+
+
+@pytest.mark.parametrize("typo", ["ture", "flase", "enabled", ""])
+def test_a_boolean_variable_that_is_no_boolean_is_an_error_not_false(
+    typo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It read as false: NETCLAIM_DEVICE_METADATA=ture turned the device metadata off without a word."""
+    monkeypatch.setenv("NETCLAIM_DEVICE_METADATA", typo)
+    with pytest.raises(ConfigError, match=f"NETCLAIM_DEVICE_METADATA: '{typo}' is not a boolean"):
+        load_settings({"node_name": "n"}, None)
+
+
+def test_variables_are_read_as_their_settings_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NETCLAIM_CHECK_SECONDS", "60")
+    monkeypatch.setenv("NETCLAIM_DEVICE_METADATA", "Off")
+    settings = load_settings({"node_name": "n"}, None)
+    assert settings.check_seconds == 60.0 and settings.device_metadata is False
+    monkeypatch.setenv("NETCLAIM_CHECK_SECONDS", "a minute")
+    with pytest.raises(ConfigError, match="NETCLAIM_CHECK_SECONDS: 'a minute' is not a number"):
+        load_settings({"node_name": "n"}, None)
+
+
+@pytest.mark.parametrize(("command", "model"), [("agent", AgentSettings), ("controller", ControllerSettings)])
+def test_every_setting_is_a_flag_of_its_command_and_no_flag_is_another(
+    command: str, model: type[BaseModel], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The flags are made from the settings: a new setting is a flag, with its description as help."""
+    parser = build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    flags = {a.dest for a in commands.choices[command]._actions if a.dest not in {"help", "config"}}
+    assert flags == set(model.model_fields)
+    args = parser.parse_args([command, "--check-seconds", "5"] if command == "agent" else [command])
+    assert (args.check_seconds == 5.0) if command == "agent" else args.driver_name is None  # None: not given
+    with pytest.raises(SystemExit):  # read as its setting's type, at once
+        parser.parse_args(
+            [command, "--resync-seconds" if command == "controller" else "--check-seconds", "soon"]
+        )
+    for field in model.model_fields.values():
+        assert field.description, "a setting without a description has a flag without help"

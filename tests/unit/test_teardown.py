@@ -12,7 +12,7 @@ import pytest
 
 from netclaim.agent.pods.attach import MAX_RELEASE_TRIES
 from netclaim.agent.status import ClaimRef
-from netclaim.core.objects import DeviceConfig, IPAllocation, PodRef
+from netclaim.core.objects import ConsumerRef, DeviceConfig, IPAllocation
 from netclaim.errors import (
     ApiUnavailableError,
     CniTryAgainError,
@@ -128,7 +128,7 @@ async def test_one_claim_failing_in_reclaim_does_not_stop_the_round_for_the_othe
             (sample_config(VALID_CONFIG),),
             name=n,
             uid=f"uid-{n}",
-            reserved_for=(PodRef(f"pod-{n}", f"pod-uid-{n}"),),
+            reserved_for=(ConsumerRef(f"pod-{n}", f"pod-uid-{n}"),),
         )
         for n in ("first", "second")
     ]

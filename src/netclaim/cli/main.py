@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+from netclaim.core.config.settings import FALSE, TRUE, AgentSettings, ControllerSettings, from_text
+from netclaim.core.names import DRIVER_DOMAIN
 from netclaim.core.quantity import format_quantity
 from netclaim.errors import ConfigError, NetclaimError
 
@@ -31,7 +35,6 @@ def _controller(args: argparse.Namespace) -> int:
 
     from netclaim.controller import main as controller
     from netclaim.core.config.files import validate_strict
-    from netclaim.core.config.settings import ControllerSettings
     from netclaim.runtime import logs
 
     flags = {
@@ -277,84 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     agent = commands.add_parser("agent", help="the node agent (publish, kubelet plugin, NRI hooks)")
     agent.add_argument("--config", type=Path, help="YAML file of settings (flags and NETCLAIM_* win)")
-    agent.add_argument("--node-name", help="this node (default $NODE_NAME)")
-    agent.add_argument("--kubeconfig", type=Path, help="default: in-cluster ServiceAccount, else $KUBECONFIG")
-    agent.add_argument("--driver-name", help="DRA driver name (default netclaim.dev)")
-    agent.add_argument(
-        "--namespace",
-        help="netclaim's own, where the controller writes policy rules (default netclaim-system)",
-    )
-    agent.add_argument("--kubelet-root-dir", type=Path, help="default /var/lib/kubelet")
-    agent.add_argument("--kubelet-plugin", type=_flag, help="serve the kubelet DRA plugin (default true)")
-    agent.add_argument("--nri-socket", help="containerd's NRI socket (default /var/run/nri/nri.sock)")
-    agent.add_argument(
-        "--policy-file", type=Path, help="PublishPolicy YAML (default: none, nothing is published)"
-    )
-    agent.add_argument("--nic-overrides", type=Path, help="NicOverrides YAML: declared NIC facts")
-    agent.add_argument("--cni-conf-dir", help="primary CNI config dir (its bridges are never published)")
-    agent.add_argument(
-        "--cni-bin-dir", type=Path, help="the only directory CNI plugins run from (default /opt/cni/bin)"
-    )
-    agent.add_argument(
-        "--cni-plugins", help="comma-separated plugin types claims may use (default: all installed)"
-    )
-    agent.add_argument(
-        "--check-seconds",
-        type=float,
-        help="CNI CHECK of every attached interface this often, re-added when broken (default 300, 0: off)",
-    )
-    agent.add_argument(
-        "--ipam-data-dir",
-        type=Path,
-        help="host-local reservations of configs naming no dataDir go here (default <state-dir>/host-local)",
-    )
-    agent.add_argument(
-        "--reserved-cidrs",
-        help="comma-separated networks a claim's own IPAM never uses: the cluster's pod and Service CIDRs",
-    )
-    agent.add_argument("--inventory-file", type=Path, help="a synthetic inventory instead of netlink (tests)")
-    agent.add_argument("--state-dir", type=Path, help="durable state (default /var/lib/netclaim)")
-    agent.add_argument(
-        "--cdi-spec-dir",
-        help="containerd's CDI spec directory, for the fail-closed hook (default /var/run/cdi)",
-    )
-    agent.add_argument(
-        "--device-metadata",
-        type=_flag,
-        help="each claim's interfaces and devices in a file inside its containers, KEP-5304 (default true)",
-    )
-    agent.add_argument(
-        "--metrics-address", help="host:port for /metrics (default 127.0.0.1:9177; '' disables)"
-    )
-    agent.add_argument(
-        "--network-status-annotation",
-        type=_flag,
-        help="write Multus's k8s.v1.cni.cncf.io/network-status annotation on pods (default false)",
-    )
-    agent.add_argument("--remove-slices-on-exit", type=_flag, help="delete this node's slices when stopping")
-    agent.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    _settings_flags(agent, AgentSettings)
     agent.set_defaults(handler=_agent)
-
     control = commands.add_parser(
-        "controller", help="the cluster's controller (IP pools, address reconciler)"
+        "controller", help="the cluster's controller (IP pools, addresses, Services, network policies)"
     )
-    control.add_argument(
-        "--kubeconfig", type=Path, help="default: in-cluster ServiceAccount, else $KUBECONFIG"
-    )
-    control.add_argument("--driver-name", help="DRA driver name (default netclaim.dev)")
-    control.add_argument(
-        "--resync-seconds", type=float, help="full reconcile at least this often (default 30)"
-    )
-    control.add_argument(
-        "--address-quarantine-seconds",
-        type=float,
-        help="the least a released pool address stays taken, while rules and Services follow (default 15)",
-    )
-    control.add_argument(
-        "--namespace", help="its own, where it keeps admission parameters (default netclaim-system)"
-    )
-    control.add_argument("--metrics-address", help="host:port for /metrics (default 127.0.0.1:9178)")
-    control.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    _settings_flags(control, ControllerSettings)
     control.set_defaults(handler=_controller)
 
     _add_tools(commands)
@@ -365,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--node-name", help="this node (default $NODE_NAME)")
     check.add_argument("--kubeconfig", type=Path, help="default: in-cluster ServiceAccount, else $KUBECONFIG")
-    check.add_argument("--driver-name", default="netclaim.dev")
+    check.add_argument("--driver-name", default=DRIVER_DOMAIN)
     check.add_argument("--nri-socket", type=Path, default=Path("/var/run/nri/nri.sock"))
     check.add_argument("--cdi-spec-dir", type=Path, default=Path("/var/run/cdi"))
     check.add_argument("--cni-bin-dir", type=Path, default=Path("/opt/cni/bin"))
@@ -383,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     inventory.add_argument("--nic-overrides", type=Path)
     inventory.add_argument("--cni-conf-dir", type=Path, default=Path("/etc/cni/net.d"))
     inventory.add_argument("--inventory-file", type=Path)
-    inventory.add_argument("--driver-name", default="netclaim.dev")
+    inventory.add_argument("--driver-name", default=DRIVER_DOMAIN)
     inventory.set_defaults(handler=_inventory)
     return parser
 
@@ -419,10 +350,27 @@ def _add_tools(commands: Any) -> None:
     validate.set_defaults(handler=_validate)
 
 
+def _settings_flags(command: argparse.ArgumentParser, model: type[BaseModel]) -> None:
+    """A flag per setting (--kebab-case), read as the field's type reads text and helped by its description:
+    the flags are the settings, never a second list of them."""
+    for name, field in model.model_fields.items():
+        flag = f"--{name.replace('_', '-')}"
+        default = None if field.is_required() else field.get_default()
+        shown = "" if default in (None, "") else f" (default {default})"
+
+        def read(text: str, name: str = name, flag: str = flag) -> object:
+            try:
+                return from_text(model, name, text, flag)
+            except ConfigError as err:
+                raise argparse.ArgumentTypeError(str(err)) from None
+
+        command.add_argument(flag, type=read, help=f"{field.description}{shown}")
+
+
 def _flag(text: str) -> bool:
-    if text.lower() in {"true", "1", "yes"}:
+    if text.lower() in TRUE:
         return True
-    if text.lower() in {"false", "0", "no"}:
+    if text.lower() in FALSE:
         return False
     raise argparse.ArgumentTypeError(f"{text!r}: expected true or false")
 

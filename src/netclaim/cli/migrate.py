@@ -24,6 +24,7 @@ from typing import Any
 
 from netclaim.core.config.cniconfig import as_conflist
 from netclaim.core.config.validate import ALLOWED_PLUGINS, POD_SPECS
+from netclaim.core.names import API_VERSION, DRIVER_DOMAIN
 
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"
@@ -66,8 +67,11 @@ def _label(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].rstrip("-") or "net"
 
 
+ATTRIBUTES = f'device.attributes["{DRIVER_DOMAIN}"]'
+
+
 def _attribute(name: str, value: str) -> str:
-    return f'device.attributes["netclaim.dev"].{name} == {json.dumps(value)}'
+    return f"{ATTRIBUTES}.{name} == {json.dumps(value)}"
 
 
 def network_of(nad: dict[str, Any], migration: Migration) -> Network | None:
@@ -87,7 +91,7 @@ def network_of(nad: dict[str, Any], migration: Migration) -> Network | None:
         return None
     # "ifName" first: the driver also publishes IP pools, which have no NIC attributes, and a selector
     # reading a missing attribute is a CEL error that fails the whole allocation
-    selectors = ['device.driver == "netclaim.dev"', '"ifName" in device.attributes["netclaim.dev"]']
+    selectors = [f'device.driver == "{DRIVER_DOMAIN}"', f'"ifName" in {ATTRIBUTES}']
     exclusive = False
     for index, plugin in enumerate(chain.get("plugins") or []):
         kind = str(plugin.get("type", ""))
@@ -115,7 +119,7 @@ def network_of(nad: dict[str, Any], migration: Migration) -> Network | None:
             if plugin.get("device"):
                 selectors.append(_attribute("ifName", str(plugin.pop("device"))))
             elif plugin.get("pciBusID"):
-                selectors.append('"pciAddress" in device.attributes["netclaim.dev"]')
+                selectors.append(f'"pciAddress" in {ATTRIBUTES}')
                 selectors.append(_attribute("pciAddress", str(plugin.pop("pciBusID"))))
             plugin["device"] = "{{ device.ifName }}"
         elif kind == "bridge":
@@ -126,12 +130,12 @@ def network_of(nad: dict[str, Any], migration: Migration) -> Network | None:
             )
     resource = ((nad.get("metadata") or {}).get("annotations") or {}).get(RESOURCE_NAME)
     if resource:
-        selectors.append('device.attributes["netclaim.dev"].isSriovVf')
+        selectors.append(f"{ATTRIBUTES}.isSriovVf")
         migration.notes.append(
             f"{where}: resourceName {resource} (a device plugin's pool) is now any SR-IOV VF netclaim "
-            'publishes; narrow it with the PF (device.attributes["netclaim.dev"].sriovPF)'
+            f"publishes; narrow it with the PF ({ATTRIBUTES}.sriovPF)"
         )
-    selectors.append(f'device.attributes["netclaim.dev"].shared == {"false" if exclusive else "true"}')
+    selectors.append(f"{ATTRIBUTES}.shared == {'false' if exclusive else 'true'}")
     migration.notes.append(
         f"{where}: a NAD is its namespace's; its DeviceClass {namespace}-{name} is cluster-wide and its "
         "chain the admin's: keep other namespaces off it with ResourceQuota "
@@ -155,9 +159,9 @@ def device_class(network: Network, extended_resource: bool = False) -> dict[str,
             "config": [
                 {
                     "opaque": {
-                        "driver": "netclaim.dev",
+                        "driver": DRIVER_DOMAIN,
                         "parameters": {
-                            "apiVersion": "netclaim.dev/v1alpha1",
+                            "apiVersion": API_VERSION,
                             "kind": "CNIConfig",
                             "bandwidth": "none",
                             "config": network.chain,
@@ -229,7 +233,7 @@ def _claim_template(
     name: str, namespace: str, network: Network, interface: str, chain: dict[str, Any] | None
 ) -> dict[str, Any]:
     parameters: dict[str, Any] = {
-        "apiVersion": "netclaim.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "CNIConfig",
         "interfaceName": interface,
     }
@@ -244,7 +248,7 @@ def _claim_template(
                 "devices": {
                     "requests": [{"name": "nic", "exactly": {"deviceClassName": network.device_class}}],
                     "config": [
-                        {"requests": ["nic"], "opaque": {"driver": "netclaim.dev", "parameters": parameters}}
+                        {"requests": ["nic"], "opaque": {"driver": DRIVER_DOMAIN, "parameters": parameters}}
                     ],
                 }
             }

@@ -260,7 +260,9 @@ class DeviceConfig:
 
 
 @dataclass(frozen=True)
-class PodRef:
+class ConsumerRef:
+    """A pod a claim is reserved for (status.reservedFor: the API's ResourceClaimConsumerReference)."""
+
     name: str
     uid: str
 
@@ -318,7 +320,7 @@ def _claim_parts(data: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
             if c.get("opaque") is not None
         ),
         "reserved_for": tuple(
-            PodRef(as_text(r["name"]), as_text(r["uid"]))
+            ConsumerRef(as_text(r["name"]), as_text(r["uid"]))
             for r in status.get("reservedFor") or []
             if r.get("resource") == "pods"
         ),
@@ -349,7 +351,7 @@ class Claim:
     allocated: bool
     results: tuple[AllocatedDevice, ...]
     configs: tuple[DeviceConfig, ...]
-    reserved_for: tuple[PodRef, ...]  # pods only
+    reserved_for: tuple[ConsumerRef, ...]  # pods only
     # status.devices, every driver's, as the API has them: of other drivers' entries only `driver` is read
     devices_status: tuple[dict[str, Any], ...]
     owned_by_pod: bool = False  # generated from a ResourceClaimTemplate: it lives as long as its pod

@@ -29,9 +29,9 @@ from netclaim.core.config.cniconfig import DEFAULT_INTERFACE, CNIConfig, as_conf
 from netclaim.core.config.placeholders import placeholder_names
 from netclaim.core.config.tenancy import Target, tenant_problems
 from netclaim.core.ipam.ippool import AddressConfig, IPPool
+from netclaim.core.names import DRIVER_DOMAIN
 from netclaim.errors import ConfigError
 
-DRIVER = "netclaim.dev"
 POOL_CLASS = "netclaim-address"  # its requests take an address of a pool, not an interface
 POOL_SELECTOR = re.compile(r'device\.attributes\["netclaim\.dev"\]\.pool\s*==\s*"([^"]+)"')
 # where each workload kind keeps its pod spec
@@ -78,7 +78,7 @@ def problems(manifest: dict[str, Any], known_attributes: frozenset[str] | None =
     path, configs = config_paths(manifest)
     for index, entry in enumerate(configs):
         opaque = entry.get("opaque") if isinstance(entry, dict) else None
-        if not isinstance(opaque, dict) or opaque.get("driver") != DRIVER:
+        if not isinstance(opaque, dict) or opaque.get("driver") != DRIVER_DOMAIN:
             continue
         location = f"{path}[{index}].opaque.parameters"
         try:
@@ -135,7 +135,7 @@ def _our_configs(configs: list[Any]) -> Iterator[tuple[list[str] | None, dict[st
         opaque = entry.get("opaque") if isinstance(entry, dict) else None
         if (
             isinstance(opaque, dict)
-            and opaque.get("driver") == DRIVER
+            and opaque.get("driver") == DRIVER_DOMAIN
             and isinstance(opaque.get("parameters"), dict)
         ):
             requests = entry.get("requests")
