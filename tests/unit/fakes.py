@@ -967,5 +967,5 @@ class Recorder:
         return None if name == "gone0" else InterfaceState(name, 2, "52:54:00:12:34:56", 1500, ())
 
 
-def recorded_guard(store: Store, recorder: Recorder) -> PortGuard:
-    return PortGuard(store, recorder, recorder.hairpins, recorder)
+def recorded_guard(store: Store, recorder: Recorder, background: Supervisor | None = None) -> PortGuard:
+    return PortGuard(store, recorder, recorder.hairpins, recorder, background or Supervisor())

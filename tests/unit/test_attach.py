@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -403,3 +404,40 @@ async def test_an_address_only_the_add_tells_is_bound_right_after_the_attach_and
     mac = attached.outcome.interface.mac  # type: ignore[union-attr]
     assert recorder.macs("netclaim-enp1s0") == {mac} and guard.covers(attached)
     assert ("v4", (mac, "10.90.0.10")) in recorder.sets["netclaim-enp1s0"]  # what the ADD told
+
+
+def _guarded_row() -> Attachment:
+    """A row as prepare makes it on a NIC with port security: its child's MAC chosen."""
+    row = sample_row()
+    macvlan = {**row.plan.conflist["plugins"][0], "mac": "02:00:00:00:00:0a"}
+    conflist = {**row.plan.conflist, "plugins": [macvlan]}
+    return dataclasses.replace(row, plan=row.plan.model_copy(update={"conflist": conflist}))
+
+
+async def test_an_attach_binds_its_child_first_when_prepare_did_not(rig: ConfigureRig) -> None:
+    """The write ahead failed, or prepare stopped before it: the attach writes the binding before the ADD,
+    so the child's first frames pass."""
+    recorder = Recorder()
+    rig.attacher.guard = recorded_guard(rig.store, recorder, rig.background)
+    attached = await _attached(rig, _guarded_row(), rig.sandbox())
+    assert [c.command for c in rig.cni.calls] == ["ADD"]
+    assert attached.outcome.interface is not None
+    assert recorder.made == ["netclaim-enp1s0"] and len(recorder.macs("netclaim-enp1s0")) == 1
+
+
+async def test_an_attach_whose_port_security_cannot_be_written_fails_and_adds_nothing(
+    rig: ConfigureRig,
+) -> None:
+    """Fail closed: no child that the table would drop (nor one that nothing holds) is made."""
+    recorder = Recorder()
+
+    async def refused(netns: str, script: str, *, check_only: bool = False) -> None:
+        raise KernelError("nft -f -: exit 1: Error: Could not process rule: No buffer space available")
+
+    recorder.define = refused  # type: ignore[method-assign]
+    rig.attacher.guard = recorded_guard(rig.store, recorder, rig.background)
+    row = _guarded_row()
+    await rig.store.put(row)
+    with pytest.raises(AttachError, match=r"port security on enp1s0 not written .*No buffer space"):
+        await rig.attacher.attach(row, rig.sandbox(), _later())
+    assert rig.cni.calls == [] and rig.store.get(row.key) == row  # still prepared, for the runtime's retry

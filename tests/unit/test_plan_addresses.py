@@ -3,6 +3,7 @@ they are released."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import ipaddress
@@ -34,7 +35,6 @@ from netclaim.errors import (
     ApiUnavailableError,
     CniError,
     ConfigError,
-    KernelError,
     PoolExhaustedError,
     StateStoreError,
 )
@@ -479,31 +479,22 @@ async def test_unprepare_leaves_a_pods_addresses_to_the_controllers_quarantine(
     assert rig.store.all() == []
 
 
-async def test_a_prepare_whose_children_cannot_be_bound_leaves_no_row_nor_address(
-    rig: ConfigureRig,
-) -> None:
-    """Port security refused (nft failed): kubelet gets the error, and its retry starts from nothing."""
-    recorder = Recorder()
+async def test_prepare_writes_port_security_ahead_without_waiting_for_it(rig: ConfigureRig) -> None:
+    """The child's binding is written while containerd makes the sandbox: NodePrepareResources does not
+    wait for nft and tc (the attach does, if it comes first: tests/unit/test_attach.py)."""
+    recorder, written = Recorder(), asyncio.Event()
+    record = recorder.define
 
-    async def refused(netns: str, script: str, *, check_only: bool = False) -> None:
-        raise KernelError("nft -f -: exit 1: Error: Could not process rule: No buffer space available")
+    async def slow(netns: str, script: str, *, check_only: bool = False) -> None:
+        await written.wait()
+        await record(netns, script)
 
-    recorder.define = refused  # type: ignore[method-assign]
-    rig.preparer.guard = recorded_guard(rig.store, recorder)
-    with pytest.raises(KernelError):
-        await _prepare(rig)
-    assert rig.store.for_claim(CLAIM.uid) == [] and _held(rig) == []
-
-
-async def test_a_retried_prepare_binds_the_children_the_first_did_not(rig: ConfigureRig) -> None:
-    recorder = Recorder()
-    rig.preparer.guard = recorded_guard(rig.store, recorder)
-    rig.store.write_seconds = 0.0
-    with pytest.raises(StateStoreError):  # the rows still land, the NIC's table was not written
-        await _prepare(rig)
-    rig.store.write_seconds = 5.0
-    await rig.store.delete()
-    assert recorder.sets == {}
-    await _prepare(rig)
+    recorder.define = slow  # type: ignore[method-assign]
+    rig.preparer.guard = recorded_guard(rig.store, recorder, rig.background)
+    await _prepare(rig)  # answered with the write still waiting
     [row] = rig.store.for_claim(CLAIM.uid)
+    assert recorder.sets == {} and not rig.preparer.guard.covers(row)
+    written.set()
+    await rig.background.settle()
     assert recorder.macs("netclaim-enp1s0") == {binding_of(row).mac}  # type: ignore[union-attr]
+    assert rig.preparer.guard.covers(row)

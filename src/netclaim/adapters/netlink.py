@@ -48,7 +48,6 @@ IFF_ALLMULTI = 0x200
 T = TypeVar("T")
 
 
-
 _libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNET = 0x40000000
 # setns() moves only the calling thread: a namespace thread enters a pod's namespace, opens a netlink
@@ -169,7 +168,6 @@ async def default_route_interfaces(netns: str | None = None) -> set[int]:
         return {int(r.get("oif")) async for r in await ipr.get_default_routes() if r.get("oif")}
 
 
-
 def _change(message: Any) -> LinkChange:
     event, index = str(message.get("event")), int(message.get("index") or 0)
     if event.endswith("LINK"):
@@ -234,7 +232,6 @@ class LinkEvents:
 def link_events(quiet: Callable[[int], bool] | None = None) -> LinkEvents:
     """The node's own LinkEvents (what the inventory follows)."""
     return LinkEvents(quiet=quiet)
-
 
 
 def _link_facts(name: str) -> tuple[int, str, int, int] | None:

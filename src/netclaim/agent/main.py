@@ -92,7 +92,7 @@ async def _start_configure_path(
     status = StatusWriter(claims, driver, store, supervisor, pods=pods, links=catalog)
     locks = PodLocks()
     readiness, networks = PluginReadiness(cni, health.set), NetworkGate()
-    guard = PortGuard(store, nftables, tc, netlink)
+    guard = PortGuard(store, nftables, tc, netlink, supervisor)
     await guard.start()  # before any hook or prepare: every NIC's children held as the rows say
     attacher = Attacher(store, cni, netlink, locks, supervisor, readiness, networks, guard)
     supervisor.keep("cni-gc", NetworkCollector(store, cni, networks, readiness).run)

@@ -261,4 +261,3 @@ class Hairpin(Protocol):
         broadcast: bool | None = None,
         netns: str = "",
     ) -> None: ...
-

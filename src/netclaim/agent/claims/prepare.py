@@ -24,7 +24,7 @@ from dataclasses import replace
 from netclaim.agent.claims.gate import CdiGate
 from netclaim.agent.claims.gather import Gatherer
 from netclaim.agent.claims.metadata import DeviceMetadataFiles, base_request
-from netclaim.agent.pods.guard import PortGuard, guarded_nic
+from netclaim.agent.pods.guard import PortGuard
 from netclaim.agent.status import ClaimRef, StatusWriter
 from netclaim.agent.store import Attachment, Store
 from netclaim.core.node import PreparedDevice
@@ -59,7 +59,6 @@ class Preparer:
         existing = self.store.for_claim(uid)
         if existing:  # kubelet asks again after a restart, a lost answer or a call it cancelled
             log.info("prepare repeated", extra={"claim": f"{namespace}/{name}"})
-            await self._bind(existing)  # the first call may have stopped before it
             return self._answer(ClaimRef(namespace, name, uid), existing, None)
         started = time.monotonic()
         claim = await self.gather.claim(namespace, name, uid)
@@ -75,13 +74,8 @@ class Preparer:
                 await self.gather.give_back(claim.uid)
             raise
         await self.store.put(*rows)  # rows the disk was slow to take still land: their addresses stay theirs
-        try:
-            await self._bind(rows)
-        except BaseException:
-            await self.store.delete(*rows)
-            if needs.addresses:
-                await self.gather.give_back(claim.uid)
-            raise
+        if self.guard is not None:  # while containerd makes the sandbox; the attach waits for it if need be
+            self.guard.bind_soon(rows)
         answer = self._answer(ClaimRef(namespace, name, uid), rows, claim.pod_claim_name)
         faults.point("after-prepare")
         self.status.prepared(claim)
@@ -94,11 +88,6 @@ class Preparer:
         devices = [r.device for r in rows]
         log.info("prepared", extra={"claim": f"{namespace}/{name}", "devices": devices, "ms": elapsed_ms})
         return answer
-
-    async def _bind(self, rows: list[Attachment]) -> None:
-        """The rows' children bound on their NICs before they exist: their first frames pass."""
-        if self.guard is not None and not all(map(self.guard.covers, rows)):
-            await self.guard.follow(n for n in map(guarded_nic, rows) if n is not None)
 
     def _answer(
         self, claim: ClaimRef, rows: list[Attachment], pod_claim_name: str | None

@@ -183,6 +183,14 @@ class Attacher:
         self, row: Attachment, sandbox: PodSandbox, deadline: float, keep: tuple[str, ...]
     ) -> Attachment:
         plan = row.plan
+        if self.guard is not None:  # the child's first frames pass: written since prepare, else now
+            try:
+                await asyncio.wait_for(self.guard.bind(row), max(0.0, deadline - time.monotonic()))
+            except (NetclaimError, TimeoutError) as err:
+                raise AttachError(
+                    f"claim {row.claim_namespace}/{row.claim_name} device {row.device}: port security on "
+                    f"{plan.nic.if_name} not written ({err or 'out of time'}); nothing was attached"
+                ) from err
         args = cni_args(sandbox.namespace, sandbox.name, sandbox.id, sandbox.uid)
         if keep and host_local_dirs(plan.conflist):
             args += f";IP={','.join(keep)}"

@@ -18,10 +18,13 @@ the NIC's hairpin (netclaim.adapters.tc) hands them back after the check. In the
 kernel passes them between children directly, and a neighbour's broadcast (a forged ARP) would never
 meet a check.
 
-A child's binding (its MAC, chosen at prepare, and the addresses known then) is in place before its ADD,
-so its first frames, the plugin's own gratuitous ARP among them, pass; addresses only the ADD tells (a
-tenant's own IPAM) are added right after the hook answers, off containerd's NRI lock (frames from them
-are dropped until then: the table is strict). A NIC's table is made whole once (at the agent's start, or
+A child's binding (its MAC, chosen at prepare, and the addresses known then) is written as soon as its
+claim is prepared, in the background (`bind_soon`): containerd makes the pod's sandbox meanwhile, and
+the attach waits for the write only if it is not done yet (`bind`), before the ADD, so the child's first
+frames, the plugin's own gratuitous ARP among them, pass. A write that fails fails the attach (the pod
+never runs with a child the table drops). Addresses only the ADD tells (a tenant's own IPAM) are added
+right after the hook answers, off containerd's NRI lock (frames from them are dropped until then: the
+table is strict). A NIC's table is made whole once (at the agent's start, or
 its first child); after that a change writes only the set elements and hairpin filters that differ (one
 nft transaction, one tc batch, whatever the number of children). A row binds its child from prepare to
 unprepare.
@@ -41,6 +44,7 @@ from netclaim.core.devices.catalog import ACCEPT_RA
 from netclaim.core.names import check_interface_name
 from netclaim.core.node import BROADCAST, CHILDREN, Hairpin, Interfaces, Nft, Ruleset
 from netclaim.errors import KernelError, PrerequisiteError
+from netclaim.runtime.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 FAMILY = "netdev"
@@ -161,8 +165,11 @@ class PortGuard:
     call reads what to bind from the store when it gets the NIC: calls queued behind a write find their
     rows written by it, and return at once (a burst of prepares on a NIC costs a few writes, not one each)."""
 
-    def __init__(self, store: Store, nft: Nft, hairpin: Hairpin, interfaces: Interfaces) -> None:
+    def __init__(
+        self, store: Store, nft: Nft, hairpin: Hairpin, interfaces: Interfaces, background: Supervisor
+    ) -> None:
         self.store = store
+        self.background = background
         self.nft = nft
         self.hairpin = hairpin
         self.interfaces = interfaces
@@ -193,6 +200,29 @@ class PortGuard:
             return True
         held = {e for b in self._bound.get(nic, frozenset()) for e in elements_of(b)}
         return elements_of(binding) <= held
+
+    def bind_soon(self, rows: Iterable[Attachment]) -> None:
+        """Start writing what the rows' children need, off the caller's path (prepare's): a write that
+        fails is logged, and `bind` tries again before the child is made."""
+        for nic in sorted({n for n in map(guarded_nic, rows) if n is not None}):
+            if not all(self.covers(row) for row in rows if guarded_nic(row) == nic):
+                self.background.spawn("port-security", self._bind_ahead(nic))
+
+    async def _bind_ahead(self, nic: str) -> None:
+        try:
+            await self.follow([nic])
+        except (KernelError, PrerequisiteError) as err:
+            log.warning(
+                "port security not written ahead: the attach tries again",
+                extra={"nic": nic, "error": str(err)},
+            )
+
+    async def bind(self, row: Attachment) -> None:
+        """The row's child bound on its NIC, before the ADD makes it: at once when `bind_soon`'s write is
+        done, else after it (or a write of its own)."""
+        nic = guarded_nic(row)
+        if nic is not None and not self.covers(row):
+            await self.follow([nic])
 
     async def follow(self, nics: Iterable[str]) -> None:
         """Each NIC's table and hairpin made what the stored rows bind."""
@@ -236,9 +266,7 @@ class PortGuard:
         """The NIC's hairpin for `macs`: when the table is `made`, written anew beside what an agent before
         left (its filters deleted once the new ones are in); else only the MACs that came or went."""
         held = {} if made else self._hairpins.get(nic, {})
-        live = (
-            await self.hairpin.ours(nic) if made else set(held.values()) | ({BROADCAST} if held else set())
-        )
+        live = await self.hairpin.ours(nic) if made else set(held.values()) | ({BROADCAST} if held else set())
         if not made and set(held) == macs:
             return  # new addresses only: no tc
         kept = {mac: priority for mac, priority in held.items() if mac in macs}
@@ -298,4 +326,3 @@ def interface_sysctls(row: Attachment) -> dict[str, str]:
         f"ipv6/conf/{name}/accept_redirects": "0",
         f"ipv6/conf/{name}/accept_ra": accept_ra,
     }
-
