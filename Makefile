@@ -41,7 +41,7 @@ image: deps
 	$(BIN)/netclaim-lab cluster image
 
 PROTOS := $(wildcard proto/netclaim/_proto/*.proto)
-GRPC_PROTOS := proto/netclaim/_proto/dra_health_v1.proto proto/netclaim/_proto/dra_v1.proto proto/netclaim/_proto/dra_v1beta1.proto proto/netclaim/_proto/pluginregistration.proto
+GRPC_PROTOS := proto/netclaim/_proto/dra_health_v1.proto proto/netclaim/_proto/dra_v1.proto proto/netclaim/_proto/pluginregistration.proto
 
 # Our own .proto files (written from the published names and field numbers) -> checked-in stubs: the messages
 # (protobuf, typed by mypy-protobuf) and the services for grpclib (its protoc plugin; typed as generated).

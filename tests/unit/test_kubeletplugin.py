@@ -20,8 +20,6 @@ from netclaim._proto import (
     dra_health_v1_pb2,
     dra_v1_grpc,
     dra_v1_pb2,
-    dra_v1beta1_grpc,
-    dra_v1beta1_pb2,
     pluginregistration_grpc,
     pluginregistration_pb2,
 )
@@ -116,12 +114,6 @@ async def test_prepared_devices_are_answered_per_claim_with_their_share_id() -> 
         (["net"], "node-1", "dev-a", "share-1"),
         (["net2"], "node-1", "dev-b", ""),
     ]
-
-
-async def test_v1beta1_answers_without_share_ids() -> None:
-    response = await _prepare(FakePreparer(), "a", pb=dra_v1beta1_pb2)
-    assert isinstance(response, dra_v1beta1_pb2.NodePrepareResourcesResponse)
-    assert [d.device_name for d in response.claims["uid-a"].devices] == ["dev-a", "dev-b"]
 
 
 @pytest.mark.parametrize(
@@ -311,11 +303,11 @@ async def test_kubelet_registers_the_plugin_over_its_socket(served: Served) -> N
     assert served.registered == [True, False]
 
 
-async def test_kubelet_prepares_and_unprepares_over_the_dra_socket_in_both_versions(served: Served) -> None:
+async def test_kubelet_prepares_and_unprepares_over_the_dra_socket(served: Served) -> None:
     ok_before, error_before = _calls("prepare", "ok"), _calls("prepare", "error")
     channel = Channel(path=str(served.dra_socket))
     try:
-        v1, v1beta1 = dra_v1_grpc.DRAPluginStub(channel), dra_v1beta1_grpc.DRAPluginStub(channel)
+        v1 = dra_v1_grpc.DRAPluginStub(channel)
         answer = await v1.NodePrepareResources(
             dra_v1_pb2.NodePrepareResourcesRequest(claims=_claims(dra_v1_pb2, "a", "bad"))
         )
@@ -330,11 +322,6 @@ async def test_kubelet_prepares_and_unprepares_over_the_dra_socket_in_both_versi
         assert list(answer.claims["uid-bad"].devices) == []
         assert served.preparer.reported == [("bad", "config.plugins[0]: no such plugin")]
 
-        beta = await v1beta1.NodePrepareResources(
-            dra_v1beta1_pb2.NodePrepareResourcesRequest(claims=_claims(dra_v1beta1_pb2, "b"))
-        )
-        assert [d.device_name for d in beta.claims["uid-b"].devices] == ["dev-a", "dev-b"]
-
         gone = await v1.NodeUnprepareResources(
             dra_v1_pb2.NodeUnprepareResourcesRequest(claims=_claims(dra_v1_pb2, "a", "bad"))
         )
@@ -342,14 +329,10 @@ async def test_kubelet_prepares_and_unprepares_over_the_dra_socket_in_both_versi
             "uid-a": "",
             "uid-bad": "config.plugins[0]: no such plugin",
         }
-        beta_gone = await v1beta1.NodeUnprepareResources(
-            dra_v1beta1_pb2.NodeUnprepareResourcesRequest(claims=_claims(dra_v1beta1_pb2, "b"))
-        )
-        assert beta_gone.claims["uid-b"].error == ""
     finally:
         channel.close()
-    assert served.preparer.unprepared == ["a", "bad", "b"]
-    assert (_calls("prepare", "ok") - ok_before, _calls("prepare", "error") - error_before) == (2, 1)
+    assert served.preparer.unprepared == ["a", "bad"]
+    assert (_calls("prepare", "ok") - ok_before, _calls("prepare", "error") - error_before) == (1, 1)
 
 
 async def test_stop_lets_a_call_under_way_finish_refuses_new_ones_and_removes_the_sockets(

@@ -1,4 +1,4 @@
-"""The kubelet side: plugin registration, the DRAPlugin service (v1 and v1beta1) and the DRAResourceHealth
+"""The kubelet side: plugin registration, the DRAPlugin service (v1) and the DRAResourceHealth
 stream (v1) over unix sockets.
 
 grpclib serves them: asyncio gRPC on h2, which the agent loads anyway for the API server (grpcio's C core
@@ -29,8 +29,6 @@ from netclaim._proto import (
     dra_health_v1_pb2,
     dra_v1_grpc,
     dra_v1_pb2,
-    dra_v1beta1_grpc,
-    dra_v1beta1_pb2,
     pluginregistration_grpc,
     pluginregistration_pb2,
 )
@@ -41,7 +39,7 @@ from netclaim.runtime.stopping import InFlight
 
 log = logging.getLogger(__name__)
 # kubelet 1.37 opens the health stream only for a plugin that names it here
-SUPPORTED_VERSIONS = ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth"]
+SUPPORTED_VERSIONS = ["v1.DRAPlugin", "v1.DRAResourceHealth"]  # every supported kubelet (1.34+) speaks v1
 HEALTH_RESEND_SECONDS = 10.0  # every device reported again at least this often, changed or not
 HEALTH_TIMEOUT_SECONDS = 30  # kubelet shows a device not reported again within it as Unknown
 STOP_GRACE_SECONDS = 2.0  # a call kubelet has under way when the agent stops gets this long to finish
@@ -147,7 +145,7 @@ class _DraService:
             "device_name": device.device,
             "cdi_device_ids": list(device.cdi_device_ids),
         }
-        if device.share_id and "share_id" in self.pb.Device.DESCRIPTOR.fields_by_name:
+        if device.share_id:
             fields["share_id"] = device.share_id
         return self.pb.Device(**fields)
 
@@ -195,28 +193,6 @@ class _DraV1(dra_v1_grpc.DRAPluginBase):
     async def NodeUnprepareResources(
         self,
         stream: Stream[dra_v1_pb2.NodeUnprepareResourcesRequest, dra_v1_pb2.NodeUnprepareResourcesResponse],
-    ) -> None:
-        await _unary(self.calls, stream, self.service.unprepare)
-
-
-class _DraV1beta1(dra_v1beta1_grpc.DRAPluginBase):
-    def __init__(self, preparer: ClaimPreparer, unpreparer: ClaimUnpreparer, calls: _Calls) -> None:
-        self.service = _DraService(preparer, unpreparer, dra_v1beta1_pb2)
-        self.calls = calls
-
-    async def NodePrepareResources(
-        self,
-        stream: Stream[
-            dra_v1beta1_pb2.NodePrepareResourcesRequest, dra_v1beta1_pb2.NodePrepareResourcesResponse
-        ],
-    ) -> None:
-        await _unary(self.calls, stream, self.service.prepare)
-
-    async def NodeUnprepareResources(
-        self,
-        stream: Stream[
-            dra_v1beta1_pb2.NodeUnprepareResourcesRequest, dra_v1beta1_pb2.NodeUnprepareResourcesResponse
-        ],
     ) -> None:
         await _unary(self.calls, stream, self.service.unprepare)
 
@@ -370,7 +346,6 @@ async def serve(
     dra = await _Listener.start(
         lambda calls: [
             _DraV1(preparer, unpreparer, calls),
-            _DraV1beta1(preparer, unpreparer, calls),
             _HealthV1(health, pool, calls),
         ],
         dra_socket,
