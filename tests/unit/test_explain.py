@@ -12,16 +12,8 @@ import pytest
 
 from netclaim.cli import main as cli
 from netclaim.cli import report
-from netclaim.cli.explain import (
-    Explanation,
-    Snapshot,
-    clauses,
-    explain_pod,
-    failing_clause,
-    published_devices,
-    show_quantity,
-    table,
-)
+from netclaim.cli.explain import Explanation, Snapshot, explain_pod, table
+from netclaim.cli.fit import clauses, failing_clause, published_devices, show_quantity
 from netclaim.core.objects import Pod
 
 SHARED_CLASS = {

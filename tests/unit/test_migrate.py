@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from netclaim.cli import main as cli
-from netclaim.cli.explain import evaluate, published_devices
+from netclaim.cli.fit import evaluate, published_devices
 from netclaim.cli.migrate import Migration, migrate, selections
 from netclaim.core.config.validate import validate_files
 

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from netclaim.cli.explain import Snapshot, consumed_capacity, published_devices, show_quantity
+from netclaim.cli.explain import Snapshot
+from netclaim.cli.fit import consumed_capacity, published_devices, show_quantity
 from netclaim.core.names import DRIVER_DOMAIN
 
 RED, GREEN, RESET = "\033[31m", "\033[32m", "\033[0m"

@@ -419,17 +419,26 @@ class Slice:
     slice_count: int
     devices: tuple[dict[str, Any], ...]
     owner_uids: tuple[str, ...] = ()
+    driver: str = ""
+    node: str = ""  # spec.nodeName: its devices are that node's ("" with a selector, all nodes or per device)
+    node_selector: dict[str, Any] | None = None  # spec.nodeSelector
+    per_device_node_selection: bool = False  # each device says where it is, as the slice would
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> Slice:
-        spec = data["spec"]
+        spec, meta = as_object(data.get("spec")), as_object(data.get("metadata"))
+        pool = as_object(spec.get("pool"))
         return cls(
-            name=str(data["metadata"]["name"]),
-            pool=str(spec["pool"]["name"]),
-            generation=int(spec["pool"]["generation"]),
-            slice_count=int(spec["pool"]["resourceSliceCount"]),
+            name=str(meta.get("name", "")),
+            pool=str(pool.get("name", "")),
+            generation=int(pool.get("generation") or 0),
+            slice_count=int(pool.get("resourceSliceCount") or 1),
             devices=tuple(spec.get("devices") or ()),
-            owner_uids=tuple(str(o["uid"]) for o in data["metadata"].get("ownerReferences") or ()),
+            owner_uids=tuple(str(o["uid"]) for o in meta.get("ownerReferences") or ()),
+            driver=str(spec.get("driver", "")),
+            node=str(spec.get("nodeName") or ""),
+            node_selector=as_object(spec.get("nodeSelector")) or None,
+            per_device_node_selection=spec.get("perDeviceNodeSelection") is True,
         )
 
 
