@@ -37,6 +37,7 @@ import httpx2 as httpx
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.config.client_adapter import AsyncClient as http_client
 from lightkube.config.client_adapter import ConnectionParams
+from lightkube.core import exceptions as lightkube_errors
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
@@ -203,11 +204,19 @@ class KubeConnection:
     @classmethod
     def connect(cls, kubeconfig: Path | None, field_manager: str) -> KubeConnection:
         """From a kubeconfig file, else the pod's ServiceAccount (in-cluster), else $KUBECONFIG."""
-        if kubeconfig is not None:
-            return cls(KubeConfig.from_file(kubeconfig), field_manager)
-        if SERVICE_ACCOUNT_TOKEN.exists():
-            return cls(KubeConfig.from_service_account(), field_manager)
-        return cls(KubeConfig.from_env(), field_manager)
+        try:
+            if kubeconfig is not None:
+                return cls(KubeConfig.from_file(kubeconfig), field_manager)
+            if SERVICE_ACCOUNT_TOKEN.exists():
+                return cls(KubeConfig.from_service_account(), field_manager)
+            return cls(KubeConfig.from_env(), field_manager)
+        except lightkube_errors.ConfigError as err:
+            where = (
+                f"--kubeconfig {kubeconfig}"
+                if kubeconfig is not None
+                else "the ServiceAccount or $KUBECONFIG"
+            )
+            raise ConfigError(f"{where}: {err}") from None
 
     def _connect(self, *, http2: bool) -> httpx.AsyncClient:
         """An HTTP client to the API server as lightkube makes its own (the kubeconfig's server, TLS and
