@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool mmdebstrap nftables
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
-.PHONY: deps system-deps bins deploy image proto proto-check test test-debian-cni test-matrix unit lint typecheck bench bench-scale bench-policy soak demo demo-down clean
+.PHONY: deps system-deps bins deploy image proto proto-check test test-tools test-debian-cni test-matrix unit lint typecheck bench bench-scale bench-policy soak demo demo-down clean
 
 deps: system-deps $(DEPS_STAMP)
 
@@ -63,14 +63,20 @@ lint: deps
 typecheck: deps
 	$(BIN)/mypy
 
-# Unit tests alone, with the line coverage of the code they exercise (configure/ and publish/ >= 90 %).
+# Unit tests alone, with the line coverage of the agent's and the core's code (>= 90 %).
 unit: deps
-	$(BIN)/pytest -m 'not cluster and not image and not programs' -p no:cacheprovider --cov=netclaim.configure \
-	  --cov=netclaim.publish --cov=netclaim.ipam --cov-report=term-missing --cov-fail-under=90 tests
+	$(BIN)/pytest -m 'not cluster and not image and not programs' -p no:cacheprovider --cov=netclaim.agent --cov=netclaim.core \
+	  --cov-report=term-missing --cov-fail-under=90 tests
 
-# --durations: the CI log says which tests a slow run spent its time in
+# What CI runs: lint, types, import contracts, unit tests and every feature's cluster acceptance tests;
+# --durations and the ten slowest modules at the end say where a slow run spent its time.
 test: deps bins proto-check lint typecheck
-	$(BIN)/pytest --durations=30 tests
+	$(BIN)/pytest -m 'not tools' --durations=30 tests
+
+# The lab's measuring programs run small (bench, bench-scale, the whereabouts comparison), each on a cluster
+# of its own: that they run and report, no figure asserted (~10 min; not in `make test`).
+test-tools: deps bins
+	$(BIN)/pytest -m tools --durations=10 tests
 
 # The cluster suite again with every node on Debian's 1.0-level CNI plugins instead of the reference set
 # (the plugin sets the README's compatibility table names); ~30 min. Without test_cni_lifecycle: STATUS, GC
@@ -100,14 +106,14 @@ test-matrix: deps bins
 	done
 
 # Figures, not assertions: the costs against a floor from the same run, on a cluster of its own
-# (netclaim_lab.benchmarks.suite); writes bench/report.json, docs/benchmarks.md, its plots and README's table.
+# (netclaim_lab.benchmarks.suite); writes bench/report.json, docs/benchmarks.md and its plots.
 # The last line is the BENCH line.
 bench: deps bins
 	$(BIN)/python -m netclaim_lab.benchmarks.suite
 
 # The control plane's cost as the cluster grows: 3, 100 and 500 kubelet-less nodes, five scheduling arms of
 # 5,000 pods three times (netclaim_lab.benchmarks.scale; an hour or more on 2 cores: each arm's run takes 1 to
-# 10 min; --repeats 1 for one run of each); writes bench/scale.json and README's scale table, and each arm's run
+# 10 min; --repeats 1 for one run of each); writes bench/scale.json and docs/scale.md's table, and each arm's run
 # to bench/scale-partial.json as soon as it ends (a run stopped early keeps them).
 bench-scale: deps bins
 	$(BIN)/python -m netclaim_lab.benchmarks.scale

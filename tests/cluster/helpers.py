@@ -421,8 +421,8 @@ def kubectl_netclaim(cluster: ClusterHandle, *args: str) -> str:
 
 
 def run_quick(module: str, out: Path) -> str:
-    """`python -m <module> --quick --out <out>` (into a scratch copy of README.md): its last line."""
-    shutil.copy(REPO_ROOT / "README.md", out / "README.md")
+    """`python -m <module> --quick --out <out>` (into a scratch copy of docs/): its last line."""
+    shutil.copytree(REPO_ROOT / "docs", out / "docs", dirs_exist_ok=True)
     run = subprocess.run(
         [sys.executable, "-m", module, "--quick", "--out", str(out)],
         cwd=REPO_ROOT,

@@ -1,4 +1,5 @@
-"""netclaim's cluster-wide IPAM next to whereabouts v0.9.2, the incumbent, on a side cluster of their own.
+"""netclaim's cluster-wide IPAM next to whereabouts v0.9.2, the incumbent, on a side cluster of their own
+(`make test-tools`: a comparison, ~3 min; what netclaim must achieve is asserted in test_ipam.py too).
 
 The same run for both, one after the other: 60 pods at once, spread over three nodes, one claim each
 (netclaim: an IPPool device, pool_template of tests/cluster/ipam.py; whereabouts: a DeviceClass whose admin
@@ -56,6 +57,8 @@ from tests.cluster.ipam import (
 )
 from tests.conftest import require_root_prerequisites
 from tests.kube import wait_for
+
+pytestmark = pytest.mark.tools
 
 # Nodes named as the session cluster's IPAM nodes, so the helpers of tests/cluster/ipam.py read them as
 # they are (spread, allocation_ms); NIC ipn0 on lan3 is that module's network too.

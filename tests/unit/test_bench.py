@@ -278,10 +278,8 @@ def test_figures_with_too_few_samples_read_na_not_a_number_from_elsewhere() -> N
 HOOK_PARTS_SAMPLE = (("ms", 12), ("lock_ms", 0), ("attach_ms", 11), ("policy_ms", 0), ("metadata_ms", 1))
 
 
-def test_the_report_the_plots_and_readmes_table_come_from_one_result(tmp_path: Path) -> None:
+def test_the_report_and_the_plots_come_from_one_result(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\nbefore\n\n{report.README_BEGIN}\nold table\n{report.README_END}\n\nafter\n")
     result = sample_result()
     report.render(json.loads(json.dumps(result)), tmp_path)
     text = (tmp_path / "docs" / "benchmarks.md").read_text()
@@ -301,9 +299,6 @@ def test_the_report_the_plots_and_readmes_table_come_from_one_result(tmp_path: P
     assert "(the gate holding their containers): node-1 7, node-2 0." in text
     for plot in ("attach.svg", "podstart.svg", "rss.svg", "fullnode.svg"):
         assert (tmp_path / report.PLOTS / plot).read_text().startswith("<?xml")
-    updated = readme.read_text()
-    assert "old table" not in updated and updated.startswith("# x\n\nbefore") and updated.endswith("after\n")
-    assert "| agent idle RSS (MiB) | ≤ 50 | 70 |" in updated
     first_svg = (tmp_path / report.PLOTS / "rss.svg").read_bytes()
     report.render(result, tmp_path)  # the same data gives the same files
     assert (tmp_path / report.PLOTS / "rss.svg").read_bytes() == first_svg
@@ -312,7 +307,6 @@ def test_the_report_the_plots_and_readmes_table_come_from_one_result(tmp_path: P
 def test_a_kept_baseline_is_compared_figure_by_figure(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "bench").mkdir()
-    (tmp_path / "README.md").write_text(f"{report.README_BEGIN}\n{report.README_END}\n")
     before, after = sample_result(), sample_result()
     before["commit"] = "abc1234"
     before["bench_line"] = before["bench_line"].replace("agent_rss_idle_mib=70", "agent_rss_idle_mib=80")
@@ -322,13 +316,6 @@ def test_a_kept_baseline_is_compared_figure_by_figure(tmp_path: Path) -> None:
     assert "at commit abc1234" in text
     assert "| agent idle RSS (MiB) | 80 | 70 | -12 % |" in text
     assert "| netclaim's NRI hook from outside ÷ raw plugin exec, one NIC, p50 | 1.33 | 1.33 | +0 % |" in text
-
-
-def test_a_readme_without_the_table_markers_is_an_error_not_a_silent_skip(tmp_path: Path) -> None:
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "README.md").write_text("# x\n")
-    with pytest.raises(SystemExit, match="bench:begin"):
-        report.render(sample_result(), tmp_path)
 
 
 def test_the_stopwatch_hook_is_after_minus_before_of_pods_both_plugins_saw(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """make bench-scale's pure parts: the audit log's agent requests and which are wide, Prometheus histogram
-quantiles, the SCALE line and README's table, the node keeper's Lease time."""
+quantiles, the SCALE line and docs/scale.md's table, the node keeper's Lease time."""
 
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ def _ipam(alone_p99_ms: float) -> dict[str, float]:
     }
 
 
-def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
+def _scale_result() -> dict[str, Any]:
     runs = {  # three runs of each arm: the medians and ranges are what is reported
         "none": [_run(r, 0.02) for r in (200.0, 240.0, 150.0)],
         "dra": [_run(r, 0.05) for r in (100.0, 90.0, 110.0)],
@@ -187,6 +187,12 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
             "unprepare_ms": measure.distribution([20.0] * 50),
         },
     }
+    result["scale_line"] = scale.scale_line(result)
+    return result
+
+
+def test_the_scale_line_and_docs_table_come_from_the_result() -> None:
+    result = _scale_result()
     summary = result["large"]["summary"]
     assert summary["netclaim"]["pods_per_s_median"] == 80.0 and summary["dra"]["pods_per_s_median"] == 100.0
     assert summary["netclaim"]["ratio_vs_dra"] == pytest.approx(0.8)
@@ -194,7 +200,6 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
     assert summary["netclaim_pool"]["ratio_vs_dra"] == pytest.approx(0.4)
     assert summary["netclaim_gpus"]["ratio_vs_dra"] == pytest.approx(0.25)
     assert summary["ipam_alloc_p99_ms_median"] == 50.0
-    result["scale_line"] = scale.scale_line(result)
     assert result["scale_line"] == (
         "SCALE nodes=500 claims=5000 publish_s=3.20 sched_pods_per_s=80.0 sched_p99_s=1.500 "
         "agent_events_per_s=0.033 agent_rss_mib=75.5 dense_claims=1000 dense_agent_anon_mib=54.2 "
@@ -213,6 +218,22 @@ def test_the_scale_line_and_readme_table_come_from_the_result() -> None:
     assert "40 / 90, 700/s; 12 / 50 |" in table and "| 1.5; 380, 4.2; 80.0 |" in table
     assert "publish 497 nodes' slices" in table
     assert "| 66.0 / 40.0 / 60.0; 80.5 / 54.2 / 74.0; 79.0 / 53.0 / 73.0; 10.0 / 30.0, 20.0 / — |" in table
+
+
+def test_the_scale_table_is_written_into_docs_scale_md_between_its_markers(tmp_path: Path) -> None:
+    result = _scale_result()
+    document = tmp_path / "docs" / "scale.md"
+    document.parent.mkdir()
+    document.write_text(
+        f"# scale\n\nbefore\n\n{report.SCALE_BEGIN}\nold table\n{report.SCALE_END}\n\nafter\n"
+    )
+    report.render_scale(result, tmp_path)
+    written = document.read_text()
+    assert "old table" not in written and report.scale_table(result) in written
+    assert written.startswith("# scale\n\nbefore") and written.endswith("after\n")
+    document.write_text("# scale\n")  # no markers: an error naming them, not a silent skip
+    with pytest.raises(SystemExit, match="scale:begin"):
+        report.render_scale(result, tmp_path)
 
 
 def test_lease_renew_times_are_written_with_their_six_fraction_digits() -> None:

@@ -1,4 +1,6 @@
-"""docs/benchmarks.md, its plots and README's figures table, all from one bench/report.json.
+"""docs/benchmarks.md and its plots from one bench/report.json, and docs/scale.md's table from
+bench/scale.json: the only places the project's measured figures are written (README links to them, quoting
+none).
 
 Usage: .venv/bin/python -m netclaim_lab.benchmarks.report [bench/report.json]   (make bench runs it)
 """
@@ -22,8 +24,6 @@ import matplotlib.pyplot as plt
 from netclaim_lab.layout import REPO_ROOT
 
 PLOTS = "docs/benchmarks"
-README_BEGIN = "<!-- bench:begin (make bench writes this table from bench/report.json) -->"
-README_END = "<!-- bench:end -->"
 
 # (BENCH key, what, goal: the measured value is at most this; None: reported beside the goals)
 TARGETS: list[tuple[str, str, float | None]] = [
@@ -631,34 +631,13 @@ def _where_the_time_goes(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def readme_table(result: dict[str, Any]) -> str:
-    values = bench_values(result["bench_line"])
-    rows = [
-        README_BEGIN,
-        "",
-        "| benchmark (`make bench`, docs/benchmarks.md) | goal | measured |",
-        "|---|---|---|",
-    ]
-    for key, what, goal in TARGETS:
-        value = values[key]
-        shown = "—" if value is None else f"{value:g}"
-        rows.append(f"| {what} | {'—' if goal is None else f'≤ {goal:g}'} | {shown} |")
-    rows += [
-        f"| a full node, {result['fullnode']['pods']} one-NIC pods Ready (s) | — "
-        f"| {result['fullnode']['all_ready_s']:.1f}{_fill_floors(result['fullnode'])} |",
-        "",
-        README_END,
-    ]
-    return "\n".join(rows)
-
-
-def _write_readme_section(root: Path, begin: str, end: str, section: str) -> None:
-    readme = root / "README.md"
-    text = readme.read_text()
+def _write_section(document: Path, begin: str, end: str, section: str) -> None:
+    """Replace the text between the markers of a hand-written document with `section` (markers included)."""
+    text = document.read_text()
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     if not pattern.search(text):
-        raise SystemExit(f"README.md has no {begin!r} … {end!r} section to write")
-    readme.write_text(pattern.sub(lambda _: section, text))
+        raise SystemExit(f"{document} has no {begin!r} … {end!r} section to write")
+    document.write_text(pattern.sub(lambda _: section, text))
 
 
 def _repeated_prepares(serial: dict[str, Any]) -> str:
@@ -668,7 +647,6 @@ def _repeated_prepares(serial: dict[str, Any]) -> str:
 
 
 def render(result: dict[str, Any], root: Path = REPO_ROOT) -> None:
-    _write_readme_section(root, README_BEGIN, README_END, readme_table(result))
     _plots(result, root / PLOTS)
     kept = root / BASELINE
     baseline = json.loads(kept.read_text()) if kept.is_file() else None
@@ -680,7 +658,7 @@ SCALE_END = "<!-- scale:end -->"
 
 
 def scale_table(result: dict[str, Any]) -> str:
-    """README's scale table: the same churn window at each cluster size, then the scheduling arms."""
+    """docs/scale.md's table: the same churn window at each cluster size, then the scheduling arms."""
     sizes, large = result["sizes"], result["large"]
     windows = [result["small"]["churn"], result["mid"]["churn"], large["churn"]]
     runs, summary = large["runs"], large["summary"]
@@ -791,7 +769,7 @@ def _p50_p99(distribution: dict[str, Any]) -> str:
 
 
 def render_scale(result: dict[str, Any], root: Path = REPO_ROOT) -> None:
-    _write_readme_section(root, SCALE_BEGIN, SCALE_END, scale_table(result))
+    _write_section(root / "docs" / "scale.md", SCALE_BEGIN, SCALE_END, scale_table(result))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ sent the agents (exactly 2 each: their own node's changes, nobody else's), two p
 slice and every claim (what a watch on the whole kind is sent: each agent had one on every claim before
 it read claims by name), the agents' requests (that server's audit log) and their RSS (/proc).
 
-Writes bench/scale.json and README's scale table; the last line is the SCALE line. `--quick` runs it small
+Writes bench/scale.json and docs/scale.md's table; the last line is the SCALE line. `--quick` runs it small
 (make test). NETCLAIM_KEEP_CLUSTER=1 keeps the cluster.
 """
 
@@ -1035,7 +1035,7 @@ def run(handle: ClusterHandle, sizes: Sizes, work: Path, partial: Path) -> dict[
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="make bench-scale", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: make test's run")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT, help="where bench/ and README.md are")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT, help="where bench/ and docs/ are")
     parser.add_argument("--repeats", type=int, help="runs of the scheduling arms (default: 3, --quick 1)")
     parser.add_argument(
         "--only",
@@ -1082,7 +1082,7 @@ def main(argv: list[str]) -> int:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     report.render_scale(result, args.out)
-    log(f"wrote {out} and README's scale table in {result['seconds'] / 60:.1f} min")
+    log(f"wrote {out} and docs/scale.md's table in {result['seconds'] / 60:.1f} min")
     print(result["scale_line"])
     return 0
 

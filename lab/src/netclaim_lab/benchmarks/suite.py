@@ -884,7 +884,7 @@ def bench_line(result: dict[str, Any]) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="make bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: make test's run of the suite")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT, help="where bench/, docs/ and README.md are")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT, help="where bench/ and docs/ are")
     args = parser.parse_args(argv)
     processes.exit_on_sigterm()
     sizes = QUICK if args.quick else FULL
