@@ -412,7 +412,7 @@ def test_an_address_a_nodes_token_takes_for_a_claim_elsewhere_is_freed(
     wait_for(
         lambda: [a.name for a in allocations(cluster, pool)] == [own.name], 60, "the forged address freed"
     )
-    reasons = cluster.kubectl("logs", "-n", "netclaim-system", "deploy/netclaim-controller")
+    reasons = controller_log(cluster, lines=-1)
     assert "address held beyond the claim's allocation freed" in reasons
 
 

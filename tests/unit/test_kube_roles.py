@@ -18,6 +18,7 @@ from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.adapters.kube.services import KubeServices
 from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.core import kubeapi
+from netclaim.runtime.election import LeaseApi
 
 RBAC = Path(__file__).parents[2] / "deploy" / "rbac.yaml"
 ROLES = {
@@ -35,6 +36,7 @@ ROLES = {
         kubeapi.PoolParamsApi,
         kubeapi.NetworkServicesApi,
         kubeapi.NetworkPoliciesApi,
+        LeaseApi,
     ],
 }
 # Roles a chart value turns on, with their RBAC (tests/test_helm_chart.py renders it): none by default.
@@ -98,6 +100,9 @@ ASKS = {
     "delete_rules_map": ("", "configmaps", "delete"),
     "identity": ("authentication.k8s.io", "selfsubjectreviews", "create"),
     "dry_run_slice": ("resource.k8s.io", "resourceslices", "create"),
+    "get_lease": ("coordination.k8s.io", "leases", "get"),
+    "create_lease": ("coordination.k8s.io", "leases", "create"),
+    "update_lease": ("coordination.k8s.io", "leases", "update"),
 }
 
 

@@ -239,10 +239,10 @@ def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> N
         "netclaim-policy-node-1": "node-1",
         "netclaim-policy-node-2": "node-2",  # the client, selected by none: listed with no rules
     }
-    [guard] = read_guards(made["netclaim-policy-guards"][1]["rules.json"])
+    [guard] = read_guards([made["netclaim-policy-guards"][1]["rules.json"]])
     assert guard.selects("team-a", {"app": "db"}) and not guard.selects("team-a", {"app": "web"})
     assert (guard.networks, guard.ingress, guard.egress) == (("lan3",), True, False)
-    rules = read_rules(made["netclaim-policy-node-1"][1]["rules.json"])
+    rules = read_rules([made["netclaim-policy-node-1"][1]["rules.json"]])
     assert rules == {
         "db-uid": {
             "lan3": NetworkRules(
@@ -252,7 +252,7 @@ def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> N
             )
         }
     }
-    assert read_rules(made["netclaim-policy-node-2"][1]["rules.json"]) == {"client-uid": {}}
+    assert read_rules([made["netclaim-policy-node-2"][1]["rules.json"]]) == {"client-uid": {}}
     assert node_label("x" * 64).startswith("node-") and len(node_label("x" * 64)) == 45
     assert node_label("guards") != "guards"
 
@@ -292,9 +292,12 @@ class FakePolicies:
         self.events.append((name, reason, message))
 
 
-class NoClaims:
-    async def list_claims(self) -> list[Any]:
-        return []
+async def no_claims() -> list[Any]:
+    return []
+
+
+async def nothing_published() -> PublishedAddresses:
+    return PublishedAddresses((), (), (), "netclaim.dev")
 
 
 def _object(name: str, spec: Any, policy_for: str = "netclaim.dev/lan3") -> dict[str, Any]:
@@ -321,10 +324,7 @@ async def test_a_policy_that_cannot_be_read_or_names_no_network_there_is_is_told
         {"lan3"},
     )
 
-    async def nothing_published() -> PublishedAddresses:
-        return PublishedAddresses((), (), (), "netclaim.dev")
-
-    reconciler = PolicyReconciler(api, NoClaims(), "netclaim.dev", nothing_published)  # type: ignore[arg-type]
+    reconciler = PolicyReconciler(api, no_claims, "netclaim.dev", nothing_published)  # type: ignore[arg-type]
     await reconciler.once()
     await reconciler.once()
     assert [(name, reason) for name, reason, _ in api.events] == [
@@ -354,3 +354,110 @@ def test_a_policy_whose_compile_fails_isolates_its_pods_and_the_others_compile(
     ingress = rules["db-uid"]["lan3"].ingress
     assert ingress is not None and ingress.policies == ("team-a/broken", "team-a/open")
     assert rules["client-uid"]["lan3"].ingress == Direction((), ("team-a/broken",))  # isolated by it alone
+
+
+def _excepts_policy(rules: int, blocks: int, excepts: int) -> dict[str, Any]:
+    """`rules` ingress rules of `blocks` ipBlocks with `excepts` excepts each: the largest rules per pod a
+    policy within the spec's bounds makes."""
+    return {
+        **DENY_INGRESS,
+        "ingress": [
+            {
+                "from": [
+                    {
+                        "ipBlock": {
+                            "cidr": f"10.{r}.{b}.0/24",
+                            "except": [f"10.{r}.{b}.{e * 16}/28" for e in range(excepts)],
+                        }
+                    }
+                    for b in range(blocks)
+                ]
+            }
+            for r in range(rules)
+        ],
+    }
+
+
+def test_a_nodes_rules_past_an_objects_bound_are_split_and_read_back_whole() -> None:
+    """25 rules x 100 ipBlocks x 10 excepts for 3 pods on one node: ≈ 1.3 MB as one object, which the API
+    refuses (1 MiB), so that node's rules, every tenant's, were never written again."""
+    from netclaim.core.policy.distribution import MAX_OBJECT_BYTES, config_maps, read_rules
+
+    selected = [
+        _pod(f"db{i}", labels={"app": "db"}, addresses={"lan3": (f"10.3.0.{10 + i}",)}) for i in range(3)
+    ]
+    policy = _policy(_excepts_policy(25, 100, 10))
+    whole = pod_rules([policy], [*selected, CLIENT], NAMESPACES)
+    made = config_maps([policy], [*selected, CLIENT], NAMESPACES)
+    parts = [data["rules.json"] for name, (label, data) in sorted(made.items()) if label == "node-1"]
+    sizes = [len(text) for text in parts]
+    assert len(parts) > 3 and max(sizes) <= MAX_OBJECT_BYTES, sizes
+    assert sum(sizes) > 1 << 20  # what one object would have held
+    assert read_rules(parts) == {
+        **whole,
+        "client-uid": {},
+    }  # every pod's allows, unioned back from every part
+    names = [name for name, (label, _) in made.items() if label == "node-1"]
+    assert len(set(names)) == len(names) and "netclaim-policy-node-1" in names
+
+
+def test_a_namespace_past_its_budget_is_read_as_unreadable_without_touching_another() -> None:
+    from netclaim.core.policy.rules import NAMESPACE_BUDGET, over_budget
+
+    def raw(namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        meta = {
+            "namespace": namespace,
+            "name": name,
+            "annotations": {"k8s.v1.cni.cncf.io/policy-for": "netclaim.dev/lan3"},
+        }
+        return {"metadata": meta, "spec": spec}
+
+    wide = {**DENY_INGRESS, "ingress": [{"from": [{"podSelector": {}}] * 100}] * 100}
+    hostile = [raw("team-a", f"wide-{i}", wide) for i in range(8)]
+    friendly = raw("team-b", "one", {**DENY_INGRESS, "ingress": [{"from": [{"podSelector": {}}]}]})
+    found = over_budget([*hostile, friendly])
+    assert list(found) == ["team-a"]
+    assert f"80,000 peers (at most {NAMESPACE_BUDGET['peers']:,})" in found["team-a"]
+    assert over_budget([hostile[0], friendly]) == {}  # one such policy is within its namespace's budget
+    read = PolicyObject.from_api(hostile[0], found["team-a"])
+    assert read.spec is None and "budget" in read.problem and read.networks == ("lan3",)
+    isolated = pod_rules([read], PODS, NAMESPACES)
+    assert isolated["db-uid"]["lan3"] == NetworkRules(
+        Direction((), ("team-a/wide-0",)), Direction((), ("team-a/wide-0",))
+    )
+
+
+def test_peers_many_rules_name_are_resolved_once_and_select_as_before() -> None:
+    """100 rules x 100 `namespaceSelector: {}` peers: every pod of every namespace on the network, once."""
+    spec = {**DENY_INGRESS, "ingress": [{"from": [{"namespaceSelector": {}}] * 100}] * 100}
+    beside = _pod("beside", namespace="team-b", addresses={"lan3": ("10.3.0.30",)})
+    rules = pod_rules([_policy(spec)], [DB, CLIENT, beside, OFF_NETWORK], NAMESPACES)
+    ingress = rules["db-uid"]["lan3"].ingress
+    assert ingress is not None
+    assert ingress.allows == (Allow(("10.3.0.10/32", "10.3.0.20/32", "10.3.0.30/32", "fd03::10/128")),)
+
+
+async def test_a_namespace_over_its_budget_is_told_and_no_policy_is_parsed_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from netclaim.controller.policy import PolicyReconciler
+
+    wide = {**DENY_INGRESS, "ingress": [{"from": [{"podSelector": {}}] * 100}] * 100}
+    multus = {**_object("multus", wide, "default/macvlan-net"), "spec": wide}
+    api = FakePolicies([*(_object(f"wide-{i}", wide) for i in range(8)), multus], {"lan3"})
+    parsed: list[str] = []
+    read = PolicyObject.from_api.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[PolicyObject], data: dict[str, Any], over: str = "") -> PolicyObject:
+        parsed.append(data["metadata"]["name"])
+        return read(cls, data, over)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(PolicyObject, "from_api", classmethod(counted))
+    reconciler = PolicyReconciler(api, no_claims, "netclaim.dev", nothing_published)  # type: ignore[arg-type]
+    await reconciler.once()
+    await reconciler.once()
+    assert sorted(parsed) == [f"wide-{i}" for i in range(8)]  # once each; Multus's never
+    assert [(name, reason) for name, reason, _ in api.events] == [
+        (f"wide-{i}", "NetworkPolicyInvalid") for i in range(8)
+    ]
+    assert all("80,000 peers (at most 10,000)" in m and "isolated" in m for _, _, m in api.events)

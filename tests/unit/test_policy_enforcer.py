@@ -32,8 +32,8 @@ class FakeRules:
     maps: dict[str, str] = field(default_factory=dict)
     changes: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
 
-    async def list_policy_rules(self, labels: list[str]) -> dict[str, str]:
-        return {k: v for k, v in self.maps.items() if k in labels}
+    async def list_policy_rules(self, labels: list[str]) -> dict[str, list[str]]:
+        return {k: [v] for k, v in self.maps.items() if k in labels}
 
     async def policy_rules_changes(self, labels: list[str]) -> AsyncIterator[str]:
         while True:

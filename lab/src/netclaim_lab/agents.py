@@ -113,10 +113,29 @@ def agent_kubeconfig(handle: ClusterHandle, node: str, path: Path, server: str |
 CONTROLLER_LABEL = "app.kubernetes.io/name=netclaim-controller"
 
 
-def controller_pod(handle: ClusterHandle, namespace: str = NAMESPACE) -> dict[str, Any]:
-    """The controller's pod, as the API has it."""
+CONTROLLER_LEASE = "netclaim.dev-controller"
+
+
+def controller_leader(handle: ClusterHandle, namespace: str = NAMESPACE) -> str:
+    """The name of the controller pod holding the Lease ("" when none does): identities are
+    `<pod name>_<suffix>` (netclaim.controller.main)."""
+    found = json.loads(
+        handle.kubectl("get", "lease", "-n", namespace, CONTROLLER_LEASE, "-o", "json", check=False) or "{}"
+    )
+    holder = str(found.get("spec", {}).get("holderIdentity") or "")
+    return holder.rpartition("_")[0]
+
+
+def controller_pods(handle: ClusterHandle, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
     found = json.loads(handle.kubectl("get", "pods", "-n", namespace, "-l", CONTROLLER_LABEL, "-o", "json"))
-    return dict(found["items"][0])
+    return [dict(pod) for pod in found["items"]]
+
+
+def controller_pod(handle: ClusterHandle, namespace: str = NAMESPACE) -> dict[str, Any]:
+    """The leading controller's pod, as the API has it (the first replica's while none leads)."""
+    pods = controller_pods(handle, namespace)
+    leader = controller_leader(handle, namespace)
+    return next((pod for pod in pods if pod["metadata"]["name"] == leader), pods[0])
 
 
 def token_kubeconfig(handle: ClusterHandle, namespace: str, account: str, path: Path) -> None:

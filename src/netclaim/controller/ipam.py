@@ -45,9 +45,6 @@ log = logging.getLogger(__name__)
 ADDRESS_CLASS = "netclaim-address"  # deploy/deviceclasses.yaml
 
 
-ADDRESS_CLASS = "netclaim-address"  # deploy/deviceclasses.yaml
-
-
 class Reconciler:
     def __init__(
         self,
@@ -67,7 +64,8 @@ class Reconciler:
         self.pool_slices = pool_slices(slices, driver)
         self.warned: set[tuple[str, str]] = set()  # (pod UID, message) reported, of pods still waiting
         self.published: set[str] = set()  # pools with a free-claims gauge
-        self.claims_seen: Mirror[Claim] = Mirror(lambda claim: claim.uid)  # kept by run()'s watches
+        # kept by run()'s watches; of a claim, what the passes read (50,000 whole claims: ≈ 450 MiB)
+        self.claims_seen: Mirror[Claim] = Mirror(lambda claim: claim.uid, lambda claim: claim.compact(driver))
         self.allocations_seen: Mirror[IPAllocation] = Mirror(lambda allocation: allocation.name)
 
     async def reconcile(self) -> None:
@@ -137,13 +135,14 @@ class Reconciler:
             if self.allocations_seen.synced
             else await self.addresses.list_ip_allocations()
         )
-        claims = (
-            list(self.claims_seen.objects.values())
-            if self.claims_seen.synced
-            else await self.claims.list_claims()
-        )
         pools, _ = read_pools(await self.addresses.list_ippools())
-        return PublishedAddresses(claims, allocations, pools, self.driver)
+        return PublishedAddresses(await self.current_claims(), allocations, pools, self.driver)
+
+    async def current_claims(self) -> list[Claim]:
+        """Every claim, as seen (listed while the watch is not synced)."""
+        if self.claims_seen.synced:
+            return list(self.claims_seen.objects.values())
+        return await self.claims.list_claims()
 
     async def _write_params(self, pools: list[IPPool], objects: dict[str, dict[str, Any]]) -> set[str]:
         """Each restricted pool's parameter of admission policy netclaim-pool-namespaces, written before its

@@ -1,5 +1,12 @@
-"""`netclaim controller`: the cluster's one controller. Only wiring: the work is in ipam.py, services.py and
+"""`netclaim controller`: the cluster's controller. Only wiring: the work is in ipam.py, services.py and
 policy.py, and every task it starts is kept running by netclaim.runtime.supervisor.
+
+Replicas elect a leader on the Lease `<driver>-controller` in its namespace (netclaim.runtime.election):
+the leader runs the reconcilers; a standby reads the Lease every 2 s and takes it once the leader gives it
+up (a clean stop: within 2 s) or has not renewed it for its 10 s (kill -9, a lost node: within 12 s).
+A replica is Ready once it has read the Lease and, while leading, once its first IPAM pass is done. A
+leader that cannot renew for 7 s stops leading and exits, to come back as a candidate: no two replicas
+ever reconcile at once for longer than the API takes to answer one write.
 
 One object never fails a pass: the lists skip (and report) what cannot be read (netclaim.adapters.kube),
 and a write about one object that fails is logged and tried again the next pass; only an API that cannot
@@ -10,7 +17,10 @@ netclaim_last_reconcile_timestamp_seconds: what shows that reconcile keeps succe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
+import uuid
 from functools import partial
 
 from netclaim.adapters.http import Health
@@ -18,6 +28,7 @@ from netclaim.adapters.http import serve as serve_health
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.leases import KubeLease
 from netclaim.adapters.kube.params import KubePoolParams
 from netclaim.adapters.kube.policies import KubePolicies
 from netclaim.adapters.kube.services import KubeServices
@@ -37,6 +48,8 @@ from netclaim.core.kubeapi import (
     PoolParamsApi,
 )
 from netclaim.core.objects import Claim
+from netclaim.runtime.election import Election
+from netclaim.runtime.stopping import stopping_on_signals
 from netclaim.runtime.supervisor import Supervisor
 from netclaim.runtime.trigger import PassClock, Trigger, always, fire_on_changes, paced_pass, periodic
 
@@ -45,9 +58,44 @@ log = logging.getLogger(__name__)
 
 async def run(settings: ControllerSettings) -> None:
     health = Health()
-    health.expect("reconciled")
+    health.expect("serving")
     http = await serve_health(settings.metrics_address, health)
     kube = KubeConnection.connect(settings.kubeconfig, f"{settings.driver_name}-controller")
+    identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    election = Election(KubeLease(kube, settings.namespace, f"{settings.driver_name}-controller"), identity)
+    log.info("controller starting", extra={"driver": settings.driver_name, "identity": identity})
+    try:
+        async with stopping_on_signals() as stop:
+            candidate = asyncio.create_task(election.run(partial(lead, settings, kube, health)))
+            standing_by = asyncio.create_task(_ready_once_read(election, health))
+            stopper = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait({candidate, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (candidate, standing_by, stopper):
+                    task.cancel()
+                await asyncio.gather(standing_by, stopper, return_exceptions=True)
+            if not stop.is_set():
+                await candidate  # LeadershipLost (or lead's own error): the process exits, to stand again
+            with contextlib.suppress(asyncio.CancelledError):
+                await candidate
+    finally:
+        await election.release()
+        if http is not None:
+            http.close()
+        await kube.close()
+        log.info("controller stopped")
+
+
+async def _ready_once_read(election: Election, health: Health) -> None:
+    await election.seen.wait()
+    if not election.leading.is_set():
+        health.set("serving", True)
+
+
+async def lead(settings: ControllerSettings, kube: KubeConnection, health: Health) -> None:
+    """The reconcilers, while this replica holds the Lease (cancelled when it stops holding it)."""
+    health.set("serving", False)  # until the first IPAM pass of this term
     claims: ClusterClaimsApi = KubeClaims(kube)
     addresses: IPPoolsApi = KubeAddresses(kube)
     params: PoolParamsApi = KubePoolParams(kube, settings.namespace)
@@ -69,11 +117,13 @@ async def run(settings: ControllerSettings) -> None:
     reconciler = Reconciler(claims, addresses, KubeSlices(kube), params, settings.driver_name, quarantine)
     endpoints = EndpointsReconciler(services, settings.driver_name, reconciler.publishable)
     network_policies: NetworkPoliciesApi = KubePolicies(kube, settings.namespace)
-    policies = PolicyReconciler(network_policies, claims, settings.driver_name, reconciler.publishable)
+    policies = PolicyReconciler(
+        network_policies, reconciler.current_claims, settings.driver_name, reconciler.publishable
+    )
 
     async def reconciled() -> None:
         await reconciler.reconcile()
-        health.set("reconciled", True)
+        health.set("serving", True)
 
     def served(namespace: str) -> bool:
         """A change in a namespace with a Service over a network (as of the last pass)."""
@@ -150,12 +200,7 @@ async def run(settings: ControllerSettings) -> None:
         ),
     )
     supervisor.keep("endpoints-resync", partial(periodic, endpoints_trigger, settings.resync_seconds))
-    log.info("controller starting", extra={"driver": settings.driver_name})
     try:
-        await supervisor.run_until_stopped()
+        await supervisor.run_until(asyncio.Event())  # until cancelled: the Lease is lost or we stop
     finally:
         await supervisor.stop()
-        if http is not None:
-            http.close()
-        await kube.close()
-        log.info("controller stopped")

@@ -23,8 +23,9 @@ DELETED = "DELETED"
 
 
 class Mirror(Generic[T]):
-    def __init__(self, key: Callable[[T], str]) -> None:
+    def __init__(self, key: Callable[[T], str], project: Callable[[T], T] = lambda found: found) -> None:
         self.key = key  # "" for an object that cannot be kept (its identity could not be read)
+        self.project = project  # what is kept of an object: what the readers read of it
         self.objects: dict[str, T] = {}
         self.synced = False
 
@@ -38,14 +39,14 @@ class Mirror(Generic[T]):
         self.synced = False
         try:
             found = await listed()
-            self.objects = {k: o for o in found.items if (k := self.key(o))}
+            self.objects = {k: self.project(o) for o in found.items if (k := self.key(o))}
             self.synced = found.version is not None
             async for kind, changed in changes(found.version):
                 key = self.key(changed)
                 if key and kind == DELETED:
                     self.objects.pop(key, None)
                 elif key:
-                    self.objects[key] = changed
+                    self.objects[key] = self.project(changed)
                 yield changed
         finally:
             self.synced = False

@@ -275,8 +275,8 @@ class PolicyRulesApi(Protocol):
     """The agent's: the network policy rules the controller compiled (netclaim.controller.policy), the
     ConfigMaps of the given RULES_LABEL values only."""
 
-    async def list_policy_rules(self, labels: list[str]) -> dict[str, str]:
-        """RULES_LABEL value → the ConfigMap's rules (JSON), of those there are."""
+    async def list_policy_rules(self, labels: list[str]) -> dict[str, list[str]]:
+        """RULES_LABEL value → the rules (JSON) of each of its ConfigMaps (the parts of one), by name."""
 
     def policy_rules_changes(self, labels: list[str]) -> AsyncIterator[str]:
         """The event type of each change of those ConfigMaps, as it happens."""

@@ -375,6 +375,30 @@ class Claim:
         except (KeyError, TypeError, AttributeError) as err:
             return replace(claim, unreadable=f"cannot be read ({type(err).__name__}: {err})")
 
+    def compact(self, driver: str) -> Claim:
+        """What the controller keeps of the claim in memory (of 50,000): its identity, allocation, requests
+        and consumers, and of its status only `driver`'s entries as network_addresses reads them; no
+        config (a tenant's CNI configs are most of a claim's size)."""
+        kept = []
+        for entry in self.devices_status:
+            if entry.get("driver") != driver:
+                continue
+            data, shown = as_object(entry.get("data")), as_object(entry.get("networkData"))
+            kept.append(
+                {
+                    "driver": driver,
+                    "data": {NETWORK: data.get(NETWORK)} if NETWORK in data else {},
+                    "networkData": {
+                        "ips": shown.get("ips") or [],
+                        "interfaceName": shown.get("interfaceName"),
+                    },
+                    "conditions": (
+                        [{"type": "Ready", "status": "True"}] if _ready(entry.get("conditions")) else []
+                    ),
+                }
+            )
+        return replace(self, configs=(), devices_status=tuple(kept))
+
     def problems(self) -> list[str]:
         """What of the claim could not be read."""
         return [p for p in (self.unreadable, *(c.unreadable for c in self.configs)) if p]
@@ -559,6 +583,14 @@ class Pod:
     named_ports: dict[str, tuple[str, int]] = field(
         default_factory=dict
     )  # container port → (protocol, number)
+
+    def compact(self) -> Pod:
+        """What the controller keeps of a pod in memory: who and where it is, its claims, labels, named
+        ports and readiness; not what only scheduling reads."""
+        ready = tuple(c for c in self.conditions if c.type == "Ready")
+        return replace(
+            self, annotations={}, conditions=ready, node_selector={}, tolerations=(), required_affinity=None
+        )
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> Pod:

@@ -203,6 +203,18 @@ TASK_FAILURES = Counter(
     registry=REGISTRY,
 )
 
+LEADER = Gauge(
+    "netclaim_leader",
+    "1 while this controller replica holds the Lease and runs the reconcilers; 0 while it stands by",
+    registry=REGISTRY,
+)
+POLICY_NAMESPACES_OVER_BUDGET = Gauge(
+    "netclaim_policy_namespaces_over_budget",
+    "Namespaces whose MultiNetworkPolicies together exceed their budget (rules, peers, bytes): their "
+    "policies are read as unreadable (their selected pods isolated); which ones, the Warning Events say",
+    registry=REGISTRY,
+)
+
 
 async def counted_pass(
     passes: Counter, work: Callable[[], Awaitable[Any]], seconds: Histogram | None = None

@@ -92,14 +92,20 @@ class Supervisor:
         return True
 
     async def run_until_stopped(self) -> None:
-        """Until SIGTERM or SIGINT. A kept task ends only on what nothing can supervise (a BaseException
-        that is not a cancellation, such as SystemExit): it is raised."""
+        """Until SIGTERM or SIGINT."""
         async with stopping_on_signals() as stop:
-            stopper = asyncio.create_task(stop.wait(), name="stop")
+            await self.run_until(stop)
+
+    async def run_until(self, stop: asyncio.Event) -> None:
+        """Until `stop` is set or the caller is cancelled. A kept task ends only on what nothing can
+        supervise (a BaseException that is not a cancellation, such as SystemExit): it is raised."""
+        stopper = asyncio.create_task(stop.wait(), name="stop")
+        try:
             done, _ = await asyncio.wait([*self._kept.values(), stopper], return_when=asyncio.FIRST_COMPLETED)
+        finally:
             stopper.cancel()
-            for task in done - {stopper}:
-                raise task.exception() or RuntimeError(f"{task.get_name()} ended")
+        for task in done - {stopper}:
+            raise task.exception() or RuntimeError(f"{task.get_name()} ended")
 
     async def stop(self, grace: float = 0.0) -> None:
         """Cancel the kept tasks and wait for them to end; give the one-shot jobs `grace` seconds to finish

@@ -126,7 +126,7 @@ class KubePolicyRules(PolicyRulesApi):
     def _selector(self, labels: list[str]) -> str:
         return f"{POLICY_RULES_LABEL} in ({','.join(labels)})"
 
-    async def list_policy_rules(self, labels: list[str]) -> dict[str, str]:
+    async def list_policy_rules(self, labels: list[str]) -> dict[str, list[str]]:
         found = as_object(
             await self.kube.read(
                 f"rules ConfigMaps {labels}",
@@ -134,13 +134,13 @@ class KubePolicyRules(PolicyRulesApi):
                 {"labelSelector": self._selector(labels)},
             )
         )
-        rules = {}
+        parts: dict[str, list[tuple[str, str]]] = {}
         for item in found.get("items") or []:
             meta, data = as_object(as_object(item).get("metadata")), as_object(item).get("data") or {}
             label = as_object(meta.get("labels")).get(POLICY_RULES_LABEL)
             if isinstance(label, str) and isinstance(data.get(POLICY_RULES_KEY), str):
-                rules[label] = data[POLICY_RULES_KEY]
-        return rules
+                parts.setdefault(label, []).append((str(meta.get("name")), data[POLICY_RULES_KEY]))
+        return {label: [text for _, text in sorted(found)] for label, found in parts.items()}
 
     async def policy_rules_changes(self, labels: list[str]) -> AsyncIterator[str]:
         path = CONFIG_MAPS.path(self.namespace)

@@ -138,8 +138,8 @@ class PolicyEnforcer:
         """Read the rules (the guards and this node's), then make every attached pod's table follow."""
         found = await self.api.list_policy_rules(self.labels)
         self.view = PolicyView(
-            guards=tuple(read_guards(found[GUARDS])) if GUARDS in found else (),
-            rules=read_rules(found[self.labels[1]]) if self.labels[1] in found else {},
+            guards=tuple(read_guards(found.get(GUARDS, []))),
+            rules=read_rules(found.get(self.labels[1], [])),
         )
         self._read.set()
         await self.follow()

@@ -11,6 +11,12 @@ Two kinds of ConfigMap in the controller's namespace, labelled POLICY_RULES_LABE
 
 Agents read only these two (a label selector `in (guards, <node>)`), so no agent watches the cluster's
 pods, namespaces or claims: the flat agent of docs/scale.md.
+
+No object grows with the cluster: what does not fit MAX_OBJECT_BYTES is split over more ConfigMaps of the
+same label (`netclaim-policy-<label>`, then `netclaim-policy-<label>.<hash>-<i>`), a pod's rules on one
+network over several when they alone exceed it (their allows are a union: any part may hold any of
+them), and an agent unions every part it reads (`merged_rules`). The API's own limit is 1 MiB: one
+object past it was refused, and that node's rules (every tenant's) were never written again.
 """
 
 from __future__ import annotations
@@ -18,21 +24,20 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
 
 from netclaim.core.ipam.published import PublishedAddresses
 from netclaim.core.names import POLICY_RULES_KEY
 from netclaim.core.objects import Claim, Pod
-from netclaim.core.policy.rules import NetworkRules, PodFacts, PolicyObject, pod_rules
+from netclaim.core.policy.rules import Direction, NetworkRules, PodFacts, PolicyObject, pod_rules
 from netclaim.core.policy.spec import LabelSelector
 
 GUARDS = "guards"
-
-
 MAX_LABEL_VALUE = 63
+MAX_OBJECT_BYTES = 256 * 1024  # a ConfigMap's rules, as JSON
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,12 @@ def node_label(node: str) -> str:
     return "node-" + hashlib.sha256(node.encode()).hexdigest()[:40]
 
 
-def config_name(label: str) -> str:
-    return f"netclaim-policy-{label}"
+def config_name(label: str, part: int = 0) -> str:
+    """The name of part `part` of a label's rules: names no other label's part can take (a node may be
+    named like another's part, never like a hash of another's name)."""
+    if part == 0:
+        return f"netclaim-policy-{label}"
+    return f"netclaim-policy-part-{part}-{hashlib.sha256(label.encode()).hexdigest()[:40]}"
 
 
 def guards(policies: Iterable[PolicyObject]) -> list[Guard]:
@@ -121,22 +130,107 @@ def config_maps(
         # guards judge a pod by the labels it started with, and a relabelled pod must not stay isolated
         if pod.uid in rules or (pod.namespace in policed and pod.addresses):
             nodes.setdefault(pod.node, {})[pod.uid] = rules.get(pod.uid, {})
-    made = {
-        config_name(GUARDS): (GUARDS, {POLICY_RULES_KEY: _dumped(GUARDS_JSON.dump_python(guards(policies)))})
-    }
+    made: dict[str, tuple[str, dict[str, str]]] = {}
+    listed = [(g, len(_dumped(g))) for g in GUARDS_JSON.dump_python(guards(policies))]
+    for part, items in enumerate(_packed(listed) or [[]]):
+        made[config_name(GUARDS, part)] = (GUARDS, {POLICY_RULES_KEY: _dumped(items)})
     for node, selected in nodes.items():
         label = node_label(node)
-        made[config_name(label)] = (label, {POLICY_RULES_KEY: _dumped(RULES_JSON.dump_python(selected))})
+        pieces: list[tuple[tuple[str, str, NetworkRules | None], int]] = [
+            ((uid, "", None), len(uid)) for uid, interfaces in sorted(selected.items()) if not interfaces
+        ]
+        pieces += [
+            ((uid, network, piece), len(uid) + len(network) + _size(piece))
+            for uid, interfaces in sorted(selected.items())
+            for network, rules in sorted(interfaces.items())
+            for piece in _split(rules)
+        ]
+        for part, entries in enumerate(_packed(pieces)):
+            held: dict[str, dict[str, NetworkRules]] = {}
+            for uid, network, piece in entries:
+                interfaces = held.setdefault(uid, {})
+                if piece is not None:
+                    before = interfaces.get(network)
+                    interfaces[network] = piece if before is None else _union(before, piece)
+            made[config_name(label, part)] = (
+                label,
+                {POLICY_RULES_KEY: _dumped(RULES_JSON.dump_python(held))},
+            )
     return made
+
+
+RULES_ADAPTER = TypeAdapter(NetworkRules)
+
+
+def _size(rules: NetworkRules) -> int:
+    return len(_dumped(RULES_ADAPTER.dump_python(rules)))
+
+
+def _split(rules: NetworkRules) -> list[NetworkRules]:
+    """The rules as parts of at most MAX_OBJECT_BYTES each (halving their allows), one when they fit."""
+    if _size(rules) <= MAX_OBJECT_BYTES // 2:
+        return [rules]
+    halves = []
+    for take in (slice(None, None, 2), slice(1, None, 2)):
+        halves.append(
+            NetworkRules(
+                *(
+                    replace(d, allows=d.allows[take]) if d is not None else None
+                    for d in (rules.ingress, rules.egress)
+                )
+            )
+        )
+    if halves[0] == rules:  # nothing left to halve: one allow larger than an object (spec bounds forbid it)
+        return [rules]
+    return [piece for half in halves for piece in _split(half)]
+
+
+T = TypeVar("T")
+ENTRY_OVERHEAD = 16  # the quotes, colons, braces and commas around one entry
+
+
+def _packed(items: list[tuple[T, int]]) -> list[list[T]]:
+    """Items (each with its size as JSON) in order, into as few objects as hold them under
+    MAX_OBJECT_BYTES."""
+    parts: list[list[T]] = []
+    size = MAX_OBJECT_BYTES
+    for item, length in items:
+        if size + length + ENTRY_OVERHEAD > MAX_OBJECT_BYTES:
+            parts.append([])
+            size = 2
+        parts[-1].append(item)
+        size += length + ENTRY_OVERHEAD
+    return parts
 
 
 def _dumped(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-def read_guards(text: str) -> list[Guard]:
-    return GUARDS_JSON.validate_json(text)
+def read_guards(texts: Iterable[str]) -> list[Guard]:
+    """The guards of every part."""
+    return [guard for text in texts for guard in GUARDS_JSON.validate_json(text)]
 
 
-def read_rules(text: str) -> dict[str, dict[str, NetworkRules]]:
-    return RULES_JSON.validate_json(text)
+def read_rules(texts: Iterable[str]) -> dict[str, dict[str, NetworkRules]]:
+    """Pod UID → network → its rules, every part's unioned: a direction isolated in any part is isolated,
+    with the allows and the policies of all."""
+    merged: dict[str, dict[str, NetworkRules]] = {}
+    for text in texts:
+        for uid, interfaces in RULES_JSON.validate_json(text).items():
+            held = merged.setdefault(uid, {})
+            for network, rules in interfaces.items():
+                before = held.get(network)
+                held[network] = rules if before is None else _union(before, rules)
+    return merged
+
+
+def _union(a: NetworkRules, b: NetworkRules) -> NetworkRules:
+    def both(x: Direction | None, y: Direction | None) -> Direction | None:
+        if x is None or y is None:
+            return x or y
+        return Direction(
+            tuple(sorted(set(x.allows) | set(y.allows))), tuple(sorted(set(x.policies) | set(y.policies)))
+        )
+
+    return NetworkRules(both(a.ingress, b.ingress), both(a.egress, b.egress))
