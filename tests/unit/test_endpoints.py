@@ -206,6 +206,37 @@ def test_slices_are_one_per_family_and_hundred_endpoints_owned_by_the_service() 
     assert same_slice(body, body) and not same_slice(as_stored, body)
 
 
+def test_an_endpoint_keeps_its_slot_so_one_pod_coming_or_going_writes_one_slice() -> None:
+    """Before, slices were cut from the pods sorted by name: a pod joining a Service of 500 endpoints
+    moved every endpoint after it, and rewrote about half of its slices."""
+    service = NetworkService.from_api(_service())
+
+    def slices_of(names: list[str], held: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        pods = [_pod(name) for name in names]
+        claims = {  # each pod's address from its own name, whoever else comes
+            f"{p.name}-net": _claim(
+                p.name, _entry([f"10.1.{int(p.name[1:]) // 200}.{int(p.name[1:]) % 200 + 1}/16"])
+            )
+            for p in pods
+        }
+        found = endpoints(service, pods, claims, _published(claims))
+        return desired_slices(service, found, SAMPLE_DRIVER, held)
+
+    names = [f"p{i:03}" for i in range(0, 1000, 2)]  # 500 pods: five full slices
+    before = slices_of(names, {})
+    assert [len(b["endpoints"]) for b in before.values()] == [MAX_ENDPOINTS] * 5
+    joined = slices_of(sorted([*names, "p001"]), before)  # sorts first among them
+    changed = [name for name in joined if name not in before or not same_slice(before[name], joined[name])]
+    assert changed == ["db-netclaim-ipv4-5"] and len(joined["db-netclaim-ipv4-5"]["endpoints"]) == 1
+    left = slices_of([n for n in sorted([*names, "p001"]) if n != "p500"], joined)  # p500: third slice
+    changed = [name for name in joined if name not in left or not same_slice(joined[name], left[name])]
+    assert changed == ["db-netclaim-ipv4-2"]
+    again = slices_of(sorted([*names, "p001", "p999"]), left)  # the hole is filled before a new slice
+    assert len(again["db-netclaim-ipv4-2"]["endpoints"]) == MAX_ENDPOINTS and len(again) == 6
+    forged = {**left, "db-netclaim-ipv4-9x": left["db-netclaim-ipv4"]}  # a slot no name of ours takes
+    assert "db-netclaim-ipv4-9x" not in slices_of(names, forged)
+
+
 @dataclass
 class FakeServices:
     """The controller's NetworkServicesApi in memory; `app=x` selectors only."""

@@ -12,9 +12,11 @@ Each selected pod is an endpoint with its address on that network: the `networkD
 using, when the controller may publish it (netclaim.core.ipam.published: a pool address only through the
 claim's own IPAllocation, a tenant range's only if no other namespace reports it). `ready` follows the
 entry's `Ready` condition and the pod's, as the EndpointSlice controller does for a pod's primary address; a
-pod being deleted is `terminating`. One slice per address family and per MAX_ENDPOINTS endpoints, owned by
+pod being deleted is `terminating`. Slices per address family of at most MAX_ENDPOINTS endpoints, owned by
 the Service (deleting it deletes them), labelled managed-by `netclaim.dev`: the EndpointSlice controller
-never touches them.
+never touches them. As the EndpointSlice controller does, an endpoint keeps its slot: it stays in the slice
+that holds it, a new one goes where there is room, so one pod coming or going writes one slice, however
+many the Service has.
 
 A Service gets no endpoints (its slices are deleted, a Warning Event says why) when it is not headless, has
 a selector, or its annotation is missing or refused by the API server: a Service over a network never lists
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 SELECTOR = f"{DRIVER_DOMAIN}/selector"
 HEADLESS = "service.kubernetes.io/headless"
 MAX_ENDPOINTS = 100  # per slice, as the EndpointSlice controller's default
+MAX_SLICES = 1_000  # per family of a Service: a slot numbered past it is never kept
 FAMILIES = {4: "IPv4", 6: "IPv6"}
 
 
@@ -143,18 +146,63 @@ def slice_name(service: str, version: int, index: int) -> str:
     return f"{service}-netclaim-ipv{version}" + (f"-{index}" if index else "")
 
 
-def desired_slices(service: NetworkService, found: list[Endpoint], manager: str) -> dict[str, dict[str, Any]]:
-    """The Service's slices by name: per family, MAX_ENDPOINTS endpoints each, sorted by pod."""
+def desired_slices(
+    service: NetworkService,
+    found: list[Endpoint],
+    manager: str,
+    current: Mapping[str, dict[str, Any]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The Service's slices by name, per family: each endpoint in the slice of `current` (the Service's
+    slices as the API has them, by name) that holds it already; the others, sorted by pod, where there is
+    room, in the lowest-numbered slices first, then in new ones. A slice left empty is not wanted."""
+    current = current or {}
     slices = {}
     for version, family in FAMILIES.items():
-        ours = sorted(
-            (e for e in found if ipaddress.ip_address(e.address).version == version),
-            key=lambda e: (e.pod.name, e.address),
-        )
-        for index, start in enumerate(range(0, len(ours), MAX_ENDPOINTS)):
-            name = slice_name(service.name, version, index)
-            slices[name] = _slice_body(service, name, family, ours[start : start + MAX_ENDPOINTS], manager)
+        wanted = {
+            (e.pod.uid, e.address): e for e in found if ipaddress.ip_address(e.address).version == version
+        }
+        slots: dict[int, list[Endpoint]] = {}
+        for index, body in sorted(_slots(current, service.name, version).items()):
+            if body.get("addressType") != family:
+                continue
+            kept = [wanted.pop(key) for key in _slotted(body) if key in wanted]
+            slots[index] = kept[:MAX_ENDPOINTS]
+            for extra in kept[MAX_ENDPOINTS:]:
+                wanted[(extra.pod.uid, extra.address)] = extra
+        newcomers = sorted(wanted.values(), key=lambda e: (e.pod.name, e.address))
+        index = 0
+        while newcomers:
+            slot = slots.setdefault(index, [])
+            room = MAX_ENDPOINTS - len(slot)
+            slot += newcomers[:room]
+            newcomers = newcomers[room:]
+            index += 1
+        for index, slot in sorted(slots.items()):
+            if slot:
+                name = slice_name(service.name, version, index)
+                slices[name] = _slice_body(service, name, family, slot, manager)
     return slices
+
+
+def _slots(current: Mapping[str, dict[str, Any]], service: str, version: int) -> dict[int, dict[str, Any]]:
+    """The slices of `current` named as ours of that family are, by index (a name of another form, or a
+    number past what any Service needs, is not a slot: not wanted, so deleted)."""
+    first = slice_name(service, version, 0)
+    found = {}
+    for name, body in current.items():
+        number = name.removeprefix(first + "-") if name != first else "0"
+        if number.isdigit() and str(int(number)) == number and int(number) < MAX_SLICES:
+            found[int(number)] = body
+    return found
+
+
+def _slotted(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """(pod UID, address) of each endpoint a slice holds, in its order."""
+    return [
+        (str((e.get("targetRef") or {}).get("uid") or ""), str((e.get("addresses") or [""])[0]))
+        for e in body.get("endpoints") or []
+        if isinstance(e, dict)
+    ]
 
 
 def _slice_body(
@@ -264,7 +312,8 @@ class EndpointsReconciler:
             try:
                 service = NetworkService.from_api(found)
                 services.append(service)
-                made = await self._slices_of(service, claims, published)
+                held = {name: body for (ns, name), body in current.items() if _of_service(body, *where)}
+                made = await self._slices_of(service, claims, published, held)
             except Exception as err:  # this Service's, whatever it is (a list of its namespace that failed,
                 # a bug): it keeps its slices and the next Service goes on; an API that is down fails the
                 # writes that follow, which end the pass
@@ -286,7 +335,11 @@ class EndpointsReconciler:
         self.warned = {uid: problem for uid, problem in self.warned.items() if uid in uids}
 
     async def _slices_of(
-        self, service: NetworkService, claims: dict[str, dict[str, Claim]], published: PublishedAddresses
+        self,
+        service: NetworkService,
+        claims: dict[str, dict[str, Claim]],
+        published: PublishedAddresses,
+        held: Mapping[str, dict[str, Any]],
     ) -> dict[str, dict[str, Any]]:
         problem = service.refusal
         pods: list[Pod] = []
@@ -308,7 +361,7 @@ class EndpointsReconciler:
         if problem:
             return {}
         found = endpoints(service, pods, claims[service.namespace], published)
-        return desired_slices(service, found, self.driver)
+        return desired_slices(service, found, self.driver, held)
 
     async def _warn(self, service: NetworkService, problem: str) -> None:
         if self.warned.get(service.uid) == problem:
