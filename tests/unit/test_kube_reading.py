@@ -24,7 +24,6 @@ from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.reader import KubeClusterReader
-from netclaim.adapters.kube.services import KubeServices
 from netclaim.core import objects
 from netclaim.core.objects import Claim, IPAllocation, item_spans, read_json, read_list
 from netclaim.errors import ApiUnavailableError, ConfigError, GoneError
@@ -579,23 +578,39 @@ async def test_a_watch_passes_over_objects_no_one_can_read_and_resumes_where_it_
     assert resumed.url.params["resourceVersion"] == "12"  # the server ended the first stream
 
 
-async def test_the_pods_watch_of_network_services_asks_only_metadata_and_names_the_namespace(
+async def test_the_pods_informer_lists_in_pages_then_watches_from_the_list_keeping_compact_pods(
     kube: KubeConnection, server: FakeApiServer
 ) -> None:
-    """Every pod event of the cluster reaches the controller: their metadata is all it reads of them."""
-    pod = json.dumps(
-        {"kind": "PartialObjectMetadata", "metadata": {"namespace": "team-a", "resourceVersion": "5"}}
-    )
-    server.streams = [_event("MODIFIED", "", pod)]
-    async with contextlib.aclosing(
-        cast(AsyncGenerator[str, None], KubeServices(kube).pod_changes())
-    ) as watch:
-        assert await anext(watch) == "team-a"
-    [request] = server.requests
-    assert request.url.path == "/api/v1/pods"
-    assert request.headers["Accept"].startswith(
-        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-    )
+    """Every pod of the cluster reaches the controller's informer once by a paged list, then by the watch
+    from that list's version; what it keeps of each is what the passes read (no annotations)."""
+    from netclaim.adapters.kube import watched
+
+    def pod(name: str, version: str) -> str:
+        return json.dumps(
+            {
+                "metadata": {
+                    "namespace": "team-a",
+                    "name": name,
+                    "uid": f"{name}-uid",
+                    "resourceVersion": version,
+                    "labels": {"app": "db"},
+                    "annotations": {"big": "x" * 1000},
+                },
+                "spec": {"nodeName": "node-1", "containers": [{"name": "c"}]},
+            }
+        )
+
+    server.answers["/api/v1/pods"] = (200, _listing(pod("a", "3")))
+    server.streams = [_event("ADDED", "", pod("b", "10"))]
+    source = watched.pods(kube)
+    listed = await source.listed()
+    assert [(p.name, p.labels, p.annotations) for p in listed.items] == [("a", {"app": "db"}, {})]
+    async with contextlib.aclosing(cast(AsyncGenerator[Any, None], source.changes(listed.version))) as watch:
+        kind, added = await anext(watch)
+    assert (kind, added.name, added.annotations) == ("ADDED", "b", {})
+    first, then = server.requests
+    assert first.url.params["limit"] == "500" and first.url.params["fieldSelector"] == "spec.nodeName!="
+    assert then.url.params["resourceVersion"] == "9" and then.url.params["fieldSelector"] == "spec.nodeName!="
 
 
 @pytest.mark.parametrize(

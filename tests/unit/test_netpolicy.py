@@ -268,12 +268,6 @@ class FakePolicies:
     async def list_network_policies(self) -> list[dict[str, Any]]:
         return self.policies
 
-    async def list_namespace_labels(self) -> dict[str, dict[str, str]]:
-        return {"team-a": {}}
-
-    async def list_pods(self) -> list[Any]:
-        return []
-
     async def list_rules_maps(self) -> dict[str, dict[str, str]]:
         return dict(self.maps)
 
@@ -296,6 +290,13 @@ async def no_claims() -> list[Any]:
     return []
 
 
+def _reconciler(api: Any) -> Any:
+    """The policy pass over `api` (a FakePolicies: no watches), no claims, no pods, namespace team-a."""
+    from netclaim.controller.policy import PolicyReconciler
+
+    return PolicyReconciler(api, no_claims, list, lambda: {"team-a": {}}, "netclaim.dev", nothing_published)
+
+
 async def nothing_published() -> PublishedAddresses:
     return PublishedAddresses((), (), (), "netclaim.dev")
 
@@ -313,8 +314,6 @@ def _object(name: str, spec: Any, policy_for: str = "netclaim.dev/lan3") -> dict
 
 
 async def test_a_policy_that_cannot_be_read_or_names_no_network_there_is_is_told_once_on_itself() -> None:
-    from netclaim.controller.policy import PolicyReconciler
-
     api = FakePolicies(
         [
             _object("typo", {"podSelector": {}, "ingres": []}),
@@ -324,7 +323,7 @@ async def test_a_policy_that_cannot_be_read_or_names_no_network_there_is_is_told
         {"lan3"},
     )
 
-    reconciler = PolicyReconciler(api, no_claims, "netclaim.dev", nothing_published)  # type: ignore[arg-type]
+    reconciler = _reconciler(api)
     await reconciler.once()
     await reconciler.once()
     assert [(name, reason) for name, reason, _ in api.events] == [
@@ -440,8 +439,6 @@ def test_peers_many_rules_name_are_resolved_once_and_select_as_before() -> None:
 async def test_a_namespace_over_its_budget_is_told_and_no_policy_is_parsed_twice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from netclaim.controller.policy import PolicyReconciler
-
     wide = {**DENY_INGRESS, "ingress": [{"from": [{"podSelector": {}}] * 100}] * 100}
     multus = {**_object("multus", wide, "default/macvlan-net"), "spec": wide}
     api = FakePolicies([*(_object(f"wide-{i}", wide) for i in range(8)), multus], {"lan3"})
@@ -453,7 +450,7 @@ async def test_a_namespace_over_its_budget_is_told_and_no_policy_is_parsed_twice
         return read(cls, data, over)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(PolicyObject, "from_api", classmethod(counted))
-    reconciler = PolicyReconciler(api, no_claims, "netclaim.dev", nothing_published)  # type: ignore[arg-type]
+    reconciler = _reconciler(api)
     await reconciler.once()
     await reconciler.once()
     assert sorted(parsed) == [f"wide-{i}" for i in range(8)]  # once each; Multus's never
@@ -461,3 +458,35 @@ async def test_a_namespace_over_its_budget_is_told_and_no_policy_is_parsed_twice
         (f"wide-{i}", "NetworkPolicyInvalid") for i in range(8)
     ]
     assert all("80,000 peers (at most 10,000)" in m and "isolated" in m for _, _, m in api.events)
+
+
+@pytest.mark.parametrize(
+    ("text", "selects", "skips"),
+    [
+        ("app=db", {"app": "db"}, {"app": "web"}),
+        ("app==db,tier!=front", {"app": "db", "tier": "back"}, {"app": "db", "tier": "front"}),
+        ("tier in (a, b),!canary", {"tier": "b"}, {"tier": "b", "canary": ""}),
+        (
+            "tier notin (a),example.com/role",
+            {"example.com/role": "x"},
+            {"tier": "a", "example.com/role": "x"},
+        ),
+        ("", {"any": "thing"}, None),
+    ],
+)
+def test_a_services_selector_text_selects_as_the_api_server_would(
+    text: str, selects: dict[str, str], skips: dict[str, str] | None
+) -> None:
+    from netclaim.core.policy.spec import parse_selector
+
+    selector = parse_selector(text)
+    assert selector.matches(selects)
+    assert skips is None or not selector.matches(skips)
+
+
+@pytest.mark.parametrize("text", ["app in (db", "app=db tier=x", "!app=db", "-bad=x", "app=" + "v" * 64])
+def test_a_selector_text_the_api_server_refuses_is_refused_naming_it(text: str) -> None:
+    from netclaim.core.policy.spec import parse_selector
+
+    with pytest.raises(ValueError, match="selector"):
+        parse_selector(text)

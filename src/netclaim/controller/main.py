@@ -21,10 +21,12 @@ import contextlib
 import logging
 import socket
 import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 
 from netclaim.adapters.http import Health
 from netclaim.adapters.http import serve as serve_health
+from netclaim.adapters.kube import watched
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
 from netclaim.adapters.kube.connection import KubeConnection
@@ -33,6 +35,7 @@ from netclaim.adapters.kube.params import KubePoolParams
 from netclaim.adapters.kube.policies import KubePolicies
 from netclaim.adapters.kube.services import KubeServices
 from netclaim.adapters.kube.slices import KubeSlices
+from netclaim.controller.informer import Informer
 from netclaim.controller.ipam import Reconciler, concerns_pools
 from netclaim.controller.policy import PolicyReconciler
 from netclaim.controller.services import EndpointsReconciler
@@ -47,7 +50,7 @@ from netclaim.core.kubeapi import (
     NetworkServicesApi,
     PoolParamsApi,
 )
-from netclaim.core.objects import Claim
+from netclaim.core.objects import Claim, NamespaceLabels, Pod
 from netclaim.runtime.election import Election
 from netclaim.runtime.stopping import stopping_on_signals
 from netclaim.runtime.supervisor import Supervisor
@@ -115,10 +118,26 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
         quarantined,
     )
     reconciler = Reconciler(claims, addresses, KubeSlices(kube), params, settings.driver_name, quarantine)
-    endpoints = EndpointsReconciler(services, settings.driver_name, reconciler.publishable)
+    pods = Informer("pods", watched.pods(kube), _namespaced, {"namespace": lambda pod: [pod.namespace]})
+    namespaces = Informer("namespaces", watched.namespaces(kube), lambda found: found.name)
+
+    def pods_of(namespace: str) -> list[Pod]:
+        return pods.indexed("namespace", namespace)
+
+    def namespace_labels() -> dict[str, Mapping[str, str]]:
+        return {name: found.labels for name, found in namespaces.objects.items()}
+
+    endpoints = EndpointsReconciler(
+        services, pods_of, reconciler.current_claims, settings.driver_name, reconciler.publishable
+    )
     network_policies: NetworkPoliciesApi = KubePolicies(kube, settings.namespace)
     policies = PolicyReconciler(
-        network_policies, reconciler.current_claims, settings.driver_name, reconciler.publishable
+        network_policies,
+        reconciler.current_claims,
+        lambda: list(pods.objects.values()),
+        namespace_labels,
+        settings.driver_name,
+        reconciler.publishable,
     )
 
     async def reconciled() -> None:
@@ -138,6 +157,27 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
     def policed(_: object) -> bool:
         """Pods, claims and namespaces matter to the policies only while some name a netclaim network."""
         return bool(policies.namespaces_with_policies)
+
+    def pod_changed(before: Pod | None, after: Pod | None) -> None:
+        changed = {pod.namespace for pod in (before, after) if pod is not None}
+        if changed & endpoints.namespaces:
+            endpoints_trigger.fire()
+        if policed(None):
+            policies_trigger.fire()
+
+    def namespace_changed(before: NamespaceLabels | None, after: NamespaceLabels | None) -> None:
+        if policed(None):
+            policies_trigger.fire()
+
+    async def synced_first(reconcile: Callable[[], Awaitable[None]]) -> None:
+        """A pass reads the informers only once they hold a whole list: before, a pass would take every
+        pod for gone and delete their endpoints and rules."""
+        await pods.synced.wait()
+        await namespaces.synced.wait()
+        await reconcile()
+
+    pods.on_change(pod_changed)
+    namespaces.on_change(namespace_changed)
 
     pools = (trigger, partial(concerns_pools, driver=settings.driver_name))
     supervisor = Supervisor()
@@ -167,28 +207,26 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
         ),
     )
     supervisor.keep("resync", partial(periodic, trigger, settings.resync_seconds))
+    supervisor.keep("pods-informer", pods.run)
+    supervisor.keep("namespaces-informer", namespaces.run)
     supervisor.keep(
-        "endpoints", partial(paced_pass, endpoints_trigger, endpoints_clock.timed(endpoints.reconcile))
+        "endpoints",
+        partial(
+            paced_pass, endpoints_trigger, endpoints_clock.timed(partial(synced_first, endpoints.reconcile))
+        ),
     )
     supervisor.keep(
         "services-watch", partial(fire_on_changes, services.service_changes, (endpoints_trigger, always))
     )
     supervisor.keep(
-        "pods-watch",
+        "policies",
         partial(
-            fire_on_changes, services.pod_changes, (endpoints_trigger, served), (policies_trigger, policed)
+            paced_pass, policies_trigger, policies_clock.timed(partial(synced_first, policies.reconcile))
         ),
-    )
-    supervisor.keep(
-        "policies", partial(paced_pass, policies_trigger, policies_clock.timed(policies.reconcile))
     )
     supervisor.keep(
         "multinetworkpolicies-watch",
         partial(fire_on_changes, network_policies.network_policy_changes, (policies_trigger, always)),
-    )
-    supervisor.keep(
-        "namespaces-watch",
-        partial(fire_on_changes, network_policies.namespace_changes, (policies_trigger, policed)),
     )
     supervisor.keep("policies-resync", partial(periodic, policies_trigger, settings.resync_seconds))
     supervisor.keep(
@@ -204,3 +242,7 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
         await supervisor.run_until(asyncio.Event())  # until cancelled: the Lease is lost or we stop
     finally:
         await supervisor.stop()
+
+
+def _namespaced(pod: Pod) -> str:
+    return f"{pod.namespace}/{pod.name}"

@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar
 
-from netclaim.core.kubeapi import Listed
+from netclaim.core.kubeapi import DELETED, Listed
 
 T = TypeVar("T")
-DELETED = "DELETED"
 
 
 class Mirror(Generic[T]):

@@ -36,6 +36,8 @@ class PolicyReconciler:
 
     api: NetworkPoliciesApi
     claims: Callable[[], Awaitable[list[Claim]]]  # every claim, as the IPAM pass has seen them
+    pods: Callable[[], list[Pod]]  # every scheduled pod, as the informer keeps them
+    namespaces: Callable[[], dict[str, Mapping[str, str]]]  # namespace → its labels, the informer's
     driver: str
     published: Callable[[], Awaitable[PublishedAddresses]]  # what may be published, as of now
     warned: set[tuple[str, str]] = field(default_factory=set)  # (policy UID, problem) told
@@ -53,10 +55,10 @@ class PolicyReconciler:
         wanted: dict[str, tuple[str, dict[str, str]]] = {}
         if policies:
             await self._tell(policies, await self.api.list_networks(self.driver))
-            namespaces = await self.api.list_namespace_labels()
-            published = await self.published()
-            pods, claims = await self.api.list_pods(), await self.claims()
-            wanted = await asyncio.to_thread(_compiled, policies, pods, claims, published, namespaces)
+            published, claims = await self.published(), await self.claims()
+            wanted = await asyncio.to_thread(
+                _compiled, policies, self.pods(), claims, published, self.namespaces()
+            )
         for name, (label, data) in wanted.items():
             if present.get(name) != data:
                 await per_object(f"ConfigMap {name}", self.api.apply_rules_map(name, label, data))

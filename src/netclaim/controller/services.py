@@ -3,9 +3,10 @@ the claims' status.
 
 A Service over a network is headless (`clusterIP: None`), has no `spec.selector`, carries the label
 `netclaim.dev/network: <network>` and chooses its pods with the annotation `netclaim.dev/selector` (a label
-selector as kubectl takes it, read by the API server itself). Without a selector the EndpointSlice
-controller leaves the Service to us (with one, it would add every pod's primary address beside ours), and
-kube-proxy ignores headless Services; CoreDNS serves any slice labelled with the Service's name.
+selector as kubectl takes it, read as the API server reads one: netclaim.core.policy.spec.parse_selector).
+Without a selector the EndpointSlice controller leaves the Service to us (with one, it would add every
+pod's primary address beside ours), and kube-proxy ignores headless Services; CoreDNS serves any slice
+labelled with the Service's name.
 
 Each selected pod is an endpoint with its address on that network: the `networkData` of our status entry whose
 `data` names the network (the NIC's `netclaim.dev/network`, written by the agent), of a claim the pod is
@@ -35,7 +36,8 @@ from netclaim.core.ipam.published import PublishedAddresses
 from netclaim.core.kubeapi import NetworkServicesApi
 from netclaim.core.names import DRIVER_DOMAIN, NETWORK, SLICE_MANAGED_BY, SLICE_SERVICE_NAME
 from netclaim.core.objects import Claim, Pod
-from netclaim.errors import ApiRejectedError, NetclaimError, per_object
+from netclaim.core.policy.spec import parse_selector
+from netclaim.errors import NetclaimError, per_object
 from netclaim.runtime import metrics
 
 log = logging.getLogger(__name__)
@@ -288,6 +290,8 @@ class EndpointsReconciler:
     again next pass; only an API that cannot serve ends a pass early."""
 
     api: NetworkServicesApi
+    pods: Callable[[str], list[Pod]]  # a namespace's scheduled pods, as the informer keeps them
+    claims: Callable[[], Awaitable[list[Claim]]]  # every claim, as the IPAM pass has seen them
     driver: str
     published: Callable[[], Awaitable[PublishedAddresses]]  # what may be published, as of now
     namespaces: set[str] = field(default_factory=set)  # of the network Services at the last pass
@@ -301,11 +305,15 @@ class EndpointsReconciler:
             (str(s["metadata"]["namespace"]), str(s["metadata"]["name"])): s
             for s in await self.api.list_network_slices(self.driver)
         }
-        claims: dict[str, dict[str, Claim]] = {}
         wanted: dict[tuple[str, str], dict[str, Any]] = {}
         services: list[NetworkService] = []
         listed = await self.api.list_network_services()
         published = await self.published() if listed else PublishedAddresses((), (), (), self.driver)
+        served = {str((s.get("metadata") or {}).get("namespace") or "") for s in listed}
+        claims: dict[str, dict[str, Claim]] = {namespace: {} for namespace in served}
+        for claim in await self.claims() if listed else ():
+            if claim.namespace in served:
+                claims[claim.namespace][claim.name] = claim
         for found in listed:
             meta = found.get("metadata") or {}
             where = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
@@ -345,13 +353,11 @@ class EndpointsReconciler:
         pods: list[Pod] = []
         if not problem:
             try:
-                pods = await self.api.list_selected_pods(service.namespace, service.selector)
-            except ApiRejectedError as err:
+                selects = parse_selector(service.selector)
+            except ValueError as err:
                 problem = f"annotation {SELECTOR}: {err}"
-        if not problem and service.namespace not in claims:
-            claims[service.namespace] = {
-                c.name: c for c in await self.api.list_namespace_claims(service.namespace)
-            }
+            else:
+                pods = [pod for pod in self.pods(service.namespace) if selects.matches(pod.labels)]
         contested = (
             _contested(service, pods, claims.get(service.namespace, {}), published) if not problem else ""
         )

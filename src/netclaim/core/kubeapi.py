@@ -55,6 +55,20 @@ class Listed(Generic[T]):
     version: str | None
 
 
+DELETED = "DELETED"  # a watch event's type for an object gone
+
+
+class Watched(Protocol[T]):
+    """A kind the controller's informers keep (netclaim.controller.informer): listed, then watched from the
+    list's version, each object made by the adapter into what is kept of it."""
+
+    async def listed(self) -> Listed[T]: ...
+
+    def changes(self, since: str | None) -> AsyncIterator[tuple[str, T]]:
+        """(event type, object) of each change from `since` (a list's version), or from now."""
+        ...
+
+
 class PodEventsApi(Protocol):
     """Events on pods: both programs'."""
 
@@ -234,18 +248,11 @@ class PoolParamsApi(Protocol):
 
 
 class NetworkServicesApi(Protocol):
-    """The controller's: Services labelled with a netclaim network, the pods they select, the claims of
-    those pods' namespaces, and the EndpointSlices it keeps for them."""
+    """The controller's: Services labelled with a netclaim network and the EndpointSlices it keeps for
+    them (the pods and claims they resolve to are the informers')."""
 
     async def list_network_services(self) -> list[dict[str, Any]]:
         """Every Service labelled netclaim.dev/network, as the API has it."""
-
-    async def list_selected_pods(self, namespace: str, selector: str) -> list[Pod]:
-        """The pods of `namespace` that the label selector `selector` selects (ApiRejectedError when the
-        API server does not take it)."""
-
-    async def list_namespace_claims(self, namespace: str) -> list[Claim]:
-        """The ResourceClaims of `namespace`; one read only in part is listed with what was read."""
 
     async def list_network_slices(self, manager: str) -> list[dict[str, Any]]:
         """Every EndpointSlice managed by `manager`, as the API has it."""
@@ -264,9 +271,6 @@ class NetworkServicesApi(Protocol):
     def service_changes(self) -> AsyncIterator[str]:
         """The namespace of each network Service's change, as it happens."""
 
-    def pod_changes(self) -> AsyncIterator[str]:
-        """The namespace of each pod's change, as it happens."""
-
     def slice_changes_by(self, manager: str) -> AsyncIterator[str]:
         """The namespace of each change of a slice managed by `manager` (by hand, too), as it happens."""
 
@@ -283,17 +287,11 @@ class PolicyRulesApi(Protocol):
 
 
 class NetworkPoliciesApi(Protocol):
-    """The controller's: MultiNetworkPolicies, what they select (namespaces' labels, pods with theirs and
-    their ports; claims through ClusterClaimsApi), and the rules ConfigMaps it writes for the agents in its
-    own namespace."""
+    """The controller's: MultiNetworkPolicies and the rules ConfigMaps it writes for the agents in its own
+    namespace (what the policies select, pods, namespaces and claims, are the informers')."""
 
     async def list_network_policies(self) -> list[dict[str, Any]]:
         """Every MultiNetworkPolicy as the API has it; none when the API does not serve the kind."""
-
-    async def list_namespace_labels(self) -> dict[str, dict[str, str]]: ...
-
-    async def list_pods(self) -> list[Pod]:
-        """Every pod of the cluster that is on a node."""
 
     async def list_rules_maps(self) -> dict[str, dict[str, str]]:
         """The rules ConfigMaps there are: name → data."""
@@ -312,5 +310,3 @@ class NetworkPoliciesApi(Protocol):
 
     def network_policy_changes(self) -> AsyncIterator[str]:
         """The namespace of each MultiNetworkPolicy's change; ends at once when the kind is not served."""
-
-    def namespace_changes(self) -> AsyncIterator[str]: ...

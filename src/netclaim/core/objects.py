@@ -15,7 +15,7 @@ import functools
 import ipaddress
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -531,6 +531,20 @@ def ippool_problem(data: Any) -> str:
     if too_deep(data) is not None:
         return f"nested deeper than {MAX_DEPTH} levels"
     return ""
+
+
+@dataclass(frozen=True)
+class NamespaceLabels:
+    """A namespace as a policy's namespaceSelector reads it."""
+
+    name: str
+    labels: Mapping[str, str]
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> NamespaceLabels:
+        meta = as_object(data.get("metadata"))
+        labels = as_object(meta.get("labels"))
+        return cls(str(meta.get("name") or ""), {str(k): str(v) for k, v in labels.items()})
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,12 @@ TASK_FAILURES = Counter(
     registry=REGISTRY,
 )
 
+INFORMER_OBJECTS = Gauge(
+    "netclaim_informer_objects",
+    "Objects the controller keeps in memory, by kind (compact projections: what its reconcilers read)",
+    ["kind"],
+    registry=REGISTRY,
+)
 LEADER = Gauge(
     "netclaim_leader",
     "1 while this controller replica holds the Lease and runs the reconcilers; 0 while it stands by",

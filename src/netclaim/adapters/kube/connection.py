@@ -101,6 +101,7 @@ IPPOOLS = Kind(IPPOOL_API_VERSION, "IPPool", "ippools")
 IP_ALLOCATIONS = Kind(IPPOOL_API_VERSION, "IPAllocation", "ipallocations")
 SERVICES = Kind("v1", "Service", "services")
 PODS = Kind("v1", "Pod", "pods")
+NAMESPACES = Kind("v1", "Namespace", "namespaces")
 ENDPOINT_SLICES = Kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices")
 
 

@@ -10,13 +10,12 @@ from typing import Any
 
 from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, Namespace
-from lightkube.resources.core_v1 import Pod as PodResource
+from lightkube.resources.core_v1 import ConfigMap
 
-from netclaim.adapters.kube.connection import SLICES, Kind, KubeConnection, as_data, translated
+from netclaim.adapters.kube.connection import SLICES, Kind, KubeConnection, translated
 from netclaim.core.kubeapi import NetworkPoliciesApi, PolicyRulesApi
 from netclaim.core.names import NETWORK, POLICY_RULES_KEY, POLICY_RULES_LABEL
-from netclaim.core.objects import Pod, as_object
+from netclaim.core.objects import as_object
 from netclaim.errors import GoneError, NotServedError
 
 POLICIES = Kind("k8s.cni.cncf.io/v1beta1", "MultiNetworkPolicy", "multi-networkpolicies")
@@ -35,23 +34,6 @@ class KubePolicies(NetworkPoliciesApi):
         except NotServedError:  # no CRD: no policies
             return []
         return [as_object(item) for item in found.get("items") or []]
-
-    async def list_namespace_labels(self) -> dict[str, dict[str, str]]:
-        with translated("namespaces"):
-            return {
-                str(n.metadata.name): dict(n.metadata.labels or {})
-                async for n in self.kube.client.list(Namespace)
-                if n.metadata is not None
-            }
-
-    async def list_pods(self) -> list[Pod]:
-        with translated("pods"):
-            return [
-                Pod.from_api(as_data(p))
-                async for p in self.kube.client.list(
-                    PodResource, namespace="*", fields={"spec.nodeName!": ""}
-                )
-            ]
 
     async def list_rules_maps(self) -> dict[str, dict[str, str]]:
         with translated(f"rules ConfigMaps in {self.namespace}"):
@@ -108,12 +90,6 @@ class KubePolicies(NetworkPoliciesApi):
         except (NotServedError, GoneError):
             # the kind is not served (no CRD): look again later; the periodic pass lists it meanwhile
             await asyncio.sleep(NOT_SERVED_RETRY_SECONDS)
-
-    async def namespace_changes(self) -> AsyncIterator[str]:
-        async for _, found in self.kube.watch(
-            "watch of namespaces", "/api/v1/namespaces", metadata_only=True
-        ):
-            yield str(as_object(found.get("metadata")).get("name") or "")
 
 
 class KubePolicyRules(PolicyRulesApi):

@@ -11,11 +11,8 @@ from typing import Any
 
 from lightkube.models.core_v1 import ObjectReference
 
-from netclaim.adapters.kube.claims import claims_of
 from netclaim.adapters.kube.connection import (
-    CLAIMS,
     ENDPOINT_SLICES,
-    PODS,
     SERVICES,
     KubeConnection,
     raise_for_status,
@@ -24,7 +21,7 @@ from netclaim.adapters.kube.connection import (
 )
 from netclaim.core.kubeapi import NetworkServicesApi
 from netclaim.core.names import NETWORK, SLICE_MANAGED_BY
-from netclaim.core.objects import Claim, Pod, as_object
+from netclaim.core.objects import as_object
 from netclaim.errors import GoneError
 
 APPLY = "application/apply-patch+yaml"  # JSON is YAML: the API server takes either
@@ -40,17 +37,6 @@ class KubeServices(NetworkServicesApi):
 
     async def list_network_services(self) -> list[dict[str, Any]]:
         return await self._items("Services over netclaim networks", SERVICES.path(), NETWORK)
-
-    async def list_selected_pods(self, namespace: str, selector: str) -> list[Pod]:
-        what = f"pods of namespace {namespace} selected by {selector!r}"
-        return [Pod.from_api(p) for p in await self._items(what, PODS.path(namespace), selector)]
-
-    async def list_namespace_claims(self, namespace: str) -> list[Claim]:
-        claims, unreadable = await self.kube.read_items(
-            f"ResourceClaims of namespace {namespace}", CLAIMS.path(namespace), claims_of
-        )
-        self.kube.report_unreadable(CLAIMS, f"namespace={namespace}", unreadable)
-        return claims
 
     async def list_network_slices(self, manager: str) -> list[dict[str, Any]]:
         labels = selector({SLICE_MANAGED_BY: manager})
@@ -87,9 +73,6 @@ class KubeServices(NetworkServicesApi):
 
     def service_changes(self) -> AsyncIterator[str]:
         return self._namespaces("watch of Services over netclaim networks", SERVICES.path(), NETWORK)
-
-    def pod_changes(self) -> AsyncIterator[str]:
-        return self._namespaces("watch of pods", PODS.path())
 
     def slice_changes_by(self, manager: str) -> AsyncIterator[str]:
         labels = selector({SLICE_MANAGED_BY: manager})

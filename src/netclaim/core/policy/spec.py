@@ -142,6 +142,48 @@ class LabelSelector(_Strict):
         )
 
 
+_TERM = re.compile(
+    r"\s*(?P<not>!)?\s*(?P<key>[^\s!=,()]+)\s*"
+    r"(?:(?P<op>==|=|!=)\s*(?P<value>[^\s,()]*)|(?<=\s)(?P<set>in|notin)\s*\((?P<values>[^)]*)\))?\s*"
+)
+
+
+def parse_selector(text: str) -> LabelSelector:
+    """A label selector as kubectl and the API take it in text (`app=db,tier in (a,b),!canary`), read
+    here as the API server reads it, so that the controller selects from memory what a list would.
+    ValueError names what cannot be read."""
+    labels: dict[str, str] = {}
+    requirements: list[dict[str, Any]] = []
+    rest = text.strip()
+    while rest:
+        match = _TERM.match(rest)
+        if match is None or match.end() == 0:
+            raise ValueError(f"selector {text!r}: cannot read {rest!r}")
+        key, op, value = match["key"], match["op"], match["value"]
+        if match["not"]:
+            if op or match["set"]:
+                raise ValueError(f"selector {text!r}: '!{key}' takes no value")
+            requirements.append({"key": key, "operator": "DoesNotExist"})
+        elif op in ("=", "=="):
+            labels[key] = value or ""
+        elif op == "!=":
+            requirements.append({"key": key, "operator": "NotIn", "values": [value or ""]})
+        elif match["set"]:
+            values = [v.strip() for v in match["values"].split(",") if v.strip()]
+            operator = "In" if match["set"] == "in" else "NotIn"
+            requirements.append({"key": key, "operator": operator, "values": values})
+        else:
+            requirements.append({"key": key, "operator": "Exists"})
+        rest = rest[match.end() :]
+        if rest and not rest.startswith(","):
+            raise ValueError(f"selector {text!r}: expected ',' before {rest!r}")
+        rest = rest[1:]
+    try:
+        return LabelSelector.model_validate({"matchLabels": labels, "matchExpressions": requirements})
+    except ValidationError as err:
+        raise ValueError(f"selector {text!r}: {err.errors()[0]['msg']}") from None
+
+
 def _holds(requirement: Requirement, labels: Mapping[str, str]) -> bool:
     if requirement.operator == "In":
         return labels.get(requirement.key) in requirement.values
