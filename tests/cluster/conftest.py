@@ -119,6 +119,17 @@ def ns(kube: Client) -> Iterator[str]:
 
 
 @pytest.fixture
+def other_tenant(kube: Client) -> Iterator[str]:
+    """The control tenant: a namespace of its own, beside the attacker's."""
+    name = f"c-{uuid.uuid4().hex[:6]}"
+    kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+    wait_for(lambda: exists(kube, ServiceAccount, "default", name), 60, "the default ServiceAccount")
+    yield name
+    delete(kube, Namespace, name)
+    wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, f"pods of {name} gone")
+
+
+@pytest.fixture
 def figures(capsys: pytest.CaptureFixture[str]) -> Callable[[str], None]:
     """Print a measured figure into the run's output even while pytest captures it: CI's log keeps it."""
 

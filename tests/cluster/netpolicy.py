@@ -111,3 +111,11 @@ def network_service(name: str, selector: str) -> dict[str, Any]:
         },
         "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": PORT}]},
     }
+
+
+def slice_addresses(cluster: ClusterHandle, namespace: str, service: str) -> set[str]:
+    """The addresses a Service's EndpointSlices list."""
+    found = kubectl_json(
+        cluster, "get", "endpointslices", "-n", namespace, "-l", f"kubernetes.io/service-name={service}"
+    )
+    return {a for s in found["items"] for e in s.get("endpoints") or [] for a in e["addresses"]}

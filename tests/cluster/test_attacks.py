@@ -7,14 +7,13 @@ import json
 import re
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount
+from lightkube.resources.core_v1 import Node, Pod
 
 from netclaim_lab import agents
 from netclaim_lab.cluster import ClusterHandle
@@ -47,8 +46,8 @@ from tests.cluster.helpers import (
     store_rows,
 )
 from tests.cluster.ipam import allocations, ip_pool, pool_template
-from tests.cluster.netpolicy import ALLOW_CLIENTS, Net, network_service, server
-from tests.kube import delete, typed, wait_for
+from tests.cluster.netpolicy import ALLOW_CLIENTS, Net, network_service, server, slice_addresses
+from tests.kube import wait_for
 from tests.tenant_objects import tenant_objects
 
 ON_ENP0S10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
@@ -105,17 +104,6 @@ def _unschedulable(kube: Client, namespace: str, pod: str) -> bool:
 def _allocated(cluster: ClusterHandle, namespace: str) -> list[str]:
     claims = json.loads(cluster.kubectl("get", "resourceclaims", "-n", namespace, "-o", "json"))["items"]
     return [c["metadata"]["name"] for c in claims if (c.get("status") or {}).get("allocation")]
-
-
-@pytest.fixture
-def other_tenant(kube: Client) -> Iterator[str]:
-    """The control tenant: a namespace of its own, beside the attacker's."""
-    name = f"c-{uuid.uuid4().hex[:6]}"
-    kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
-    wait_for(lambda: exists(kube, ServiceAccount, "default", name), 60, "the default ServiceAccount")
-    yield name
-    delete(kube, Namespace, name)
-    wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, f"pods of {name} gone")
 
 
 @pytest.fixture
@@ -360,7 +348,7 @@ def _the_corpus_changes_nothing_of_the_victims(
         return (
             net.tcp("client", db) == "db"
             and net.tcp("outsider", db) == ""
-            and _slice_addresses(cluster, victim, "db") == {db}
+            and slice_addresses(cluster, victim, "db") == {db}
         )
 
     wait_for(the_victim_as_it_should_be, 60, "the victim's policy and Service in force")
@@ -435,22 +423,6 @@ def _the_corpus_changes_nothing_of_the_victims(
 
 POLICY_PASSES_OK = 'netclaim_policy_passes_total{result="ok"}'
 POLICY_PASSES_ERROR = 'netclaim_policy_passes_total{result="error"}'
-
-
-def _slice_addresses(cluster: ClusterHandle, namespace: str, service: str) -> set[str]:
-    found = json.loads(
-        cluster.kubectl(
-            "get",
-            "endpointslices",
-            "-n",
-            namespace,
-            "-l",
-            f"kubernetes.io/service-name={service}",
-            "-o",
-            "json",
-        )
-    )
-    return {a for s in found["items"] for e in s.get("endpoints") or [] for a in e["addresses"]}
 
 
 def _slice_names(cluster: ClusterHandle, namespace: str) -> set[str]:

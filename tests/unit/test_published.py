@@ -3,6 +3,7 @@ pool's only through the claim's own IPAllocation, a tenant range's only if no ot
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from netclaim.core.ipam.ippool import IPPool
@@ -23,7 +24,7 @@ def _claim(name: str, *ips: str, namespace: str = "team-a", network: str = "lan3
         "data": {"netclaim.dev/network": network},
     }
     claim = sample_claim((), (), name=name, uid=f"{name}-uid", devices_status=(entry,))
-    return Claim(**{**claim.__dict__, "namespace": namespace})
+    return replace(claim, namespace=namespace)
 
 
 def _allocation(claim: Claim, address: str) -> IPAllocation:
