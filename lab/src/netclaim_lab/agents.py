@@ -116,14 +116,18 @@ CONTROLLER_LABEL = "app.kubernetes.io/name=netclaim-controller"
 CONTROLLER_LEASE = "netclaim.dev-controller"
 
 
-def controller_leader(handle: ClusterHandle, namespace: str = NAMESPACE) -> str:
-    """The name of the controller pod holding the Lease ("" when none does): identities are
-    `<pod name>_<suffix>` (netclaim.controller.main)."""
+def controller_holder(handle: ClusterHandle, namespace: str = NAMESPACE) -> str:
+    """The identity holding the controllers' Lease, `<pod name>_<random>` (netclaim.controller.main; a
+    restarted container stands with a new one): "" when none does."""
     found = json.loads(
         handle.kubectl("get", "lease", "-n", namespace, CONTROLLER_LEASE, "-o", "json", check=False) or "{}"
     )
-    holder = str(found.get("spec", {}).get("holderIdentity") or "")
-    return holder.rpartition("_")[0]
+    return str(found.get("spec", {}).get("holderIdentity") or "")
+
+
+def controller_leader(handle: ClusterHandle, namespace: str = NAMESPACE) -> str:
+    """The name of the controller pod holding the Lease ("" when none does)."""
+    return controller_holder(handle, namespace).rpartition("_")[0]
 
 
 def controller_pods(handle: ClusterHandle, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
@@ -268,21 +272,29 @@ def restart_agent(handle: ClusterHandle, node: str, faults: str = "") -> None:
 
 def agent_container(handle: ClusterHandle, node: str) -> tuple[str, int] | None:
     """(container ID, its init's pid) of the running agent container on `node`."""
+    return _container(handle, node, "agent")
+
+
+def _container(handle: ClusterHandle, node: str, name: str, pod: str = "") -> tuple[str, int] | None:
+    """(container ID, its init's pid) of our running container `name` on `node` (of pod `pod`)."""
     crictl = handle.node(node).crictl()
-    ids = processes.run(
-        [*crictl, "ps", "--state", "running", "--label", f"io.kubernetes.pod.namespace={NAMESPACE}", "-q"]
-    ).split()
+    labels = ["--label", f"io.kubernetes.pod.namespace={NAMESPACE}"]
+    labels += ["--label", f"io.kubernetes.pod.name={pod}"] if pod else []
+    ids = processes.run([*crictl, "ps", "--state", "running", *labels, "-q"]).split()
     for container in ids:
         info = json.loads(processes.run([*crictl, "inspect", container]))
-        if info["status"]["metadata"]["name"] == "agent":
+        if info["status"]["metadata"]["name"] == name:
             return container, int(info["info"]["pid"])
     return None
 
 
 def agent_pid(handle: ClusterHandle, node: str) -> int | None:
-    """The agent's process on `node` as the machine sees it, while its container runs: the only child of
-    the container's init (tini, crictl inspect's pid)."""
-    found = agent_container(handle, node)
+    """The agent's process on `node` as the machine sees it, while its container runs."""
+    return _program(agent_container(handle, node))
+
+
+def _program(found: tuple[str, int] | None) -> int | None:
+    """The program in a container: the only child of its init (tini, crictl inspect's pid)."""
     if found is None:
         return None
     init = found[1]
@@ -291,6 +303,16 @@ def agent_pid(handle: ClusterHandle, node: str) -> int | None:
     except FileNotFoundError:  # the container ended meanwhile
         return None
     return int(children[0]) if children else None
+
+
+def kill_controller(handle: ClusterHandle, pod: str) -> None:
+    """SIGKILL the controller of pod `pod`: it gives nothing up (its Lease stays until it expires);
+    kubelet restarts the container, which stands again under a new identity."""
+    node = json.loads(handle.kubectl("get", "pod", "-n", NAMESPACE, pod, "-o", "json"))["spec"]["nodeName"]
+    pid = _program(_container(handle, node, "controller", pod))
+    if pid is None:
+        raise TransientError(f"no running controller container of {pod} on {node}")
+    os.kill(pid, signal.SIGKILL)
 
 
 def kill_agent(handle: ClusterHandle, node: str) -> None:
