@@ -121,14 +121,14 @@ def test_one_tenants_largest_policies_cost_no_other_tenant_its_addresses_endpoin
         lambda: hostile.tcp("peer", hostile.net1["solo"]) == "", "the hostile namespace isolated"
     )
 
-    def told() -> list[dict[str, Any]]:
+    def told() -> dict[str, str]:
         found = kubectl_json(
             cluster, "get", "events", "-n", ns, "--field-selector", "reason=NetworkPolicyInvalid"
         )
-        return [e for e in found["items"] if "budget" in e["message"]]
+        return {e["involvedObject"]["name"]: e["message"] for e in found["items"] if "budget" in e["message"]}
 
     wait_for(lambda: len(told()) == 9, 60, "a Warning Event on each of the nine policies")
-    assert "exceed its budget" in told()[0]["message"] and "isolated" in told()[0]["message"]
+    assert all("exceed its budget of 10,000 peers" in m and "isolated" in m for m in told().values())
     assert controller_metrics(cluster)["netclaim_policy_namespaces_over_budget"] == 1
 
     # meanwhile the other tenant: a new pod's pool address, its Service endpoint, a policy change

@@ -416,7 +416,7 @@ def test_a_namespace_past_its_budget_is_read_as_unreadable_without_touching_anot
     friendly = raw("team-b", "one", {**DENY_INGRESS, "ingress": [{"from": [{"podSelector": {}}]}]})
     found = over_budget([*hostile, friendly])
     assert list(found) == ["team-a"]
-    assert f"80,000 peers (at most {NAMESPACE_BUDGET['peers']:,})" in found["team-a"]
+    assert found["team-a"].endswith(f"budget of {NAMESPACE_BUDGET['peers']:,} peers and 1,048,576 bytes")
     assert over_budget([hostile[0], friendly]) == {}  # one such policy is within its namespace's budget
     read = PolicyObject.from_api(hostile[0], found["team-a"])
     assert read.spec is None and "budget" in read.problem and read.networks == ("lan3",)
@@ -457,7 +457,7 @@ async def test_a_namespace_over_its_budget_is_told_and_no_policy_is_parsed_twice
     assert [(name, reason) for name, reason, _ in api.events] == [
         (f"wide-{i}", "NetworkPolicyInvalid") for i in range(8)
     ]
-    assert all("80,000 peers (at most 10,000)" in m and "isolated" in m for _, _, m in api.events)
+    assert all("budget of 10,000 peers" in m and "isolated" in m for _, _, m in api.events)
 
 
 @pytest.mark.parametrize(
