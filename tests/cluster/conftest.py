@@ -107,26 +107,26 @@ def kube(cluster: ClusterHandle) -> Iterator[Client]:
         yield client
 
 
-@pytest.fixture
-def ns(kube: Client) -> Iterator[str]:
-    """A fresh namespace per test; deleting it at the end runs every teardown path."""
-    name = f"t-{uuid.uuid4().hex[:6]}"
+def fresh_namespace(kube: Client, prefix: str) -> Iterator[str]:
+    """A namespace of its own for a test, deleted at its end (every teardown path runs), its pods gone."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
     wait_for(lambda: exists(kube, ServiceAccount, "default", name), 60, "the default ServiceAccount")
     yield name
     delete(kube, Namespace, name)
     wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, f"pods of {name} gone")
+
+
+@pytest.fixture
+def ns(kube: Client) -> Iterator[str]:
+    """A fresh namespace per test."""
+    yield from fresh_namespace(kube, "t")
 
 
 @pytest.fixture
 def other_tenant(kube: Client) -> Iterator[str]:
     """The control tenant: a namespace of its own, beside the attacker's."""
-    name = f"c-{uuid.uuid4().hex[:6]}"
-    kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
-    wait_for(lambda: exists(kube, ServiceAccount, "default", name), 60, "the default ServiceAccount")
-    yield name
-    delete(kube, Namespace, name)
-    wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, f"pods of {name} gone")
+    yield from fresh_namespace(kube, "c")
 
 
 @pytest.fixture

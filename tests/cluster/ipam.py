@@ -7,6 +7,7 @@ import collections
 import ipaddress
 import json
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from lightkube.resources.core_v1 import Node
 from netclaim.core.objects import IPAllocation
 from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
-from tests.cluster.helpers import kubectl_json, pod_spec
+from tests.cluster.helpers import apply, kubectl_json, pod_spec
 from tests.kube import wait_for
 
 NETWORK = "lan3"  # tests/cluster/cluster.yaml: NIC ipn0 of node-1, node-2 and node-4
@@ -34,6 +35,13 @@ def ip_pool(name: str, *ranges: dict[str, str], **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"network": NETWORK, "ranges": list(ranges), **spec},
     }
+
+
+def installed_pool(cluster: ClusterHandle, name: str, subnet: str, gateway: str) -> Iterator[str]:
+    """An IPPool on NETWORK for a test, deleted at its end."""
+    apply(cluster, "default", ip_pool(name, {"subnet": subnet, "gateway": gateway}))
+    yield name
+    cluster.kubectl("delete", "ippool", name, "--ignore-not-found")
 
 
 def ip_allocation(

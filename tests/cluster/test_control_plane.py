@@ -22,7 +22,14 @@ from lightkube import Client
 from netclaim_lab import agents
 from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import apply, controller_metrics, kubectl_json, running
-from tests.cluster.ipam import NETWORK, allocations, ip_pool, leak_report, pod_addresses, pool_template
+from tests.cluster.ipam import (
+    NETWORK,
+    allocations,
+    installed_pool,
+    leak_report,
+    pod_addresses,
+    pool_template,
+)
 from tests.cluster.netpolicy import (
     ALLOW_CLIENTS,
     DENY_DB,
@@ -41,9 +48,7 @@ RULES_LABEL = "netclaim.dev/policy-rules"
 
 @pytest.fixture
 def pool(cluster: ClusterHandle) -> Iterator[str]:
-    apply(cluster, "default", ip_pool("cp", {"subnet": SUBNET, "gateway": "10.64.13.1"}))
-    yield "cp"
-    cluster.kubectl("delete", "ippool", "cp", "--ignore-not-found")
+    yield from installed_pool(cluster, "cp", SUBNET, "10.64.13.1")
 
 
 def _create(cluster: ClusterHandle, namespace: str, document: dict[str, Any]) -> None:
@@ -61,6 +66,31 @@ def _timed(check: Callable[[], bool], what: str) -> float:
     started = time.monotonic()
     wait_for(check, 120, what)
     return time.monotonic() - started
+
+
+def _the_other_tenant(
+    cluster: ClusterHandle, kube: Client, namespace: str, pool: str, beside: tuple[str, int]
+) -> Net:
+    """The tenant that must not notice: db on node-1 behind a policy letting its client in, a Service over
+    db; running, the allow in force, once `beside`'s (namespace, pods) run too."""
+    apply(
+        cluster,
+        namespace,
+        pool_template("t", pool),
+        server("db", "node-1", {"app": "db"}),
+        server("client", "node-2", {"role": "client"}),
+        DENY_DB,
+        ALLOW_CLIENTS,
+        network_service("db", "app=db"),
+    )
+    wait_for(
+        lambda: len(running(kube, namespace)) == 2 and len(running(kube, beside[0])) == beside[1],
+        180,
+        "pods running",
+    )
+    other = Net(cluster, namespace)
+    wait_for(lambda: other.tcp("client", other.net1["db"]) == "db", 60, "the other tenant's allow in force")
+    return other
 
 
 def _controllers(cluster: ClusterHandle) -> dict[str, tuple[bool, int]]:
@@ -88,26 +118,13 @@ def test_one_tenants_largest_policies_cost_no_other_tenant_its_addresses_endpoin
     meanwhile no address freed, no endpoint, every node's rules frozen."""
     apply(
         cluster,
-        other_tenant,
-        pool_template("t", pool),
-        server("db", "node-1", {"app": "db"}),
-        server("client", "node-2", {"role": "client"}),
-        DENY_DB,
-        ALLOW_CLIENTS,
-        network_service("db", "app=db"),
-    )
-    apply(
-        cluster,
         ns,
         pool_template("t", pool),
         server("solo", "node-4", {"app": "solo"}),
         server("peer", "node-2", {}),
     )
-    wait_for(
-        lambda: len(running(kube, other_tenant)) == 2 and len(running(kube, ns)) == 2, 180, "pods running"
-    )
-    other, hostile = Net(cluster, other_tenant), Net(cluster, ns)
-    wait_for(lambda: other.tcp("client", other.net1["db"]) == "db", 60, "the other tenant's allow in force")
+    other = _the_other_tenant(cluster, kube, other_tenant, pool, (ns, 2))
+    hostile = Net(cluster, ns)
     assert hostile.tcp("peer", hostile.net1["solo"]) == "solo"
     before = _controllers(cluster)
     assert len(before) == 2 and all(ready for ready, _ in before.values()), before
@@ -192,20 +209,7 @@ def test_a_nodes_rules_past_one_objects_bound_are_split_and_every_tenants_rules_
         pool_template("t", pool),
         *(server(f"big-{i}", "node-1", {"app": "big"}) for i in range(3)),
     )
-    apply(
-        cluster,
-        other_tenant,
-        pool_template("t", pool),
-        server("db", "node-1", {"app": "db"}),
-        server("client", "node-2", {"role": "client"}),
-        DENY_DB,
-        ALLOW_CLIENTS,
-    )
-    wait_for(
-        lambda: len(running(kube, ns)) == 3 and len(running(kube, other_tenant)) == 2, 180, "pods running"
-    )
-    other = Net(cluster, other_tenant)
-    wait_for(lambda: other.tcp("client", other.net1["db"]) == "db", 60, "the other tenant's allow in force")
+    other = _the_other_tenant(cluster, kube, other_tenant, pool, (ns, 3))
     _create(cluster, ns, _excepts_policy())
     big = Net(cluster, ns)
     # the last block's ten excepts in the last rule, as nft shows them once merged (a /25 and a /27)

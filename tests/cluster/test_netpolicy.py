@@ -18,7 +18,7 @@ from lightkube import Client
 from netclaim_lab import agents
 from netclaim_lab.cluster import ClusterHandle
 from tests.cluster.helpers import apply, in_node, kubectl_json, kubectl_netclaim, running
-from tests.cluster.ipam import NETWORK, ip_pool, pool_template
+from tests.cluster.ipam import NETWORK, installed_pool, pool_template
 from tests.cluster.netpolicy import ALLOW_CLIENTS, DENY_DB, OTHER_PORT, PORT, SUBNET, Net, policy, server
 from tests.kube import wait_for
 
@@ -27,9 +27,7 @@ RULES_LABEL = "netclaim.dev/policy-rules"
 
 @pytest.fixture
 def pool(cluster: ClusterHandle) -> Iterator[str]:
-    apply(cluster, "default", ip_pool("pol", {"subnet": SUBNET, "gateway": "10.64.9.1"}))
-    yield "pol"
-    cluster.kubectl("delete", "ippool", "pol", "--ignore-not-found")
+    yield from installed_pool(cluster, "pol", SUBNET, "10.64.9.1")
 
 
 def _rules_maps(cluster: ClusterHandle) -> list[str]:

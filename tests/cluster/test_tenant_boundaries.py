@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
+from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
@@ -21,6 +21,7 @@ from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.controlplane import ControlPlane
 from tests.attacks import pool_device_class
+from tests.cluster.conftest import fresh_namespace
 from tests.cluster.helpers import (
     DRIVER,
     apply,
@@ -28,7 +29,6 @@ from tests.cluster.helpers import (
     cni_config,
     controller_log,
     controller_metrics,
-    exists,
     interface_in_pod,
     kubectl_json,
     macvlan,
@@ -38,7 +38,7 @@ from tests.cluster.helpers import (
     running,
 )
 from tests.cluster.ipam import allocations, ip_allocation, ip_pool, pool_template, spread
-from tests.kube import delete, typed, wait_for
+from tests.kube import typed, wait_for
 
 POOLS_POOL = "netclaim.dev/ip-pools"
 ON_ENP0S10 = 'device.attributes["netclaim.dev"].ifName == "enp0s10"'
@@ -49,12 +49,7 @@ RECONCILE_FAILED = 'netclaim_reconcile_total{result="error"}'
 @pytest.fixture
 def team_a(kube: Client) -> Iterator[str]:
     """The namespace a restricted pool serves."""
-    name = f"a-{uuid.uuid4().hex[:6]}"
-    kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
-    wait_for(lambda: exists(kube, ServiceAccount, "default", name), 60, "the default ServiceAccount")
-    yield name
-    delete(kube, Namespace, name)
-    wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, f"pods of {name} gone")
+    yield from fresh_namespace(kube, "a")
 
 
 @pytest.fixture
