@@ -418,6 +418,10 @@ def test_a_namespace_past_its_budget_is_read_as_unreadable_without_touching_anot
     assert list(found) == ["team-a"]
     assert found["team-a"].endswith(f"budget of {NAMESPACE_BUDGET['peers']:,} peers and 1,048,576 bytes")
     assert over_budget([hostile[0], friendly]) == {}  # one such policy is within its namespace's budget
+    deep: dict[str, Any] = {}
+    for _ in range(5_000):  # past the JSON encoder's recursion: measured as past the budget, not a crash
+        deep = {"x": deep}
+    assert list(over_budget([raw("team-c", "deep", {**DENY_INGRESS, "x": deep}), friendly])) == ["team-c"]
     read = PolicyObject.from_api(hostile[0], found["team-a"])
     assert read.spec is None and "budget" in read.problem and read.networks == ("lan3",)
     isolated = pod_rules([read], PODS, NAMESPACES)

@@ -93,7 +93,10 @@ def over_budget(policies: Iterable[Mapping[str, Any]]) -> dict[str, str]:
                 counts["rules"] += 1
                 found = rule.get(peers) if isinstance(rule, dict) else None
                 counts["peers"] += len(found) if isinstance(found, list) else 0
-        counts["bytes"] += len(json.dumps(spec, separators=(",", ":")))
+        try:
+            counts["bytes"] += len(json.dumps(spec, separators=(",", ":")))
+        except (RecursionError, ValueError, TypeError):  # deeper than any policy: past every budget
+            counts["bytes"] += NAMESPACE_BUDGET["bytes"] + 1
     return {
         namespace: "the namespace's MultiNetworkPolicies together exceed its budget of "
         + " and ".join(f"{v:,} {k}" for k, v in NAMESPACE_BUDGET.items() if counts[k] > v)
