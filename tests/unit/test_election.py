@@ -104,3 +104,19 @@ async def test_a_leader_that_cannot_renew_stops_leading_and_its_work_is_cancelle
     with pytest.raises(LeadershipLost):
         await asyncio.wait_for(running, 5)
     assert work_ended.is_set() and not election.leading.is_set()
+
+
+async def test_a_leader_whose_renewals_hang_stops_before_its_lease_could_be_taken() -> None:
+    """A request the API never answers (a partition) must not hold the leader's loop past its deadline."""
+    leases = Leases()
+    election = _candidate(leases, "a")
+    running = asyncio.create_task(election.run(lambda: _lead_forever([], "a")))
+    await asyncio.wait_for(election.leading.wait(), 5)
+
+    async def hanging() -> LeaseRecord | None:
+        await asyncio.Event().wait()
+        return None
+
+    leases.get_lease = hanging  # type: ignore[method-assign]
+    with pytest.raises(LeadershipLost):
+        await asyncio.wait_for(running, 5)  # within its renew deadline (0.5 s) and a round (0.05 s)

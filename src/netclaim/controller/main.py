@@ -5,8 +5,8 @@ Replicas elect a leader on the Lease `<driver>-controller` in its namespace (net
 the leader runs the reconcilers; a standby reads the Lease every 2 s and takes it once the leader gives it
 up (a clean stop: within 2 s) or has not renewed it for its 10 s (kill -9, a lost node: within 12 s).
 A replica is Ready once it has read the Lease and, while leading, once its first IPAM pass is done. A
-leader that cannot renew for 7 s stops leading and exits, to come back as a candidate: no two replicas
-ever reconcile at once for longer than the API takes to answer one write.
+leader that cannot renew for 7 s (each try given up after 2 s) stops leading and exits, to come back as
+a candidate: it stops within 9 s, before a standby may take the Lease (10 s unchanged on its own clock).
 
 One object never fails a pass: the lists skip (and report) what cannot be read (netclaim.adapters.kube),
 and a write about one object that fails is logged and tried again the next pass; only an API that cannot

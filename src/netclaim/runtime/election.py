@@ -84,7 +84,7 @@ class Election:
     async def run(self, lead: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Stand by until the Lease is ours, then run `lead` while renewing it. Returns only by raising:
         LeadershipLost when a renewal failed for too long (or `lead`'s own error)."""
-        while not await self._try():  # noqa: ASYNC110 - the Lease is read: nothing tells when it frees
+        while not await self._attempt():  # noqa: ASYNC110 - the Lease is read: nothing tells when it frees
             await asyncio.sleep(self.retry)
         log.info("leading", extra={"identity": self.identity})
         self.leading.set()
@@ -96,7 +96,7 @@ class Election:
                 done, _ = await asyncio.wait({leading}, timeout=self.retry)
                 if done:
                     break
-                if await self._try():
+                if await self._attempt():
                     renewed = self.clock()
                 elif self.clock() - renewed > self.renew_deadline:
                     raise LeadershipLost(
@@ -120,6 +120,15 @@ class Election:
         with contextlib.suppress(NetclaimError):
             await self.api.update_lease(replace(record, holder="", renewed=_now()))
             log.info("Lease given up", extra={"identity": self.identity})
+
+    async def _attempt(self) -> bool:
+        """`_try`, given up after one round's time: a request the API leaves hanging must not keep a
+        leader from seeing its renew deadline pass (it would lead on after its Lease expired)."""
+        try:
+            return await asyncio.wait_for(self._try(), self.retry)
+        except TimeoutError:
+            log.warning("Lease not read or written in time", extra={"identity": self.identity})
+            return False
 
     async def _try(self) -> bool:
         """Take or renew the Lease: whether it is ours now."""
