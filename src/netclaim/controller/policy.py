@@ -42,7 +42,8 @@ class PolicyReconciler:
     published: Callable[[], Awaitable[PublishedAddresses]]  # what may be published, as of now
     warned: set[tuple[str, str]] = field(default_factory=set)  # (policy UID, problem) told
     namespaces_with_policies: set[str] = field(default_factory=set)
-    parsed: dict[str, tuple[str, PolicyObject]] = field(default_factory=dict)  # UID → (its version, it)
+    # namespace/name → (its resourceVersion and its namespace's budget verdict, the policy as parsed)
+    parsed: dict[str, tuple[str, PolicyObject]] = field(default_factory=dict)
 
     async def reconcile(self) -> None:
         await metrics.counted_pass(metrics.POLICY_PASSES, self.once, metrics.POLICY_PASS_SECONDS)
@@ -73,15 +74,16 @@ class PolicyReconciler:
         metrics.POLICY_NAMESPACES_OVER_BUDGET.set(len(over))
         read: dict[str, tuple[str, PolicyObject]] = {}
         for data in objects:
-            namespace, _, uid, _ = identity(data)
+            namespace, name, _, _ = identity(data)
+            key = f"{namespace}/{name}"
             version = f"{as_object(data.get('metadata')).get('resourceVersion')}/{over.get(namespace, '')}"
-            kept = self.parsed.get(uid)
+            kept = self.parsed.get(key)
             policy = (
                 kept[1]
                 if kept is not None and kept[0] == version
                 else PolicyObject.from_api(data, over.get(namespace, ""))
             )
-            read[uid] = (version, policy)
+            read[key] = (version, policy)
         self.parsed = read
         return [policy for _, policy in read.values()]
 

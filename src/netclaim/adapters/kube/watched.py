@@ -1,8 +1,8 @@
 """A kind the controller's informers keep (netclaim.core.kubeapi.Watched): listed in pages of PAGE
-objects (a cluster's 50,000 claims are never one answer held whole in memory, as client-go's reflector
+objects (a cluster's 50,000 pods are never one answer held whole in memory, as client-go's reflector
 pages), then watched from the list's resourceVersion; each object made at once into the projection kept of
-it. An object that cannot be made into one is left out and reported, never failing the list or the watch
-(its deletion still reaches the informer: a projection of its identity)."""
+it. An object that cannot be made into one is left out and logged, never failing the list or the watch
+(the kinds kept, pods and namespaces, are typed by the API server: none is expected)."""
 
 from __future__ import annotations
 
@@ -26,19 +26,16 @@ class KubeWatched(Watched[P], Generic[P]):
         kind: Kind,
         project: Callable[[dict[str, Any]], P],
         *,
-        namespace: str | None = None,
-        labels: str | None = None,
         fields: str | None = None,
         metadata_only: bool = False,
     ) -> None:
         self.kube = kube
         self.kind = kind
         self.project = project
-        self.path = kind.path(namespace)
-        self.labels = labels
+        self.path = kind.path()
         self.fields = fields
         self.metadata_only = metadata_only
-        self.what = f"{kind.plural}" + (f" ({labels})" if labels else "")
+        self.what = kind.plural
 
     def _made(self, found: dict[str, Any]) -> P | None:
         try:
@@ -59,8 +56,7 @@ class KubeWatched(Watched[P], Generic[P]):
         items: list[P] = []
         token, version = "", None
         while True:
-            params = {"limit": str(PAGE)}
-            params |= {k: v for k, v in (("labelSelector", self.labels), ("fieldSelector", self.fields)) if v}
+            params = {"limit": str(PAGE)} | ({"fieldSelector": self.fields} if self.fields else {})
             if token:
                 params["continue"] = token
             page = as_object(await self.kube.read(f"list of {self.what}", self.path, params))
@@ -78,7 +74,6 @@ class KubeWatched(Watched[P], Generic[P]):
             f"watch of {self.what}",
             self.path,
             fields=self.fields,
-            labels=self.labels,
             metadata_only=self.metadata_only,
             since=since,
         ):
