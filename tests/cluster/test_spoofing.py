@@ -34,6 +34,9 @@ from tests.test_port_guard_kernel import FORGE
 SUBNET = "10.64.13.0/24"
 CLIENT_ADDRESS = "10.64.13.50"  # the client's, by name: the other tenant asks for it once the client is gone
 FRESH_ADDRESS = "10.64.13.60"  # the pod repaired at Synchronize, by name: the prober aims at it beforehand
+# the client's and the prober's beside it, by name too: a pool address handed at random could be the fresh
+# pod's (the prober once took .60, and the fresh pod's prepare was refused: the address was held)
+BESIDE_FRESH = ("10.64.13.61", "10.64.13.62")
 DATAGRAMS = 9999  # where the victim's pods take the client's datagrams (allowed beside PORT)
 ALLOW_CLIENT = policy(
     "allow-client",
@@ -300,7 +303,7 @@ def test_a_pod_repaired_at_synchronize_answers_nothing_before_its_table(
     """The agent of node-1 kills itself (SIGKILL) at the pod's RunPodSandbox: containerd starts the sandbox
     without it, the CDI gate holds the container, and the agent back repairs it at Synchronize. A prober
     that is no client hammers the pod's address from before it exists: its server logs none of it."""
-    prober = pod_on("prober", "t", "node-2")
+    prober = pod_on("prober", "p", "node-2")
     prober["metadata"]["labels"] = {"role": "prober"}
     prober["spec"]["containers"][0]["command"] = [
         "sh",
@@ -311,9 +314,10 @@ def test_a_pod_repaired_at_synchronize_answers_nothing_before_its_table(
     apply(
         cluster,
         ns,
-        pool_template("t", pool),
+        pool_template("c", pool, static=[BESIDE_FRESH[0]]),
+        pool_template("p", pool, static=[BESIDE_FRESH[1]]),
         pool_template("f", pool, static=[FRESH_ADDRESS]),
-        server("client", "node-2", {"role": "client"}),
+        _with(server("client", "node-2", {"role": "client"}), "c"),
         prober,
         ALLOW_CLIENT,
     )

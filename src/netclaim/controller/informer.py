@@ -85,4 +85,4 @@ class Informer(Generic[T]):
             try:
                 handler(before, after)
             except Exception:  # a handler's bug: the others, and the informer, go on
-                log.exception("informer handler failed (a bug)", extra={"kind": self.kind, "key": key})
+                log.exception("informer handler failed (a bug)", extra={"kind": self.kind, "object": key})

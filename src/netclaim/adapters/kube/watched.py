@@ -46,7 +46,7 @@ class KubeWatched(Watched[P], Generic[P]):
                 "object left out: it cannot be read",
                 extra={
                     "kind": self.kind.name,
-                    "name": f"{meta.get('namespace')}/{meta.get('name')}",
+                    "object": f"{meta.get('namespace')}/{meta.get('name')}",
                     "error": str(err),
                 },
             )
