@@ -155,7 +155,9 @@ class Tenants:
         threads = [threading.Thread(target=listen, args=(pod,)) for pod in pods]
         for thread in threads:
             thread.start()
-        time.sleep(1.0)  # bound before the first datagram
+        # bound before the first datagram: a listener is nsenter and a Python start, over a second on a
+        # busy machine (a run beside the unit tests saw neither listener get the client's datagrams)
+        time.sleep(5.0)
 
         def done() -> dict[str, list[str]]:
             for thread in threads:
