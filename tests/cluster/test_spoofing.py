@@ -51,18 +51,43 @@ ALLOW_CLIENT = policy(
     },
 )
 # what a pod's datagram listener saw: each datagram's payload and source, until the one saying "end" (at
-# most 120 s): a listener that stopped early would see nothing of what came later
+# most 120 s): a listener that stopped early would see nothing of what came later. It answers "ready?"
+# (READY's question) without counting it, so no datagram is sent before it is bound.
 LISTEN = rf"""
 import socket
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", {DATAGRAMS})); s.settimeout(120)
 try:
     while True:
-        data, (source, _) = s.recvfrom(100)
-        if data == b"end":
+        data, (source, port) = s.recvfrom(100)
+        if data == b"ready?":
+            s.sendto(b"ready", (source, port))
+        elif data == b"end":
             break
-        print(data.decode(), source, flush=True)
+        else:
+            print(data.decode(), source, flush=True)
 except TimeoutError:
     print("no end", flush=True)
+"""
+# asks each listener (argv[2:]) "ready?" from address argv[1] until all have answered (60 s at most);
+# prints those that never did
+READY = rf"""
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], 0)); s.settimeout(0.2)
+waiting, deadline = set(sys.argv[2:]), time.monotonic() + 60
+while waiting and time.monotonic() < deadline:
+    for target in sorted(waiting):
+        try:
+            s.sendto(b"ready?", (target, {DATAGRAMS}))
+        except OSError:  # not reachable yet (its neighbour entry, its route): asked again
+            pass
+    try:
+        while True:
+            data, (source, _) = s.recvfrom(100)
+            if data == b"ready":
+                waiting.discard(source)
+    except TimeoutError:
+        pass
+print(" ".join(sorted(waiting)))
 """
 SEND = rf"""
 import socket, sys
@@ -145,19 +170,23 @@ class Tenants:
         netns = sandbox_netns(self.cluster, node, spec["metadata"]["uid"])
         return in_pod_netns(self.cluster, node, netns, *command, timeout=timeout)
 
-    def listening(self, *pods: str) -> Callable[[], dict[str, list[str]]]:
-        """Start each pod's datagram listener; the call that is returned waits for what each saw."""
+    def listening(
+        self, targets: dict[str, str], asker: str, source: str
+    ) -> Callable[[], dict[str, list[str]]]:
+        """Start each target pod's datagram listener (pod → its address) and return once `asker`, from
+        `source`, has had each answer (a listener is nsenter and a Python start: on a busy machine it was
+        not bound a second later, and saw none of the client's datagrams); the call that is returned
+        waits for what each saw."""
         seen: dict[str, list[str]] = {}
 
         def listen(pod: str) -> None:
             seen[pod] = self.in_netns(pod, sys.executable, "-c", LISTEN).splitlines()
 
-        threads = [threading.Thread(target=listen, args=(pod,)) for pod in pods]
+        threads = [threading.Thread(target=listen, args=(pod,)) for pod in targets]
         for thread in threads:
             thread.start()
-        # bound before the first datagram: a listener is nsenter and a Python start, over a second on a
-        # busy machine (a run beside the unit tests saw neither listener get the client's datagrams)
-        time.sleep(5.0)
+        silent = self.in_netns(asker, sys.executable, "-c", READY, source, *targets.values(), timeout=90)
+        assert not silent.strip(), f"listeners never bound: {silent}"
 
         def done() -> dict[str, list[str]]:
             for thread in threads:
@@ -203,7 +232,7 @@ def test_no_pod_passes_for_another_on_the_network(
     for attacker in ("near", "far"):
         assert pods.net(attacker).tcp(attacker, targets["db"]) == ""  # not the victim's client
 
-    done = pods.listening("db", "bystander")
+    done = pods.listening(targets, "client", CLIENT_ADDRESS)
     pods.send("client", CLIENT_ADDRESS, "client", *targets.values())  # the control: the real client
     for attacker in ("near", "far"):
         # NET_ADMIN, by the pod itself: the client's address on its net1
