@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 
 import pytest
 
@@ -18,19 +19,40 @@ def require_root_prerequisites() -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`make test` runs two workers (pytest-xdist, --dist loadgroup): every test of the session cluster on
+    one of them, in order; each other module whole on either, so its module fixtures (an image build, a
+    side cluster) are made once, beside the session cluster's tests instead of after them."""
     for item in items:
         if "tests/cluster/" in str(item.path):
             item.add_marker(pytest.mark.cluster)
+        session = "cluster" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("session-cluster" if session else item.nodeid.split("::")[0]))
 
 
 _MODULE_SECONDS: dict[str, float] = {}
+_FIGURES: dict[str, list[str]] = {}
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Show a measured figure in the run's output: listed at its end, whichever worker measured it (a
+    worker's own output is not shown), so CI's log keeps it."""
+
+    def show(text: str) -> None:
+        request.node.user_properties.append(("figure", text))
+
+    return show
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Each module's time: its tests' setup, call and teardown (a session cluster's start is counted in
-    the module whose test started it)."""
+    the module whose test started it). The figures a test showed come with its teardown's report."""
     module = report.nodeid.split("::")[0]
     _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+    if report.when == "teardown":
+        shown = [str(value) for name, value in report.user_properties if name == "figure"]
+        if shown:
+            _FIGURES[report.nodeid] = shown
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -40,3 +62,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_sep("=", f"ten slowest modules (of {len(_MODULE_SECONDS)}, {total / 60:.1f} min)")
     for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda item: -item[1])[:10]:
         terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
+    if _FIGURES:
+        terminalreporter.write_sep("=", "figures measured")
+        for nodeid, shown in sorted(_FIGURES.items()):
+            terminalreporter.write_line(nodeid)
+            for text in shown:
+                terminalreporter.write_line("  " + text.strip().replace("\n", "\n  "))

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,17 +53,13 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Builds]:
     shutil.rmtree(scratch)  # ~1 GB
 
 
-def test_two_builds_from_nothing_are_the_same_image(
-    builds: Builds, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_two_builds_from_nothing_are_the_same_image(builds: Builds, figures: Callable[[str], None]) -> None:
     first, second = builds.first, builds.second
-    with capsys.disabled():
-        print(
-            f"\nagent image {first.reference}: {first.size_bytes / MIB:.1f} MiB, layers "
-            f"{' + '.join(f'{s / MIB:.1f}' for s in first.layer_sizes)} MiB uncompressed; built from "
-            f"nothing in {builds.seconds[0]:.0f} s and {builds.seconds[1]:.0f} s; {first.digest} both times",
-            flush=True,
-        )
+    figures(
+        f"agent image {first.reference}: {first.size_bytes / MIB:.1f} MiB, layers "
+        f"{' + '.join(f'{s / MIB:.1f}' for s in first.layer_sizes)} MiB uncompressed; built from "
+        f"nothing in {builds.seconds[0]:.0f} s and {builds.seconds[1]:.0f} s; {first.digest} both times"
+    )
     assert first.path != second.path
     assert first.digest == second.digest
     assert first.path.read_bytes() == second.path.read_bytes()

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -127,14 +127,3 @@ def ns(kube: Client) -> Iterator[str]:
 def other_tenant(kube: Client) -> Iterator[str]:
     """The control tenant: a namespace of its own, beside the attacker's."""
     yield from fresh_namespace(kube, "c")
-
-
-@pytest.fixture
-def figures(capsys: pytest.CaptureFixture[str]) -> Callable[[str], None]:
-    """Print a measured figure into the run's output even while pytest captures it: CI's log keeps it."""
-
-    def show(text: str) -> None:
-        with capsys.disabled():
-            print(text, flush=True)
-
-    return show

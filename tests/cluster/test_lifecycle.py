@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+import yaml
 from lightkube import Client, KubeConfig
 
 from netclaim_lab import agents
 from netclaim_lab import cluster as local_cluster
-from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.images import BUSYBOX_IMAGE
+from netclaim_lab.spec import ClusterSpec
 from tests.cluster.helpers import (
     apply,
     claim_template,
@@ -42,52 +42,51 @@ nodes:
 """
 
 
-def _processes() -> set[tuple[int, str]]:
-    mine = {os.getpid()}
+def _processes(owner: str) -> set[str]:
+    """The processes of cluster `owner`: naming it, or in one of its nodes' cgroups (a pod's `sleep`)."""
     found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+            cgroups = (entry / "cgroup").read_text()
+        except (OSError, ValueError):
             continue  # the process exited between listing /proc and reading it: nothing left to count
-        if cmdline and int(entry.name) not in mine and parent not in mine:
-            found.add((int(entry.name), cmdline))
+        if cmdline and (owner in cmdline or f"netclaim-{owner}-" in cgroups):
+            found.add(f"{entry.name} {cmdline}")
     return found
 
 
-def _machine_state(other_cluster: str) -> dict[str, set[str]]:
-    """Everything `down` must restore; the session cluster (running beside) is filtered out."""
-
-    def keep(item: str) -> bool:
-        return other_cluster not in item
-
+def _machine_state(owner: str, link_prefix: str) -> dict[str, set[str]]:
+    """Everything of cluster `owner` that `down` must take away. Only what is attributable to it: the
+    session cluster, the other side clusters and the kernel tests run beside this test (`make test` runs
+    two workers) and come and go meanwhile."""
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     cgroups = {str(p) for p in Path("/sys/fs/cgroup").glob("*/*") if p.is_dir()}
-    cgroups |= {str(p) for p in Path("/sys/fs/cgroup").glob("*/*/*") if p.is_dir() and "ncdown" in str(p)}
+    cgroups |= {str(p) for p in Path("/sys/fs/cgroup").glob("*/*/*") if p.is_dir()}
+    link_names = {line.split(":")[1].strip().split("@")[0] for line in links.splitlines()}
     return {
-        "processes": {f"{pid} {cmd}" for pid, cmd in _processes() if keep(cmd)},
-        "links": {line.split(":")[1].strip().split("@")[0] for line in links.splitlines()},
-        "netns": {line.split()[0] for line in netns.splitlines() if line.strip() and keep(line)},
-        "mounts": {line.split(" - ")[0].split(" ", 4)[4] for line in mounts if keep(line)},
-        "cgroups": {c for c in cgroups if keep(c)},
+        "processes": _processes(owner),
+        "links": {name for name in link_names if name.startswith(link_prefix)},
+        "netns": {line.split()[0] for line in netns.splitlines() if owner in line},
+        "mounts": {line.split(" - ")[0].split(" ", 4)[4] for line in mounts if owner in line},
+        "cgroups": {c for c in cgroups if owner in c},
     }
 
 
-def test_down_leaves_nothing_and_up_down_are_repeatable(cluster: ClusterHandle, tmp_path: Path) -> None:
+def test_down_leaves_nothing_and_up_down_are_repeatable(tmp_path: Path) -> None:
     spec_file = tmp_path / "ncdown.yaml"
     spec_file.write_text(SPEC)
-    session_links = {f"{cluster.spec.link_prefix}"}
-    before = _machine_state(cluster.spec.name)
+    prefix = ClusterSpec.model_validate(yaml.safe_load(SPEC)).link_prefix
+    before = _machine_state("ncdown", prefix)
     handle = local_cluster.up(spec_file, log=sys.stderr)
     try:
         again = local_cluster.up(spec_file, log=sys.stderr)  # the same definition: a no-op
         assert again.layout == handle.layout
-        during = _machine_state(cluster.spec.name)
+        during = _machine_state("ncdown", prefix)
         assert any(n.startswith("nc-ncdown-") for n in during["netns"])
         assert any(link.startswith(handle.spec.link_prefix) for link in during["links"])
         # a pod makes the runtime create its own netns, mounts, cgroups and shim processes
@@ -106,6 +105,10 @@ def test_down_leaves_nothing_and_up_down_are_repeatable(cluster: ClusterHandle, 
         handle.kubectl("wait", "--for=condition=Ready", "pod/leak-probe", "--timeout=120s", timeout=130)
         pod_cgroups = Path("/sys/fs/cgroup/pids/netclaim-ncdown-alpha/kubepods")
         assert any(p.is_dir() for p in pod_cgroups.rglob("pod*")), "the pod should have cgroups to clean up"
+        counted = _machine_state("ncdown", prefix)["processes"]
+        assert any(p.endswith(" sleep 3600") for p in counted), (
+            "the pod's process counts as the cluster's"
+        )
         # and a netclaim interface, whose address lives in the cluster's state
         agents.deploy(handle, Path(__file__).with_name("policy.yaml"))
         config = cni_config([macvlan("10.85.0.0/24")], name="down-net")
@@ -120,12 +123,10 @@ def test_down_leaves_nothing_and_up_down_are_repeatable(cluster: ClusterHandle, 
     local_cluster.down("ncdown")  # twice is safe
 
     def leaked() -> dict[str, list[str]]:
-        after = _machine_state(cluster.spec.name)
+        after = _machine_state("ncdown", prefix)
         found = {}
         for kind in before:
             extra = after[kind] - before[kind]
-            if kind == "links":
-                extra = {link for link in extra if not any(link.startswith(p) for p in session_links)}
             if extra:
                 found[kind] = sorted(extra)
         return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import stat
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -253,18 +254,22 @@ def _nic(name: str, *taints: Taint) -> Device:
 
 
 @pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    registration_socket, dra_socket = socket_paths(tmp_path, DRIVER)
-    for stale in (registration_socket, dra_socket):  # a previous run's, or anything: replaced
-        stale.parent.mkdir(parents=True, exist_ok=True)
-        stale.write_text("stale")
-    preparer = FakePreparer(failures={"bad": ConfigError("config.plugins[0]: no such plugin")})
-    registered: list[bool] = []
-    catalog = DeviceCatalog()
-    catalog.update([_nic("enp1s0"), _nic("enp2s0")])
-    plugin = await serve(preparer, preparer, catalog, tmp_path, DRIVER, "node-1", registered.append)
-    yield Served(plugin, preparer, registration_socket, dra_socket, registered, catalog)
-    await plugin.stop()
+async def served() -> AsyncIterator[Served]:
+    # not tmp_path: a worker's is long enough to take a unix socket's path past its 108 bytes, as
+    # kubelet's own plugin directories never do
+    with tempfile.TemporaryDirectory(prefix="nc-kp-") as name:
+        directory = Path(name)
+        registration_socket, dra_socket = socket_paths(directory, DRIVER)
+        for stale in (registration_socket, dra_socket):  # a previous run's, or anything: replaced
+            stale.parent.mkdir(parents=True, exist_ok=True)
+            stale.write_text("stale")
+        preparer = FakePreparer(failures={"bad": ConfigError("config.plugins[0]: no such plugin")})
+        registered: list[bool] = []
+        catalog = DeviceCatalog()
+        catalog.update([_nic("enp1s0"), _nic("enp2s0")])
+        plugin = await serve(preparer, preparer, catalog, directory, DRIVER, "node-1", registered.append)
+        yield Served(plugin, preparer, registration_socket, dra_socket, registered, catalog)
+        await plugin.stop()
 
 
 async def _until(condition: Callable[[], bool]) -> None:
