@@ -106,9 +106,7 @@ def test_down_leaves_nothing_and_up_down_are_repeatable(tmp_path: Path) -> None:
         pod_cgroups = Path("/sys/fs/cgroup/pids/netclaim-ncdown-alpha/kubepods")
         assert any(p.is_dir() for p in pod_cgroups.rglob("pod*")), "the pod should have cgroups to clean up"
         counted = _machine_state("ncdown", prefix)["processes"]
-        assert any(p.endswith(" sleep 3600") for p in counted), (
-            "the pod's process counts as the cluster's"
-        )
+        assert any(p.endswith(" sleep 3600") for p in counted), "the pod's process counts as the cluster's"
         # and a netclaim interface, whose address lives in the cluster's state
         agents.deploy(handle, Path(__file__).with_name("policy.yaml"))
         config = cni_config([macvlan("10.85.0.0/24")], name="down-net")
