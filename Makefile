@@ -72,7 +72,7 @@ unit: deps
 # --durations and the ten slowest modules at the end say where a slow run spent its time.
 # Two workers: the session cluster's tests on one, everything else (unit, image, side clusters) beside them.
 test: deps bins proto-check lint typecheck
-	$(BIN)/pytest -n 2 --dist loadgroup -m 'not tools' --durations=30 tests
+	$(BIN)/pytest -n 2 -m 'not tools' --durations=30 tests
 
 # The lab's measuring programs run small (bench, bench-scale, the whereabouts comparison), each on a cluster
 # of its own: that they run and report, no figure asserted (~10 min; not in `make test`).

@@ -7,6 +7,8 @@ import shutil
 from collections.abc import Callable
 
 import pytest
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
 
 
 def require_root_prerequisites() -> None:
@@ -18,15 +20,45 @@ def require_root_prerequisites() -> None:
             pytest.fail(f"{program} is missing: apt-get install {package} (or run `make deps`)")
 
 
+# `make test` runs two workers (pytest-xdist): every module of tests/cluster/ on one of them, in order, on
+# the session cluster; each other module whole on either, so its module fixtures (an image build, a side
+# cluster) are made once, beside the session cluster's tests instead of after them. These modules of
+# tests/cluster/ run side clusters of their own and never the session one (checked at collection).
+SESSION_CLUSTER = "session-cluster"
+BESIDE_THE_SESSION_CLUSTER = frozenset(
+    f"tests/cluster/{name}.py" for name in ("test_install", "test_preflight", "test_lifecycle")
+)
+
+
+def worker_scope(nodeid: str) -> str:
+    """Which tests one worker runs together, in order: a module, or every test of the session cluster."""
+    module = nodeid.split("::")[0]
+    if module.startswith("tests/cluster/") and module not in BESIDE_THE_SESSION_CLUSTER:
+        return SESSION_CLUSTER
+    return module
+
+
+class _SessionClusterScheduling(LoadScopeScheduling):
+    """xdist's --dist loadfile, with the session cluster's modules one scope (its --dist loadgroup reads
+    groups from node IDs it rewrites, which pytest 9 no longer lets it do)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return worker_scope(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> _SessionClusterScheduling:
+    return _SessionClusterScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`make test` runs two workers (pytest-xdist, --dist loadgroup): every test of the session cluster on
-    one of them, in order; each other module whole on either, so its module fixtures (an image build, a
-    side cluster) are made once, beside the session cluster's tests instead of after them."""
     for item in items:
         if "tests/cluster/" in str(item.path):
             item.add_marker(pytest.mark.cluster)
-        session = "cluster" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("session-cluster" if session else item.nodeid.split("::")[0]))
+        if "cluster" in getattr(item, "fixturenames", ()) and worker_scope(item.nodeid) != SESSION_CLUSTER:
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the session cluster: it must be in tests/cluster/ and not in "
+                "BESIDE_THE_SESSION_CLUSTER (tests/conftest.py), or two workers would each start it"
+            )
 
 
 _MODULE_SECONDS: dict[str, float] = {}

@@ -365,7 +365,7 @@ def _pending_pod(name: str, uid: str, claim: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def cluster() -> FakeKubeApi:
+def api() -> FakeKubeApi:
     """lan3 full (two claims hold its two addresses), wide with room, broken invalid; a gone claim still
     holds an address of wide; a pod waits for lan3."""
     api = FakeKubeApi()
@@ -393,23 +393,23 @@ def cluster() -> FakeKubeApi:
     return api
 
 
-async def test_a_reconcile_frees_only_the_addresses_of_claims_that_are_gone(cluster: FakeKubeApi) -> None:
-    await Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER).once()
-    assert sorted(a.claim_name for a in cluster.allocations.values()) == ["first", "second"]
-    assert cluster.calls.count("delete_ip_allocation") == 2
+async def test_a_reconcile_frees_only_the_addresses_of_claims_that_are_gone(api: FakeKubeApi) -> None:
+    await Reconciler(api, api, api, api, SAMPLE_DRIVER).once()
+    assert sorted(a.claim_name for a in api.allocations.values()) == ["first", "second"]
+    assert api.calls.count("delete_ip_allocation") == 2
     # allocations are listed before the claims: a claim created meanwhile cannot look gone
-    assert cluster.calls.index("list_ip_allocations") < cluster.calls.index("list_claims")
+    assert api.calls.index("list_ip_allocations") < api.calls.index("list_claims")
 
 
-async def test_a_reconcile_publishes_the_valid_pools_with_their_capacity(cluster: FakeKubeApi) -> None:
-    uses = await Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER).once()
+async def test_a_reconcile_publishes_the_valid_pools_with_their_capacity(api: FakeKubeApi) -> None:
+    uses = await Reconciler(api, api, api, api, SAMPLE_DRIVER).once()
     assert set(uses) == {"lan3", "wide"}
     assert (uses["lan3"].capacity, uses["lan3"].allocated_claims, uses["lan3"].free) == (2, 2, 0)
     assert (uses["wide"].capacity, uses["wide"].addresses) == (
         254,
         {},
     )  # the gone claim's address is free again
-    pools = [s for s in cluster.slices.values() if s["spec"]["pool"]["name"] == POOLS_POOL]
+    pools = [s for s in api.slices.values() if s["spec"]["pool"]["name"] == POOLS_POOL]
     # pools of different sizes in slices of their own (netclaim.core.devices.slices: Kubernetes 1.34)
     assert [[d["name"] for d in s["spec"]["devices"]] for s in pools] == [["lan3"], ["wide"]]
     devices = {d["name"]: d for s in pools for d in s["spec"]["devices"]}
@@ -418,11 +418,11 @@ async def test_a_reconcile_publishes_the_valid_pools_with_their_capacity(cluster
     assert devices["wide"]["capacity"][ADDRESSES]["value"] == "254"
 
 
-async def test_a_reconcile_writes_each_pools_status_once(cluster: FakeKubeApi) -> None:
-    reconciler = Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER)
+async def test_a_reconcile_writes_each_pools_status_once(api: FakeKubeApi) -> None:
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
     await reconciler.once()
-    assert cluster.calls.count("write_ippool_status") == 3
-    lan3 = cluster.ippool_status["lan3"]
+    assert api.calls.count("write_ippool_status") == 3
+    lan3 = api.ippool_status["lan3"]
     assert {k: v for k, v in lan3.items() if k != "conditions"} == {
         "capacity": 2,
         "allocatedClaims": 2,
@@ -431,65 +431,65 @@ async def test_a_reconcile_writes_each_pools_status_once(cluster: FakeKubeApi) -
     }
     [ready] = lan3["conditions"]
     assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "Published")
-    assert cluster.ippool_status["wide"]["addresses"] == {
+    assert api.ippool_status["wide"]["addresses"] == {
         "ipv4": {"size": 254, "held": 0},
         "ipv6": {"size": str(2**64 - 1), "held": 0},  # as text: past what JSON numbers hold exactly
     }
-    [invalid] = cluster.ippool_status["broken"]["conditions"]
+    [invalid] = api.ippool_status["broken"]["conditions"]
     assert (invalid["type"], invalid["status"], invalid["reason"]) == ("Ready", "False", "Invalid")
     assert invalid["message"].startswith("IPPool broken: spec.ranges[0]: gateway: 10.31.0.1 is not in subnet")
 
-    cluster.calls.clear()
+    api.calls.clear()
     await reconciler.once()  # nothing changed: nothing written
-    assert "write_ippool_status" not in cluster.calls
-    assert "apply_slice" not in cluster.calls
-    assert "delete_ip_allocation" not in cluster.calls
+    assert "write_ippool_status" not in api.calls
+    assert "apply_slice" not in api.calls
+    assert "delete_ip_allocation" not in api.calls
 
 
-async def test_a_released_address_rewrites_the_status_not_the_slice(cluster: FakeKubeApi) -> None:
-    reconciler = Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER)
+async def test_a_released_address_rewrites_the_status_not_the_slice(api: FakeKubeApi) -> None:
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
     await reconciler.once()
-    del cluster.claims[("team-a", "second")]  # deleted while its node was lost
-    cluster.calls.clear()
+    del api.claims[("team-a", "second")]  # deleted while its node was lost
+    api.calls.clear()
     uses = await reconciler.once()
-    assert sorted(a.claim_name for a in cluster.allocations.values()) == ["first"]
+    assert sorted(a.claim_name for a in api.allocations.values()) == ["first"]
     assert (uses["lan3"].capacity, uses["lan3"].free) == (2, 1)  # one holder + one free: the same capacity
-    assert cluster.calls.count("write_ippool_status") == 1
-    assert cluster.ippool_status["lan3"]["free"] == 1
-    assert "apply_slice" not in cluster.calls
+    assert api.calls.count("write_ippool_status") == 1
+    assert api.ippool_status["lan3"]["free"] == 1
+    assert "apply_slice" not in api.calls
 
 
-async def test_a_pending_pod_of_a_full_pool_gets_one_event(cluster: FakeKubeApi) -> None:
-    reconciler = Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER)
+async def test_a_pending_pod_of_a_full_pool_gets_one_event(api: FakeKubeApi) -> None:
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
     await reconciler.once()
-    assert [(e.namespace, e.pod, e.pod_uid, e.reason) for e in cluster.events] == [
+    assert [(e.namespace, e.pod, e.pod_uid, e.reason) for e in api.events] == [
         ("team-a", "web-2", "pod-uid-2", "IPPoolExhausted")
     ]
-    assert cluster.events[0].message.startswith("IPPool lan3 has no free address: 2 of 2")
+    assert api.events[0].message.startswith("IPPool lan3 has no free address: 2 of 2")
     await reconciler.once()
     await reconciler.once()
-    assert len(cluster.events) == 1
+    assert len(api.events) == 1
 
 
 async def test_a_pending_pod_naming_a_standalone_claim_of_a_full_pool_gets_the_event_too(
-    cluster: FakeKubeApi,
+    api: FakeKubeApi,
 ) -> None:
     """Before, only claims made from a pod's templates (status.resourceClaimStatuses) were looked at."""
-    cluster.pods = [
+    api.pods = [
         {
             "metadata": {"namespace": "team-a", "name": "db-1", "uid": "pod-uid-5"},
             "spec": {"resourceClaims": [{"name": "addr", "resourceClaimName": "waiting"}]},
         }
     ]
-    await Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER).once()
-    assert [(e.pod, e.reason) for e in cluster.events] == [("db-1", "IPPoolExhausted")]
+    await Reconciler(api, api, api, api, SAMPLE_DRIVER).once()
+    assert [(e.pod, e.reason) for e in api.events] == [("db-1", "IPPoolExhausted")]
 
 
-async def test_no_event_and_no_pod_list_while_no_pool_is_full(cluster: FakeKubeApi) -> None:
-    del cluster.claims[("team-a", "second")]
-    await Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER).once()
-    assert cluster.events == []
-    assert "unschedulable_pods" not in cluster.calls
+async def test_no_event_and_no_pod_list_while_no_pool_is_full(api: FakeKubeApi) -> None:
+    del api.claims[("team-a", "second")]
+    await Reconciler(api, api, api, api, SAMPLE_DRIVER).once()
+    assert api.events == []
+    assert "unschedulable_pods" not in api.calls
 
 
 @dataclass
@@ -518,28 +518,28 @@ async def test_an_address_taken_again_meanwhile_is_never_freed() -> None:
     assert api.allocations[old.name].claim_uid == new.uid  # the new holder keeps it
 
 
-async def test_a_reconcile_frees_what_a_claim_holds_beyond_its_allocation(cluster: FakeKubeApi) -> None:
+async def test_a_reconcile_frees_what_a_claim_holds_beyond_its_allocation(api: FakeKubeApi) -> None:
     """A second address of lan3 made for claim `first` in another node's name (what a node's token can
     create): freed, and lan3's capacity counts `first` once."""
-    first = cluster.claims[("team-a", "first")]
+    first = api.claims[("team-a", "first")]
     forged = replace(_held(first, "lan3", "10.10.3.2/30"), name="lan3.forged", uid="forged", node="node-9")
-    cluster.allocations[forged.name] = forged
-    uses = await Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER).once()
-    assert "lan3.forged" not in cluster.allocations
-    assert sorted(a.claim_name for a in cluster.allocations.values()) == ["first", "second"]
+    api.allocations[forged.name] = forged
+    uses = await Reconciler(api, api, api, api, SAMPLE_DRIVER).once()
+    assert "lan3.forged" not in api.allocations
+    assert sorted(a.claim_name for a in api.allocations.values()) == ["first", "second"]
     assert uses["lan3"].addresses == {4: 2}
 
 
-async def test_a_restricted_pool_without_its_device_class_says_so(cluster: FakeKubeApi) -> None:
-    cluster.add_pool("only-a", {**SIX, "namespaces": ["team-a"]})
-    reconciler = Reconciler(cluster, cluster, cluster, cluster, SAMPLE_DRIVER)
+async def test_a_restricted_pool_without_its_device_class_says_so(api: FakeKubeApi) -> None:
+    api.add_pool("only-a", {**SIX, "namespaces": ["team-a"]})
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
     await reconciler.once()
-    [missing] = cluster.ippool_status["only-a"]["conditions"]
+    [missing] = api.ippool_status["only-a"]["conditions"]
     assert (missing["status"], missing["reason"]) == ("False", "DeviceClassMissing")
     assert "through DeviceClass netclaim-pool-only-a, which does not exist" in missing["message"]
-    cluster.device_classes.add("netclaim-pool-only-a")
+    api.device_classes.add("netclaim-pool-only-a")
     await reconciler.once()
-    [ready] = cluster.ippool_status["only-a"]["conditions"]
+    [ready] = api.ippool_status["only-a"]["conditions"]
     assert (ready["status"], ready["reason"]) == ("True", "Published")
 
 
