@@ -68,12 +68,22 @@ def pytest_runtest_makereport(
     return report
 
 
+# make test's second worker runs its share on a session cluster of its own (tests/conftest.py)
+SECOND_CLUSTER: dict[str, object] = {
+    "name": "nctest2",
+    "managementCIDR": "10.212.0.0/24",
+    "podCIDR": "10.255.0.0/16",
+    "ports": {"apiserver": 24443, "etcdClient": 24379, "etcdPeer": 24380},
+}
+
+
 def _cluster_file(tmp: Path) -> Path:
-    """cluster.yaml, with the nodes' CNI plugin set NETCLAIM_TEST_CNI_PLUGINS names (`make test-debian-cni`:
-    the suite on Debian's 1.0-level plugins) instead of its default (the reference set), and the Kubernetes
-    and containerd minor versions NETCLAIM_TEST_KUBERNETES and NETCLAIM_TEST_CONTAINERD name (`make
-    test-matrix`) instead of the pinned 1.37 and 2.4."""
-    chosen = {
+    """cluster.yaml (a second worker's as SECOND_CLUSTER names and places it), with the nodes' CNI plugin
+    set NETCLAIM_TEST_CNI_PLUGINS names (`make test-debian-cni`: the suite on Debian's 1.0-level plugins)
+    instead of its default (the reference set), and the Kubernetes and containerd minor versions
+    NETCLAIM_TEST_KUBERNETES and NETCLAIM_TEST_CONTAINERD name (`make test-matrix`) instead of the pinned
+    1.37 and 2.4."""
+    chosen: dict[str, object] = {
         key: os.environ[variable]
         for key, variable in (
             ("cniPlugins", "NETCLAIM_TEST_CNI_PLUGINS"),
@@ -82,6 +92,8 @@ def _cluster_file(tmp: Path) -> Path:
         )
         if os.environ.get(variable)
     }
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        chosen.update(SECOND_CLUSTER)
     if not chosen:
         return CLUSTER_FILE
     spec = {**yaml.safe_load(CLUSTER_FILE.read_text()), **chosen}
