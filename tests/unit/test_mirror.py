@@ -11,6 +11,7 @@ import pytest
 from netclaim.controller.mirror import Mirror
 from netclaim.core.kubeapi import Listed
 from netclaim.errors import ApiUnavailableError
+from netclaim.runtime.metrics import REGISTRY
 
 Item = tuple[str, int]  # (name, value): "" names an object whose identity could not be read
 
@@ -36,7 +37,7 @@ class _Source:
 
 
 def _mirror() -> Mirror[Item]:
-    return Mirror(lambda item: item[0])
+    return Mirror("items", lambda item: item[0])
 
 
 async def test_a_list_then_each_change_from_its_version_is_kept_and_passed_on() -> None:
@@ -49,6 +50,7 @@ async def test_a_list_then_each_change_from_its_version_is_kept_and_passed_on() 
     assert source.watched_from == ["100"]
     assert mirror.synced
     assert mirror.objects == {"a": ("a", 2), "c": ("c", 1)}
+    assert REGISTRY.get_sample_value("netclaim_informer_objects", {"kind": "items"}) == 2
     await follow.aclose()
     assert not mirror.synced
 

@@ -65,8 +65,12 @@ class Reconciler:
         self.warned: set[tuple[str, str]] = set()  # (pod UID, message) reported, of pods still waiting
         self.published: set[str] = set()  # pools with a free-claims gauge
         # kept by run()'s watches; of a claim, what the passes read (50,000 whole claims: ≈ 450 MiB)
-        self.claims_seen: Mirror[Claim] = Mirror(lambda claim: claim.uid, lambda claim: claim.compact(driver))
-        self.allocations_seen: Mirror[IPAllocation] = Mirror(lambda allocation: allocation.name)
+        self.claims_seen: Mirror[Claim] = Mirror(
+            "claims", lambda claim: claim.uid, lambda claim: claim.compact(driver)
+        )
+        self.allocations_seen: Mirror[IPAllocation] = Mirror(
+            "ipallocations", lambda allocation: allocation.name
+        )
 
     async def reconcile(self) -> None:
         """One pass, counted: netclaim_reconcile_total{result}, and the time of the last that succeeded."""

@@ -17,12 +17,16 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar
 
 from netclaim.core.kubeapi import DELETED, Listed
+from netclaim.runtime import metrics
 
 T = TypeVar("T")
 
 
 class Mirror(Generic[T]):
-    def __init__(self, key: Callable[[T], str], project: Callable[[T], T] = lambda found: found) -> None:
+    def __init__(
+        self, kind: str, key: Callable[[T], str], project: Callable[[T], T] = lambda found: found
+    ) -> None:
+        self.kind = kind  # netclaim_informer_objects' label
         self.key = key  # "" for an object that cannot be kept (its identity could not be read)
         self.project = project  # what is kept of an object: what the readers read of it
         self.objects: dict[str, T] = {}
@@ -40,12 +44,14 @@ class Mirror(Generic[T]):
             found = await listed()
             self.objects = {k: self.project(o) for o in found.items if (k := self.key(o))}
             self.synced = found.version is not None
+            metrics.INFORMER_OBJECTS.labels(self.kind).set(len(self.objects))
             async for kind, changed in changes(found.version):
                 key = self.key(changed)
                 if key and kind == DELETED:
                     self.objects.pop(key, None)
                 elif key:
                     self.objects[key] = self.project(changed)
+                metrics.INFORMER_OBJECTS.labels(self.kind).set(len(self.objects))
                 yield changed
         finally:
             self.synced = False
