@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool mmdebstrap nftables
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
-.PHONY: deps system-deps bins deploy image proto proto-check test test-tools test-debian-cni test-matrix unit lint typecheck bench bench-scale bench-policy soak demo demo-down clean
+.PHONY: deps system-deps bins deploy image proto proto-check test test-tools test-debian-cni test-matrix unit lint typecheck bench bench-scale bench-policy bench-policy-tables soak demo demo-down clean
 
 deps: system-deps $(DEPS_STAMP)
 
@@ -119,9 +119,14 @@ bench: deps bins
 bench-scale: deps bins
 	$(BIN)/python -m netclaim_lab.benchmarks.scale
 
-# MultiNetworkPolicy at scale: 200 pods and 100 policies on the lab cluster (netclaim_lab.benchmarks.policy_scale;
-# prints a POLICY line: rules per pod, the time to apply them all and to follow a relabelled peer).
+# The controller at 10,000 pods, 1,000 MultiNetworkPolicies and 50,000 claims, on simulated nodes
+# (netclaim_lab.benchmarks.controller_scale; bench/controller.json and the POLICY line).
 bench-policy: deps bins
+	$(BIN)/python -m netclaim_lab.benchmarks.controller_scale
+
+# The agents' tables at 200 pods and 100 policies on the test cluster's real nodes
+# (netclaim_lab.benchmarks.policy_scale: rules per pod, the time to apply them all, a relabelled peer).
+bench-policy-tables: deps bins
 	$(BIN)/python -m netclaim_lab.benchmarks.policy_scale 200 100
 
 # 1,000 pod create/delete cycles (about 35 min on 2 cores); exits 1 if anything leaked.

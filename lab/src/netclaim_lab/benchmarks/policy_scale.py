@@ -11,7 +11,7 @@ Figures:
   left and joined all showing it (`nft list ruleset` in each of their namespaces);
 - the controller's pass and the agents' sync seconds (their histograms' sums over counts).
 
-`make bench-policy` runs 200 pods and 100 policies on a cluster of its own; a test runs a small one.
+`make bench-policy-tables` runs 200 pods and 100 policies on a cluster of its own; a test runs a small one.
 """
 
 from __future__ import annotations
@@ -312,7 +312,7 @@ def run(handle: ClusterHandle, pods: int, policies: int, out: Any = sys.stdout) 
     finally:
         handle.kubectl("delete", "namespace", NAMESPACE, "--wait=true", timeout=600)
         handle.kubectl("delete", "ippool", POOL, "--ignore-not-found")
-    print(f"POLICY {json.dumps(figures)}", file=out, flush=True)
+    print(f"TABLES {json.dumps(figures)}", file=out, flush=True)
     return figures
 
 
