@@ -37,6 +37,8 @@ SECOND_WORKER = frozenset(
         "test_cni_lifecycle",
         "test_spoofing",
         "test_upgrade",
+        "test_admission",
+        "test_attacks",
     )
 )
 

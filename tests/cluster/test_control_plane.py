@@ -226,7 +226,12 @@ def test_a_nodes_rules_past_one_objects_bound_are_split_and_every_tenants_rules_
     )
     apply(cluster, other_tenant, ALLOW_CLIENTS, server("db-2", "node-1", {"app": "db"}))
     wait_for(lambda: len(running(kube, other_tenant)) == 3, 180, "db-2 running")
-    other.refresh()
+
+    def addressed() -> bool:  # the agent writes the claim's status beside the pod's start, not before
+        other.refresh()
+        return "db-2" in other.net1
+
+    wait_for(addressed, 60, "db-2's address in its claim's status")
     allowed_s = _timed(lambda: other.tcp("client", other.net1["db-2"]) == "db-2", "db-2 gets its allow rules")
     figures(
         f"\nnode-1's rules in {len(sizes)} ConfigMaps ({sum(sizes) / 1024:.0f} KiB, largest "

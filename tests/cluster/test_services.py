@@ -111,12 +111,18 @@ def test_a_headless_service_over_net1_lists_and_reaches_exactly_its_backends_add
     assert {s["metadata"]["labels"][MANAGED_BY] for s in ours} == {"netclaim.dev"}  # no slice of Kubernetes'
     assert {e["nodeName"] for s in ours for e in s["endpoints"]} == {"node-1", "node-2"}
 
-    # the primary network's Service: Kubernetes' own slice, the pods' primary addresses only
-    primary = _slices(cluster, ns, "db-primary")
+    # the primary network's Service: Kubernetes' own slice, the pods' primary addresses only (its
+    # EndpointSlice controller lists them in its own time)
     pod_ips = {
         p["metadata"]["name"]: p["status"]["podIP"]
         for p in kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "app=db")["items"]
     }
+    wait_for(
+        lambda: len(_ready_endpoints(_slices(cluster, ns, "db-primary"))) == len(pod_ips),
+        60,
+        "Kubernetes' slice of the primary Service",
+    )
+    primary = _slices(cluster, ns, "db-primary")
     assert {s["metadata"]["labels"][MANAGED_BY] for s in primary} == {"endpointslice-controller.k8s.io"}
     assert _ready_endpoints(primary) == {ip: pod for pod, ip in pod_ips.items()}
     assert not set(_ready_endpoints(primary)) & set(wanted)
