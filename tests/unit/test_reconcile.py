@@ -250,7 +250,7 @@ async def test_only_claims_of_the_pools_start_a_pass() -> None:
     trigger = _CountingTrigger()
     watch = asyncio.create_task(
         fire_on_changes(
-            partial(Mirror[Claim](lambda c: c.uid).follow, api.listed_claims, api.claim_changes),
+            partial(Mirror[Claim]("claims", lambda c: c.uid).follow, api.listed_claims, api.claim_changes),
             (trigger, partial(concerns_pools, driver=SAMPLE_DRIVER)),
         )
     )
