@@ -719,10 +719,18 @@ def main(argv: list[str]) -> int:
         "--namespaces", type=int, default=Sizes.namespaces, help="of 100 pods and 10 policies"
     )
     parser.add_argument("--claims", type=int, default=Sizes.claims, help="claims in all, for the RSS figure")
+    parser.add_argument(
+        "--changes",
+        type=int,
+        default=Sizes.changes,
+        help="of each kind measured (p99 of fewer than 100: the max)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes: make test-tools' run")
     parser.add_argument("--out", type=Path, default=REPO_ROOT, help="where bench/ is")
     args = parser.parse_args(argv)
-    sizes = QUICK if args.quick else Sizes(namespaces=args.namespaces, claims=args.claims)
+    sizes = (
+        QUICK if args.quick else Sizes(namespaces=args.namespaces, claims=args.claims, changes=args.changes)
+    )
     processes.exit_on_sigterm()
     started = time.monotonic()
     handle = cluster.up(HERE / "controller-cluster.yaml")
