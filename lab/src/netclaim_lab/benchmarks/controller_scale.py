@@ -513,6 +513,11 @@ def policy_changes(bench: Bench) -> dict[str, float]:
     return _summary(seconds)
 
 
+def _label(bench: Bench, pod: SimPod, label: str, value: str | None) -> None:
+    """Set (None: remove) one label of the pod."""
+    bench.kube.patch(Pod, pod.name, {"metadata": {"labels": {label: value}}}, namespace=pod.namespace)
+
+
 def relabels(bench: Bench) -> dict[str, float]:
     seconds = []
     for change in range(bench.sizes.changes):
@@ -524,9 +529,7 @@ def relabels(bench: Bench) -> dict[str, float]:
         losing = [(p, bench.uid(p)) for p in members if p.labels()["app"] == f"a{left}"]
         gaining = [(p, bench.uid(p)) for p in members if p.labels()["app"] == f"a{joined}"]
         started = time.monotonic()
-        bench.kube.patch(
-            Pod, moved.name, {"metadata": {"labels": {"role": f"r{joined}"}}}, namespace=namespace
-        )
+        _label(bench, moved, "role", f"r{joined}")
 
         def followed(moved: SimPod = moved, losing: Any = losing, gaining: Any = gaining) -> bool:
             lost = bench.rules.allows(losing, PORT)
@@ -536,9 +539,7 @@ def relabels(bench: Bench) -> dict[str, float]:
             )
 
         seconds.append(bench.rules.maps.until(followed, f"relabel {change}") - started)
-        bench.kube.patch(  # back, and settled, so the next change starts from the layout
-            Pod, moved.name, {"metadata": {"labels": {"role": f"r{left}"}}}, namespace=namespace
-        )
+        _label(bench, moved, "role", f"r{left}")  # back, and settled: the next change starts from the layout
 
         def undone(moved: SimPod = moved, losing: Any = losing) -> bool:
             return all(moved.address in (a or ()) for a in bench.rules.allows(losing, PORT).values())
@@ -555,17 +556,13 @@ def endpoint_changes(bench: Bench) -> dict[str, float]:
         pod = members[(change * 7) % len(members)]
         member = "svc" in pod.labels()
         started = time.monotonic()
-        bench.kube.patch(
-            Pod, pod.name, {"metadata": {"labels": {"svc": None if member else "on"}}}, namespace=namespace
-        )
+        _label(bench, pod, "svc", None if member else "on")
 
         def followed(pod: SimPod = pod, member: bool = member, namespace: str = namespace) -> bool:
             return (pod.address in endpoints(bench.slices, namespace)) != member
 
         seconds.append(bench.slices.until(followed, f"Service change {change}") - started)
-        bench.kube.patch(
-            Pod, pod.name, {"metadata": {"labels": {"svc": "on" if member else None}}}, namespace=namespace
-        )
+        _label(bench, pod, "svc", "on" if member else None)
 
         def back(pod: SimPod = pod, member: bool = member, namespace: str = namespace) -> bool:
             return (pod.address in endpoints(bench.slices, namespace)) == member
