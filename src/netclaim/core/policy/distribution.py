@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
 
 from netclaim.core.ipam.published import PublishedAddresses
-from netclaim.core.names import POLICY_RULES_KEY
-from netclaim.core.objects import Claim, Pod
+from netclaim.core.names import POLICY_RULES_KEY, POLICY_RULES_LABEL
+from netclaim.core.objects import Claim, Pod, as_object
 from netclaim.core.policy.rules import Direction, NetworkRules, PodFacts, PolicyObject, pod_rules
 from netclaim.core.policy.spec import LabelSelector
 
@@ -57,6 +57,29 @@ GUARDS_JSON = TypeAdapter(list[Guard])
 
 
 RULES_JSON = TypeAdapter(dict[str, dict[str, NetworkRules]])
+
+
+@dataclass(frozen=True)
+class RulesMap:
+    """A rules ConfigMap as the controller's informer keeps it: its label and the digest of its data."""
+
+    name: str
+    label: str
+    digest: str
+
+    @classmethod
+    def from_api(cls, found: Mapping[str, Any]) -> RulesMap:
+        meta = as_object(found.get("metadata"))
+        data = as_object(found.get("data"))
+        return cls(
+            str(meta.get("name") or ""),
+            str(as_object(meta.get("labels")).get(POLICY_RULES_LABEL) or ""),
+            digest({str(k): str(v) for k, v in data.items()}),
+        )
+
+
+def digest(data: Mapping[str, str]) -> str:
+    return hashlib.sha256(_dumped(dict(data)).encode()).hexdigest()
 
 
 def node_label(node: str) -> str:
@@ -126,36 +149,54 @@ def config_maps(
     policed = {p.namespace for p in policies}
     nodes: dict[str, dict[str, dict[str, NetworkRules]]] = {}
     for pod in facts:
-        # a pod of a policed namespace that no policy selects is listed too, with no rules: the agent's
-        # guards judge a pod by the labels it started with, and a relabelled pod must not stay isolated
-        if pod.uid in rules or (pod.namespace in policed and pod.addresses):
+        if listed(pod, rules, policed):
             nodes.setdefault(pod.node, {})[pod.uid] = rules.get(pod.uid, {})
-    made: dict[str, tuple[str, dict[str, str]]] = {}
-    listed = [(g, len(_dumped(g))) for g in GUARDS_JSON.dump_python(guards(policies))]
-    for part, items in enumerate(_packed(listed) or [[]]):
-        made[config_name(GUARDS, part)] = (GUARDS, {POLICY_RULES_KEY: _dumped(items)})
+    made = guard_maps(policies)
     for node, selected in nodes.items():
-        label = node_label(node)
-        pieces: list[tuple[tuple[str, str, NetworkRules | None], int]] = [
-            ((uid, "", None), len(uid)) for uid, interfaces in sorted(selected.items()) if not interfaces
-        ]
-        pieces += [
-            ((uid, network, piece), len(uid) + len(network) + _size(piece))
-            for uid, interfaces in sorted(selected.items())
-            for network, rules in sorted(interfaces.items())
-            for piece in _split(rules)
-        ]
-        for part, entries in enumerate(_packed(pieces)):
-            held: dict[str, dict[str, NetworkRules]] = {}
-            for uid, network, piece in entries:
-                interfaces = held.setdefault(uid, {})
-                if piece is not None:
-                    before = interfaces.get(network)
-                    interfaces[network] = piece if before is None else _union(before, piece)
-            made[config_name(label, part)] = (
-                label,
-                {POLICY_RULES_KEY: _dumped(RULES_JSON.dump_python(held))},
-            )
+        made |= node_maps(node, selected)
+    return made
+
+
+def listed(pod: PodFacts, rules: Mapping[str, object], policed: Collection[str]) -> bool:
+    """Whether the pod is in its node's rules: some policy selects it, or it is on a netclaim network in a
+    namespace with policies (with no rules: the agent's guards judge a pod by the labels it started with,
+    and a relabelled pod must not stay isolated)."""
+    return pod.uid in rules or (pod.namespace in policed and bool(pod.addresses))
+
+
+def guard_maps(policies: Iterable[PolicyObject]) -> dict[str, tuple[str, dict[str, str]]]:
+    """The guards' ConfigMaps: every part, so a part no longer needed is one not named here."""
+    items = [(g, len(_dumped(g))) for g in GUARDS_JSON.dump_python(guards(policies))]
+    return {
+        config_name(GUARDS, part): (GUARDS, {POLICY_RULES_KEY: _dumped(entries)})
+        for part, entries in enumerate(_packed(items) or [[]])
+    }
+
+
+def node_maps(
+    node: str, selected: Mapping[str, Mapping[str, NetworkRules]]
+) -> dict[str, tuple[str, dict[str, str]]]:
+    """A node's ConfigMaps, every part, from its listed pods' rules (pod UID → network → rules); none for
+    a node with none."""
+    label = node_label(node)
+    pieces: list[tuple[tuple[str, str, NetworkRules | None], int]] = [
+        ((uid, "", None), len(uid)) for uid, interfaces in sorted(selected.items()) if not interfaces
+    ]
+    pieces += [
+        ((uid, network, piece), len(uid) + len(network) + _size(piece))
+        for uid, interfaces in sorted(selected.items())
+        for network, rules in sorted(interfaces.items())
+        for piece in _split(rules)
+    ]
+    made: dict[str, tuple[str, dict[str, str]]] = {}
+    for part, entries in enumerate(_packed(pieces)):
+        held: dict[str, dict[str, NetworkRules]] = {}
+        for uid, network, piece in entries:
+            interfaces = held.setdefault(uid, {})
+            if piece is not None:
+                before = interfaces.get(network)
+                interfaces[network] = piece if before is None else _union(before, piece)
+        made[config_name(label, part)] = (label, {POLICY_RULES_KEY: _dumped(RULES_JSON.dump_python(held))})
     return made
 
 

@@ -21,7 +21,7 @@ import ipaddress
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -59,13 +59,19 @@ class PolicyObject:
         """The policy as the API has it: a tenant's free JSON, read field by field; not read at all when
         its namespace is `over_budget` (why)."""
         namespace, name, uid, networks = identity(data)
+        return cls.parsed(namespace, name, uid, networks, data.get("spec"), over_budget)
+
+    @classmethod
+    def parsed(
+        cls, namespace: str, name: str, uid: str, networks: tuple[str, ...], spec: Any, over_budget: str = ""
+    ) -> PolicyObject:
         if over_budget:
             return cls(namespace, name, networks, None, over_budget, uid)
         try:
-            spec = read_policy_spec(data.get("spec"), f"MultiNetworkPolicy {namespace}/{name}")
+            read = read_policy_spec(spec, f"MultiNetworkPolicy {namespace}/{name}")
         except ConfigError as err:
             return cls(namespace, name, networks, None, str(err), uid)
-        return cls(namespace, name, networks, spec, uid=uid)
+        return cls(namespace, name, networks, read, uid=uid)
 
 
 def identity(data: Mapping[str, Any]) -> tuple[str, str, str, tuple[str, ...]]:
@@ -78,25 +84,61 @@ def identity(data: Mapping[str, Any]) -> tuple[str, str, str, tuple[str, ...]]:
     return str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""), networks
 
 
-def over_budget(policies: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+@dataclass(frozen=True)
+class PolicySource:
+    """A MultiNetworkPolicy as the controller's informer keeps it: who, the netclaim networks it is for,
+    what its spec holds against NAMESPACE_BUDGET (counted on the JSON, before any parse), and the spec as
+    compact JSON, parsed only while its namespace is within budget. A policy for no netclaim network
+    (Multus's) keeps no spec: it is never parsed."""
+
+    namespace: str
+    name: str
+    uid: str
+    networks: tuple[str, ...]
+    version: str  # resourceVersion
+    rules: int = 0
+    peers: int = 0
+    size: int = 0  # bytes of the spec as compact JSON
+    spec: str = ""
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> PolicySource:
+        namespace, name, uid, networks = identity(data)
+        meta = data.get("metadata")
+        version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+        if not networks:
+            return cls(namespace, name, uid, networks, version)
+        spec = data.get("spec")
+        spec = spec if isinstance(spec, dict) else {}
+        rules = peers = 0
+        for direction, field_name in (("ingress", "from"), ("egress", "to")):
+            found = spec.get(direction)
+            for rule in found if isinstance(found, list) else ():
+                rules += 1
+                listed = rule.get(field_name) if isinstance(rule, dict) else None
+                peers += len(listed) if isinstance(listed, list) else 0
+        try:
+            text = json.dumps(spec, separators=(",", ":"))
+        except (RecursionError, ValueError, TypeError):  # deeper than any policy: past every budget
+            return cls(namespace, name, uid, networks, version, rules, peers, NAMESPACE_BUDGET["bytes"] + 1)
+        return cls(namespace, name, uid, networks, version, rules, peers, len(text), text)
+
+    def read(self, over_budget: str = "") -> PolicyObject:
+        """The policy parsed; unread, isolating, when its namespace is `over_budget` (why)."""
+        spec = json.loads(self.spec) if self.spec and not over_budget else None
+        return PolicyObject.parsed(self.namespace, self.name, self.uid, self.networks, spec, over_budget)
+
+
+def over_budget(policies: Iterable[PolicySource]) -> dict[str, str]:
     """Namespace → why its policies together exceed NAMESPACE_BUDGET, for the namespaces that do: which
     budgets, not by how much (the words stay the same while a tenant adds more, so each policy is told
     once)."""
     used: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(NAMESPACE_BUDGET, 0))
-    for data in policies:
-        spec = data.get("spec")
-        spec = spec if isinstance(spec, dict) else {}
-        counts = used[identity(data)[0]]
-        for direction, peers in (("ingress", "from"), ("egress", "to")):
-            rules = spec.get(direction)
-            for rule in rules if isinstance(rules, list) else ():
-                counts["rules"] += 1
-                found = rule.get(peers) if isinstance(rule, dict) else None
-                counts["peers"] += len(found) if isinstance(found, list) else 0
-        try:
-            counts["bytes"] += len(json.dumps(spec, separators=(",", ":")))
-        except (RecursionError, ValueError, TypeError):  # deeper than any policy: past every budget
-            counts["bytes"] += NAMESPACE_BUDGET["bytes"] + 1
+    for policy in policies:
+        counts = used[policy.namespace]
+        counts["rules"] += policy.rules
+        counts["peers"] += policy.peers
+        counts["bytes"] += policy.size
     return {
         namespace: "the namespace's MultiNetworkPolicies together exceed its budget of "
         + " and ".join(f"{v:,} {k}" for k, v in NAMESPACE_BUDGET.items() if counts[k] > v)
@@ -156,21 +198,25 @@ class _Building:
 
 
 def pod_rules(
-    policies: Iterable[PolicyObject], pods: list[PodFacts], namespaces: Mapping[str, Mapping[str, str]]
+    policies: Iterable[PolicyObject],
+    pods: list[PodFacts],
+    namespaces: Mapping[str, Mapping[str, str]],
+    targets: Collection[str] | None = None,
 ) -> dict[str, dict[str, NetworkRules]]:
-    """Pod UID → network → its rules, for the pods some policy selects on a network they are on."""
+    """Pod UID → network → its rules, for the pods some policy selects on a network they are on; only
+    those of `targets` (pod UIDs) when given, their peers still resolved over every pod."""
     built: dict[tuple[str, str, str], _Building] = {}  # (pod uid, network, direction)
     peers = _Peers(pods, namespaces)
     for policy in policies:
         try:
-            contributions = list(_policy_rules(policy, pods, peers))
+            contributions = list(_policy_rules(policy, peers, targets))
         except Exception:  # one policy's, whatever it is: it isolates as one that cannot be read
             log.exception(
                 "MultiNetworkPolicy not compiled (a bug): its pods isolated, allowing nothing",
                 extra={"policy": f"{policy.namespace}/{policy.name}"},
             )
             unread = replace(policy, spec=None, problem="not compiled")
-            contributions = list(_policy_rules(unread, pods, peers))
+            contributions = list(_policy_rules(unread, peers, targets))
         where = f"{policy.namespace}/{policy.name}"
         for uid, network, direction, allows in contributions:
             building = built.setdefault((uid, network, direction), _Building())
@@ -188,18 +234,82 @@ def pod_rules(
     return result
 
 
+def selects(policy: PolicyObject, pod: PodFacts) -> bool:
+    """Whether the policy isolates the pod on some network (one it cannot read: every pod of its
+    namespace on its networks)."""
+    return (
+        pod.namespace == policy.namespace
+        and any(network in pod.addresses for network in policy.networks)
+        and (policy.spec is None or policy.spec.pod_selector.matches(pod.labels))
+    )
+
+
+def names_as_peer(policy: PolicyObject, pod: PodFacts, namespaces: Mapping[str, Mapping[str, str]]) -> bool:
+    """Whether the pod's addresses or ports may be in the rules the policy gives the pods it selects: a
+    selector peer selects it, or an egress rule to anyone names a port (each pod's own)."""
+    if policy.spec is None:
+        return False
+    for rule in _all_rules(policy.spec):
+        if (
+            not rule.peers
+            and isinstance(rule, EgressRule)
+            and any(isinstance(p.port, str) for p in rule.ports)
+        ):
+            return True
+        if any(
+            p.ip_block is None and _peer_selects(p, policy.namespace, pod, namespaces) for p in rule.peers
+        ):
+            return True
+    return False
+
+
+def names_other_namespaces(policy: PolicyObject) -> bool:
+    """Whether pods of other namespaces may be in the policy's rules: a namespaceSelector peer, or an
+    egress rule to anyone naming a port."""
+    if policy.spec is None:
+        return False
+    return any(
+        bool(
+            not rule.peers
+            and isinstance(rule, EgressRule)
+            and any(isinstance(p.port, str) for p in rule.ports)
+        )
+        or any(p.namespace_selector is not None for p in rule.peers)
+        for rule in _all_rules(policy.spec)
+    )
+
+
+def _all_rules(spec: PolicySpec) -> tuple[IngressRule | EgressRule, ...]:
+    return (*spec.ingress, *spec.egress)
+
+
+def peer_count(policy: PolicyObject) -> int:
+    """What checking a pod against the policy's peers costs, in peers (at least 1)."""
+    if policy.spec is None:
+        return 1
+    return 1 + sum(len(rule.peers) for rule in _all_rules(policy.spec))
+
+
 class _Peers:
-    """The pods a peer selects, resolved once per (peer, namespace) however many rules and selected pods
-    name it: without it a policy of 100 rules x 100 `namespaceSelector: {}` peers cost 10,000 passes over
-    every pod for each pod it selects (40 CPU-seconds at 200 pods)."""
+    """The pods of each namespace, and the pods a peer selects, resolved once per (peer, namespace) however
+    many rules and selected pods name it: without it a policy of 100 rules x 100 `namespaceSelector: {}`
+    peers cost 10,000 passes over every pod for each pod it selects (40 CPU-seconds at 200 pods). A rule's
+    allows are the same for every pod it applies to but for an ingress named port (the selected pod's), so
+    they are made once per rule and network."""
 
     def __init__(self, pods: list[PodFacts], namespaces: Mapping[str, Mapping[str, str]]) -> None:
         self.pods = pods
         self.namespaces = namespaces
+        self.by_namespace: dict[str, list[PodFacts]] = {}
+        for pod in pods:
+            self.by_namespace.setdefault(pod.namespace, []).append(pod)
         self._resolved: dict[tuple[str, str], list[PodFacts]] = {}
         self._hosts: dict[tuple[str, str], tuple[str, ...]] = {}
         self._keys: dict[int, str] = {}  # id(peer) → its JSON: the policies outlive the compile
         self._rules: dict[tuple[frozenset[str], str], list[PodFacts]] = {}
+        self.allows: dict[
+            tuple[int, str, str], list[Allow]
+        ] = {}  # (id(rule), network, namespace): the policies outlive it
 
     def _key(self, peer: Peer) -> str:
         key = self._keys.get(id(peer))
@@ -221,7 +331,17 @@ class _Peers:
         key = (self._key(peer), namespace)
         found = self._resolved.get(key)
         if found is None:
-            found = self._resolved[key] = list(_peer_pods(peer, namespace, self.pods, self.namespaces))
+            if peer.namespace_selector is None:
+                where = [namespace]
+            else:
+                selector = peer.namespace_selector
+                where = [n for n in self.by_namespace if selector.matches(self.namespaces.get(n, {}))]
+            found = self._resolved[key] = [
+                other
+                for n in where
+                for other in self.by_namespace.get(n, ())
+                if peer.pod_selector is None or peer.pod_selector.matches(other.labels)
+            ]
         return found
 
     def hosts(self, pod: PodFacts, network: str) -> tuple[str, ...]:
@@ -233,17 +353,17 @@ class _Peers:
 
 
 def _policy_rules(
-    policy: PolicyObject, pods: list[PodFacts], peers: _Peers
+    policy: PolicyObject, peers: _Peers, targets: Collection[str] | None
 ) -> Iterable[tuple[str, str, str, set[Allow]]]:
     """(pod UID, network, direction, its allows) of each pod the policy selects on a network it is on."""
-    for pod in pods:
-        if pod.namespace != policy.namespace:
+    for pod in peers.by_namespace.get(policy.namespace, ()):
+        if targets is not None and pod.uid not in targets:
             continue
         if policy.spec is not None and not policy.spec.pod_selector.matches(pod.labels):
             continue
         for network in policy.networks:
             if network in pod.addresses:
-                for direction, allows in _directions(policy, pod, network, pods, peers):
+                for direction, allows in _directions(policy, pod, network, peers):
                     yield pod.uid, network, direction, allows
 
 
@@ -257,11 +377,7 @@ def _merged(allows: Iterable[Allow]) -> set[Allow]:
 
 
 def _directions(
-    policy: PolicyObject,
-    pod: PodFacts,
-    network: str,
-    pods: list[PodFacts],
-    peers: _Peers,
+    policy: PolicyObject, pod: PodFacts, network: str, peers: _Peers
 ) -> Iterable[tuple[str, set[Allow]]]:
     spec = policy.spec
     if spec is None:  # unreadable: isolated both ways, nothing allowed
@@ -269,24 +385,25 @@ def _directions(
         yield "egress", set()
         return
     if spec.isolates_ingress:
-        yield (
-            "ingress",
-            {a for rule in spec.ingress for a in _allows(rule, policy, pod, network, pods, peers)},
-        )
+        yield "ingress", {a for rule in spec.ingress for a in _rule_allows(rule, policy, pod, network, peers)}
     if spec.isolates_egress:
-        yield (
-            "egress",
-            {a for rule in spec.egress for a in _allows(rule, policy, pod, network, pods, peers)},
-        )
+        yield "egress", {a for rule in spec.egress for a in _rule_allows(rule, policy, pod, network, peers)}
+
+
+def _rule_allows(
+    rule: IngressRule | EgressRule, policy: PolicyObject, pod: PodFacts, network: str, peers: _Peers
+) -> list[Allow]:
+    if isinstance(rule, IngressRule) and any(isinstance(p.port, str) for p in rule.ports):
+        return list(_allows(rule, policy, pod, network, peers))  # the selected pod's named ports
+    key = (id(rule), network, policy.namespace)
+    found = peers.allows.get(key)
+    if found is None:
+        found = peers.allows[key] = list(_allows(rule, policy, pod, network, peers))
+    return found
 
 
 def _allows(
-    rule: IngressRule | EgressRule,
-    policy: PolicyObject,
-    pod: PodFacts,
-    network: str,
-    pods: list[PodFacts],
-    peers: _Peers,
+    rule: IngressRule | EgressRule, policy: PolicyObject, pod: PodFacts, network: str, peers: _Peers
 ) -> Iterable[Allow]:
     egress = isinstance(rule, EgressRule)
     numeric = tuple(p for p in rule.ports if not isinstance(p.port, str))
@@ -296,7 +413,7 @@ def _allows(
     if not rule.peers:
         targets.append((ANY, (), None))
         if egress and named:  # to anyone: a named port is that of each pod on the network
-            targets += [(peers.hosts(o, network), (), o) for o in pods if o.addresses.get(network)]
+            targets += [(peers.hosts(o, network), (), o) for o in peers.pods if o.addresses.get(network)]
     targets += [((p.ip_block.cidr,), p.ip_block.except_, None) for p in rule.peers if p.ip_block is not None]
     targets += [(peers.hosts(o, network), (), o) for o in peers.of_rule(rule.peers, policy.namespace)]
     for cidrs, excepts, other in targets:
@@ -321,17 +438,15 @@ def _allows(
             yield Allow(tuple(sorted(cidrs)), tuple(sorted(excepts)), tuple(sorted(matches)))
 
 
-def _peer_pods(
-    peer: Peer, namespace: str, pods: list[PodFacts], namespaces: Mapping[str, Mapping[str, str]]
-) -> Iterable[PodFacts]:
-    for other in pods:
-        if peer.namespace_selector is None:
-            if other.namespace != namespace:
-                continue
-        elif not peer.namespace_selector.matches(namespaces.get(other.namespace, {})):
-            continue
-        if peer.pod_selector is None or peer.pod_selector.matches(other.labels):
-            yield other
+def _peer_selects(
+    peer: Peer, namespace: str, pod: PodFacts, namespaces: Mapping[str, Mapping[str, str]]
+) -> bool:
+    if peer.namespace_selector is None:
+        if pod.namespace != namespace:
+            return False
+    elif not peer.namespace_selector.matches(namespaces.get(pod.namespace, {})):
+        return False
+    return peer.pod_selector is None or peer.pod_selector.matches(pod.labels)
 
 
 def _hosts(pod: PodFacts, network: str) -> tuple[str, ...]:
