@@ -9,17 +9,19 @@ import pytest
 
 from netclaim.core.ipam.published import PublishedAddresses
 from netclaim.core.policy import ruleset as rulesets
+from netclaim.core.policy.distribution import RulesMap, digest
 from netclaim.core.policy.rules import (
     Allow,
     Direction,
     NetworkRules,
     PodFacts,
     PolicyObject,
+    PolicySource,
     PortMatch,
     pod_rules,
 )
 from netclaim.core.policy.spec import netclaim_networks, read_policy_spec
-from netclaim.errors import ConfigError
+from netclaim.errors import ApiRejectedError, ConfigError
 
 
 def _pod(
@@ -258,21 +260,23 @@ def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> N
 
 
 class FakePolicies:
-    """The controller's NetworkPoliciesApi in memory."""
+    """The controller's NetworkPoliciesApi in memory, and what its informers would keep."""
 
     def __init__(self, policies: list[dict[str, Any]], networks: set[str]) -> None:
         self.policies, self.networks = policies, networks
         self.maps: dict[str, dict[str, str]] = {}
+        self.labels: dict[str, str] = {}
         self.events: list[tuple[str, str, str]] = []
 
-    async def list_network_policies(self) -> list[dict[str, Any]]:
-        return self.policies
+    def sources(self) -> list[PolicySource]:
+        return [PolicySource.from_api(found) for found in self.policies]
 
-    async def list_rules_maps(self) -> dict[str, dict[str, str]]:
-        return dict(self.maps)
+    def present(self) -> dict[str, RulesMap]:
+        return {name: RulesMap(name, self.labels[name], digest(data)) for name, data in self.maps.items()}
 
     async def apply_rules_map(self, name: str, label: str, data: dict[str, str]) -> None:
         self.maps[name] = data
+        self.labels[name] = label
 
     async def delete_rules_map(self, name: str) -> None:
         self.maps.pop(name, None)
@@ -294,7 +298,16 @@ def _reconciler(api: Any) -> Any:
     """The policy pass over `api` (a FakePolicies: no watches), no claims, no pods, namespace team-a."""
     from netclaim.controller.policy import PolicyReconciler
 
-    return PolicyReconciler(api, no_claims, list, lambda: {"team-a": {}}, "netclaim.dev", nothing_published)
+    return PolicyReconciler(
+        api,
+        no_claims,
+        list,
+        lambda: {"team-a": {}},
+        api.sources,
+        api.present,
+        "netclaim.dev",
+        nothing_published,
+    )
 
 
 async def nothing_published() -> PublishedAddresses:
@@ -414,14 +427,18 @@ def test_a_namespace_past_its_budget_is_read_as_unreadable_without_touching_anot
     wide = {**DENY_INGRESS, "ingress": [{"from": [{"podSelector": {}}] * 100}] * 100}
     hostile = [raw("team-a", f"wide-{i}", wide) for i in range(8)]
     friendly = raw("team-b", "one", {**DENY_INGRESS, "ingress": [{"from": [{"podSelector": {}}]}]})
-    found = over_budget([*hostile, friendly])
+
+    def counted(*policies: dict[str, Any]) -> dict[str, str]:
+        return over_budget([PolicySource.from_api(found) for found in policies])
+
+    found = counted(*hostile, friendly)
     assert list(found) == ["team-a"]
     assert found["team-a"].endswith(f"budget of {NAMESPACE_BUDGET['peers']:,} peers and 1,048,576 bytes")
-    assert over_budget([hostile[0], friendly]) == {}  # one such policy is within its namespace's budget
+    assert counted(hostile[0], friendly) == {}  # one such policy is within its namespace's budget
     deep: dict[str, Any] = {}
     for _ in range(5_000):  # past the JSON encoder's recursion: measured as past the budget, not a crash
         deep = {"x": deep}
-    assert list(over_budget([raw("team-c", "deep", {**DENY_INGRESS, "x": deep}), friendly])) == ["team-c"]
+    assert list(counted(raw("team-c", "deep", {**DENY_INGRESS, "x": deep}), friendly)) == ["team-c"]
     read = PolicyObject.from_api(hostile[0], found["team-a"])
     assert read.spec is None and "budget" in read.problem and read.networks == ("lan3",)
     isolated = pod_rules([read], PODS, NAMESPACES)
@@ -447,13 +464,13 @@ async def test_a_namespace_over_its_budget_is_told_and_no_policy_is_parsed_twice
     multus = {**_object("multus", wide, "default/macvlan-net"), "spec": wide}
     api = FakePolicies([*(_object(f"wide-{i}", wide) for i in range(8)), multus], {"lan3"})
     parsed: list[str] = []
-    read = PolicyObject.from_api.__func__  # type: ignore[attr-defined]
+    read = PolicySource.read
 
-    def counted(cls: type[PolicyObject], data: dict[str, Any], over: str = "") -> PolicyObject:
-        parsed.append(data["metadata"]["name"])
-        return read(cls, data, over)  # type: ignore[no-any-return]
+    def counted(source: PolicySource, over: str = "") -> PolicyObject:
+        parsed.append(source.name)
+        return read(source, over)
 
-    monkeypatch.setattr(PolicyObject, "from_api", classmethod(counted))
+    monkeypatch.setattr(PolicySource, "read", counted)
     reconciler = _reconciler(api)
     await reconciler.once()
     await reconciler.once()
@@ -506,3 +523,34 @@ def test_a_selector_text_the_api_server_refuses_is_refused_naming_it(text: str) 
     with pytest.raises(ValueError, match="selector") as refused:
         parse_selector(text)
     assert len(str(refused.value)) < 400  # a tenant's 240 kB annotation is not echoed into Events
+
+
+async def test_a_rules_map_unwritten_or_changed_by_another_is_made_again_alone() -> None:
+    """No list per pass: what is written is the informer's digests and the pass's own writes; a map that
+    failed, or that someone else deleted, is written at the next pass with no other change."""
+    api = FakePolicies([_object("fine", DENY_INGRESS)], {"lan3"})
+    writes: list[str] = []
+    failing = {"netclaim-policy-guards"}
+    apply = api.apply_rules_map
+
+    async def counted(name: str, label: str, data: dict[str, str]) -> None:
+        writes.append(name)
+        if name in failing:
+            raise ApiRejectedError(f"ConfigMap {name}: refused")
+        await apply(name, label, data)
+
+    api.apply_rules_map = counted  # type: ignore[method-assign]
+    reconciler = _reconciler(api)
+    await reconciler.once()
+    assert writes == ["netclaim-policy-guards"] and api.maps == {}
+    failing.clear()
+    await reconciler.once()  # nothing changed but the write that failed
+    assert writes == ["netclaim-policy-guards"] * 2 and list(api.maps) == ["netclaim-policy-guards"]
+    await reconciler.once()
+    assert len(writes) == 2  # written and unchanged: not written again
+    gone = api.present()["netclaim-policy-guards"]
+    del api.maps["netclaim-policy-guards"]
+    assert reconciler.changed_by_another(gone, None)
+    assert not reconciler.changed_by_another(None, gone)  # what this term wrote, told back: not another's
+    await reconciler.once()
+    assert len(writes) == 3 and list(api.maps) == ["netclaim-policy-guards"]

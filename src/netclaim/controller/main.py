@@ -23,6 +23,7 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
+from typing import Any
 
 from netclaim.adapters.http import Health
 from netclaim.adapters.http import serve as serve_health
@@ -51,6 +52,8 @@ from netclaim.core.kubeapi import (
     PoolParamsApi,
 )
 from netclaim.core.objects import Claim, NamespaceLabels, Pod
+from netclaim.core.policy.distribution import RulesMap
+from netclaim.core.policy.rules import PolicySource
 from netclaim.runtime.election import Election
 from netclaim.runtime.stopping import stopping_on_signals
 from netclaim.runtime.supervisor import Supervisor
@@ -131,13 +134,20 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
         services, pods_of, reconciler.current_claims, settings.driver_name, reconciler.publishable
     )
     network_policies: NetworkPoliciesApi = KubePolicies(kube, settings.namespace)
+    policy_sources = Informer(
+        "policies", watched.network_policies(kube), lambda found: f"{found.namespace}/{found.name}"
+    )
+    rules_maps = Informer("rulesmaps", watched.rules_maps(kube, settings.namespace), lambda found: found.name)
     policies = PolicyReconciler(
         network_policies,
         reconciler.current_claims,
         lambda: list(pods.objects.values()),
         namespace_labels,
+        lambda: list(policy_sources.objects.values()),
+        lambda: rules_maps.objects,
         settings.driver_name,
         reconciler.publishable,
+        settings.resync_seconds,
     )
 
     async def reconciled() -> None:
@@ -169,15 +179,25 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
         if policed(None):
             policies_trigger.fire()
 
-    async def synced_first(reconcile: Callable[[], Awaitable[None]]) -> None:
+    def policy_changed(before: PolicySource | None, after: PolicySource | None) -> None:
+        if any(found is not None and found.networks for found in (before, after)):
+            policies_trigger.fire()
+
+    def rules_map_changed(before: RulesMap | None, after: RulesMap | None) -> None:
+        if policies.changed_by_another(before, after):
+            policies_trigger.fire()
+
+    async def synced_first(reconcile: Callable[[], Awaitable[None]], *informers: Informer[Any]) -> None:
         """A pass reads the informers only once they hold a whole list: before, a pass would take every
         pod for gone and delete their endpoints and rules."""
-        await pods.synced.wait()
-        await namespaces.synced.wait()
+        for synced in (pods.synced, namespaces.synced, *(i.synced for i in informers)):
+            await synced.wait()
         await reconcile()
 
     pods.on_change(pod_changed)
     namespaces.on_change(namespace_changed)
+    policy_sources.on_change(policy_changed)
+    rules_maps.on_change(rules_map_changed)
 
     pools = (trigger, partial(concerns_pools, driver=settings.driver_name))
     supervisor = Supervisor()
@@ -221,13 +241,13 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
     supervisor.keep(
         "policies",
         partial(
-            paced_pass, policies_trigger, policies_clock.timed(partial(synced_first, policies.reconcile))
+            paced_pass,
+            policies_trigger,
+            policies_clock.timed(partial(synced_first, policies.reconcile, policy_sources, rules_maps)),
         ),
     )
-    supervisor.keep(
-        "multinetworkpolicies-watch",
-        partial(fire_on_changes, network_policies.network_policy_changes, (policies_trigger, always)),
-    )
+    supervisor.keep("multinetworkpolicies-informer", policy_sources.run)
+    supervisor.keep("rulesmaps-informer", rules_maps.run)
     supervisor.keep("policies-resync", partial(periodic, policies_trigger, settings.resync_seconds))
     supervisor.keep(
         "endpointslices-watch",

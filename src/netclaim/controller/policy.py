@@ -5,21 +5,29 @@ What a tenant writes bounds only that tenant: a policy naming no netclaim networ
 parsed; a namespace whose policies exceed NAMESPACE_BUDGET is not parsed either (its policies isolate its
 selected pods, a Warning Event on each, netclaim_policy_namespaces_over_budget); a policy is parsed once
 per resourceVersion; the compile runs in a thread, so /healthz, the IPAM pass and the Services' go on
-meanwhile."""
+meanwhile.
+
+Nothing is listed per pass: policies, pods, namespaces, claims and the rules ConfigMaps written are the
+informers'. A pass compiles what changed since the last (netclaim.core.policy.compiled) and writes the
+ConfigMaps of the nodes it touched that differ from what is there; every `resync_seconds` it compiles
+everything and compares every object. A ConfigMap that cannot be written, or that someone else changes,
+is made again at the next pass, alone."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from netclaim.core.ipam.published import PublishedAddresses
 from netclaim.core.kubeapi import NetworkPoliciesApi
-from netclaim.core.objects import Claim, Pod, as_object
-from netclaim.core.policy.distribution import config_maps, pod_facts
-from netclaim.core.policy.rules import PolicyObject, identity, over_budget
+from netclaim.core.objects import Claim, Pod
+from netclaim.core.policy.compiled import Compiled, CompiledRules
+from netclaim.core.policy.distribution import RulesMap, digest, pod_facts
+from netclaim.core.policy.rules import PolicyObject, PolicySource, over_budget
 from netclaim.core.policy.spec import malformed_networks
 from netclaim.errors import per_object
 from netclaim.runtime import metrics
@@ -32,60 +40,115 @@ class PolicyReconciler:
     """One pass makes the rules ConfigMaps what the MultiNetworkPolicies say of the pods now. A policy that
     cannot be read isolates its namespace's pods on its networks (netclaim.core.policy.rules); that, and a
     policy-for naming no netclaim network there is, are told once per problem: a Warning Event on the
-    policy, in its namespace. A ConfigMap that cannot be written is tried again next pass."""
+    policy, in its namespace."""
 
     api: NetworkPoliciesApi
     claims: Callable[[], Awaitable[list[Claim]]]  # every claim, as the IPAM pass has seen them
     pods: Callable[[], list[Pod]]  # every scheduled pod, as the informer keeps them
     namespaces: Callable[[], dict[str, Mapping[str, str]]]  # namespace → its labels, the informer's
+    policies: Callable[[], list[PolicySource]]  # every MultiNetworkPolicy, the informer's
+    present: Callable[[], Mapping[str, RulesMap]]  # the rules ConfigMaps there are, the informer's
     driver: str
     published: Callable[[], Awaitable[PublishedAddresses]]  # what may be published, as of now
+    resync_seconds: float = 300.0
     warned: set[tuple[str, str]] = field(default_factory=set)  # (policy UID, problem) told
     namespaces_with_policies: set[str] = field(default_factory=set)
     # namespace/name → (its resourceVersion and its namespace's budget verdict, the policy as parsed)
     parsed: dict[str, tuple[str, PolicyObject]] = field(default_factory=dict)
+    compiled: CompiledRules = field(default_factory=CompiledRules)
+    written: dict[str, RulesMap] = field(default_factory=dict)  # what this term's passes wrote
+    again: set[str] = field(default_factory=set)  # labels to make again: unwritten, or changed by another
+    last_full: float = -math.inf
 
     async def reconcile(self) -> None:
         await metrics.counted_pass(metrics.POLICY_PASSES, self.once, metrics.POLICY_PASS_SECONDS)
 
     async def once(self) -> None:
-        objects = [o for o in await self.api.list_network_policies() if identity(o)[3]]
-        policies = await asyncio.to_thread(self._read, objects)
+        sources = [source for source in self.policies() if source.networks]
+        policies, read = await asyncio.to_thread(self._read, sources)
         self.namespaces_with_policies = {p.namespace for p in policies}
-        present = await self.api.list_rules_maps()
-        wanted: dict[str, tuple[str, dict[str, str]]] = {}
-        if policies:
-            await self._tell(policies, await self.api.list_networks(self.driver))
-            published, claims = await self.published(), await self.claims()
-            wanted = await asyncio.to_thread(
-                _compiled, policies, self.pods(), claims, published, self.namespaces()
-            )
-        for name, (label, data) in wanted.items():
-            if present.get(name) != data:
-                await per_object(f"ConfigMap {name}", self.api.apply_rules_map(name, label, data))
-        for name in sorted(set(present) - set(wanted)):
-            await per_object(f"ConfigMap {name}", self.api.delete_rules_map(name))
+        if read:
+            await self._tell(read, await self.api.list_networks(self.driver))
+        published, claims = await self.published(), await self.claims()
+        full = time.monotonic() - self.last_full >= self.resync_seconds
+        started = time.monotonic()
+        again, self.again = self.again, set()
+        compiled = await asyncio.to_thread(
+            self._compiled, policies, self.pods(), claims, published, self.namespaces(), full, again
+        )
+        if compiled.full:
+            self.last_full = started
+        metrics.POLICY_COMPILED_PODS.labels("full" if compiled.full else "changed").inc(compiled.pods)
+        await self._write(compiled)
         uids = {p.uid for p in policies}
         self.warned = {(uid, problem) for uid, problem in self.warned if uid in uids}
 
-    def _read(self, objects: list[dict[str, Any]]) -> list[PolicyObject]:
-        """The netclaim policies, each parsed once per version; none of a namespace over its budget."""
-        over = over_budget(objects)
+    def changed_by_another(self, before: RulesMap | None, after: RulesMap | None) -> bool:
+        """Told each change of a rules ConfigMap: whether it is not what this term wrote there (edited or
+        deleted by someone else), so that the next pass makes its label again."""
+        found = after or before
+        mine = self.written.get(found.name) if found is not None else None
+        if mine is None or (after is not None and after.digest == mine.digest):
+            return False
+        del self.written[mine.name]  # what is there is now the informer's to tell
+        self.again.add(mine.label)
+        return True
+
+    def _compiled(
+        self,
+        policies: list[PolicyObject],
+        pods: list[Pod],
+        claims: list[Claim],
+        published: PublishedAddresses,
+        namespaces: Mapping[str, Mapping[str, str]],
+        full: bool,
+        again: set[str],
+    ) -> Compiled:
+        compiled = self.compiled.advance(policies, pod_facts(pods, claims, published), namespaces, full)
+        if compiled.full or not again - compiled.labels:
+            return compiled
+        return self.compiled.made_again(compiled, again)
+
+    async def _write(self, compiled: Compiled) -> None:
+        """Each ConfigMap made that differs from what is there, and each part of a label made that is no
+        longer wanted deleted (every one not made, after a full compile)."""
+        present = {**self.present(), **self.written}
+        for name, (label, data) in sorted(compiled.maps.items()):
+            made = RulesMap(name, label, digest(data))
+            if present.get(name) == made:
+                self.written[name] = made
+                continue
+            if await per_object(f"ConfigMap {name}", self.api.apply_rules_map(name, label, data)):
+                self.written[name] = made
+            else:
+                self.again.add(label)
+        for name, found in sorted(present.items()):
+            if name in compiled.maps or not (compiled.full or found.label in compiled.labels):
+                continue
+            if await per_object(f"ConfigMap {name}", self.api.delete_rules_map(name)):
+                self.written.pop(name, None)
+            else:
+                self.again.add(found.label)
+
+    def _read(self, sources: list[PolicySource]) -> tuple[list[PolicyObject], list[PolicyObject]]:
+        """The netclaim policies, each parsed once per version, none of a namespace over its budget; and
+        those parsed this time."""
+        over = over_budget(sources)
         metrics.POLICY_NAMESPACES_OVER_BUDGET.set(len(over))
-        read: dict[str, tuple[str, PolicyObject]] = {}
-        for data in objects:
-            namespace, name, _, _ = identity(data)
-            key = f"{namespace}/{name}"
-            version = f"{as_object(data.get('metadata')).get('resourceVersion')}/{over.get(namespace, '')}"
-            kept = self.parsed.get(key)
-            policy = (
-                kept[1]
-                if kept is not None and kept[0] == version
-                else PolicyObject.from_api(data, over.get(namespace, ""))
-            )
-            read[key] = (version, policy)
-        self.parsed = read
-        return [policy for _, policy in read.values()]
+        kept: dict[str, tuple[str, PolicyObject]] = {}
+        fresh = []
+        for source in sources:
+            key = f"{source.namespace}/{source.name}"
+            version = f"{source.version}/{over.get(source.namespace, '')}"
+            before = self.parsed.get(key)
+            if before is not None and before[0] == version:
+                kept[key] = before
+                continue
+            policy = source.read(over.get(source.namespace, ""))
+            kept[key] = (version, policy)
+            fresh.append(policy)
+        self.parsed = kept
+        return [policy for _, policy in kept.values()], fresh
 
     async def _tell(self, policies: list[PolicyObject], networks: set[str]) -> None:
         for policy in policies:
@@ -124,13 +187,3 @@ class PolicyReconciler:
                     policy.namespace, policy.name, policy.uid, reason, message
                 )
                 await per_object(f"event on MultiNetworkPolicy {where}", event)
-
-
-def _compiled(
-    policies: list[PolicyObject],
-    pods: list[Pod],
-    claims: list[Claim],
-    published: PublishedAddresses,
-    namespaces: Mapping[str, Mapping[str, str]],
-) -> dict[str, tuple[str, dict[str, str]]]:
-    return config_maps(policies, pod_facts(pods, claims, published), namespaces)

@@ -287,14 +287,9 @@ class PolicyRulesApi(Protocol):
 
 
 class NetworkPoliciesApi(Protocol):
-    """The controller's: MultiNetworkPolicies and the rules ConfigMaps it writes for the agents in its own
-    namespace (what the policies select, pods, namespaces and claims, are the informers')."""
-
-    async def list_network_policies(self) -> list[dict[str, Any]]:
-        """Every MultiNetworkPolicy as the API has it; none when the API does not serve the kind."""
-
-    async def list_rules_maps(self) -> dict[str, dict[str, str]]:
-        """The rules ConfigMaps there are: name → data."""
+    """The controller's writes for MultiNetworkPolicies: the rules ConfigMaps for the agents in its own
+    namespace, and Events on the policies (what it reads of them, as of the pods, namespaces and claims,
+    is the informers')."""
 
     async def list_networks(self, driver: str) -> set[str]:
         """The networks (`netclaim.dev/network`) of the devices `driver` publishes, every node's."""
@@ -307,6 +302,3 @@ class NetworkPoliciesApi(Protocol):
     async def apply_rules_map(self, name: str, label: str, data: dict[str, str]) -> None: ...
 
     async def delete_rules_map(self, name: str) -> None: ...
-
-    def network_policy_changes(self) -> AsyncIterator[str]:
-        """The namespace of each MultiNetworkPolicy's change; ends at once when the kind is not served."""

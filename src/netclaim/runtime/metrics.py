@@ -161,7 +161,7 @@ POLICY_PASSES = Counter(
 )
 POLICY_PASS_SECONDS = Histogram(
     "netclaim_policy_pass_seconds",
-    "One policy pass of the controller: listing policies, namespaces, pods and claims, compiling, writing",
+    "One policy pass of the controller: compiling what changed (or everything, at a resync), writing",
     registry=REGISTRY,
 )
 POLICY_RULES = Gauge(
@@ -212,6 +212,13 @@ INFORMER_OBJECTS = Gauge(
 LEADER = Gauge(
     "netclaim_leader",
     "1 while this controller replica holds the Lease and runs the reconcilers; 0 while it stands by",
+    registry=REGISTRY,
+)
+POLICY_COMPILED_PODS = Counter(
+    "netclaim_policy_compiled_pods_total",
+    "Pods whose rules the controller's policy passes compiled, by pass (changed: the pods a change touched; "
+    "full: every pod, at a term's first pass and each resync)",
+    ["pass"],
     registry=REGISTRY,
 )
 POLICY_NAMESPACES_OVER_BUDGET = Gauge(

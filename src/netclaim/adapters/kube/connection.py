@@ -102,6 +102,8 @@ IP_ALLOCATIONS = Kind(IPPOOL_API_VERSION, "IPAllocation", "ipallocations")
 SERVICES = Kind("v1", "Service", "services")
 PODS = Kind("v1", "Pod", "pods")
 NAMESPACES = Kind("v1", "Namespace", "namespaces")
+POLICIES = Kind("k8s.cni.cncf.io/v1beta1", "MultiNetworkPolicy", "multi-networkpolicies")
+CONFIG_MAPS = Kind("v1", "ConfigMap", "configmaps")
 ENDPOINT_SLICES = Kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices")
 
 

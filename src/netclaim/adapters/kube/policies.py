@@ -3,47 +3,24 @@ the agent's PolicyRulesApi. Policies are a tenant's free JSON: read without ligh
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 
-from netclaim.adapters.kube.connection import SLICES, Kind, KubeConnection, translated
+from netclaim.adapters.kube.connection import CONFIG_MAPS, POLICIES, SLICES, KubeConnection, translated
 from netclaim.core.kubeapi import NetworkPoliciesApi, PolicyRulesApi
 from netclaim.core.names import NETWORK, POLICY_RULES_KEY, POLICY_RULES_LABEL
 from netclaim.core.objects import as_object
-from netclaim.errors import GoneError, NotServedError
-
-POLICIES = Kind("k8s.cni.cncf.io/v1beta1", "MultiNetworkPolicy", "multi-networkpolicies")
-CONFIG_MAPS = Kind("v1", "ConfigMap", "configmaps")
-NOT_SERVED_RETRY_SECONDS = 300.0
+from netclaim.errors import GoneError
 
 
 class KubePolicies(NetworkPoliciesApi):
     def __init__(self, kube: KubeConnection, namespace: str) -> None:
         self.kube = kube
         self.namespace = namespace
-
-    async def list_network_policies(self) -> list[dict[str, Any]]:
-        try:
-            found = as_object(await self.kube.read("MultiNetworkPolicies", POLICIES.path()))
-        except NotServedError:  # no CRD: no policies
-            return []
-        return [as_object(item) for item in found.get("items") or []]
-
-    async def list_rules_maps(self) -> dict[str, dict[str, str]]:
-        with translated(f"rules ConfigMaps in {self.namespace}"):
-            return {
-                str(c.metadata.name): dict(c.data or {})
-                async for c in self.kube.client.list(
-                    ConfigMap, namespace=self.namespace, labels={POLICY_RULES_LABEL: None}
-                )
-                if c.metadata is not None
-            }
 
     async def list_networks(self, driver: str) -> set[str]:
         found = as_object(
@@ -80,16 +57,6 @@ class KubePolicies(NetworkPoliciesApi):
     async def delete_rules_map(self, name: str) -> None:
         with contextlib.suppress(GoneError), translated(f"ConfigMap {self.namespace}/{name}"):
             await self.kube.client.delete(ConfigMap, name, namespace=self.namespace)
-
-    async def network_policy_changes(self) -> AsyncIterator[str]:
-        try:
-            async for _, found in self.kube.watch(
-                "watch of MultiNetworkPolicies", POLICIES.path(), metadata_only=True
-            ):
-                yield str(as_object(found.get("metadata")).get("namespace") or "")
-        except (NotServedError, GoneError):
-            # the kind is not served (no CRD): look again later; the periodic pass lists it meanwhile
-            await asyncio.sleep(NOT_SERVED_RETRY_SECONDS)
 
 
 class KubePolicyRules(PolicyRulesApi):

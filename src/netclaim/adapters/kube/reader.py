@@ -9,8 +9,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
-from netclaim.adapters.kube.connection import CLAIMS, KubeConnection, as_data, translated
-from netclaim.adapters.kube.policies import POLICIES
+from netclaim.adapters.kube.connection import CLAIMS, POLICIES, KubeConnection, as_data, translated
 from netclaim.core.names import DRIVER_DOMAIN, SLICE_MANAGED_BY
 from netclaim.core.objects import ListItems
 from netclaim.errors import ApiRejectedError, GoneError, NotServedError

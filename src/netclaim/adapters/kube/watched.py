@@ -6,17 +6,24 @@ it. An object that cannot be made into one is left out and logged, never failing
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, TypeVar
 
-from netclaim.adapters.kube.connection import NAMESPACES, PODS, Kind, KubeConnection
+from netclaim.adapters.kube.connection import CONFIG_MAPS, NAMESPACES, PODS, POLICIES, Kind, KubeConnection
 from netclaim.core.kubeapi import Listed, Watched
+from netclaim.core.names import POLICY_RULES_LABEL
 from netclaim.core.objects import NamespaceLabels, Pod, as_object
+from netclaim.core.policy.distribution import RulesMap
+from netclaim.core.policy.rules import PolicySource
+from netclaim.errors import NotServedError
 
 log = logging.getLogger(__name__)
 P = TypeVar("P")
 PAGE = 500
+NOT_SERVED = "not-served"  # a list's version when the kind is not served
+NOT_SERVED_RETRY_SECONDS = 300.0
 
 
 class KubeWatched(Watched[P], Generic[P]):
@@ -26,14 +33,19 @@ class KubeWatched(Watched[P], Generic[P]):
         kind: Kind,
         project: Callable[[dict[str, Any]], P],
         *,
+        namespace: str | None = None,
         fields: str | None = None,
+        labels: str | None = None,
         metadata_only: bool = False,
+        optional: bool = False,
     ) -> None:
         self.kube = kube
         self.kind = kind
         self.project = project
-        self.path = kind.path()
+        self.path = kind.path(namespace)
         self.fields = fields
+        self.labels = labels
+        self.optional = optional  # a kind whose CRD may be absent: then none of it, looked for again later
         self.metadata_only = metadata_only
         self.what = kind.plural
 
@@ -53,10 +65,22 @@ class KubeWatched(Watched[P], Generic[P]):
             return None
 
     async def listed(self) -> Listed[P]:
+        try:
+            return await self._listed()
+        except NotServedError:
+            if not self.optional:
+                raise
+            return Listed([], NOT_SERVED)
+
+    async def _listed(self) -> Listed[P]:
         items: list[P] = []
         token, version = "", None
         while True:
-            params = {"limit": str(PAGE)} | ({"fieldSelector": self.fields} if self.fields else {})
+            params = {"limit": str(PAGE)} | {
+                key: value
+                for key, value in (("fieldSelector", self.fields), ("labelSelector", self.labels))
+                if value
+            }
             if token:
                 params["continue"] = token
             page = as_object(await self.kube.read(f"list of {self.what}", self.path, params))
@@ -70,16 +94,32 @@ class KubeWatched(Watched[P], Generic[P]):
                 return Listed(items, version)
 
     async def changes(self, since: str | None) -> AsyncIterator[tuple[str, P]]:
+        if since == NOT_SERVED:  # none to watch: the informer's run ends here, and lists again later
+            await asyncio.sleep(NOT_SERVED_RETRY_SECONDS)
+            return
         async for kind, found in self.kube.watch(
             f"watch of {self.what}",
             self.path,
             fields=self.fields,
+            labels=self.labels,
             metadata_only=self.metadata_only,
             since=since,
         ):
             made = self._made(found)
             if made is not None:
                 yield kind, made
+
+
+def network_policies(kube: KubeConnection) -> KubeWatched[PolicySource]:
+    """Every MultiNetworkPolicy, its spec kept as text only when it names a netclaim network; none while the
+    cluster does not serve the kind."""
+    return KubeWatched(kube, POLICIES, PolicySource.from_api, optional=True)
+
+
+def rules_maps(kube: KubeConnection, namespace: str) -> KubeWatched[RulesMap]:
+    """The rules ConfigMaps in the controller's namespace, each kept as its label and the digest of its
+    rules: what tells the controller what is written, without holding it."""
+    return KubeWatched(kube, CONFIG_MAPS, RulesMap.from_api, namespace=namespace, labels=POLICY_RULES_LABEL)
 
 
 def pods(kube: KubeConnection) -> KubeWatched[Pod]:
