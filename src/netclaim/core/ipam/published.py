@@ -17,6 +17,7 @@ only when:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections import defaultdict
 from collections.abc import Iterable
@@ -51,8 +52,14 @@ class PublishedAddresses:
             self._given[allocation.claim_uid].add(str(allocation.interface.ip))
         self._pooled: tuple[IPNetwork, ...] = tuple(r.network for p in pools for r in p.spec.ranges)
         reporters: dict[tuple[str, str], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+        # claim UID → the claim and its addresses, read once (for that claim object only: a caller may hold
+        # another version of it)
+        self._held: dict[str, tuple[Claim, dict[str, tuple[str, ...]]]] = {}
+        self._pool_addresses: dict[str, bool] = {}  # address → whether a pool's, judged once
         for claim in claims:
-            for network, held in claim.network_addresses(driver).items():
+            held_by = claim.network_addresses(driver)
+            self._held[claim.uid] = (claim, held_by)
+            for network, held in held_by.items():
                 for address in held:
                     if not self._pool_address(address):
                         reporters[(network, address)][claim.namespace].append(claim.name)
@@ -64,13 +71,21 @@ class PublishedAddresses:
         self._refused = {(c.network, c.address) for c in self.contested}
 
     def _pool_address(self, address: str) -> bool:
-        parsed = ipaddress.ip_address(address)
-        return any(parsed in network for network in self._pooled)
+        found = self._pool_addresses.get(address)
+        if found is None:
+            found = self._pool_addresses[address] = _in_any(address, self._pooled)
+        return found
 
     def of(self, claim: Claim) -> dict[str, tuple[str, ...]]:
         """Network → the claim's addresses there that may be published, in its interfaces' order."""
         found: dict[str, tuple[str, ...]] = {}
-        for network, held in claim.network_addresses(self.driver).items():
+        kept_of = self._held.get(claim.uid)
+        held_by = (
+            kept_of[1]
+            if kept_of is not None and kept_of[0] is claim
+            else claim.network_addresses(self.driver)
+        )
+        for network, held in held_by.items():
             kept = tuple(a for a in held if self._publishes(claim, network, a))
             if kept:
                 found[network] = kept
@@ -80,3 +95,10 @@ class PublishedAddresses:
         if self._pool_address(address):
             return address in self._given.get(claim.uid, ())
         return (network, address) not in self._refused
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _in_any(address: str, networks: tuple[IPNetwork, ...]) -> bool:
+    """Whether the address is in one of the networks (the pools' ranges): kept for the pairs seen last."""
+    parsed = ipaddress.ip_address(address)
+    return any(parsed in network for network in networks)
