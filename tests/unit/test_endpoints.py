@@ -4,15 +4,17 @@ pass that one bad Service never stops (netclaim.controller.services)."""
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
+from netclaim.controller import services as services_module
 from netclaim.controller.services import (
     MAX_ENDPOINTS,
     EndpointsReconciler,
+    HeldSlice,
     NetworkService,
     desired_slices,
     endpoints,
@@ -206,7 +208,8 @@ def test_slices_are_one_per_family_and_hundred_endpoints_owned_by_the_service() 
     as_stored = copy.deepcopy(body)
     as_stored["metadata"]["labels"]["added-by-someone"] = "x"
     as_stored["endpoints"][0]["conditions"]["ready"] = False
-    assert same_slice(body, body) and not same_slice(as_stored, body)
+    assert same_slice(HeldSlice.from_api(body), body)
+    assert not same_slice(HeldSlice.from_api(as_stored), body)
 
 
 def test_an_endpoint_keeps_its_slot_so_one_pod_coming_or_going_writes_one_slice() -> None:
@@ -214,7 +217,8 @@ def test_an_endpoint_keeps_its_slot_so_one_pod_coming_or_going_writes_one_slice(
     moved every endpoint after it, and rewrote about half of its slices."""
     service = NetworkService.from_api(_service())
 
-    def slices_of(names: list[str], held: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def slices_of(names: list[str], bodies: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        held = {name: HeldSlice.from_api(body) for name, body in bodies.items()}
         pods = [_pod(name) for name in names]
         claims = {  # each pod's address from its own name, whoever else comes
             f"{p.name}-net": _claim(
@@ -229,10 +233,18 @@ def test_an_endpoint_keeps_its_slot_so_one_pod_coming_or_going_writes_one_slice(
     before = slices_of(names, {})
     assert [len(b["endpoints"]) for b in before.values()] == [MAX_ENDPOINTS] * 5
     joined = slices_of(sorted([*names, "p001"]), before)  # sorts first among them
-    changed = [name for name in joined if name not in before or not same_slice(before[name], joined[name])]
+    changed = [
+        name
+        for name in joined
+        if name not in before or not same_slice(HeldSlice.from_api(before[name]), joined[name])
+    ]
     assert changed == ["db-netclaim-ipv4-5"] and len(joined["db-netclaim-ipv4-5"]["endpoints"]) == 1
     left = slices_of([n for n in sorted([*names, "p001"]) if n != "p500"], joined)  # p500: third slice
-    changed = [name for name in joined if name not in left or not same_slice(joined[name], left[name])]
+    changed = [
+        name
+        for name in joined
+        if name not in left or not same_slice(HeldSlice.from_api(joined[name]), left[name])
+    ]
     assert changed == ["db-netclaim-ipv4-2"]
     again = slices_of(sorted([*names, "p001", "p999"]), left)  # the hole is filled before a new slice
     assert len(again["db-netclaim-ipv4-2"]["endpoints"]) == MAX_ENDPOINTS and len(again) == 6
@@ -253,17 +265,24 @@ class FakeServices:
     writes: list[str] = field(default_factory=list)
     fail_apply: dict[str, NetclaimError] = field(default_factory=dict)  # slice name → raised once
 
-    async def list_network_services(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self.services)
+    def services_of(self, namespace: str) -> list[NetworkService]:
+        return [
+            NetworkService.from_api(copy.deepcopy(s))
+            for s in self.services
+            if s["metadata"]["namespace"] == namespace
+        ]
+
+    def slices_of(self, namespace: str) -> list[HeldSlice]:
+        return [HeldSlice.from_api(body) for (ns, _), body in sorted(self.slices.items()) if ns == namespace]
+
+    def served(self) -> set[str]:
+        return {s["metadata"]["namespace"] for s in self.services} | {ns for ns, _ in self.slices}
 
     def pods_of(self, namespace: str) -> list[Pod]:
         return [replace(p, labels=self.labels.get(p.name, {})) for p in self.pods if p.namespace == namespace]
 
     async def all_claims(self) -> list[Claim]:
         return list(self.claims)
-
-    async def list_network_slices(self, manager: str) -> list[dict[str, Any]]:
-        return [copy.deepcopy(s) for s in self.slices.values()]
 
     async def apply_endpoint_slice(self, body: dict[str, Any]) -> None:
         name = body["metadata"]["name"]
@@ -281,15 +300,24 @@ class FakeServices:
     ) -> None:
         self.events.append((service, message))
 
-    async def _nothing(self) -> AsyncIterator[str]:
-        return
-        yield ""
 
-    def service_changes(self) -> AsyncIterator[str]:
-        return self._nothing()
+def _reconciler(api: FakeServices) -> EndpointsReconciler:
+    return EndpointsReconciler(
+        api,
+        api.pods_of,
+        api.all_claims,
+        SAMPLE_DRIVER,
+        _publishing(api),
+        api.services_of,
+        api.slices_of,
+        api.served,
+    )
 
-    def slice_changes_by(self, manager: str) -> AsyncIterator[str]:
-        return self._nothing()
+
+async def _everywhere(reconciler: EndpointsReconciler) -> None:
+    """A pass told that anything may have changed, in every namespace."""
+    reconciler.touch()
+    await reconciler.once()
 
 
 def _addresses(api: FakeServices, name: str) -> list[tuple[str, bool]]:
@@ -307,20 +335,20 @@ async def test_a_pass_writes_what_changed_and_deletes_what_no_service_wants() ->
     api.slices[("team-a", "stale-netclaim-ipv4")] = {
         "metadata": {"namespace": "team-a", "name": "stale-netclaim-ipv4"}
     }
-    reconciler = EndpointsReconciler(api, api.pods_of, api.all_claims, SAMPLE_DRIVER, _publishing(api))
-    await reconciler.once()
+    reconciler = _reconciler(api)
+    await _everywhere(reconciler)
     assert reconciler.namespaces == {"team-a"}
     assert _addresses(api, "db-netclaim-ipv4") == [("10.1.0.1", True), ("10.1.0.2", True)]
     assert sorted(api.writes) == ["apply db-netclaim-ipv4", "delete stale-netclaim-ipv4"]
 
     api.writes.clear()
-    await reconciler.once()
+    await _everywhere(reconciler)
     assert api.writes == []  # nothing changed, nothing written
     api.pods = [_pod("a"), _pod("b", ready=False)]
-    await reconciler.once()
+    await _everywhere(reconciler)
     assert _addresses(api, "db-netclaim-ipv4") == [("10.1.0.1", True), ("10.1.0.2", False)]
     api.pods = []
-    await reconciler.once()
+    await _everywhere(reconciler)
     assert api.slices == {}  # no endpoints: no slice
 
 
@@ -331,16 +359,16 @@ async def test_a_service_served_wrongly_loses_its_slices_and_is_told_once() -> N
         labels={"a": {"app": "db"}},
         claims=[_claim("a", _entry(["10.1.0.1/24"]))],
     )
-    reconciler = EndpointsReconciler(api, api.pods_of, api.all_claims, SAMPLE_DRIVER, _publishing(api))
-    await reconciler.once()
+    reconciler = _reconciler(api)
+    await _everywhere(reconciler)
     assert list(api.slices) == [("team-a", "db-netclaim-ipv4")]
     api.services = [_service(spec__selector={"app": "db"})]
-    await reconciler.once()
-    await reconciler.once()
+    await _everywhere(reconciler)
+    await _everywhere(reconciler)
     assert api.slices == {}
     assert len(api.events) == 1 and "spec.selector is set" in api.events[0][1]
     api.services = [_service(metadata__annotations={"netclaim.dev/selector": "app in (db"})]
-    await reconciler.once()
+    await _everywhere(reconciler)
     assert api.slices == {} and "annotation netclaim.dev/selector: selector 'app in (db'" in api.events[-1][1]
 
 
@@ -353,19 +381,21 @@ async def test_one_services_failed_write_stops_neither_the_others_nor_the_next_p
         claims=[_claim("a", _entry(["10.1.0.1/24"]))],
         fail_apply={"db-netclaim-ipv4": ApiRejectedError("admission said no")},
     )
-    reconciler = EndpointsReconciler(api, api.pods_of, api.all_claims, SAMPLE_DRIVER, _publishing(api))
-    await reconciler.once()
+    reconciler = _reconciler(api)
+    await _everywhere(reconciler)
     assert list(api.slices) == [("team-a", "cache-netclaim-ipv4")]
-    await reconciler.once()
+    await _everywhere(reconciler)
     assert sorted(api.slices) == [("team-a", "cache-netclaim-ipv4"), ("team-a", "db-netclaim-ipv4")]
     api.fail_apply["cache-netclaim-ipv4"] = ApiUnavailableError("503")
     api.pods = [_pod("a", ready=False)]
     with pytest.raises(ApiUnavailableError):  # an API that cannot serve ends the pass: retried
-        await reconciler.once()
+        await _everywhere(reconciler)
 
 
-async def test_a_service_that_breaks_the_pass_keeps_its_slices_and_stops_no_other() -> None:
-    """One bad object never stops the loop: a bug about one Service (here a port the code cannot read)
+async def test_a_service_that_breaks_the_pass_keeps_its_slices_and_stops_no_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One bad object never stops the loop: a bug about one Service (its endpoints cannot be computed)
     leaves that Service's slices as they were, and the others are still made."""
     other = _service(metadata__name="cache", metadata__uid="cache-uid")
     api = FakeServices(
@@ -374,12 +404,19 @@ async def test_a_service_that_breaks_the_pass_keeps_its_slices_and_stops_no_othe
         labels={"a": {"app": "db"}},
         claims=[_claim("a", _entry(["10.1.0.1/24"]))],
     )
-    reconciler = EndpointsReconciler(api, api.pods_of, api.all_claims, SAMPLE_DRIVER, _publishing(api))
-    await reconciler.once()
+    reconciler = _reconciler(api)
+    await _everywhere(reconciler)
     before = copy.deepcopy(api.slices[("team-a", "db-netclaim-ipv4")])
-    api.services[0]["spec"]["ports"] = [None]  # no API server serves this; a bug would meet it the same way
+    real = services_module.endpoints
+
+    def failing(service: NetworkService, *args: Any) -> Any:
+        if service.name == "db":
+            raise RuntimeError("a bug met by one Service only")
+        return real(service, *args)
+
+    monkeypatch.setattr(services_module, "endpoints", failing)
     api.pods = [_pod("a", ready=False)]
-    await reconciler.once()
+    await _everywhere(reconciler)
     assert api.slices[("team-a", "db-netclaim-ipv4")] == before  # kept, not deleted
     assert _addresses(api, "cache-netclaim-ipv4") == [("10.1.0.1", False)]  # the other one followed
 
@@ -394,8 +431,46 @@ async def test_an_address_another_namespace_reports_too_is_no_endpoint_and_the_s
         labels={"a": {"app": "db"}, "b": {"app": "db"}},
         claims=[_claim("a", _entry(["10.1.0.1/24"])), _claim("b", _entry(["10.1.0.2/24"])), thief],
     )
-    reconciler = EndpointsReconciler(api, api.pods_of, api.all_claims, SAMPLE_DRIVER, _publishing(api))
-    await reconciler.once()
+    reconciler = _reconciler(api)
+    await _everywhere(reconciler)
     assert _addresses(api, "db-netclaim-ipv4") == [("10.1.0.2", True)]
     [(service, message)] = api.events
     assert service == "db" and "10.1.0.1 (team-a/a-net, team-b/x-net)" in message
+
+
+async def test_a_pass_makes_only_the_namespaces_it_was_told_of_and_a_resync_all() -> None:
+    """Work per namespace touched: a pod's change in team-b makes team-b's slices again and reads
+    nothing of team-a's Services; a failed write makes its namespace again at the next pass, alone."""
+    api = FakeServices(
+        services=[_service(), _service(metadata__namespace="team-b", metadata__uid="b-uid")],
+        pods=[_pod("a"), replace(_pod("b"), namespace="team-b")],
+        labels={"a": {"app": "db"}, "b": {"app": "db"}},
+        claims=[
+            _claim("a", _entry(["10.1.0.1/24"])),
+            replace(_claim("b", _entry(["10.1.0.2/24"])), namespace="team-b"),
+        ],
+    )
+    reconciler = _reconciler(api)
+    await reconciler.once()  # a term's first pass: every namespace
+    assert sorted(api.writes) == ["apply db-netclaim-ipv4"] * 2
+    read: list[str] = []
+    services_of = api.services_of
+
+    def counted(namespace: str) -> list[NetworkService]:
+        read.append(namespace)
+        return services_of(namespace)
+
+    reconciler.services = counted
+    api.writes.clear()
+    api.pods = [_pod("a", ready=False), replace(_pod("b", ready=False), namespace="team-b")]
+    reconciler.touch("team-b")
+    api.fail_apply["db-netclaim-ipv4"] = ApiRejectedError("refused once")
+    await reconciler.once()
+    assert read == ["team-b"] and api.writes == []  # its write failed
+    await reconciler.once()  # told of nothing since: the failed namespace alone, again
+    assert read == ["team-b", "team-b"] and api.writes == ["apply db-netclaim-ipv4"]
+    assert [ready for _, ready in _addresses(api, "db-netclaim-ipv4")] == [True]  # team-a: not made
+    reconciler.last_everywhere -= reconciler.everything_seconds  # a resync is due
+    await reconciler.once()
+    assert set(read[2:]) == {"team-a", "team-b"}
+    assert [ready for _, ready in _addresses(api, "db-netclaim-ipv4")] == [False]

@@ -50,6 +50,13 @@ class Informer(Generic[T]):
         """The objects whose index `index` yields `value`."""
         return [self.objects[key] for key in sorted(self._indexed[index].get(value, ()))]
 
+    def values(self, index: str) -> set[str]:
+        """Every value index `index` yields for some object."""
+        return set(self._indexed[index])
+
+    def has(self, index: str, value: str) -> bool:
+        return value in self._indexed[index]
+
     async def run(self) -> None:
         """List, tell what differs from what was kept, then follow the watch from the list's version."""
         listed = await self.source.listed()

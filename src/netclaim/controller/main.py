@@ -39,7 +39,7 @@ from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.controller.informer import Informer
 from netclaim.controller.ipam import Reconciler, concerns_pools
 from netclaim.controller.policy import PolicyReconciler
-from netclaim.controller.services import EndpointsReconciler
+from netclaim.controller.services import EndpointsReconciler, HeldSlice, NetworkService
 from netclaim.core.config.settings import ControllerSettings
 from netclaim.core.ipam.pools import (
     Quarantine,
@@ -111,6 +111,7 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
 
     def quarantined(seconds: float) -> None:
         """An address found released: the passes that publish addresses run now, the pools' after it."""
+        endpoints.touch()
         endpoints_trigger.fire()
         policies_trigger.fire()
         asyncio.get_running_loop().call_later(seconds + 0.5, trigger.fire)
@@ -130,8 +131,32 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
     def namespace_labels() -> dict[str, Mapping[str, str]]:
         return {name: found.labels for name, found in namespaces.objects.items()}
 
+    network_services = Informer(
+        "services",
+        watched.network_services(kube, NetworkService.from_api),
+        lambda found: f"{found.namespace}/{found.name}",
+        {"namespace": lambda found: [found.namespace]},
+    )
+    held_slices = Informer(
+        "endpointslices",
+        watched.endpoint_slices(kube, settings.driver_name, HeldSlice.from_api),
+        lambda found: f"{found.namespace}/{found.name}",
+        {"namespace": lambda found: [found.namespace]},
+    )
+
+    def serves(namespace: str) -> bool:
+        """Whether the namespace has a Service over a network, or a slice of ours."""
+        return network_services.has("namespace", namespace) or held_slices.has("namespace", namespace)
+
     endpoints = EndpointsReconciler(
-        services, pods_of, reconciler.current_claims, settings.driver_name, reconciler.publishable
+        services,
+        pods_of,
+        reconciler.current_claims,
+        settings.driver_name,
+        reconciler.publishable,
+        partial(network_services.indexed, "namespace"),
+        partial(held_slices.indexed, "namespace"),
+        lambda: network_services.values("namespace") | held_slices.values("namespace"),
     )
     network_policies: NetworkPoliciesApi = KubePolicies(kube, settings.namespace)
     policy_sources = Informer(
@@ -147,30 +172,35 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
         lambda: rules_maps.objects,
         settings.driver_name,
         reconciler.publishable,
-        settings.resync_seconds,
     )
 
     async def reconciled() -> None:
         await reconciler.reconcile()
         health.set("serving", True)
 
-    def served(namespace: str) -> bool:
-        """A change in a namespace with a Service over a network (as of the last pass)."""
-        return namespace in endpoints.namespaces
-
     def claim_served(claim: Claim) -> bool:
-        return served(claim.namespace)
+        """A claim's change matters to the slices of its namespace, if it has network Services."""
+        if not serves(claim.namespace):
+            return False
+        endpoints.touch(claim.namespace)
+        return True
 
     def serving(_: object) -> bool:
-        return bool(endpoints.namespaces)
+        """An address given or freed: what may be published changed, for every namespace's slices."""
+        if not endpoints.namespaces:
+            return False
+        endpoints.touch()
+        return True
 
     def policed(_: object) -> bool:
         """Pods, claims and namespaces matter to the policies only while some name a netclaim network."""
         return bool(policies.namespaces_with_policies)
 
     def pod_changed(before: Pod | None, after: Pod | None) -> None:
-        changed = {pod.namespace for pod in (before, after) if pod is not None}
-        if changed & endpoints.namespaces:
+        found = after or before
+        namespace = found.namespace if found is not None else ""
+        if serves(namespace):
+            endpoints.touch(namespace)
             endpoints_trigger.fire()
         if policed(None):
             policies_trigger.fire()
@@ -182,6 +212,10 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
     def policy_changed(before: PolicySource | None, after: PolicySource | None) -> None:
         if any(found is not None and found.networks for found in (before, after)):
             policies_trigger.fire()
+
+    def service_or_slice_changed(before: Any, after: Any) -> None:
+        endpoints.touch((after or before).namespace)
+        endpoints_trigger.fire()
 
     def rules_map_changed(before: RulesMap | None, after: RulesMap | None) -> None:
         if policies.changed_by_another(before, after):
@@ -198,6 +232,8 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
     namespaces.on_change(namespace_changed)
     policy_sources.on_change(policy_changed)
     rules_maps.on_change(rules_map_changed)
+    network_services.on_change(service_or_slice_changed)
+    held_slices.on_change(service_or_slice_changed)
 
     pools = (trigger, partial(concerns_pools, driver=settings.driver_name))
     supervisor = Supervisor()
@@ -232,12 +268,13 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
     supervisor.keep(
         "endpoints",
         partial(
-            paced_pass, endpoints_trigger, endpoints_clock.timed(partial(synced_first, endpoints.reconcile))
+            paced_pass,
+            endpoints_trigger,
+            endpoints_clock.timed(partial(synced_first, endpoints.reconcile, network_services, held_slices)),
         ),
     )
-    supervisor.keep(
-        "services-watch", partial(fire_on_changes, services.service_changes, (endpoints_trigger, always))
-    )
+    supervisor.keep("services-informer", network_services.run)
+    supervisor.keep("endpointslices-informer", held_slices.run)
     supervisor.keep(
         "policies",
         partial(
@@ -249,14 +286,6 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
     supervisor.keep("multinetworkpolicies-informer", policy_sources.run)
     supervisor.keep("rulesmaps-informer", rules_maps.run)
     supervisor.keep("policies-resync", partial(periodic, policies_trigger, settings.resync_seconds))
-    supervisor.keep(
-        "endpointslices-watch",
-        partial(
-            fire_on_changes,
-            partial(services.slice_changes_by, settings.driver_name),
-            (endpoints_trigger, always),
-        ),
-    )
     supervisor.keep("endpoints-resync", partial(periodic, endpoints_trigger, settings.resync_seconds))
     try:
         await supervisor.run_until(asyncio.Event())  # until cancelled: the Lease is lost or we stop

@@ -9,7 +9,7 @@ meanwhile.
 
 Nothing is listed per pass: policies, pods, namespaces, claims and the rules ConfigMaps written are the
 informers'. A pass compiles what changed since the last (netclaim.core.policy.compiled) and writes the
-ConfigMaps of the nodes it touched that differ from what is there; every `resync_seconds` it compiles
+ConfigMaps of the nodes it touched that differ from what is there; every `everything_seconds` it compiles
 everything and compares every object. A ConfigMap that cannot be written, or that someone else changes,
 is made again at the next pass, alone."""
 
@@ -50,7 +50,8 @@ class PolicyReconciler:
     present: Callable[[], Mapping[str, RulesMap]]  # the rules ConfigMaps there are, the informer's
     driver: str
     published: Callable[[], Awaitable[PublishedAddresses]]  # what may be published, as of now
-    resync_seconds: float = 300.0
+    # everything made and compared this often: a safety net, since the informers tell every change
+    everything_seconds: float = 600.0
     warned: set[tuple[str, str]] = field(default_factory=set)  # (policy UID, problem) told
     namespaces_with_policies: set[str] = field(default_factory=set)
     # namespace/name → (its resourceVersion and its namespace's budget verdict, the policy as parsed)
@@ -70,7 +71,7 @@ class PolicyReconciler:
         if read:
             await self._tell(read, await self.api.list_networks(self.driver))
         published, claims = await self.published(), await self.claims()
-        full = time.monotonic() - self.last_full >= self.resync_seconds
+        full = time.monotonic() - self.last_full >= self.everything_seconds
         started = time.monotonic()
         again, self.again = self.again, set()
         compiled = await asyncio.to_thread(

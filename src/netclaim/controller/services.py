@@ -26,8 +26,12 @@ a pod's primary address, nor a pod it did not select.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +47,7 @@ from netclaim.runtime import metrics
 log = logging.getLogger(__name__)
 SELECTOR = f"{DRIVER_DOMAIN}/selector"
 HEADLESS = "service.kubernetes.io/headless"
+OUR_LABELS = (SLICE_SERVICE_NAME, SLICE_MANAGED_BY, HEADLESS, NETWORK)  # what a slice of ours is labelled
 MAX_ENDPOINTS = 100  # per slice, as the EndpointSlice controller's default
 MAX_SLICES = 1_000  # per family of a Service: a slot numbered past it is never kept
 FAMILIES = {4: "IPv4", 6: "IPv6"}
@@ -144,6 +149,39 @@ def endpoints(
     return found
 
 
+@dataclass(frozen=True)
+class HeldSlice:
+    """One of our EndpointSlices as the informer keeps it: where it is, which Service's, its family, its
+    endpoints' slots in order, and a digest of every field we write (what `same_slice` compares)."""
+
+    namespace: str
+    name: str
+    service: str
+    address_type: str
+    slotted: tuple[tuple[str, str], ...]  # (pod UID, address) of each endpoint, in its order
+    fingerprint: str
+
+    @classmethod
+    def from_api(cls, body: Mapping[str, Any]) -> HeldSlice:
+        meta = body.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        written = (
+            sorted((k, labels[k]) for k in OUR_LABELS if k in labels),
+            [(o.get("uid"), o.get("controller")) for o in meta.get("ownerReferences") or []],
+            body.get("addressType"),
+            _endpoints_key(body.get("endpoints") or []),
+            sorted(map(_port_key, body.get("ports") or [])),
+        )
+        return cls(
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or ""),
+            service=str(labels.get(SLICE_SERVICE_NAME) or ""),
+            address_type=str(body.get("addressType") or ""),
+            slotted=tuple(_slotted(body)),
+            fingerprint=hashlib.sha256(json.dumps(written, default=str).encode()).hexdigest(),
+        )
+
+
 def slice_name(service: str, version: int, index: int) -> str:
     return f"{service}-netclaim-ipv{version}" + (f"-{index}" if index else "")
 
@@ -152,7 +190,7 @@ def desired_slices(
     service: NetworkService,
     found: list[Endpoint],
     manager: str,
-    current: Mapping[str, dict[str, Any]] | None = None,
+    current: Mapping[str, HeldSlice] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The Service's slices by name, per family: each endpoint in the slice of `current` (the Service's
     slices as the API has them, by name) that holds it already; the others, sorted by pod, where there is
@@ -164,10 +202,10 @@ def desired_slices(
             (e.pod.uid, e.address): e for e in found if ipaddress.ip_address(e.address).version == version
         }
         slots: dict[int, list[Endpoint]] = {}
-        for index, body in sorted(_slots(current, service.name, version).items()):
-            if body.get("addressType") != family:
+        for index, held in sorted(_slots(current, service.name, version).items()):
+            if held.address_type != family:
                 continue
-            kept = [wanted.pop(key) for key in _slotted(body) if key in wanted]
+            kept = [wanted.pop(key) for key in held.slotted if key in wanted]
             slots[index] = kept[:MAX_ENDPOINTS]
             for extra in kept[MAX_ENDPOINTS:]:
                 wanted[(extra.pod.uid, extra.address)] = extra
@@ -186,7 +224,7 @@ def desired_slices(
     return slices
 
 
-def _slots(current: Mapping[str, dict[str, Any]], service: str, version: int) -> dict[int, dict[str, Any]]:
+def _slots(current: Mapping[str, HeldSlice], service: str, version: int) -> dict[int, HeldSlice]:
     """The slices of `current` named as ours of that family are, by index (a name of another form, or a
     number past what any Service needs, is not a slot: not wanted, so deleted)."""
     first = slice_name(service, version, 0)
@@ -198,7 +236,7 @@ def _slots(current: Mapping[str, dict[str, Any]], service: str, version: int) ->
     return found
 
 
-def _slotted(body: dict[str, Any]) -> list[tuple[str, str]]:
+def _slotted(body: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(pod UID, address) of each endpoint a slice holds, in its order."""
     return [
         (str((e.get("targetRef") or {}).get("uid") or ""), str((e.get("addresses") or [""])[0]))
@@ -252,19 +290,9 @@ def _slice_body(
     }
 
 
-def same_slice(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
+def same_slice(current: HeldSlice, wanted: dict[str, Any]) -> bool:
     """Whether the slice as the API has it already says what `wanted` says (the fields we write)."""
-    meta = current.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    wanted_meta = wanted["metadata"]
-    return (
-        all(labels.get(k) == v for k, v in wanted_meta["labels"].items())
-        and [(o.get("uid"), o.get("controller")) for o in meta.get("ownerReferences") or []]
-        == [(o["uid"], o["controller"]) for o in wanted_meta["ownerReferences"]]
-        and current.get("addressType") == wanted["addressType"]
-        and _endpoints_key(current.get("endpoints") or []) == _endpoints_key(wanted["endpoints"])
-        and sorted(map(_port_key, current.get("ports") or [])) == sorted(map(_port_key, wanted["ports"]))
-    )
+    return current.fingerprint == HeldSlice.from_api(wanted).fingerprint
 
 
 def _endpoints_key(found: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -285,69 +313,108 @@ def _port_key(port: dict[str, Any]) -> tuple[Any, ...]:
 
 @dataclass
 class EndpointsReconciler:
-    """One pass makes every network Service's slices what its pods' claims say. One Service never fails a
-    pass: what fails about it is logged (and, when it is the Service's to fix, an Event on it) and tried
-    again next pass; only an API that cannot serve ends a pass early."""
+    """A pass makes the slices of the network Services of each namespace it was told of (a pod, claim,
+    Service or slice of ours changed there; every namespace after an address was given or freed, and at
+    each resync) what its pods' claims say: work per namespace touched, not per Service of the cluster.
+    One Service never fails a pass: what fails about it is logged (and, when it is the Service's to fix,
+    an Event on it) and its namespace made again next pass; only an API that cannot serve ends a pass
+    early (then every namespace is made again)."""
 
     api: NetworkServicesApi
     pods: Callable[[str], list[Pod]]  # a namespace's scheduled pods, as the informer keeps them
     claims: Callable[[], Awaitable[list[Claim]]]  # every claim, as the IPAM pass has seen them
     driver: str
     published: Callable[[], Awaitable[PublishedAddresses]]  # what may be published, as of now
-    namespaces: set[str] = field(default_factory=set)  # of the network Services at the last pass
-    warned: dict[str, str] = field(default_factory=dict)  # Service UID → the problem last reported
+    services: Callable[[str], list[NetworkService]]  # a namespace's network Services, the informer's
+    slices: Callable[[str], list[HeldSlice]]  # a namespace's slices of ours, the informer's
+    served: Callable[[], set[str]]  # the namespaces with network Services or slices of ours
+    # everything made and compared this often: a safety net, since the informers tell every change
+    everything_seconds: float = 600.0
+    # Service UID → the problem last reported (forgotten at a resync once the Service is gone)
+    warned: dict[str, str] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)  # namespaces to make again
+    everywhere: bool = True  # every served namespace to make again
+    last_everywhere: float = -math.inf
+
+    @property
+    def namespaces(self) -> set[str]:
+        """The namespaces with network Services or slices of ours: where a change concerns this pass."""
+        return self.served()
+
+    def touch(self, namespace: str | None = None) -> None:
+        """Make the namespace's slices again at the next pass (every namespace's: None)."""
+        if namespace is None:
+            self.everywhere = True
+        else:
+            self.touched.add(namespace)
 
     async def reconcile(self) -> None:
         await metrics.counted_pass(metrics.ENDPOINT_PASSES, self.once)
 
     async def once(self) -> None:
-        current = {
-            (str(s["metadata"]["namespace"]), str(s["metadata"]["name"])): s
-            for s in await self.api.list_network_slices(self.driver)
-        }
-        wanted: dict[tuple[str, str], dict[str, Any]] = {}
-        services: list[NetworkService] = []
-        listed = await self.api.list_network_services()
-        published = await self.published() if listed else PublishedAddresses((), (), (), self.driver)
-        served = {str((s.get("metadata") or {}).get("namespace") or "") for s in listed}
-        claims: dict[str, dict[str, Claim]] = {namespace: {} for namespace in served}
-        for claim in await self.claims() if listed else ():
-            if claim.namespace in served:
+        served = self.served()
+        started = time.monotonic()
+        everywhere = self.everywhere or started - self.last_everywhere >= self.everything_seconds
+        namespaces = served if everywhere else self.touched & served
+        self.touched, self.everywhere = set(), False
+        if everywhere:
+            self.last_everywhere = started
+        try:
+            await self._make(sorted(namespaces))
+            if everywhere:
+                alive = {s.uid for namespace in served for s in self.services(namespace)}
+                self.warned = {uid: problem for uid, problem in self.warned.items() if uid in alive}
+        except BaseException:
+            self.touched |= namespaces  # the API failed: made again, whatever this pass had done
+            raise
+
+    async def _make(self, namespaces: list[str]) -> None:
+        if not namespaces:
+            return
+        published = await self.published()
+        claims: dict[str, dict[str, Claim]] = {namespace: {} for namespace in namespaces}
+        for claim in await self.claims():
+            if claim.namespace in claims:
                 claims[claim.namespace][claim.name] = claim
-        for found in listed:
-            meta = found.get("metadata") or {}
-            where = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        for namespace in namespaces:
+            await self._make_namespace(namespace, claims, published)
+
+    async def _make_namespace(
+        self, namespace: str, claims: dict[str, dict[str, Claim]], published: PublishedAddresses
+    ) -> None:
+        current = {held.name: held for held in self.slices(namespace)}
+        wanted: dict[str, dict[str, Any]] = {}
+        kept: set[str] = set()
+        for service in self.services(namespace):
+            held = {name: s for name, s in current.items() if s.service == service.name}
             try:
-                service = NetworkService.from_api(found)
-                services.append(service)
-                held = {name: body for (ns, name), body in current.items() if _of_service(body, *where)}
-                made = await self._slices_of(service, claims, published, held)
-            except Exception as err:  # this Service's, whatever it is (a list of its namespace that failed,
-                # a bug): it keeps its slices and the next Service goes on; an API that is down fails the
-                # writes that follow, which end the pass
+                wanted |= await self._slices_of(service, claims, published, held)
+            except Exception as err:  # this Service's, whatever it is (a bug): it keeps its slices, the
+                # next Service goes on, and its namespace is made again next pass; an API that is down
+                # fails the writes that follow, which end the pass
                 log.warning(
                     "Service's endpoints not computed; the next pass tries again",
-                    extra={"service": "/".join(where), "error": repr(err)},
+                    extra={"service": f"{namespace}/{service.name}", "error": repr(err)},
                     exc_info=not isinstance(err, NetclaimError),
                 )
-                wanted.update({key: body for key, body in current.items() if _of_service(body, *where)})
-                continue
-            wanted.update({(service.namespace, name): body for name, body in made.items()})
-        self.namespaces = {s.namespace for s in services}
-        for key, body in wanted.items():
-            if key not in current or not same_slice(current[key], body):
-                await per_object(f"EndpointSlice {key[0]}/{key[1]}", self.api.apply_endpoint_slice(body))
-        for key in sorted(set(current) - set(wanted)):
-            await per_object(f"EndpointSlice {key[0]}/{key[1]}", self.api.delete_endpoint_slice(*key))
-        uids = {s.uid for s in services}
-        self.warned = {uid: problem for uid, problem in self.warned.items() if uid in uids}
+                kept |= set(held)
+                self.touched.add(namespace)
+        for name, body in wanted.items():
+            if name not in current or not same_slice(current[name], body):
+                write = self.api.apply_endpoint_slice(body)
+                if not await per_object(f"EndpointSlice {namespace}/{name}", write):
+                    self.touched.add(namespace)
+        for name in sorted(set(current) - set(wanted) - kept):
+            delete = self.api.delete_endpoint_slice(namespace, name)
+            if not await per_object(f"EndpointSlice {namespace}/{name}", delete):
+                self.touched.add(namespace)
 
     async def _slices_of(
         self,
         service: NetworkService,
         claims: dict[str, dict[str, Claim]],
         published: PublishedAddresses,
-        held: Mapping[str, dict[str, Any]],
+        held: Mapping[str, HeldSlice],
     ) -> dict[str, dict[str, Any]]:
         problem = service.refusal
         pods: list[Pod] = []
@@ -396,8 +463,3 @@ def _contested(
         f"addresses on network {service.network} that claims of other namespaces report too are published "
         f"for none of them: {shown}"
     )
-
-
-def _of_service(body: dict[str, Any], namespace: str, name: str) -> bool:
-    meta = body.get("metadata") or {}
-    return meta.get("namespace") == namespace and (meta.get("labels") or {}).get(SLICE_SERVICE_NAME) == name

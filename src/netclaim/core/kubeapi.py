@@ -248,14 +248,8 @@ class PoolParamsApi(Protocol):
 
 
 class NetworkServicesApi(Protocol):
-    """The controller's: Services labelled with a netclaim network and the EndpointSlices it keeps for
-    them (the pods and claims they resolve to are the informers')."""
-
-    async def list_network_services(self) -> list[dict[str, Any]]:
-        """Every Service labelled netclaim.dev/network, as the API has it."""
-
-    async def list_network_slices(self, manager: str) -> list[dict[str, Any]]:
-        """Every EndpointSlice managed by `manager`, as the API has it."""
+    """The controller's writes for the Services labelled with a netclaim network: the EndpointSlices it
+    keeps for them and Events on them (what it reads of them, as of pods and claims, is the informers')."""
 
     async def apply_endpoint_slice(self, body: dict[str, Any]) -> None:
         """Write the slice as `body` says (server-side apply, taking every field: the controller owns it)."""
@@ -267,12 +261,6 @@ class NetworkServicesApi(Protocol):
         self, namespace: str, service: str, service_uid: str, reason: str, message: str
     ) -> None:
         """A Warning Event on the Service."""
-
-    def service_changes(self) -> AsyncIterator[str]:
-        """The namespace of each network Service's change, as it happens."""
-
-    def slice_changes_by(self, manager: str) -> AsyncIterator[str]:
-        """The namespace of each change of a slice managed by `manager` (by hand, too), as it happens."""
 
 
 class PolicyRulesApi(Protocol):

@@ -6,22 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 from lightkube.models.core_v1 import ObjectReference
 
 from netclaim.adapters.kube.connection import (
     ENDPOINT_SLICES,
-    SERVICES,
     KubeConnection,
     raise_for_status,
-    selector,
     translated,
 )
 from netclaim.core.kubeapi import NetworkServicesApi
-from netclaim.core.names import NETWORK, SLICE_MANAGED_BY
-from netclaim.core.objects import as_object
 from netclaim.errors import GoneError
 
 APPLY = "application/apply-patch+yaml"  # JSON is YAML: the API server takes either
@@ -30,17 +25,6 @@ APPLY = "application/apply-patch+yaml"  # JSON is YAML: the API server takes eit
 class KubeServices(NetworkServicesApi):
     def __init__(self, kube: KubeConnection) -> None:
         self.kube = kube
-
-    async def _items(self, what: str, path: str, labels: str) -> list[dict[str, Any]]:
-        found = as_object(await self.kube.read(what, path, {"labelSelector": labels}))
-        return [as_object(item) for item in found.get("items") or []]
-
-    async def list_network_services(self) -> list[dict[str, Any]]:
-        return await self._items("Services over netclaim networks", SERVICES.path(), NETWORK)
-
-    async def list_network_slices(self, manager: str) -> list[dict[str, Any]]:
-        labels = selector({SLICE_MANAGED_BY: manager})
-        return await self._items(f"EndpointSlices of {manager}", ENDPOINT_SLICES.path(), labels)
 
     async def apply_endpoint_slice(self, body: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -66,14 +50,3 @@ class KubeServices(NetworkServicesApi):
             kind="Service", apiVersion="v1", name=service, namespace=namespace, uid=service_uid
         )
         await self.kube.create_event(involved, reason, message)
-
-    async def _namespaces(self, what: str, path: str, labels: str | None = None) -> AsyncIterator[str]:
-        async for _, found in self.kube.watch(what, path, labels=labels, metadata_only=True):
-            yield str(as_object(found.get("metadata")).get("namespace") or "")
-
-    def service_changes(self) -> AsyncIterator[str]:
-        return self._namespaces("watch of Services over netclaim networks", SERVICES.path(), NETWORK)
-
-    def slice_changes_by(self, manager: str) -> AsyncIterator[str]:
-        labels = selector({SLICE_MANAGED_BY: manager})
-        return self._namespaces(f"watch of EndpointSlices of {manager}", ENDPOINT_SLICES.path(), labels)

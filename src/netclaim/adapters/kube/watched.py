@@ -11,9 +11,19 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, TypeVar
 
-from netclaim.adapters.kube.connection import CONFIG_MAPS, NAMESPACES, PODS, POLICIES, Kind, KubeConnection
+from netclaim.adapters.kube.connection import (
+    CONFIG_MAPS,
+    ENDPOINT_SLICES,
+    NAMESPACES,
+    PODS,
+    POLICIES,
+    SERVICES,
+    Kind,
+    KubeConnection,
+    selector,
+)
 from netclaim.core.kubeapi import Listed, Watched
-from netclaim.core.names import POLICY_RULES_LABEL
+from netclaim.core.names import NETWORK, POLICY_RULES_LABEL, SLICE_MANAGED_BY
 from netclaim.core.objects import NamespaceLabels, Pod, as_object
 from netclaim.core.policy.distribution import RulesMap
 from netclaim.core.policy.rules import PolicySource
@@ -120,6 +130,18 @@ def rules_maps(kube: KubeConnection, namespace: str) -> KubeWatched[RulesMap]:
     """The rules ConfigMaps in the controller's namespace, each kept as its label and the digest of its
     rules: what tells the controller what is written, without holding it."""
     return KubeWatched(kube, CONFIG_MAPS, RulesMap.from_api, namespace=namespace, labels=POLICY_RULES_LABEL)
+
+
+def network_services(kube: KubeConnection, project: Callable[[dict[str, Any]], P]) -> KubeWatched[P]:
+    """The Services labelled with a netclaim network (one that loses the label is told as deleted)."""
+    return KubeWatched(kube, SERVICES, project, labels=NETWORK)
+
+
+def endpoint_slices(
+    kube: KubeConnection, manager: str, project: Callable[[dict[str, Any]], P]
+) -> KubeWatched[P]:
+    """The EndpointSlices `manager` manages, every namespace's."""
+    return KubeWatched(kube, ENDPOINT_SLICES, project, labels=selector({SLICE_MANAGED_BY: manager}))
 
 
 def pods(kube: KubeConnection) -> KubeWatched[Pod]:
