@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -195,6 +196,34 @@ async def test_after_each_pass_the_controller_rests_four_times_as_long_as_it_too
     started = time.monotonic()
     await paced_pass(trigger, slow_pass)
     assert time.monotonic() - started >= 0.2 * (1 + REST_FACTOR)
+
+
+async def test_a_pass_over_what_changed_rests_at_most_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large change (1,000 policies at once: a 10 s pass) held every small change after it back 40 s."""
+    from netclaim.runtime import trigger as triggers
+
+    rests: list[float] = []
+    clock = [0.0]
+    real_sleep = asyncio.sleep
+
+    async def recorded(seconds: float) -> None:
+        rests.append(seconds)
+        await real_sleep(0)
+
+    def monotonic() -> float:
+        return clock[0]
+
+    async def long_pass() -> None:
+        clock[0] += 10.0
+
+    monkeypatch.setattr(asyncio, "sleep", recorded)
+    monkeypatch.setattr(time, "monotonic", monotonic)
+    for most, rested in ((math.inf, 10.0 * REST_FACTOR), (triggers.CHANGES_REST, triggers.CHANGES_REST)):
+        trigger = Trigger(settle=0)
+        trigger.fire()
+        rests.clear()
+        await paced_pass(trigger, long_pass, most)
+        assert rests[-1] == rested
 
 
 async def test_a_failed_pass_leaves_the_trigger_fired_for_the_next() -> None:

@@ -57,7 +57,15 @@ from netclaim.core.policy.rules import PolicySource
 from netclaim.runtime.election import Election
 from netclaim.runtime.stopping import stopping_on_signals
 from netclaim.runtime.supervisor import Supervisor
-from netclaim.runtime.trigger import PassClock, Trigger, always, fire_on_changes, paced_pass, periodic
+from netclaim.runtime.trigger import (
+    CHANGES_REST,
+    PassClock,
+    Trigger,
+    always,
+    fire_on_changes,
+    paced_pass,
+    periodic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +279,7 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
             paced_pass,
             endpoints_trigger,
             endpoints_clock.timed(partial(synced_first, endpoints.reconcile, network_services, held_slices)),
+            CHANGES_REST,
         ),
     )
     supervisor.keep("services-informer", network_services.run)
@@ -281,6 +290,7 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
             paced_pass,
             policies_trigger,
             policies_clock.timed(partial(synced_first, policies.reconcile, policy_sources, rules_maps)),
+            CHANGES_REST,
         ),
     )
     supervisor.keep("multinetworkpolicies-informer", policy_sources.run)

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from netclaim.core.ipam.published import PublishedAddresses
@@ -33,6 +33,7 @@ from netclaim.errors import per_object
 from netclaim.runtime import metrics
 
 log = logging.getLogger(__name__)
+WRITES_AT_ONCE = 8
 
 
 @dataclass
@@ -111,23 +112,30 @@ class PolicyReconciler:
         return self.compiled.made_again(compiled, again)
 
     async def _write(self, compiled: Compiled) -> None:
-        """Each ConfigMap made that differs from what is there, and each part of a label made that is no
-        longer wanted deleted (every one not made, after a full compile)."""
+        """Each ConfigMap made that differs from what is there, and then each part of a label made that is
+        no longer wanted deleted (every one not made, after a full compile): WRITES_AT_ONCE at a time, so
+        a change touching many nodes costs about one round trip per WRITES_AT_ONCE of them."""
         present = {**self.present(), **self.written}
+        applies: list[tuple[RulesMap, Awaitable[None]]] = []
         for name, (label, data) in sorted(compiled.maps.items()):
             made = RulesMap(name, label, digest(data))
             if present.get(name) == made:
                 self.written[name] = made
-                continue
-            if await per_object(f"ConfigMap {name}", self.api.apply_rules_map(name, label, data)):
-                self.written[name] = made
             else:
-                self.again.add(label)
-        for name, found in sorted(present.items()):
-            if name in compiled.maps or not (compiled.full or found.label in compiled.labels):
-                continue
-            if await per_object(f"ConfigMap {name}", self.api.delete_rules_map(name)):
-                self.written.pop(name, None)
+                applies.append((made, self.api.apply_rules_map(name, label, data)))
+        for made, written in zip((made for made, _ in applies), await _at_once(applies), strict=True):
+            if written:
+                self.written[made.name] = made
+            else:
+                self.again.add(made.label)
+        deletes = [
+            (found, self.api.delete_rules_map(name))
+            for name, found in sorted(present.items())
+            if name not in compiled.maps and (compiled.full or found.label in compiled.labels)
+        ]
+        for found, deleted in zip((found for found, _ in deletes), await _at_once(deletes), strict=True):
+            if deleted:
+                self.written.pop(found.name, None)
             else:
                 self.again.add(found.label)
 
@@ -188,3 +196,14 @@ class PolicyReconciler:
                     policy.namespace, policy.name, policy.uid, reason, message
                 )
                 await per_object(f"event on MultiNetworkPolicy {where}", event)
+
+
+async def _at_once(writes: Sequence[tuple[RulesMap, Awaitable[None]]]) -> list[bool]:
+    """Each write's success, WRITES_AT_ONCE running at a time."""
+    limit = asyncio.Semaphore(WRITES_AT_ONCE)
+
+    async def one(about: RulesMap, write: Awaitable[None]) -> bool:
+        async with limit:
+            return await per_object(f"ConfigMap {about.name}", write)
+
+    return list(await asyncio.gather(*(one(about, write) for about, write in writes)))

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 REST_FACTOR = 4.0  # after a paced pass, rest this many times its duration
+CHANGES_REST = 0.5  # the most a pass over what changed rests: seconds
 
 
 class Trigger:
@@ -64,9 +65,14 @@ class PassClock:
         return self.started >= moment
 
 
-async def paced_pass(trigger: Trigger, one_pass: Callable[[], Awaitable[None]]) -> None:
-    """One pass once triggered, then a rest of REST_FACTOR times its duration. A pass that fails leaves
-    the trigger fired: the next one (after the supervisor's backoff) does not wait for another change."""
+async def paced_pass(
+    trigger: Trigger, one_pass: Callable[[], Awaitable[None]], most_rest: float = math.inf
+) -> None:
+    """One pass once triggered, then a rest of REST_FACTOR times its duration, at most `most_rest`
+    seconds: a pass whose work is the cluster's rests in full, so it never takes more than its share; one
+    whose work is what changed (netclaim.core.policy.compiled) rests little, or a large change would hold
+    back the small ones after it. A pass that fails leaves the trigger fired: the next one (after the
+    supervisor's backoff) does not wait for another change."""
     await trigger.wait()
     started = time.monotonic()
     try:
@@ -74,7 +80,7 @@ async def paced_pass(trigger: Trigger, one_pass: Callable[[], Awaitable[None]]) 
     except BaseException:
         trigger.fire()
         raise
-    await asyncio.sleep(REST_FACTOR * (time.monotonic() - started))
+    await asyncio.sleep(min(most_rest, REST_FACTOR * (time.monotonic() - started)))
 
 
 async def fire_on_changes(
