@@ -587,7 +587,7 @@ class NamespaceLabels:
         return cls(str(meta.get("name") or ""), {str(k): str(v) for k, v in labels.items()})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodClaim:
     """One of the pod's claims (an entry of spec.resourceClaims)."""
 
@@ -608,7 +608,7 @@ def _extended_claim(status: dict[str, Any]) -> tuple[PodClaim, ...]:
     return (PodClaim(EXTENDED_RESOURCES, str(made)),) if made else ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodCondition:
     type: str
     status: str
@@ -616,7 +616,7 @@ class PodCondition:
     message: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pod:
     """A Pod as netclaim reads it: who and where it is, its claims, and what keeps it off a node."""
 
@@ -641,9 +641,25 @@ class Pod:
     def compact(self) -> Pod:
         """What the controller keeps of a pod in memory: who and where it is, its claims, labels, named
         ports and readiness; not what only scheduling reads."""
-        ready = tuple(c for c in self.conditions if c.type == "Ready")
+        ready = tuple(
+            PodCondition(sys.intern(c.type), sys.intern(c.status), sys.intern(c.reason), c.message)
+            for c in self.conditions
+            if c.type == "Ready"
+        )
+        # the strings most pods repeat (namespace, node, phase, label keys and values, claim names in the
+        # pod) held once: a watch decodes a new one for each, half a compact pod
         return replace(
-            self, annotations={}, conditions=ready, node_selector={}, tolerations=(), required_affinity=None
+            self,
+            namespace=sys.intern(self.namespace),
+            node=sys.intern(self.node),
+            phase=sys.intern(self.phase),
+            claims=tuple(replace(c, name=sys.intern(c.name)) for c in self.claims),
+            labels={sys.intern(k): sys.intern(v) for k, v in self.labels.items()},
+            annotations={},
+            conditions=ready,
+            node_selector={},
+            tolerations=(),
+            required_affinity=None,
         )
 
     @classmethod
