@@ -140,7 +140,8 @@ def test_a_claims_addresses_on_a_network_are_ours_ready_and_routable() -> None:
     }
     kept = claim.compact(SAMPLE_DRIVER)  # what the controller keeps in memory reads the same
     assert kept.network_addresses(SAMPLE_DRIVER) == claim.network_addresses(SAMPLE_DRIVER)
-    assert len(kept.devices_status) == 3 and kept.configs == () and kept.reserved_for == claim.reserved_for
+    assert kept.devices_status == () and kept.configs == () and kept.reserved_for == claim.reserved_for
+    assert kept.network_addresses("gpu.example.com") == {}  # only the driver's addresses are kept
 
 
 def test_each_selected_pod_is_one_endpoint_per_family_ready_as_the_pod_and_its_interface() -> None:
