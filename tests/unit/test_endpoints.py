@@ -475,3 +475,24 @@ async def test_a_pass_makes_only_the_namespaces_it_was_told_of_and_a_resync_all(
     await reconciler.once()
     assert set(read[2:]) == {"team-a", "team-b"}
     assert [ready for _, ready in _addresses(api, "db-netclaim-ipv4")] == [False]
+
+
+async def test_an_address_another_namespace_starts_or_stops_reporting_remakes_every_namespace() -> None:
+    """Whether an address is published depends on other namespaces' claims: a namespace without any
+    Service reporting team-a's address takes it out of team-a's slices at the next pass, however told."""
+    api = FakeServices(
+        services=[_service()],
+        pods=[_pod("a")],
+        labels={"a": {"app": "db"}},
+        claims=[_claim("a", _entry(["10.1.0.1/24"]))],
+    )
+    reconciler = _reconciler(api)
+    await reconciler.once()
+    assert _addresses(api, "db-netclaim-ipv4") == [("10.1.0.1", True)]
+    thief = replace(_claim("x", _entry(["10.1.0.1/24"])), namespace="team-b")
+    api.claims.append(thief)
+    await reconciler.once()  # told of no namespace: team-b has no Service
+    assert ("team-a", "db-netclaim-ipv4") not in api.slices
+    api.claims.remove(thief)
+    await reconciler.once()
+    assert _addresses(api, "db-netclaim-ipv4") == [("10.1.0.1", True)]

@@ -26,7 +26,7 @@ from netclaim.adapters.kube.connection import KubeConnection
 from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.core import objects
 from netclaim.core.objects import Claim, IPAllocation, item_spans, read_json, read_list
-from netclaim.errors import ApiUnavailableError, ConfigError, GoneError
+from netclaim.errors import ApiUnavailableError, ConfigError, GoneError, NotServedError
 from netclaim.runtime.metrics import REGISTRY
 from tests.unit.fakes import KUBECONFIG, FakeApiServer, api_status
 
@@ -672,3 +672,32 @@ async def test_an_ipallocation_event_that_cannot_be_read_is_left_out_as_a_list_l
         kind, allocation = await anext(watch)
     assert (kind, allocation.name, allocation.address) == ("ADDED", "lan-10-10-3-7", "10.10.3.7/24")
     assert server.requests[0].url.params["resourceVersion"] == "20"
+
+
+async def test_policies_never_served_are_none_and_once_served_a_404_keeps_what_is_held(
+    kube: KubeConnection, server: FakeApiServer
+) -> None:
+    """No MultiNetworkPolicy CRD: no policies. Once the kind was served, a 404 (the CRD being replaced,
+    an API server starting) fails the list instead of telling every policy gone, which would have opened
+    every isolated pod."""
+    from netclaim.adapters.kube import watched
+
+    path = "/apis/k8s.cni.cncf.io/v1beta1/multi-networkpolicies"
+    source = watched.network_policies(kube)
+    server.answers[path] = (404, api_status(404, "the server could not find the requested resource"))
+    assert (await source.listed()).items == []
+    policy = {
+        "metadata": {
+            "namespace": "team-a",
+            "name": "p",
+            "resourceVersion": "4",
+            "annotations": {"k8s.v1.cni.cncf.io/policy-for": "netclaim.dev/lan3"},
+        },
+        "spec": {"podSelector": {}},
+    }
+    server.answers[path] = (200, _listing(json.dumps(policy)))
+    [found] = (await source.listed()).items
+    assert (found.name, found.networks, found.spec) == ("p", ("lan3",), '{"podSelector":{}}')
+    server.answers[path] = (404, api_status(404, "the server could not find the requested resource"))
+    with pytest.raises(NotServedError):
+        await source.listed()

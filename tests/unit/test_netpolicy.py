@@ -21,7 +21,7 @@ from netclaim.core.policy.rules import (
     pod_rules,
 )
 from netclaim.core.policy.spec import netclaim_networks, read_policy_spec
-from netclaim.errors import ApiRejectedError, ConfigError
+from netclaim.errors import ApiRejectedError, ApiUnavailableError, ConfigError
 
 
 def _pod(
@@ -554,3 +554,25 @@ async def test_a_rules_map_unwritten_or_changed_by_another_is_made_again_alone()
     assert not reconciler.changed_by_another(None, gone)  # what this term wrote, told back: not another's
     await reconciler.once()
     assert len(writes) == 3 and list(api.maps) == ["netclaim-policy-guards"]
+
+
+async def test_a_pass_the_api_fails_leaves_the_next_to_compile_compare_and_tell_everything() -> None:
+    """A pass ended by an API that cannot serve wrote part of what it compiled: the next pass is a full
+    one that compares with what is there (not with what this term meant to write)."""
+    api = FakePolicies([_object("fine", DENY_INGRESS)], {"lan3"})
+    apply = api.apply_rules_map
+    down = [True]
+
+    async def unavailable(name: str, label: str, data: dict[str, str]) -> None:
+        if down[0]:
+            raise ApiUnavailableError("the API server did not answer")
+        await apply(name, label, data)
+
+    api.apply_rules_map = unavailable  # type: ignore[method-assign]
+    reconciler = _reconciler(api)
+    with pytest.raises(ApiUnavailableError):
+        await reconciler.once()
+    assert api.maps == {} and reconciler.written == {} and reconciler.parsed == {}
+    down[0] = False
+    await reconciler.once()
+    assert list(api.maps) == ["netclaim-policy-guards"]

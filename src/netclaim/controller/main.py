@@ -187,10 +187,12 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
         health.set("serving", True)
 
     def claim_served(claim: Claim) -> bool:
-        """A claim's change matters to the slices of its namespace, if it has network Services."""
-        if not serves(claim.namespace):
+        """A claim's change matters to the slices of its namespace, if it has network Services, and to any
+        namespace's if it makes an address reported by two namespaces (or no longer): the pass compares."""
+        if not endpoints.namespaces:
             return False
-        endpoints.touch(claim.namespace)
+        if serves(claim.namespace):
+            endpoints.touch(claim.namespace)
         return True
 
     def serving(_: object) -> bool:
@@ -246,7 +248,16 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
     pools = (trigger, partial(concerns_pools, driver=settings.driver_name))
     supervisor = Supervisor()
     supervisor.keep("reconcile", partial(paced_pass, trigger, reconciled))
-    supervisor.keep("ippools-watch", partial(fire_on_changes, addresses.ippool_changes, (trigger, always)))
+    supervisor.keep(
+        "ippools-watch",
+        partial(
+            fire_on_changes,
+            addresses.ippool_changes,
+            (trigger, always),
+            (endpoints_trigger, serving),  # which addresses are a pool's: what may be published
+            (policies_trigger, policed),
+        ),
+    )
     allocation_changes = partial(
         reconciler.allocations_seen.follow, addresses.listed_ip_allocations, addresses.ip_allocation_changes
     )

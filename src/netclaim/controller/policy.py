@@ -66,6 +66,15 @@ class PolicyReconciler:
         await metrics.counted_pass(metrics.POLICY_PASSES, self.once, metrics.POLICY_PASS_SECONDS)
 
     async def once(self) -> None:
+        try:
+            await self._once()
+        except BaseException:
+            # what this pass compiled may not be written, and the policies it parsed not told: the next
+            # pass compiles everything, compares it with what the informer says is there, tells everything
+            self.last_full, self.parsed, self.written = -math.inf, {}, {}
+            raise
+
+    async def _once(self) -> None:
         sources = [source for source in self.policies() if source.networks]
         policies, read = await asyncio.to_thread(self._read, sources)
         self.namespaces_with_policies = {p.namespace for p in policies}
@@ -114,29 +123,28 @@ class PolicyReconciler:
     async def _write(self, compiled: Compiled) -> None:
         """Each ConfigMap made that differs from what is there, and then each part of a label made that is
         no longer wanted deleted (every one not made, after a full compile): WRITES_AT_ONCE at a time, so
-        a change touching many nodes costs about one round trip per WRITES_AT_ONCE of them."""
+        a change touching many nodes costs about one round trip per WRITES_AT_ONCE of them. What is
+        written is recorded before the write is sent: its own watch event may come before its answer, and
+        must not read as another writer's."""
         present = {**self.present(), **self.written}
         applies: list[tuple[RulesMap, Awaitable[None]]] = []
         for name, (label, data) in sorted(compiled.maps.items()):
-            made = RulesMap(name, label, digest(data))
-            if present.get(name) == made:
-                self.written[name] = made
-            else:
+            made = self.written[name] = RulesMap(name, label, digest(data))
+            if present.get(name) != made:
                 applies.append((made, self.api.apply_rules_map(name, label, data)))
         for made, written in zip((made for made, _ in applies), await _at_once(applies), strict=True):
-            if written:
-                self.written[made.name] = made
-            else:
+            if not written:
+                self.written.pop(made.name, None)  # what is there: the informer's to tell
                 self.again.add(made.label)
         deletes = [
             (found, self.api.delete_rules_map(name))
             for name, found in sorted(present.items())
             if name not in compiled.maps and (compiled.full or found.label in compiled.labels)
         ]
+        for found, _ in deletes:
+            self.written.pop(found.name, None)
         for found, deleted in zip((found for found, _ in deletes), await _at_once(deletes), strict=True):
-            if deleted:
-                self.written.pop(found.name, None)
-            else:
+            if not deleted:
                 self.again.add(found.label)
 
     def _read(self, sources: list[PolicySource]) -> tuple[list[PolicyObject], list[PolicyObject]]:

@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from netclaim.core.ipam.published import PublishedAddresses
+from netclaim.core.ipam.published import Contested, PublishedAddresses
 from netclaim.core.kubeapi import NetworkServicesApi
 from netclaim.core.names import DRIVER_DOMAIN, NETWORK, SLICE_MANAGED_BY, SLICE_SERVICE_NAME
 from netclaim.core.objects import Claim, Pod
@@ -296,14 +296,16 @@ def same_slice(current: HeldSlice, wanted: dict[str, Any]) -> bool:
 
 
 def _endpoints_key(found: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Every endpoint's fields we write, comparable whatever a slice written by hand holds."""
     return sorted(
         (
-            tuple(e.get("addresses") or ()),
-            tuple(sorted((e.get("conditions") or {}).items())),
-            e.get("nodeName"),
-            (e.get("targetRef") or {}).get("uid"),
+            tuple(str(a) for a in e.get("addresses") or ()),
+            tuple(sorted((str(k), str(v)) for k, v in (e.get("conditions") or {}).items())),
+            str(e.get("nodeName") or ""),
+            str((e.get("targetRef") or {}).get("uid") or ""),
         )
         for e in found
+        if isinstance(e, dict)
     )
 
 
@@ -314,8 +316,9 @@ def _port_key(port: dict[str, Any]) -> tuple[Any, ...]:
 @dataclass
 class EndpointsReconciler:
     """A pass makes the slices of the network Services of each namespace it was told of (a pod, claim,
-    Service or slice of ours changed there; every namespace after an address was given or freed, and at
-    each resync) what its pods' claims say: work per namespace touched, not per Service of the cluster.
+    Service or slice of ours changed there; every namespace after an address was given or freed, an
+    IPPool changed, or the addresses more than one namespace reports changed, and every 10 minutes) what
+    its pods' claims say: work per namespace touched, not per Service of the cluster.
     One Service never fails a pass: what fails about it is logged (and, when it is the Service's to fix,
     an Event on it) and its namespace made again next pass; only an API that cannot serve ends a pass
     early (then every namespace is made again)."""
@@ -335,6 +338,7 @@ class EndpointsReconciler:
     touched: set[str] = field(default_factory=set)  # namespaces to make again
     everywhere: bool = True  # every served namespace to make again
     last_everywhere: float = -math.inf
+    contested: tuple[Contested, ...] = ()  # the addresses more than one namespace reported, at the last
 
     @property
     def namespaces(self) -> set[str]:
@@ -353,25 +357,32 @@ class EndpointsReconciler:
 
     async def once(self) -> None:
         served = self.served()
+        if not served:
+            return
+        published = await self.published()
         started = time.monotonic()
-        everywhere = self.everywhere or started - self.last_everywhere >= self.everything_seconds
+        everywhere = (
+            self.everywhere
+            or started - self.last_everywhere >= self.everything_seconds
+            # an address two namespaces report, or no longer do: whichever namespace's Services list it
+            or published.contested != self.contested
+        )
         namespaces = served if everywhere else self.touched & served
         self.touched, self.everywhere = set(), False
-        if everywhere:
-            self.last_everywhere = started
         try:
-            await self._make(sorted(namespaces))
+            await self._make(sorted(namespaces), published)
             if everywhere:
                 alive = {s.uid for namespace in served for s in self.services(namespace)}
                 self.warned = {uid: problem for uid, problem in self.warned.items() if uid in alive}
+                self.last_everywhere, self.contested = started, published.contested
         except BaseException:
             self.touched |= namespaces  # the API failed: made again, whatever this pass had done
+            self.everywhere = self.everywhere or everywhere
             raise
 
-    async def _make(self, namespaces: list[str]) -> None:
+    async def _make(self, namespaces: list[str], published: PublishedAddresses) -> None:
         if not namespaces:
             return
-        published = await self.published()
         claims: dict[str, dict[str, Claim]] = {namespace: {} for namespace in namespaces}
         for claim in await self.claims():
             if claim.namespace in claims:

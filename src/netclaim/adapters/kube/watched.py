@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 P = TypeVar("P")
 PAGE = 500
 NOT_SERVED = "not-served"  # a list's version when the kind is not served
-NOT_SERVED_RETRY_SECONDS = 300.0
+NOT_SERVED_RETRY_SECONDS = 30.0
 
 
 class KubeWatched(Watched[P], Generic[P]):
@@ -56,6 +56,7 @@ class KubeWatched(Watched[P], Generic[P]):
         self.fields = fields
         self.labels = labels
         self.optional = optional  # a kind whose CRD may be absent: then none of it, looked for again later
+        self.served = False
         self.metadata_only = metadata_only
         self.what = kind.plural
 
@@ -75,12 +76,17 @@ class KubeWatched(Watched[P], Generic[P]):
             return None
 
     async def listed(self) -> Listed[P]:
+        """Every object; for an optional kind the cluster has never served here, none. One served before
+        and not now (a CRD being replaced, an API server starting) fails the list instead: what is kept
+        stays, and is acted on, until it is served again."""
         try:
-            return await self._listed()
+            found = await self._listed()
         except NotServedError:
-            if not self.optional:
+            if not self.optional or self.served:
                 raise
             return Listed([], NOT_SERVED)
+        self.served = True
+        return found
 
     async def _listed(self) -> Listed[P]:
         items: list[P] = []
