@@ -302,6 +302,16 @@ class FakeServices:
         self.events.append((service, message))
 
 
+def _one_backend() -> FakeServices:
+    """Service db over lan1 and its one backend, pod a at 10.1.0.1."""
+    return FakeServices(
+        services=[_service()],
+        pods=[_pod("a")],
+        labels={"a": {"app": "db"}},
+        claims=[_claim("a", _entry(["10.1.0.1/24"]))],
+    )
+
+
 def _reconciler(api: FakeServices) -> EndpointsReconciler:
     return EndpointsReconciler(
         api,
@@ -354,12 +364,7 @@ async def test_a_pass_writes_what_changed_and_deletes_what_no_service_wants() ->
 
 
 async def test_a_service_served_wrongly_loses_its_slices_and_is_told_once() -> None:
-    api = FakeServices(
-        services=[_service()],
-        pods=[_pod("a")],
-        labels={"a": {"app": "db"}},
-        claims=[_claim("a", _entry(["10.1.0.1/24"]))],
-    )
+    api = _one_backend()
     reconciler = _reconciler(api)
     await _everywhere(reconciler)
     assert list(api.slices) == [("team-a", "db-netclaim-ipv4")]
@@ -480,12 +485,7 @@ async def test_a_pass_makes_only_the_namespaces_it_was_told_of_and_a_resync_all(
 async def test_an_address_another_namespace_starts_or_stops_reporting_remakes_every_namespace() -> None:
     """Whether an address is published depends on other namespaces' claims: a namespace without any
     Service reporting team-a's address takes it out of team-a's slices at the next pass, however told."""
-    api = FakeServices(
-        services=[_service()],
-        pods=[_pod("a")],
-        labels={"a": {"app": "db"}},
-        claims=[_claim("a", _entry(["10.1.0.1/24"]))],
-    )
+    api = _one_backend()
     reconciler = _reconciler(api)
     await reconciler.once()
     assert _addresses(api, "db-netclaim-ipv4") == [("10.1.0.1", True)]

@@ -284,28 +284,26 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
     supervisor.keep("resync", partial(periodic, trigger, settings.resync_seconds))
     supervisor.keep("pods-informer", pods.run)
     supervisor.keep("namespaces-informer", namespaces.run)
-    supervisor.keep(
-        "endpoints",
-        partial(
-            paced_pass,
-            endpoints_trigger,
-            endpoints_clock.timed(partial(synced_first, endpoints.reconcile, network_services, held_slices)),
-            CHANGES_REST,
-        ),
+
+    def keep_changes_pass(
+        name: str,
+        pass_trigger: Trigger,
+        clock: PassClock,
+        reconcile: Callable[[], Awaitable[None]],
+        *informers: Informer[Any],
+    ) -> None:
+        """A pass over what changed, once its informers and the shared ones are synced, and its informers."""
+        timed = clock.timed(partial(synced_first, reconcile, *informers))
+        supervisor.keep(name, partial(paced_pass, pass_trigger, timed, CHANGES_REST))
+        for informer in informers:
+            supervisor.keep(f"{informer.kind}-informer", informer.run)
+
+    keep_changes_pass(
+        "endpoints", endpoints_trigger, endpoints_clock, endpoints.reconcile, network_services, held_slices
     )
-    supervisor.keep("services-informer", network_services.run)
-    supervisor.keep("endpointslices-informer", held_slices.run)
-    supervisor.keep(
-        "policies",
-        partial(
-            paced_pass,
-            policies_trigger,
-            policies_clock.timed(partial(synced_first, policies.reconcile, policy_sources, rules_maps)),
-            CHANGES_REST,
-        ),
+    keep_changes_pass(
+        "policies", policies_trigger, policies_clock, policies.reconcile, policy_sources, rules_maps
     )
-    supervisor.keep("multinetworkpolicies-informer", policy_sources.run)
-    supervisor.keep("rulesmaps-informer", rules_maps.run)
     supervisor.keep("policies-resync", partial(periodic, policies_trigger, settings.resync_seconds))
     supervisor.keep("endpoints-resync", partial(periodic, endpoints_trigger, settings.resync_seconds))
     try:
