@@ -284,12 +284,12 @@ class FakeKubeApi(
             raise ConflictError(f"IPAllocation {allocation.name}: Precondition failed: UID")
         del self.allocations[allocation.name]
 
-    async def list_claims(self) -> list[Claim]:
+    async def list_claims(self, driver: str | None = None) -> list[Claim]:
         self._call("list_claims")
-        return list(self.claims.values())
+        return [c.compact(driver) if driver else c for c in self.claims.values()]
 
-    async def listed_claims(self) -> Listed[Claim]:
-        return Listed(await self.list_claims(), "1")
+    async def listed_claims(self, driver: str | None = None) -> Listed[Claim]:
+        return Listed(await self.list_claims(driver), "1")
 
     async def unschedulable_pods(self) -> list[Pod]:
         self._call("unschedulable_pods")
@@ -857,6 +857,8 @@ class FakeApiServer:
     every request made."""
 
     answers: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # a list answered in pages: the page the request's continue token numbers (the first without one)
+    pages: dict[str, list[str]] = field(default_factory=dict)
     streams: list[str] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     requests: list[httpx.Request] = field(default_factory=list)
@@ -872,6 +874,9 @@ class FakeApiServer:
             return httpx.Response(201, content=request.content, headers=headers)
         if request.url.params.get("watch") == "true":
             return httpx.Response(200, content=self.streams.pop(0).encode(), headers=headers)
+        if request.method == "GET" and request.url.path in self.pages:
+            page = self.pages[request.url.path][int(request.url.params.get("continue") or 0)]
+            return httpx.Response(200, content=page.encode(), headers=headers)
         if request.method in ("PATCH", "POST") and request.url.path not in self.answers:
             return httpx.Response(200, content=request.content, headers=headers)
         status, body = self.answers.get(request.url.path, (404, api_status(404, "not found", name="x")))

@@ -30,7 +30,7 @@ READY = [{"type": "Ready", "status": "True", "reason": "InterfaceAttached"}]
 
 def _published(claims: dict[str, Claim] | list[Claim], *allocations: IPAllocation) -> PublishedAddresses:
     found = list(claims.values()) if isinstance(claims, dict) else claims
-    return PublishedAddresses(found, allocations, (), SAMPLE_DRIVER)
+    return PublishedAddresses.of_claims(found, allocations, (), SAMPLE_DRIVER)
 
 
 def _publishing(api: FakeServices) -> Callable[[], Awaitable[PublishedAddresses]]:

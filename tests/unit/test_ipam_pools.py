@@ -499,10 +499,10 @@ class RetakenApi(FakeKubeApi):
 
     retaken: IPAllocation | None = None
 
-    async def list_claims(self) -> list[Claim]:
+    async def list_claims(self, driver: str | None = None) -> list[Claim]:
         if self.retaken is not None:
             self.allocations[self.retaken.name] = self.retaken
-        return await super().list_claims()
+        return await super().list_claims(driver)
 
 
 async def test_an_address_taken_again_meanwhile_is_never_freed() -> None:

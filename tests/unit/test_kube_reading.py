@@ -270,6 +270,44 @@ def test_what_is_not_a_list_of_items_is_refused_whole(data: bytes) -> None:
         read_list(data)
 
 
+def _page(following: str, *items: str) -> str:
+    meta = {"resourceVersion": "9"} | ({"continue": following} if following else {})
+    return '{"kind": "List", "metadata": ' + json.dumps(meta) + ', "items": [' + ",".join(items) + "]}"
+
+
+async def test_the_controllers_list_of_claims_is_read_page_by_page_each_claim_kept_compact(
+    claims: KubeClaims, server: FakeApiServer
+) -> None:
+    """A cluster's 50,000 claims were one answer, held whole with every claim decoded (hundreds of MiB that
+    the process then kept); now 500 at a time, each page's claims compacted before the next is read."""
+    server.pages[CLAIMS] = [
+        _page("1", _claim("a"), _claim("b")),
+        _page("2", _claim("deep", _nested(API_DEPTH))),
+        _page("", _claim("c")),
+    ]
+    listed = await claims.listed_claims("netclaim.dev")
+    assert ([c.name for c in listed.items], listed.version) == (["a", "b", "deep", "c"], "9")
+    assert all(c.configs == () and c.devices_status == () and c.addresses_of for c in listed.items)
+    sent = [r.url.params for r in server.requests if r.url.path == CLAIMS]
+    assert [(p.get("limit"), p.get("continue")) for p in sent] == [("500", None), ("500", "1"), ("500", "2")]
+
+
+def test_a_page_read_item_by_item_still_gives_its_version_and_continue_token() -> None:
+    digits = b'{"name": "digits", "n": ' + b"7" * 5000 + b"}"  # past Python's int limit: no parser reads it
+    meta = b'{"kind": "List", "metadata": {"resourceVersion": "9", "continue": "abc"}, '
+    found = read_list(meta + b'"items": [{"name": "a"}, ' + digits + b"]}")
+    assert (found.version, found.following, len(found.items), len(found.unread)) == ("9", "abc", 1, 1)
+    assert (read_list(b'{"items": [' + digits + b"]}").version, found.following) == (None, "abc")
+
+
+async def test_a_page_whose_metadata_cannot_be_read_fails_the_list_instead_of_cutting_it_short(
+    claims: KubeClaims, server: FakeApiServer
+) -> None:
+    server.pages[CLAIMS] = [_page("1", _claim("a")), '{"items": [' + _claim("b") + "]}"]
+    with pytest.raises(ApiUnavailableError, match="metadata of a page"):
+        await claims.listed_claims("netclaim.dev")
+
+
 async def test_a_claim_nested_as_deep_as_the_api_allows_does_not_fail_the_controllers_list(
     claims: KubeClaims, server: FakeApiServer
 ) -> None:

@@ -227,7 +227,7 @@ def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> N
 
     pods = [pod("db", "node-1", {"app": "db"}), pod("client", "node-2", {"role": "client"})]
     claims = [claim("db", "10.3.0.10"), claim("client", "10.3.0.20")]
-    facts = pod_facts(pods, claims, PublishedAddresses(claims, (), (), SAMPLE_DRIVER))
+    facts = pod_facts(pods, claims, PublishedAddresses.of_claims(claims, (), (), SAMPLE_DRIVER))
     assert facts[0].named_ports == {"pg": ("TCP", 5432)} and facts[0].addresses == {"lan3": ("10.3.0.10",)}
     spec = {
         **DENY_INGRESS,
@@ -311,7 +311,7 @@ def _reconciler(api: Any) -> Any:
 
 
 async def nothing_published() -> PublishedAddresses:
-    return PublishedAddresses((), (), (), "netclaim.dev")
+    return PublishedAddresses.of_claims((), (), (), "netclaim.dev")
 
 
 def _object(name: str, spec: Any, policy_for: str = "netclaim.dev/lan3") -> dict[str, Any]:

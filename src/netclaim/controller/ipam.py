@@ -6,14 +6,14 @@ IPPools, IPAllocations, ResourceClaims of the pools ──changes──▶ Trigg
     ─▶ the pools' status ─▶ a Warning Event on Pending pods whose pool is full
 
 A pass reads the claims and IPAllocations from memory (netclaim.controller.mirror: a list, then a watch from
-it) and lists them afresh only to decide what to free, or while a watch is being started again; IPPools are
-listed each pass (a handful). When a pass listed every claim and any claim change started one, at 5,000
-claims a pass cost the controller 1.2 CPU-seconds and kept the API server serving its lists, and back to
-back they held half a core of this 2-core machine while the scheduler placed 4.2 pods/s (make bench-scale,
-docs/scale.md). Now only changes of the pools' claims start one (concerns_pools), and after each pass
-the controller rests REST_FACTOR times as long as the pass took (netclaim.runtime.trigger.paced_pass):
-its share of its own core and of the API server stays under 1 / (1 + REST_FACTOR) whatever the cluster's
-size, while a small cluster's passes (milliseconds) still follow a change within a second.
+it), reads afresh only the claim of an address it would free, and lists only while a watch is being started
+again; IPPools are listed each pass (a handful). When a pass listed every claim and any claim change started
+one, at 5,000 claims a pass cost the controller 1.2 CPU-seconds and kept the API server serving its lists, and
+back to back they held half a core of this 2-core machine while the scheduler placed 4.2 pods/s (make bench-
+scale, docs/scale.md). Now only changes of the pools' claims start one (concerns_pools), and after each pass
+the controller rests REST_FACTOR times as long as the pass took (netclaim.runtime.trigger.paced_pass): its
+share of its own core and of the API server stays under 1 / (1 + REST_FACTOR) whatever the cluster's size,
+while a small cluster's passes (milliseconds) still follow a change within a second.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from netclaim.core.ipam.pools import (
     pool_use,
     read_pools,
 )
-from netclaim.core.ipam.published import PublishedAddresses
+from netclaim.core.ipam.published import AddressReports, PublishedAddresses
 from netclaim.core.kubeapi import ClusterClaimsApi, IPPoolsApi, PoolParamsApi, PoolSlicesApi
 from netclaim.core.objects import Claim, IPAllocation, condition
-from netclaim.errors import per_object
+from netclaim.errors import GoneError, per_object
 from netclaim.runtime import metrics
 
 log = logging.getLogger(__name__)
@@ -64,9 +64,11 @@ class Reconciler:
         self.pool_slices = pool_slices(slices, driver)
         self.warned: set[tuple[str, str]] = set()  # (pod UID, message) reported, of pods still waiting
         self.published: set[str] = set()  # pools with a free-claims gauge
+        # the addresses the claims seen report, kept as they change (what may be published)
+        self.reports = AddressReports(driver)
         # kept by run()'s watches; of a claim, what the passes read (50,000 whole claims: ≈ 450 MiB)
         self.claims_seen: Mirror[Claim] = Mirror(
-            "claims", lambda claim: claim.uid, lambda claim: claim.compact(driver)
+            "claims", lambda claim: claim.uid, lambda claim: claim.compact(driver), self.reports.change
         )
         self.allocations_seen: Mirror[IPAllocation] = Mirror(
             "ipallocations", lambda allocation: allocation.name
@@ -116,37 +118,47 @@ class Reconciler:
 
     async def _read(self) -> tuple[list[IPAllocation], dict[str, Claim]]:
         """Every IPAllocation, then every claim by UID (in that order: netclaim.core.ipam.pools). From the
-        mirrors while both are synced, unless that would free an address: what is freed is decided on claims
-        listed after the allocations were read, as a claim's change may reach its mirror after its
-        address's."""
-        if self.allocations_seen.synced and self.claims_seen.synced:
-            allocations = list(self.allocations_seen.objects.values())
-            claims = dict(self.claims_seen.objects)
-            if not orphans(allocations, set(claims)) and not beyond_allocation(
-                allocations, claims, self.driver
-            ):
-                return allocations, claims
-        else:
+        mirrors while both are synced; what would be freed is decided on its claim read afresh, after the
+        allocations were read (a claim's change may reach its mirror after its address's): one GET per
+        claim concerned, never a list of every claim."""
+        if not (self.allocations_seen.synced and self.claims_seen.synced):
             allocations = await self.addresses.list_ip_allocations()
-        return allocations, {c.uid: c for c in await self.claims.list_claims()}
+            return allocations, {c.uid: c for c in await self.claims.list_claims(self.driver)}
+        allocations = list(self.allocations_seen.objects.values())
+        claims = dict(self.claims_seen.objects)
+        suspects = orphans(allocations, set(claims)) + beyond_allocation(allocations, claims, self.driver)
+        for allocation in {a.claim_uid: a for a in suspects}.values():
+            uid = allocation.claim_uid
+            try:
+                now = await self.claims.get_claim(allocation.claim_namespace, allocation.claim_name)
+            except GoneError:
+                claims.pop(uid, None)
+                continue
+            if now.uid == uid:
+                claims[uid] = now.compact(self.driver)
+            else:  # the name is another claim's now: this one is gone
+                claims.pop(uid, None)
+        return allocations, claims
 
     async def publishable(self) -> PublishedAddresses:
         """What the Services' and policies' passes may publish (netclaim.core.ipam.published): from the
-        claims and IPAllocations seen (listed while their watches are not synced) and the pools as listed
-        now."""
+        claims and IPAllocations seen (listed while their watches have not listed once) and the pools as
+        listed now."""
         allocations = (
             list(self.allocations_seen.objects.values())
             if self.allocations_seen.synced
             else await self.addresses.list_ip_allocations()
         )
         pools, _ = read_pools(await self.addresses.list_ippools())
-        return PublishedAddresses(await self.current_claims(), allocations, pools, self.driver)
+        if self.claims_seen.listed.is_set():
+            return PublishedAddresses(self.reports, allocations, pools)
+        return PublishedAddresses.of_claims(await self.current_claims(), allocations, pools, self.driver)
 
     async def current_claims(self) -> list[Claim]:
-        """Every claim, as seen (listed while the watch is not synced)."""
-        if self.claims_seen.synced:
+        """Every claim, as seen (its watch starting again: as seen last; listed before the first list)."""
+        if self.claims_seen.listed.is_set():
             return list(self.claims_seen.objects.values())
-        return await self.claims.list_claims()
+        return await self.claims.list_claims(self.driver)
 
     async def _write_params(self, pools: list[IPPool], objects: dict[str, dict[str, Any]]) -> set[str]:
         """Each restricted pool's parameter of admission policy netclaim-pool-namespaces, written before its

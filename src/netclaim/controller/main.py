@@ -275,7 +275,11 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
         "resourceclaims-watch",
         partial(
             fire_on_changes,
-            partial(reconciler.claims_seen.follow, claims.listed_claims, claims.claim_changes),
+            partial(
+                reconciler.claims_seen.follow,
+                partial(claims.listed_claims, settings.driver_name),
+                claims.claim_changes,
+            ),
             pools,
             (endpoints_trigger, claim_served),
             (policies_trigger, policed),

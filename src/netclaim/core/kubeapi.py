@@ -105,11 +105,15 @@ class PodAnnotationsApi(Protocol):
 class ClusterClaimsApi(PodEventsApi, Protocol):
     """The controller's: every claim of the cluster, and the pods that wait for theirs."""
 
-    async def list_claims(self) -> list[Claim]:
-        """Every ResourceClaim of the cluster; one read only in part is listed with what was read."""
+    async def list_claims(self, driver: str | None = None) -> list[Claim]:
+        """Every ResourceClaim of the cluster, each as the controller keeps it (Claim.compact(driver))
+        when `driver` is given; one read only in part is listed with what was read."""
 
-    async def listed_claims(self) -> Listed[Claim]:
+    async def listed_claims(self, driver: str | None = None) -> Listed[Claim]:
         """list_claims, with the list's resourceVersion."""
+
+    async def get_claim(self, namespace: str, name: str) -> Claim:
+        """The claim as the API has it now (GoneError when it is not there)."""
 
     def claim_changes(self, since: str | None = None) -> AsyncIterator[tuple[str, Claim]]:
         """Every claim's event (ADDED, MODIFIED, DELETED) and the claim as it carried it, as they happen,

@@ -107,6 +107,7 @@ class ListItems:
     items: list[Any]
     unread: list[str]  # why each item no parser here reads was not read (it is not in `items`)
     version: str | None = None  # the list's resourceVersion: a watch from it misses no change after it
+    following: str = ""  # of one page of a list: the continue token of the next page, "" for the last
 
 
 def read_list(data: bytes) -> ListItems:
@@ -125,7 +126,14 @@ def read_list(data: bytes) -> ListItems:
                 spans = item_spans(data)
             except ValueError:
                 raise ValueError(f"not JSON: {str(err).splitlines()[0]}") from None
-            found = ListItems([], [])
+            meta = _metadata_before_items(data)
+            version, following = meta.get("resourceVersion"), meta.get("continue")
+            found = ListItems(
+                [],
+                [],
+                version if isinstance(version, str) else None,
+                following if isinstance(following, str) else "",
+            )
             for start, end in spans:
                 try:
                     found.items.append(read_json(data[start:end]))
@@ -134,9 +142,29 @@ def read_list(data: bytes) -> ListItems:
             return found
     items = document.get("items") if isinstance(document, dict) else ()
     if isinstance(items, list | None):
-        version = (document.get("metadata") or {}).get("resourceVersion")
-        return ListItems(items or [], [], version if isinstance(version, str) else None)
+        meta = document.get("metadata") or {}
+        version, following = meta.get("resourceVersion"), meta.get("continue")
+        return ListItems(
+            items or [],
+            [],
+            version if isinstance(version, str) else None,
+            following if isinstance(following, str) else "",
+        )
     raise ValueError("not a list of items")  # the API server's answer: a ValueError as any it cannot read
+
+
+def _metadata_before_items(data: bytes) -> dict[str, Any]:
+    """A list's metadata as the API server writes it, before its items ({} when it cannot be read there):
+    for a list only the item-by-item reading reads, its version and continue token."""
+    at = data.find(b'"items"')
+    if at < 0:
+        return {}
+    try:
+        head = _stdlib(data[:at].rstrip().rstrip(b",") + b"}")
+    except _STDLIB_FAILURES:
+        return {}
+    meta = head.get("metadata") if isinstance(head, dict) else None
+    return meta if isinstance(meta, dict) else {}
 
 
 # A JSON string (escapes included: a quote after an odd number of backslashes is text), else one of the

@@ -38,14 +38,18 @@ class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
         except ValueError as err:
             raise ConfigError(f"{what}: cannot be read: {err}") from None
 
-    async def list_claims(self) -> list[Claim]:
-        return (await self.listed_claims()).items
+    async def list_claims(self, driver: str | None = None) -> list[Claim]:
+        return (await self.listed_claims(driver)).items
 
-    async def listed_claims(self) -> Listed[Claim]:
-        """Read (and the claims made) off the event loop; what cannot be read reported (claims_of)."""
-        (claims, unreadable), version = await self.kube.read_items(
-            "ResourceClaims", CLAIMS.path(), _versioned
-        )
+    async def listed_claims(self, driver: str | None = None) -> Listed[Claim]:
+        """Read page by page, each page's claims made (compacted for `driver`, when given) off the event
+        loop; what cannot be read reported (claims_of)."""
+
+        def made(listed: ListItems) -> tuple[list[Claim], list[Unreadable]]:
+            claims, unreadable = claims_of(listed)
+            return ([c.compact(driver) for c in claims] if driver else claims), unreadable
+
+        claims, unreadable, version = await self.kube.read_pages("ResourceClaims", CLAIMS.path(), made)
         self.kube.report_unreadable(CLAIMS, "", unreadable)
         return Listed(claims, version)
 
@@ -114,10 +118,6 @@ class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
                 )
             ]
         return [p for p in pods if p.unschedulable]
-
-
-def _versioned(listed: ListItems) -> tuple[tuple[list[Claim], list[Unreadable]], str | None]:
-    return claims_of(listed), listed.version
 
 
 def claims_of(listed: ListItems) -> tuple[list[Claim], list[Unreadable]]:

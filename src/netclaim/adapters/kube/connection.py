@@ -70,6 +70,7 @@ UNREADABLE_REASON = "NetclaimUnreadable"
 MAX_LISTS_REMEMBERED = 64
 # Warning Events on unreadable objects waiting to be sent; past it an object is only logged and counted
 MAX_QUEUED_EVENTS = 256
+LIST_PAGE = 500  # objects per page of a list read whole (read_pages)
 # JSON read on the event loop up to this size (a few milliseconds, the slow parser's included); larger (a
 # cluster's list: megabytes, a second or more), in a thread, so that the program's watches, health checks
 # and writes go on meanwhile
@@ -256,6 +257,35 @@ class KubeConnection:
         of it), made into what the caller needs by `made`, in a thread when large: a cluster's list is
         megabytes, and making its objects takes as long again."""
         return await self._get(what, path, params, read_list, made)
+
+    async def read_pages(
+        self,
+        what: str,
+        path: str,
+        made: Callable[[ListItems], tuple[list[R], list[Unreadable]]],
+        params: dict[str, str] | None = None,
+    ) -> tuple[list[R], list[Unreadable], str | None]:
+        """GET the list at `path` LIST_PAGE objects at a time, as client-go's reflector does (a cluster's
+        50,000 claims are never one answer held whole in memory, decoded objects and all): each page's
+        items made by `made` as read_items makes them, and what it could not read; then the list's
+        resourceVersion. A page whose metadata cannot be read fails the list (ApiUnavailableError): its
+        continue token unknown, a list cut short must not read as a shorter list."""
+        kept: list[R] = []
+        unreadable: list[Unreadable] = []
+        following = ""
+        while True:
+            page = {**(params or {}), "limit": str(LIST_PAGE)} | (
+                {"continue": following} if following else {}
+            )
+            (made_items, bad), version, following = await self._get(
+                what, path, page, read_list, lambda found: (made(found), found.version, found.following)
+            )
+            if version is None:
+                raise ApiUnavailableError(f"{what}: the metadata of a page of the list cannot be read")
+            kept += made_items
+            unreadable += bad
+            if not following:
+                return kept, unreadable, version
 
     async def _get(
         self,

@@ -1,8 +1,8 @@
-"""A kind the controller's informers keep (netclaim.core.kubeapi.Watched): listed in pages of PAGE
-objects (a cluster's 50,000 pods are never one answer held whole in memory, as client-go's reflector
-pages), then watched from the list's resourceVersion; each object made at once into the projection kept of
-it. An object that cannot be made into one is left out and logged, never failing the list or the watch
-(the kinds kept, pods and namespaces, are typed by the API server: none is expected)."""
+"""A kind the controller's informers keep (netclaim.core.kubeapi.Watched): listed page by page
+(KubeConnection.read_pages: a cluster's 50,000 pods are never one answer held whole in memory), then watched
+from the list's resourceVersion; each object made at once into the projection kept of it. An object that
+cannot be made into one is left out and logged, never failing the list or the watch (the kinds kept, pods and
+namespaces, are typed by the API server: none is expected)."""
 
 from __future__ import annotations
 
@@ -20,18 +20,18 @@ from netclaim.adapters.kube.connection import (
     SERVICES,
     Kind,
     KubeConnection,
+    Unreadable,
     selector,
 )
 from netclaim.core.kubeapi import Listed, Watched
 from netclaim.core.names import NETWORK, POLICY_RULES_LABEL, SLICE_MANAGED_BY
-from netclaim.core.objects import NamespaceLabels, Pod, as_object
+from netclaim.core.objects import ListItems, NamespaceLabels, Pod, as_object
 from netclaim.core.policy.distribution import RulesMap
 from netclaim.core.policy.rules import PolicySource
 from netclaim.errors import NotServedError
 
 log = logging.getLogger(__name__)
 P = TypeVar("P")
-PAGE = 500
 NOT_SERVED = "not-served"  # a list's version when the kind is not served
 NOT_SERVED_RETRY_SECONDS = 30.0
 
@@ -89,25 +89,20 @@ class KubeWatched(Watched[P], Generic[P]):
         return found
 
     async def _listed(self) -> Listed[P]:
-        items: list[P] = []
-        token, version = "", None
-        while True:
-            params = {"limit": str(PAGE)} | {
-                key: value
-                for key, value in (("fieldSelector", self.fields), ("labelSelector", self.labels))
-                if value
-            }
-            if token:
-                params["continue"] = token
-            page = as_object(await self.kube.read(f"list of {self.what}", self.path, params))
-            meta = as_object(page.get("metadata"))
-            items += [
-                made for item in page.get("items") or [] if (made := self._made(as_object(item))) is not None
-            ]
-            version = meta.get("resourceVersion") if isinstance(meta.get("resourceVersion"), str) else None
-            token = str(meta.get("continue") or "")
-            if not token:
-                return Listed(items, version)
+        params = {
+            key: value
+            for key, value in (("fieldSelector", self.fields), ("labelSelector", self.labels))
+            if value
+        }
+        items, _, version = await self.kube.read_pages(f"list of {self.what}", self.path, self._page, params)
+        return Listed(items, version)
+
+    def _page(self, listed: ListItems) -> tuple[list[P], list[Unreadable]]:
+        for problem in listed.unread:
+            log.warning(
+                "object left out: it cannot be read", extra={"kind": self.kind.name, "error": problem}
+            )
+        return [made for item in listed.items if (made := self._made(as_object(item))) is not None], []
 
     async def changes(self, since: str | None) -> AsyncIterator[tuple[str, P]]:
         if since == NOT_SERVED:  # none to watch: the informer's run ends here, and lists again later
