@@ -81,6 +81,7 @@ ASKS = {
     "list_policy_rules": ("", "configmaps", "list"),
     "policy_rules_changes": ("", "configmaps", "watch"),
     "list_networks": ("resource.k8s.io", "resourceslices", "list"),
+    "list_policies": ("k8s.cni.cncf.io", "multi-networkpolicies", "list"),
     "mark_released": ("netclaim.dev", "ipallocations", "patch"),
     "create_policy_event": ("", "events", "create"),
     "apply_rules_map": ("", "configmaps", "patch"),

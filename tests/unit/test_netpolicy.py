@@ -268,8 +268,11 @@ class FakePolicies:
         self.labels: dict[str, str] = {}
         self.events: list[tuple[str, str, str]] = []
 
-    def sources(self) -> list[PolicySource]:
+    async def sources(self) -> list[PolicySource]:
         return [PolicySource.from_api(found) for found in self.policies]
+
+    async def list_policies(self, namespace: str) -> list[PolicySource]:
+        return [s for s in await self.sources() if s.namespace == namespace]
 
     def present(self) -> dict[str, RulesMap]:
         return {name: RulesMap(name, self.labels[name], digest(data)) for name, data in self.maps.items()}

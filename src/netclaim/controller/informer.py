@@ -57,6 +57,12 @@ class Informer(Generic[T]):
     def has(self, index: str, value: str) -> bool:
         return value in self._indexed[index]
 
+    def restate(self, key: str, kept: T) -> None:
+        """Keep `kept` for `key` instead, telling no handler: the same object, less of it held (or given
+        back), its index values unchanged."""
+        if key in self.objects:
+            self.objects[key] = kept
+
     async def run(self) -> None:
         """List, tell what differs from what was kept, then follow the watch from the list's version."""
         listed = await self.source.listed()

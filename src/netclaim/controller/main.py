@@ -38,7 +38,7 @@ from netclaim.adapters.kube.services import KubeServices
 from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.controller.informer import Informer
 from netclaim.controller.ipam import Reconciler, concerns_pools
-from netclaim.controller.policy import PolicyReconciler
+from netclaim.controller.policy import PolicyReconciler, PolicySources
 from netclaim.controller.services import EndpointsReconciler, HeldSlice, NetworkService
 from netclaim.core.config.settings import ControllerSettings
 from netclaim.core.ipam.pools import (
@@ -168,15 +168,19 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
     )
     network_policies: NetworkPoliciesApi = KubePolicies(kube, settings.namespace)
     policy_sources = Informer(
-        "policies", watched.network_policies(kube), lambda found: f"{found.namespace}/{found.name}"
+        "policies",
+        watched.network_policies(kube),
+        lambda found: f"{found.namespace}/{found.name}",
+        {"namespace": lambda found: [found.namespace]},
     )
+    sources = PolicySources(policy_sources, network_policies)
     rules_maps = Informer("rulesmaps", watched.rules_maps(kube, settings.namespace), lambda found: found.name)
     policies = PolicyReconciler(
         network_policies,
         reconciler.current_claims,
         lambda: list(pods.objects.values()),
         namespace_labels,
-        lambda: list(policy_sources.objects.values()),
+        sources.current,
         lambda: rules_maps.objects,
         settings.driver_name,
         reconciler.publishable,

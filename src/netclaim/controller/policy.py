@@ -22,18 +22,79 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from netclaim.controller.informer import Informer
 from netclaim.core.ipam.published import PublishedAddresses
 from netclaim.core.kubeapi import NetworkPoliciesApi
 from netclaim.core.objects import Claim, Pod
 from netclaim.core.policy.compiled import Compiled, CompiledRules
 from netclaim.core.policy.distribution import RulesMap, digest, pod_facts
-from netclaim.core.policy.rules import PolicyObject, PolicySource, over_budget
+from netclaim.core.policy.rules import NAMESPACE_BUDGET, PolicyObject, PolicySource, is_over, over_budget
 from netclaim.core.policy.spec import malformed_networks
 from netclaim.errors import per_object
 from netclaim.runtime import metrics
 
 log = logging.getLogger(__name__)
 WRITES_AT_ONCE = 8
+
+
+class PolicySources:
+    """The MultiNetworkPolicies as the informer keeps them, a namespace over its budget without its
+    policies' spec text: they are not parsed then (they isolate), so what a tenant can make the controller
+    hold is its budget of text (NAMESPACE_BUDGET, 1 MiB), not its object quota times the API's 1.5 MB per
+    object. Counted as each policy changes; once the namespace is back within its budget, its policies are
+    read again by namespace at the next pass (until then they isolate, as over budget)."""
+
+    def __init__(self, informer: Informer[PolicySource], api: NetworkPoliciesApi) -> None:
+        self.informer = informer
+        self.api = api
+        self.used: dict[str, dict[str, int]] = {}  # namespace → its netclaim policies' budget counts
+        self.reread: set[str] = set()  # namespaces back within budget, some policy of them without text
+        informer.on_change(self.changed)
+
+    def changed(self, before: PolicySource | None, after: PolicySource | None) -> None:
+        for found, sign in ((before, -1), (after, 1)):
+            if found is not None and found.networks:
+                counted = self.used.setdefault(
+                    found.namespace, dict.fromkeys((*NAMESPACE_BUDGET, "policies"), 0)
+                )
+                for name, value in (("rules", found.rules), ("peers", found.peers), ("bytes", found.size)):
+                    counted[name] += sign * value
+                counted["policies"] += sign
+        changed = after or before
+        if changed is None:
+            return
+        namespace = changed.namespace
+        counts = self.used.get(namespace)
+        if counts is not None and counts["policies"] <= 0:
+            del self.used[namespace]
+        kept = self.informer.indexed("namespace", namespace)
+        if counts is not None and is_over(counts):
+            self.reread.discard(namespace)
+            for source in kept:
+                if source.spec:
+                    self.informer.restate(_key(source), source.without_text())
+        elif any(source.dropped for source in kept):
+            self.reread.add(namespace)
+
+    async def current(self) -> list[PolicySource]:
+        """Every policy kept, those of the namespaces back within budget read again first."""
+        for namespace in sorted(self.reread):
+            for found in await self.api.list_policies(namespace):
+                kept = self.informer.objects.get(_key(found))
+                if kept is not None and kept.dropped and kept.version == found.version:
+                    self.informer.restate(_key(found), found)
+            counts = self.used.get(namespace)
+            if (
+                counts is None
+                or is_over(counts)
+                or not any(source.dropped for source in self.informer.indexed("namespace", namespace))
+            ):
+                self.reread.discard(namespace)
+        return list(self.informer.objects.values())
+
+
+def _key(source: PolicySource) -> str:
+    return f"{source.namespace}/{source.name}"
 
 
 @dataclass
@@ -47,7 +108,7 @@ class PolicyReconciler:
     claims: Callable[[], Awaitable[list[Claim]]]  # every claim, as the IPAM pass has seen them
     pods: Callable[[], list[Pod]]  # every scheduled pod, as the informer keeps them
     namespaces: Callable[[], dict[str, Mapping[str, str]]]  # namespace → its labels, the informer's
-    policies: Callable[[], list[PolicySource]]  # every MultiNetworkPolicy, the informer's
+    policies: Callable[[], Awaitable[list[PolicySource]]]  # every MultiNetworkPolicy (PolicySources)
     present: Callable[[], Mapping[str, RulesMap]]  # the rules ConfigMaps there are, the informer's
     driver: str
     published: Callable[[], Awaitable[PublishedAddresses]]  # what may be published, as of now
@@ -75,7 +136,7 @@ class PolicyReconciler:
             raise
 
     async def _once(self) -> None:
-        sources = [source for source in self.policies() if source.networks]
+        sources = [source for source in await self.policies() if source.networks]
         policies, read = await asyncio.to_thread(self._read, sources)
         self.namespaces_with_policies = {p.namespace for p in policies}
         if read:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from netclaim.core.objects import Claim, IPAllocation, Pod, Slice
+from netclaim.core.policy.rules import PolicySource
 
 T = TypeVar("T")
 
@@ -285,6 +286,9 @@ class NetworkPoliciesApi(Protocol):
 
     async def list_networks(self, driver: str) -> set[str]:
         """The networks (`netclaim.dev/network`) of the devices `driver` publishes, every node's."""
+
+    async def list_policies(self, namespace: str) -> list[PolicySource]:
+        """The namespace's MultiNetworkPolicies, as the informer keeps them (read again: PolicySources)."""
 
     async def create_policy_event(
         self, namespace: str, name: str, uid: str, reason: str, message: str

@@ -10,10 +10,18 @@ from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 
-from netclaim.adapters.kube.connection import CONFIG_MAPS, POLICIES, SLICES, KubeConnection, translated
+from netclaim.adapters.kube.connection import (
+    CONFIG_MAPS,
+    POLICIES,
+    SLICES,
+    KubeConnection,
+    Unreadable,
+    translated,
+)
 from netclaim.core.kubeapi import NetworkPoliciesApi, PolicyRulesApi
 from netclaim.core.names import NETWORK, POLICY_RULES_KEY, POLICY_RULES_LABEL
-from netclaim.core.objects import as_object
+from netclaim.core.objects import ListItems, as_object
+from netclaim.core.policy.rules import PolicySource
 from netclaim.errors import GoneError
 
 
@@ -35,6 +43,15 @@ class KubePolicies(NetworkPoliciesApi):
                 if isinstance(attribute.get("string"), str):
                     networks.add(attribute["string"])
         return networks
+
+    async def list_policies(self, namespace: str) -> list[PolicySource]:
+        def made(listed: ListItems) -> tuple[list[PolicySource], list[Unreadable]]:
+            return [PolicySource.from_api(as_object(item)) for item in listed.items], []
+
+        found, _, _ = await self.kube.read_pages(
+            f"MultiNetworkPolicies of namespace {namespace}", POLICIES.path(namespace), made
+        )
+        return found
 
     async def create_policy_event(
         self, namespace: str, name: str, uid: str, reason: str, message: str

@@ -100,6 +100,7 @@ class PolicySource:
     peers: int = 0
     size: int = 0  # bytes of the spec as compact JSON
     spec: str = ""
+    dropped: bool = False  # its text let go while its namespace was over budget (PolicySources)
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> PolicySource:
@@ -123,10 +124,21 @@ class PolicySource:
             return cls(namespace, name, uid, networks, version, rules, peers, NAMESPACE_BUDGET["bytes"] + 1)
         return cls(namespace, name, uid, networks, version, rules, peers, len(text), text)
 
+    def without_text(self) -> PolicySource:
+        return replace(self, spec="", dropped=True)
+
     def read(self, over_budget: str = "") -> PolicyObject:
-        """The policy parsed; unread, isolating, when its namespace is `over_budget` (why)."""
+        """The policy parsed; unread, isolating, when its namespace is `over_budget` (why), or while its
+        text, let go when it was, has not been read again."""
+        if self.dropped and not over_budget:
+            over_budget = "its namespace was over its budget; its spec is being read again"
         spec = json.loads(self.spec) if self.spec and not over_budget else None
         return PolicyObject.parsed(self.namespace, self.name, self.uid, self.networks, spec, over_budget)
+
+
+def is_over(counts: Mapping[str, int]) -> bool:
+    """Whether a namespace's counts (NAMESPACE_BUDGET's keys) exceed its budget."""
+    return any(counts[k] > v for k, v in NAMESPACE_BUDGET.items())
 
 
 def over_budget(policies: Iterable[PolicySource]) -> dict[str, str]:
@@ -143,7 +155,7 @@ def over_budget(policies: Iterable[PolicySource]) -> dict[str, str]:
         namespace: "the namespace's MultiNetworkPolicies together exceed its budget of "
         + " and ".join(f"{v:,} {k}" for k, v in NAMESPACE_BUDGET.items() if counts[k] > v)
         for namespace, counts in sorted(used.items())
-        if any(counts[k] > v for k, v in NAMESPACE_BUDGET.items())
+        if is_over(counts)
     }
 
 
