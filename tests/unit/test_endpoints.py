@@ -23,6 +23,7 @@ from netclaim.controller.services import (
 from netclaim.core.ipam.published import PublishedAddresses
 from netclaim.core.objects import Claim, ConsumerRef, IPAllocation, Pod, PodClaim, PodCondition
 from netclaim.errors import ApiRejectedError, ApiUnavailableError, NetclaimError
+from netclaim.runtime.trigger import KeyBackoff
 from tests.unit.fakes import SAMPLE_DRIVER, sample_claim
 
 READY = [{"type": "Ready", "status": "True", "reason": "InterfaceAttached"}]
@@ -312,6 +313,9 @@ def _one_backend() -> FakeServices:
     )
 
 
+CLOCK = [0.0]  # the backoffs' clock: a test moves it past a backoff
+
+
 def _reconciler(api: FakeServices) -> EndpointsReconciler:
     return EndpointsReconciler(
         api,
@@ -322,7 +326,12 @@ def _reconciler(api: FakeServices) -> EndpointsReconciler:
         api.services_of,
         api.slices_of,
         api.served,
+        backoff=KeyBackoff(clock=lambda: CLOCK[0]),
     )
+
+
+def _past_backoff(seconds: float = KeyBackoff.MOST) -> None:
+    CLOCK[0] += seconds
 
 
 async def _everywhere(reconciler: EndpointsReconciler) -> None:
@@ -390,6 +399,7 @@ async def test_one_services_failed_write_stops_neither_the_others_nor_the_next_p
     reconciler = _reconciler(api)
     await _everywhere(reconciler)
     assert list(api.slices) == [("team-a", "cache-netclaim-ipv4")]
+    _past_backoff()
     await _everywhere(reconciler)
     assert sorted(api.slices) == [("team-a", "cache-netclaim-ipv4"), ("team-a", "db-netclaim-ipv4")]
     api.fail_apply["cache-netclaim-ipv4"] = ApiUnavailableError("503")
@@ -446,7 +456,8 @@ async def test_an_address_another_namespace_reports_too_is_no_endpoint_and_the_s
 
 async def test_a_pass_makes_only_the_namespaces_it_was_told_of_and_a_resync_all() -> None:
     """Work per namespace touched: a pod's change in team-b makes team-b's slices again and reads
-    nothing of team-a's Services; a failed write makes its namespace again at the next pass, alone."""
+    nothing of team-a's Services; a failed write makes its namespace again once its backoff is over,
+    alone, or at once when something changes in it."""
     api = FakeServices(
         services=[_service(), _service(metadata__namespace="team-b", metadata__uid="b-uid")],
         pods=[_pod("a"), replace(_pod("b"), namespace="team-b")],
@@ -473,7 +484,10 @@ async def test_a_pass_makes_only_the_namespaces_it_was_told_of_and_a_resync_all(
     api.fail_apply["db-netclaim-ipv4"] = ApiRejectedError("refused once")
     await reconciler.once()
     assert read == ["team-b"] and api.writes == []  # its write failed
-    await reconciler.once()  # told of nothing since: the failed namespace alone, again
+    await reconciler.once()  # told of nothing since, and its backoff (0.5 s) not over: not yet
+    assert read == ["team-b"] and reconciler.touched == {"team-b"}
+    _past_backoff(KeyBackoff.BASE)
+    await reconciler.once()  # the failed namespace alone, again
     assert read == ["team-b", "team-b"] and api.writes == ["apply db-netclaim-ipv4"]
     assert [ready for _, ready in _addresses(api, "db-netclaim-ipv4")] == [True]  # team-a: not made
     reconciler.last_everywhere -= reconciler.everything_seconds  # a resync is due
@@ -496,3 +510,16 @@ async def test_an_address_another_namespace_starts_or_stops_reporting_remakes_ev
     api.claims.remove(thief)
     await reconciler.once()
     assert _addresses(api, "db-netclaim-ipv4") == [("10.1.0.1", True)]
+
+
+async def test_a_namespace_backing_off_is_made_at_once_when_something_in_it_changes() -> None:
+    """client-go's Add: a new change is worked on whatever the key's backoff; only retries wait."""
+    api = _one_backend()
+    api.fail_apply["db-netclaim-ipv4"] = ApiRejectedError("refused")
+    reconciler = _reconciler(api)
+    await reconciler.once()
+    assert api.writes == [] and reconciler.retries == {"team-a"}
+    api.fail_apply.pop("db-netclaim-ipv4", None)  # (the fake refuses once)
+    reconciler.touch("team-a")
+    await reconciler.once()
+    assert api.writes == ["apply db-netclaim-ipv4"] and len(reconciler.backoff) == 0

@@ -22,6 +22,7 @@ from netclaim.core.policy.rules import (
 )
 from netclaim.core.policy.spec import netclaim_networks, read_policy_spec
 from netclaim.errors import ApiRejectedError, ApiUnavailableError, ConfigError
+from netclaim.runtime.trigger import KeyBackoff
 
 
 def _pod(
@@ -530,7 +531,8 @@ def test_a_selector_text_the_api_server_refuses_is_refused_naming_it(text: str) 
 
 async def test_a_rules_map_unwritten_or_changed_by_another_is_made_again_alone() -> None:
     """No list per pass: what is written is the informer's digests and the pass's own writes; a map that
-    failed, or that someone else deleted, is written at the next pass with no other change."""
+    failed is written again once its backoff is over, one that someone else deleted at the next pass,
+    with no other change."""
     api = FakePolicies([_object("fine", DENY_INGRESS)], {"lan3"})
     writes: list[str] = []
     failing = {"netclaim-policy-guards"}
@@ -544,9 +546,14 @@ async def test_a_rules_map_unwritten_or_changed_by_another_is_made_again_alone()
 
     api.apply_rules_map = counted  # type: ignore[method-assign]
     reconciler = _reconciler(api)
+    now = [0.0]
+    reconciler.backoff = KeyBackoff(clock=lambda: now[0])
     await reconciler.once()
     assert writes == ["netclaim-policy-guards"] and api.maps == {}
     failing.clear()
+    await reconciler.once()  # its backoff (0.5 s) is not over
+    assert writes == ["netclaim-policy-guards"] and reconciler.again == {"guards"}
+    now[0] += KeyBackoff.BASE
     await reconciler.once()  # nothing changed but the write that failed
     assert writes == ["netclaim-policy-guards"] * 2 and list(api.maps) == ["netclaim-policy-guards"]
     await reconciler.once()

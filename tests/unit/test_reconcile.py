@@ -26,7 +26,7 @@ from netclaim.core.ipam.pools import Quarantine
 from netclaim.core.objects import Claim, IPAllocation
 from netclaim.errors import ApiRejectedError, ApiUnavailableError
 from netclaim.runtime.metrics import REGISTRY
-from netclaim.runtime.trigger import REST_FACTOR, Trigger, fire_on_changes, paced_pass
+from netclaim.runtime.trigger import REST_FACTOR, KeyBackoff, Trigger, fire_on_changes, paced_pass
 from tests.unit.fakes import (
     KUBECONFIG,
     SAMPLE_DRIVER,
@@ -428,3 +428,19 @@ async def test_an_address_whose_claim_comes_back_leaves_quarantine() -> None:
     api.add_claim(_pool_claim("web"))  # a claim the list had missed
     await reconciler.once()
     assert not quarantine._since and "web" in api.allocations
+
+
+async def test_a_key_that_keeps_failing_backs_off_alone_doubling_to_its_most() -> None:
+    now = [0.0]
+    woken: list[float] = []
+    backoff = KeyBackoff(lambda: woken.append(now[0]), clock=lambda: now[0])
+    delays = [backoff.failed("team-a") for _ in range(12)]
+    assert delays[:4] == [0.5, 1.0, 2.0, 4.0] and delays[-1] == KeyBackoff.MOST
+    assert not backoff.due("team-a") and backoff.due("team-b")  # the others go on
+    now[0] += KeyBackoff.MOST
+    assert backoff.due("team-a")
+    backoff.keep_only({"team-b"})  # team-a is gone: forgotten
+    assert len(backoff) == 0
+    backoff.failed("team-b")
+    await asyncio.sleep(KeyBackoff.BASE + 0.2)
+    assert woken  # its pass is woken when it is due

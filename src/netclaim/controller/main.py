@@ -59,6 +59,7 @@ from netclaim.runtime.stopping import stopping_on_signals
 from netclaim.runtime.supervisor import Supervisor
 from netclaim.runtime.trigger import (
     CHANGES_REST,
+    KeyBackoff,
     PassClock,
     Trigger,
     always,
@@ -165,6 +166,7 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
         partial(network_services.indexed, "namespace"),
         partial(held_slices.indexed, "namespace"),
         lambda: network_services.values("namespace") | held_slices.values("namespace"),
+        backoff=KeyBackoff(endpoints_trigger.fire),
     )
     network_policies: NetworkPoliciesApi = KubePolicies(kube, settings.namespace)
     policy_sources = Informer(
@@ -184,6 +186,7 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
         lambda: rules_maps.objects,
         settings.driver_name,
         reconciler.publishable,
+        backoff=KeyBackoff(policies_trigger.fire),
     )
 
     async def reconciled() -> None:

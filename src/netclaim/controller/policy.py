@@ -10,8 +10,9 @@ meanwhile.
 Nothing is listed per pass: policies, pods, namespaces, claims and the rules ConfigMaps written are the
 informers'. A pass compiles what changed since the last (netclaim.core.policy.compiled) and writes the
 ConfigMaps of the nodes it touched that differ from what is there; every `everything_seconds` it compiles
-everything and compares every object. A ConfigMap that cannot be written, or that someone else changes,
-is made again at the next pass, alone."""
+everything and compares every object. A ConfigMap that someone else changes is made again at the next
+pass, alone; one that cannot be written, after a backoff of its own (KeyBackoff: 0.5 s doubling to 5 min;
+at once when it changes meanwhile), while every other node's go on."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from netclaim.core.policy.rules import NAMESPACE_BUDGET, PolicyObject, PolicySou
 from netclaim.core.policy.spec import malformed_networks
 from netclaim.errors import per_object
 from netclaim.runtime import metrics
+from netclaim.runtime.trigger import KeyBackoff
 
 log = logging.getLogger(__name__)
 WRITES_AT_ONCE = 8
@@ -121,6 +123,8 @@ class PolicyReconciler:
     compiled: CompiledRules = field(default_factory=CompiledRules)
     written: dict[str, RulesMap] = field(default_factory=dict)  # what this term's passes wrote
     again: set[str] = field(default_factory=set)  # labels to make again: unwritten, or changed by another
+    backoff: KeyBackoff = field(default_factory=KeyBackoff)  # labels whose writes failed
+    retries: set[str] = field(default_factory=set)  # labels to make again only because a write failed
     last_full: float = -math.inf
 
     async def reconcile(self) -> None:
@@ -144,7 +148,9 @@ class PolicyReconciler:
         published, claims = await self.published(), await self.claims()
         full = time.monotonic() - self.last_full >= self.everything_seconds
         started = time.monotonic()
-        again, self.again = self.again, set()
+        # a label to make again only because its write failed waits for its backoff; one changed, not
+        waiting = {label for label in self.again & self.retries if not self.backoff.due(label)}
+        again, self.again, self.retries = self.again - waiting, set(waiting), set(waiting)
         compiled = await asyncio.to_thread(
             self._compiled, policies, self.pods(), claims, published, self.namespaces(), full, again
         )
@@ -164,6 +170,7 @@ class PolicyReconciler:
             return False
         del self.written[mine.name]  # what is there is now the informer's to tell
         self.again.add(mine.label)
+        self.retries.discard(mine.label)
         return True
 
     def _compiled(
@@ -193,10 +200,11 @@ class PolicyReconciler:
             made = self.written[name] = RulesMap(name, label, digest(data))
             if present.get(name) != made:
                 applies.append((made, self.api.apply_rules_map(name, label, data)))
+        failed: set[str] = set()
         for made, written in zip((made for made, _ in applies), await _at_once(applies), strict=True):
             if not written:
                 self.written.pop(made.name, None)  # what is there: the informer's to tell
-                self.again.add(made.label)
+                failed.add(made.label)
         deletes = [
             (found, self.api.delete_rules_map(name))
             for name, found in sorted(present.items())
@@ -206,7 +214,14 @@ class PolicyReconciler:
             self.written.pop(found.name, None)
         for found, deleted in zip((found for found, _ in deletes), await _at_once(deletes), strict=True):
             if not deleted:
-                self.again.add(found.label)
+                failed.add(found.label)
+        for label in failed:
+            self.backoff.failed(label)
+        for label in {made.label for made, _ in applies} | {found.label for found, _ in deletes}:
+            if label not in failed:
+                self.backoff.succeeded(label)
+        self.again |= failed
+        self.retries |= failed
 
     def _read(self, sources: list[PolicySource]) -> tuple[list[PolicyObject], list[PolicyObject]]:
         """The netclaim policies, each parsed once per version, none of a namespace over its budget; and

@@ -43,6 +43,7 @@ from netclaim.core.objects import Claim, Pod
 from netclaim.core.policy.spec import parse_selector
 from netclaim.errors import NetclaimError, per_object
 from netclaim.runtime import metrics
+from netclaim.runtime.trigger import KeyBackoff
 
 log = logging.getLogger(__name__)
 SELECTOR = f"{DRIVER_DOMAIN}/selector"
@@ -320,8 +321,9 @@ class EndpointsReconciler:
     IPPool changed, or the addresses more than one namespace reports changed, and every 10 minutes) what
     its pods' claims say: work per namespace touched, not per Service of the cluster.
     One Service never fails a pass: what fails about it is logged (and, when it is the Service's to fix,
-    an Event on it) and its namespace made again next pass; only an API that cannot serve ends a pass
-    early (then every namespace is made again)."""
+    an Event on it) and its namespace made again after a backoff of its own (KeyBackoff: 0.5 s doubling
+    to 5 min, the other namespaces going on meanwhile), or at once when something in it changes; only an
+    API that cannot serve ends a pass early (then every namespace is made again)."""
 
     api: NetworkServicesApi
     pods: Callable[[str], list[Pod]]  # a namespace's scheduled pods, as the informer keeps them
@@ -336,6 +338,8 @@ class EndpointsReconciler:
     # Service UID → the problem last reported (forgotten at a resync once the Service is gone)
     warned: dict[str, str] = field(default_factory=dict)
     touched: set[str] = field(default_factory=set)  # namespaces to make again
+    backoff: KeyBackoff = field(default_factory=KeyBackoff)  # namespaces whose slices failed
+    retries: set[str] = field(default_factory=set)  # touched only because their last attempt failed
     everywhere: bool = True  # every served namespace to make again
     last_everywhere: float = -math.inf
     contested: tuple[Contested, ...] = ()  # the addresses more than one namespace reported, at the last
@@ -346,11 +350,13 @@ class EndpointsReconciler:
         return self.served()
 
     def touch(self, namespace: str | None = None) -> None:
-        """Make the namespace's slices again at the next pass (every namespace's: None)."""
+        """Make the namespace's slices again at the next pass, even while it backs off from a failure
+        (every namespace's: None, but those backing off once due)."""
         if namespace is None:
             self.everywhere = True
         else:
             self.touched.add(namespace)
+            self.retries.discard(namespace)
 
     async def reconcile(self) -> None:
         await metrics.counted_pass(metrics.ENDPOINT_PASSES, self.once)
@@ -367,11 +373,15 @@ class EndpointsReconciler:
             # an address two namespaces report, or no longer do: whichever namespace's Services list it
             or published.contested != self.contested
         )
-        namespaces = served if everywhere else self.touched & served
-        self.touched, self.everywhere = set(), False
+        chosen = served if everywhere else self.touched & served
+        # a namespace to make only because it failed waits for its backoff; one changed since, not
+        waiting = {namespace for namespace in chosen & self.retries if not self.backoff.due(namespace)}
+        namespaces = chosen - waiting
+        self.touched, self.retries, self.everywhere = set(waiting), set(waiting), False
         try:
             await self._make(sorted(namespaces), published)
             if everywhere:
+                self.backoff.keep_only(served)
                 alive = {s.uid for namespace in served for s in self.services(namespace)}
                 self.warned = {uid: problem for uid, problem in self.warned.items() if uid in alive}
                 self.last_everywhere, self.contested = started, published.contested
@@ -388,11 +398,18 @@ class EndpointsReconciler:
             if claim.namespace in claims:
                 claims[claim.namespace][claim.name] = claim
         for namespace in namespaces:
-            await self._make_namespace(namespace, claims, published)
+            if await self._make_namespace(namespace, claims, published):
+                self.backoff.succeeded(namespace)
+            else:
+                self.touched.add(namespace)
+                self.retries.add(namespace)
+                self.backoff.failed(namespace)
 
     async def _make_namespace(
         self, namespace: str, claims: dict[str, dict[str, Claim]], published: PublishedAddresses
-    ) -> None:
+    ) -> bool:
+        """Whether every slice of the namespace is as wanted (else it is made again after its backoff)."""
+        made = True
         current = {held.name: held for held in self.slices(namespace)}
         wanted: dict[str, dict[str, Any]] = {}
         kept: set[str] = set()
@@ -401,24 +418,23 @@ class EndpointsReconciler:
             try:
                 wanted |= await self._slices_of(service, claims, published, held)
             except Exception as err:  # this Service's, whatever it is (a bug): it keeps its slices, the
-                # next Service goes on, and its namespace is made again next pass; an API that is down
-                # fails the writes that follow, which end the pass
+                # next Service goes on, and its namespace is made again after its backoff; an API that
+                # is down fails the writes that follow, which end the pass
                 log.warning(
                     "Service's endpoints not computed; the next pass tries again",
                     extra={"service": f"{namespace}/{service.name}", "error": repr(err)},
                     exc_info=not isinstance(err, NetclaimError),
                 )
                 kept |= set(held)
-                self.touched.add(namespace)
+                made = False
         for name, body in wanted.items():
             if name not in current or not same_slice(current[name], body):
                 write = self.api.apply_endpoint_slice(body)
-                if not await per_object(f"EndpointSlice {namespace}/{name}", write):
-                    self.touched.add(namespace)
+                made = await per_object(f"EndpointSlice {namespace}/{name}", write) and made
         for name in sorted(set(current) - set(wanted) - kept):
             delete = self.api.delete_endpoint_slice(namespace, name)
-            if not await per_object(f"EndpointSlice {namespace}/{name}", delete):
-                self.touched.add(namespace)
+            made = await per_object(f"EndpointSlice {namespace}/{name}", delete) and made
+        return made
 
     async def _slices_of(
         self,

@@ -41,6 +41,48 @@ class Trigger:
         return compare
 
 
+class KeyBackoff:
+    """What client-go's per-item rate limiter gives each key of a work queue, for the keys of a pass (a
+    namespace's slices, a node's rules): a key whose work failed is tried again after its own backoff,
+    BASE seconds doubling at each failure in a row to MOST, while every other key goes on at once; `wake`
+    (the pass's trigger) fires when it is due. A success forgets the key; so does `keep_only` for the keys
+    that no longer exist. A new change of a key is worked on at once, as client-go's Add ignores the
+    limiter: the backoff holds back only retries."""
+
+    BASE = 0.5
+    MOST = 300.0
+
+    def __init__(
+        self, wake: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.wake = wake
+        self.clock = clock
+        self._failures: dict[str, int] = {}
+        self._due: dict[str, float] = {}
+
+    def failed(self, key: str) -> float:
+        """The key's work failed: the seconds until it is tried again."""
+        failures = self._failures[key] = self._failures.get(key, 0) + 1
+        delay: float = min(self.MOST, self.BASE * 2.0 ** (failures - 1))
+        self._due[key] = self.clock() + delay
+        asyncio.get_running_loop().call_later(delay, self.wake)
+        return delay
+
+    def succeeded(self, key: str) -> None:
+        self._failures.pop(key, None)
+        self._due.pop(key, None)
+
+    def due(self, key: str) -> bool:
+        return self._due.get(key, -math.inf) <= self.clock()
+
+    def keep_only(self, keys: set[str]) -> None:
+        for key in set(self._failures) - keys:
+            self.succeeded(key)
+
+    def __len__(self) -> int:
+        return len(self._failures)
+
+
 async def periodic(trigger: Trigger, seconds: float) -> None:
     while True:
         await asyncio.sleep(seconds)
