@@ -434,7 +434,7 @@ async def test_ip_allocations_with_malformed_addresses_are_skipped_and_reported(
         _allocation("no-prefix", "10.10.3.8"),
         _allocation("an-object", {"a": [1]}),  # type: ignore[arg-type]
     ]
-    server.answers[ALLOCATIONS] = (200, json.dumps({"items": items}))
+    server.answers[ALLOCATIONS] = (200, json.dumps({"metadata": {"resourceVersion": "9"}, "items": items}))
     before = _unreadable("IPAllocation")
     assert [a.name for a in await addresses.list_ip_allocations(pool="lan")] == ["good"]
     assert _unreadable("IPAllocation") == before + 3
@@ -465,7 +465,7 @@ async def test_reporting_an_unreadable_object_holds_up_no_pass(
 
     slow = KubeConnection(KUBECONFIG, "netclaim.dev-controller", transport=httpx.MockTransport(slow_events))
     items = [_allocation("good", "10.10.3.7/24"), _allocation("bad", "not-an-ip")]
-    server.answers[ALLOCATIONS] = (200, json.dumps({"items": items}))
+    server.answers[ALLOCATIONS] = (200, json.dumps({"metadata": {"resourceVersion": "9"}, "items": items}))
     try:
         listed = await asyncio.wait_for(KubeAddresses(slow).list_ip_allocations(), 5.0)
         assert [a.name for a in listed] == ["good"]
@@ -485,7 +485,7 @@ async def test_any_number_of_unreadable_objects_is_reported_once(
     unreadable at its last read, however many; an object fixed and broken again is reported again, and
     Events wait MAX_QUEUED_EVENTS at the most (the rest is logged)."""
     many = [_allocation(f"bad-{i}", "not-an-ip") for i in range(5000)]
-    server.answers[ALLOCATIONS] = (200, json.dumps({"items": many}))
+    server.answers[ALLOCATIONS] = (200, json.dumps({"metadata": {"resourceVersion": "9"}, "items": many}))
     before = _unreadable("IPAllocation")
     await addresses.list_ip_allocations()
     assert _unreadable("IPAllocation") == before + 5000
@@ -493,9 +493,9 @@ async def test_any_number_of_unreadable_objects_is_reported_once(
     await addresses.list_ip_allocations()  # the next pass
     assert _unreadable("IPAllocation") == before + 5000
     fixed = [_allocation("bad-0", "10.10.3.7/24"), *many[1:]]
-    server.answers[ALLOCATIONS] = (200, json.dumps({"items": fixed}))
+    server.answers[ALLOCATIONS] = (200, json.dumps({"metadata": {"resourceVersion": "9"}, "items": fixed}))
     await addresses.list_ip_allocations()
-    server.answers[ALLOCATIONS] = (200, json.dumps({"items": many}))
+    server.answers[ALLOCATIONS] = (200, json.dumps({"metadata": {"resourceVersion": "9"}, "items": many}))
     await addresses.list_ip_allocations()  # broken again
     assert _unreadable("IPAllocation") == before + 5001
 

@@ -149,7 +149,10 @@ async def hostile_cluster() -> AsyncIterator[tuple[KubeConnection, FakeApiServer
             + ",".join(claims)
             + "]}",
         ),
-        "/apis/netclaim.dev/v1alpha1/ipallocations": (200, json.dumps({"items": allocations})),
+        "/apis/netclaim.dev/v1alpha1/ipallocations": (
+            200,
+            json.dumps({"metadata": {"resourceVersion": "5"}, "items": allocations}),
+        ),
         "/apis/netclaim.dev/v1alpha1/ipallocations/lan-10-10-3-9": (200, api_status(200, "deleted")),
         "/apis/netclaim.dev/v1alpha1/ippools": (200, '{"items": [' + ",".join(pools) + "]}"),
         "/apis/netclaim.dev/v1alpha1/ippools/lan/status": (200, pools[0]),

@@ -73,11 +73,17 @@ class KubeAddresses(AddressesApi, IPPoolsApi):
         self, *, pool: str | None = None, claim_uid: str | None = None
     ) -> list[IPAllocation]:
         labels = {k: v for k, v in ((POOL_LABEL, pool), (CLAIM_UID_LABEL, claim_uid)) if v is not None}
-        params = {"labelSelector": selector(labels)} if labels else None
-        return (await self._listed(params)).items
+        if not labels:
+            return (await self.listed_ip_allocations()).items
+        return (await self._listed({"labelSelector": selector(labels)})).items
 
     async def listed_ip_allocations(self) -> Listed[IPAllocation]:
-        return await self._listed(None)
+        """Every one of the cluster (the controller's), in pages: as many as pool addresses are held."""
+        allocations, unreadable, version = await self.kube.read_pages(
+            "IPAllocations", IP_ALLOCATIONS.path(), _allocations_of
+        )
+        self.kube.report_unreadable(IP_ALLOCATIONS, "", unreadable)
+        return Listed(allocations, version)
 
     async def held_ip_allocations(self, claim_uid: str, not_older_than: str | None) -> Listed[IPAllocation]:
         params = {"labelSelector": selector({CLAIM_UID_LABEL: claim_uid})}
@@ -85,12 +91,13 @@ class KubeAddresses(AddressesApi, IPPoolsApi):
             params |= {"resourceVersion": not_older_than, "resourceVersionMatch": "NotOlderThan"}
         return await self._listed(params)
 
-    async def _listed(self, params: dict[str, str] | None) -> Listed[IPAllocation]:
+    async def _listed(self, params: dict[str, str]) -> Listed[IPAllocation]:
+        """A pool's or a claim's (the agent's, on the pod's path): one answer."""
         path = IP_ALLOCATIONS.path()
         allocations, unreadable, version = await self.kube.read_items(
-            "IPAllocations", path, _allocations_of, params
+            "IPAllocations", path, _versioned, params
         )
-        self.kube.report_unreadable(IP_ALLOCATIONS, (params or {}).get("labelSelector", ""), unreadable)
+        self.kube.report_unreadable(IP_ALLOCATIONS, params.get("labelSelector", ""), unreadable)
         return Listed(allocations, version)
 
     async def get_ip_allocation(self, name: str) -> IPAllocation:
@@ -153,7 +160,11 @@ def _pools_of(listed: ListItems) -> tuple[list[dict[str, Any]], list[Unreadable]
     return pools, unreadable
 
 
-def _allocations_of(listed: ListItems) -> tuple[list[IPAllocation], list[Unreadable], str | None]:
+def _versioned(listed: ListItems) -> tuple[list[IPAllocation], list[Unreadable], str | None]:
+    return (*_allocations_of(listed), listed.version)
+
+
+def _allocations_of(listed: ListItems) -> tuple[list[IPAllocation], list[Unreadable]]:
     """The IPAllocations of a list that can be read; the others are neither counted as held nor freed."""
     effect = "It is neither counted as held nor freed."
     allocations, unreadable = [], [Unreadable(None, problem, effect) for problem in listed.unread]
@@ -162,4 +173,4 @@ def _allocations_of(listed: ListItems) -> tuple[list[IPAllocation], list[Unreada
             allocations.append(IPAllocation.from_api(item))
         except (TypeError, ValueError) as err:
             unreadable.append(Unreadable(item, str(err), effect))
-    return allocations, unreadable, listed.version
+    return allocations, unreadable
