@@ -252,6 +252,11 @@ def test_the_bench_line_has_the_issues_keys_in_its_order() -> None:
     assert line.startswith("BENCH ") and "\n" not in line
     keys = [pair.split("=")[0] for pair in line.split()[1:]]
     assert keys == [
+        "attach_overhead_ms",
+        "attach4_ratio",
+        "hook_burst_p50_ms",
+        "agent_rss_active_mib",
+        "agent_pss_idle_mib",
         "attach_ext_ratio",
         "podstart_p50_vs_dra",
         "podstart_p99_vs_dra",
@@ -261,6 +266,9 @@ def test_the_bench_line_has_the_issues_keys_in_its_order() -> None:
         "agent_rss_idle_mib",
     ]
     values = report.bench_values(line)
+    assert values["attach_overhead_ms"] == pytest.approx(12 - 1 - 9)  # hook, less the claimless hook and exec
+    assert values["attach4_ratio"] == pytest.approx((50 - 1) / 36, abs=0.01)
+    assert values["hook_burst_p50_ms"] == 14
     assert values["attach_ext_ratio"] == pytest.approx(12 / 9, abs=0.01)
     assert values["podstart_p50_vs_dra"] == pytest.approx(5.4 / 4.5, abs=0.01)
     assert values["api_requests_per_pod"] == 5
@@ -286,7 +294,9 @@ def test_the_report_and_the_plots_come_from_one_result(tmp_path: Path) -> None:
     assert result["bench_line"] in text
     goal = "| netclaim's NRI hook from outside ÷ raw plugin exec, one NIC, p50 | ≤ 1.1 | 1.33 |"
     assert f"{goal} **missed** (see below) |" in text
-    assert "| agent idle RSS (MiB) | ≤ 50 | 70 | **missed** (see below) |" in text
+    assert "| agent idle RSS (MiB) | ≤ 45 | 70 | **missed** (see below) |" in text
+    share = "netclaim's share of an attach: hook less a claimless pod's and the raw exec, 1 NIC, p50 (ms)"
+    assert f"| {share} | ≤ 2 | 2 |" in text
     assert "| pod start, netclaim claim ÷ no claim, p50 | — | 1.35 |  |" in text
     assert "| get resourceclaims | 6 |" in text
     assert "| hook inside the agent, 1 NIC (agent's log) | 12.0 " in text
