@@ -16,6 +16,7 @@ from netclaim.controller.informer import Informer
 from netclaim.controller.policy import PolicySources
 from netclaim.core.kubeapi import DELETED, Listed
 from netclaim.core.policy.rules import NAMESPACE_BUDGET, PolicySource, is_over
+from netclaim.errors import ApiRejectedError
 
 MIB = NAMESPACE_BUDGET["bytes"]
 
@@ -154,3 +155,24 @@ def test_whatever_a_tenant_writes_the_text_kept_of_a_namespace_stays_within_its_
             task.cancel()
 
     asyncio.run(run())
+
+
+async def test_a_namespace_whose_policies_cannot_be_read_again_stops_no_other() -> None:
+    api = Policies()
+    _, sources, task = await _kept(api)
+    try:
+        for i in range(3):
+            api.put(_policy("team-a", f"big-{i}", 460_000))
+        api.put(_policy("team-b", "small", 2_000))
+        api.delete("team-a/big-2")
+        await _settled(api)
+
+        async def refused(namespace: str) -> list[PolicySource]:
+            raise ApiRejectedError("multi-networkpolicies is forbidden")
+
+        api.list_policies = refused  # type: ignore[method-assign]
+        current = {p.name: p for p in await sources.current()}
+        assert current["small"].read().spec is not None  # the other namespace's, as ever
+        assert current["big-0"].read().spec is None and sources.reread == {"team-a"}  # isolating, pending
+    finally:
+        task.cancel()

@@ -447,3 +447,21 @@ async def test_a_key_that_keeps_failing_backs_off_alone_doubling_to_its_most() -
     backoff.failed("team-b")
     await asyncio.sleep(KeyBackoff.BASE + 0.2)
     assert woken  # its pass is woken when it is due
+
+
+async def test_past_a_hundred_claims_to_read_by_name_a_pass_lists_them_once_instead() -> None:
+    """A namespace deleted at once: 150 GETs would hold the pass; one list (in pages) costs less."""
+    api = FakeKubeApi()
+    api.add_pool("lan", LAN)
+    for i in range(150):
+        api.allocations[f"a{i}"] = _held(f"a{i}", f"10.10.3.{i + 10}/24", f"uid-gone-{i}")
+    reconciler = Reconciler(api, api, api, api, SAMPLE_DRIVER)
+    tasks = await _followed(api, reconciler)
+    try:
+        api.calls.clear()
+        await reconciler.once()
+        assert api.calls.count("list_claims") == 1 and "get_claim" not in api.calls
+        assert api.allocations == {}  # every one of a claim that is gone: freed
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -43,6 +43,7 @@ from netclaim.runtime import metrics
 
 log = logging.getLogger(__name__)
 ADDRESS_CLASS = "netclaim-address"  # deploy/deviceclasses.yaml
+READS_BY_NAME = 100  # claims a pass reads one by one before freeing their addresses; past it, one list
 
 
 class Reconciler:
@@ -120,14 +121,17 @@ class Reconciler:
         """Every IPAllocation, then every claim by UID (in that order: netclaim.core.ipam.pools). From the
         mirrors while both are synced; what would be freed is decided on its claim read afresh, after the
         allocations were read (a claim's change may reach its mirror after its address's): one GET per
-        claim concerned, never a list of every claim."""
+        claim concerned, or one list of every claim (in pages) past READS_BY_NAME of them."""
         if not (self.allocations_seen.synced and self.claims_seen.synced):
             allocations = await self.addresses.list_ip_allocations()
             return allocations, {c.uid: c for c in await self.claims.list_claims(self.driver)}
         allocations = list(self.allocations_seen.objects.values())
         claims = dict(self.claims_seen.objects)
         suspects = orphans(allocations, set(claims)) + beyond_allocation(allocations, claims, self.driver)
-        for allocation in {a.claim_uid: a for a in suspects}.values():
+        concerned = {a.claim_uid: a for a in suspects}
+        if len(concerned) > READS_BY_NAME:  # a namespace deleted: one list (in pages) costs less
+            return allocations, {c.uid: c for c in await self.claims.list_claims(self.driver)}
+        for allocation in concerned.values():
             uid = allocation.claim_uid
             try:
                 now = await self.claims.get_claim(allocation.claim_namespace, allocation.claim_name)

@@ -31,7 +31,7 @@ from netclaim.core.policy.compiled import Compiled, CompiledRules
 from netclaim.core.policy.distribution import RulesMap, digest, pod_facts
 from netclaim.core.policy.rules import NAMESPACE_BUDGET, PolicyObject, PolicySource, is_over, over_budget
 from netclaim.core.policy.spec import malformed_networks
-from netclaim.errors import per_object
+from netclaim.errors import ApiUnavailableError, NetclaimError, per_object
 from netclaim.runtime import metrics
 from netclaim.runtime.trigger import KeyBackoff
 
@@ -81,7 +81,17 @@ class PolicySources:
     async def current(self) -> list[PolicySource]:
         """Every policy kept, those of the namespaces back within budget read again first."""
         for namespace in sorted(self.reread):
-            for found in await self.api.list_policies(namespace):
+            try:
+                listed = await self.api.list_policies(namespace)
+            except ApiUnavailableError:
+                raise
+            except NetclaimError as err:  # that namespace's policies isolate until the next pass reads them
+                log.warning(
+                    "MultiNetworkPolicies not read again; they isolate until the next pass reads them",
+                    extra={"namespace": namespace, "error": str(err)},
+                )
+                continue
+            for found in listed:
                 kept = self.informer.objects.get(_key(found))
                 if kept is not None and kept.dropped and kept.version == found.version:
                     self.informer.restate(_key(found), found)
