@@ -41,7 +41,10 @@ async def test_an_interface_is_read_back_and_a_missing_one_leaves_no_socket_open
     for _ in range(20):
         assert await netlink.interface("nope", netns) is None
         assert await netlink.interface("v1", netns) is not None
+        assert await netlink.interface("nope", netns, addresses=("10.9.0.3/24",)) is None
     assert _open_fds() == before
+    given = await netlink.interface("v1", netns, addresses=("10.9.0.3/24",))  # a CNI result's: not read
+    assert given is not None and (given.addresses, given.mac) == (("10.9.0.3/24",), state.mac)
 
 
 async def test_the_sysctls_asked_are_set_in_the_interfaces_namespace_in_the_same_trip(netns: str) -> None:

@@ -429,14 +429,20 @@ class FakePodNetlink:
     links_set: list[tuple[str, int | None, str | None]] = field(default_factory=list)  # (name, mtu, mac)
     fail_shape: list[Exception] = field(default_factory=list)
     sysctls: dict[tuple[str | None, str], dict[str, str]] = field(default_factory=dict)  # as last set
+    addresses_given: list[tuple[str, ...] | None] = field(default_factory=list)  # to interface(), each call
 
     async def interface(
-        self, name: str, netns: str | None = None, sysctls: Mapping[str, str] | None = None
+        self,
+        name: str,
+        netns: str | None = None,
+        sysctls: Mapping[str, str] | None = None,
+        addresses: tuple[str, ...] | None = None,
     ) -> InterfaceState | None:
         found = self.interfaces.get((netns, name))
         if found is not None and sysctls:
             self.sysctls.setdefault((netns, name), {}).update(sysctls)
-        return found
+        self.addresses_given.append(addresses)
+        return found if found is None or addresses is None else replace(found, addresses=addresses)
 
     async def shape(self, name: str, bits_per_second: int, netns: str) -> None:
         if self.fail_shape:
@@ -966,7 +972,11 @@ class Recorder:
         return [("netdev", name) for name in self.old] + [("inet", "netclaim")]  # a pod's, not the guard's
 
     async def interface(
-        self, name: str, netns: str | None = None, sysctls: Mapping[str, str] | None = None
+        self,
+        name: str,
+        netns: str | None = None,
+        sysctls: Mapping[str, str] | None = None,
+        addresses: tuple[str, ...] | None = None,
     ) -> InterfaceState | None:
         """The node's NICs: all there (with the same MAC) but gone0."""
         return None if name == "gone0" else InterfaceState(name, 2, "52:54:00:12:34:56", 1500, ())

@@ -196,10 +196,14 @@ class NodeLinks(Protocol):
 
 class Interfaces(Protocol):
     async def interface(
-        self, name: str, netns: str | None = None, sysctls: Mapping[str, str] | None = None
+        self,
+        name: str,
+        netns: str | None = None,
+        sysctls: Mapping[str, str] | None = None,
+        addresses: tuple[str, ...] | None = None,
     ) -> InterfaceState | None:
         """The interface as the kernel has it (None: there is none of that name), first set to `sysctls`
-        (paths under /proc/sys/net) when given."""
+        (paths under /proc/sys/net) when given; its `addresses` as given (a CNI result's: not read)."""
         ...
 
 

@@ -111,6 +111,30 @@ def _addresses_of(result: dict[str, Any]) -> tuple[str, ...]:
     return tuple(found)
 
 
+def _result_addresses(result: dict[str, Any], name: str, netns: str) -> tuple[str, ...] | None:
+    """The addresses a CNI result gives interface `name` in the sandbox `netns` (address/prefix), in its
+    order; None when it does not say (the interface not listed, an address not tied to an interface, an
+    entry that cannot be read): then the kernel is asked."""
+    interfaces = result.get("interfaces")
+    if not isinstance(interfaces, list):
+        return None
+    ours = {
+        i
+        for i, found in enumerate(interfaces)
+        if isinstance(found, dict) and found.get("name") == name and found.get("sandbox") == netns
+    }
+    if not ours:
+        return None
+    found_addresses = []
+    for ip in result.get("ips") or []:
+        try:
+            if ip["interface"] in ours:
+                found_addresses.append(str(ipaddress.ip_interface(ip["address"])))
+        except (KeyError, TypeError, ValueError):
+            return None
+    return tuple(found_addresses)
+
+
 def netns_exists(path: str) -> bool:
     return bool(path) and os.path.exists(path)  # noqa: PTH110 - one stat, on the hook's path
 
@@ -141,10 +165,13 @@ class Attacher:
         netns = row.netns if netns_exists(row.netns) else ""
         return Invocation(row.sandbox_id, netns, row.plan.interface_name, row.outcome.cni_args)
 
-    async def _read_back(self, row: Attachment, netns: str) -> InterfaceState:
-        """The interface the ADD made, set as every pod's interface is (netclaim.agent.pods.guard)."""
+    async def _read_back(self, row: Attachment, netns: str, result: dict[str, Any]) -> InterfaceState:
+        """The interface the ADD made, set as every pod's interface is (netclaim.agent.pods.guard); its
+        addresses as the ADD's result says, read only when the result does not say."""
         name = row.plan.interface_name
-        state = await self.links.interface(name, netns, interface_sysctls(row))
+        state = await self.links.interface(
+            name, netns, interface_sysctls(row), _result_addresses(result, name, netns)
+        )
         if state is None:
             raise AttachError(f"CNI ADD succeeded but {name} is not in the pod's namespace")
         return state
@@ -212,7 +239,7 @@ class Attacher:
                 result = await self.cni.add(plan.conflist, invocation, deadline)
             cni_ms = round((time.monotonic() - started) * 1000, 1)
             faults.point("inside-add")
-            state = await self._read_back(row, sandbox.netns)
+            state = await self._read_back(row, sandbox.netns, result)
             if plan.bandwidth_bps:
                 await self.links.shape(plan.interface_name, plan.bandwidth_bps, sandbox.netns)
             interface = Interface(name=state.name, mac=state.mac, mtu=state.mtu, addresses=state.addresses)
