@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from netclaim.adapters.kube import connection
 from netclaim.adapters.kube.addresses import KubeAddresses
 from netclaim.adapters.kube.claims import KubeClaims
-from netclaim.adapters.kube.connection import KubeConnection
+from netclaim.adapters.kube.connection import POLICIES, KubeConnection
 from netclaim.adapters.kube.reader import KubeClusterReader
+from netclaim.adapters.kube.watched import network_policies
 from netclaim.core import objects
 from netclaim.core.objects import Claim, IPAllocation, item_spans, read_json, read_list
 from netclaim.errors import ApiUnavailableError, ConfigError, GoneError, NotServedError
@@ -739,3 +740,15 @@ async def test_policies_never_served_are_none_and_once_served_a_404_keeps_what_i
     server.answers[path] = (404, api_status(404, "the server could not find the requested resource"))
     with pytest.raises(NotServedError):
         await source.listed()
+
+
+async def test_multinetworkpolicies_are_listed_fifty_at_a_time(
+    kube: KubeConnection, server: FakeApiServer
+) -> None:
+    """A tenant's free JSON, up to 1.5 MB an object: a page of 500 could be 750 MB decoded at once."""
+    path = POLICIES.path()
+    policy = '{"metadata": {"namespace": "team-a", "name": "p", "uid": "u"}, "spec": {}}'
+    server.pages[path] = [_page("1", policy), _page("", policy.replace('"p"', '"q"'))]
+    listed = await network_policies(kube).listed()
+    assert [p.name for p in listed.items] == ["p", "q"]
+    assert {r.url.params.get("limit") for r in server.requests if r.url.path == path} == {"50"}

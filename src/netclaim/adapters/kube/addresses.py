@@ -80,7 +80,7 @@ class KubeAddresses(AddressesApi, IPPoolsApi):
     async def listed_ip_allocations(self) -> Listed[IPAllocation]:
         """Every one of the cluster (the controller's), in pages: as many as pool addresses are held."""
         allocations, unreadable, version = await self.kube.read_pages(
-            "IPAllocations", IP_ALLOCATIONS.path(), _allocations_of
+            "IPAllocations", IP_ALLOCATIONS.path(), _allocations_of, IP_ALLOCATIONS.page
         )
         self.kube.report_unreadable(IP_ALLOCATIONS, "", unreadable)
         return Listed(allocations, version)

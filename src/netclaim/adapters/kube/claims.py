@@ -49,7 +49,9 @@ class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
             claims, unreadable = claims_of(listed)
             return ([c.compact(driver) for c in claims] if driver else claims), unreadable
 
-        claims, unreadable, version = await self.kube.read_pages("ResourceClaims", CLAIMS.path(), made)
+        claims, unreadable, version = await self.kube.read_pages(
+            "ResourceClaims", CLAIMS.path(), made, CLAIMS.page
+        )
         self.kube.report_unreadable(CLAIMS, "", unreadable)
         return Listed(claims, version)
 

@@ -70,7 +70,6 @@ UNREADABLE_REASON = "NetclaimUnreadable"
 MAX_LISTS_REMEMBERED = 64
 # Warning Events on unreadable objects waiting to be sent; past it an object is only logged and counted
 MAX_QUEUED_EVENTS = 256
-LIST_PAGE = 500  # objects per page of a list read whole (read_pages)
 # JSON read on the event loop up to this size (a few milliseconds, the slow parser's included); larger (a
 # cluster's list: megabytes, a second or more), in a thread, so that the program's watches, health checks
 # and writes go on meanwhile
@@ -85,6 +84,7 @@ class Kind:
     api_version: str  # "v1" for the core group, else group/version
     name: str  # as objects name their kind (ResourceClaim)
     plural: str  # as paths name it (resourceclaims)
+    page: int = 500  # objects per page of a list of it (read_pages)
 
     def path(self, namespace: str | None = None, name: str | None = None, subresource: str = "") -> str:
         """Every namespace's objects unless `namespace`; one object's with `name` (its `subresource`)."""
@@ -103,7 +103,9 @@ IP_ALLOCATIONS = Kind(IPPOOL_API_VERSION, "IPAllocation", "ipallocations")
 SERVICES = Kind("v1", "Service", "services")
 PODS = Kind("v1", "Pod", "pods")
 NAMESPACES = Kind("v1", "Namespace", "namespaces")
-POLICIES = Kind("k8s.cni.cncf.io/v1beta1", "MultiNetworkPolicy", "multi-networkpolicies")
+# a tenant's free JSON, up to the API's 1.5 MB an object, Multus's policies too (never counted against
+# a namespace's budget): a page of 50 is at most 75 MB decoded at once, not 750
+POLICIES = Kind("k8s.cni.cncf.io/v1beta1", "MultiNetworkPolicy", "multi-networkpolicies", page=50)
 CONFIG_MAPS = Kind("v1", "ConfigMap", "configmaps")
 ENDPOINT_SLICES = Kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices")
 
@@ -263,9 +265,10 @@ class KubeConnection:
         what: str,
         path: str,
         made: Callable[[ListItems], tuple[list[R], list[Unreadable]]],
+        page_size: int,
         params: dict[str, str] | None = None,
     ) -> tuple[list[R], list[Unreadable], str | None]:
-        """GET the list at `path` LIST_PAGE objects at a time, as client-go's reflector does (a cluster's
+        """GET the list at `path` `page_size` objects at a time, as client-go's reflector does (a cluster's
         50,000 claims are never one answer held whole in memory, decoded objects and all): each page's
         items made by `made` as read_items makes them, and what it could not read; then the list's
         resourceVersion. A page whose metadata cannot be read fails the list (ApiUnavailableError): its
@@ -274,7 +277,7 @@ class KubeConnection:
         unreadable: list[Unreadable] = []
         following = ""
         while True:
-            page = {**(params or {}), "limit": str(LIST_PAGE)} | (
+            page = {**(params or {}), "limit": str(page_size)} | (
                 {"continue": following} if following else {}
             )
             (made_items, bad), version, following = await self._get(

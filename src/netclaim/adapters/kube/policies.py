@@ -49,7 +49,7 @@ class KubePolicies(NetworkPoliciesApi):
             return [PolicySource.from_api(as_object(item)) for item in listed.items], []
 
         found, _, _ = await self.kube.read_pages(
-            f"MultiNetworkPolicies of namespace {namespace}", POLICIES.path(namespace), made
+            f"MultiNetworkPolicies of namespace {namespace}", POLICIES.path(namespace), made, POLICIES.page
         )
         return found
 

@@ -94,7 +94,9 @@ class KubeWatched(Watched[P], Generic[P]):
             for key, value in (("fieldSelector", self.fields), ("labelSelector", self.labels))
             if value
         }
-        items, _, version = await self.kube.read_pages(f"list of {self.what}", self.path, self._page, params)
+        items, _, version = await self.kube.read_pages(
+            f"list of {self.what}", self.path, self._page, self.kind.page, params
+        )
         return Listed(items, version)
 
     def _page(self, listed: ListItems) -> tuple[list[P], list[Unreadable]]:
