@@ -176,3 +176,29 @@ async def test_a_namespace_whose_policies_cannot_be_read_again_stops_no_other() 
         assert current["big-0"].read().spec is None and sources.reread == {"team-a"}  # isolating, pending
     finally:
         task.cancel()
+
+
+async def test_a_tenants_policy_changes_cost_constant_time_however_many_it_has() -> None:
+    """Going over a namespace's policies at each change made a tenant's n changes cost n² on the event
+    loop that answers /healthz: they are gone over only when the namespace crosses its budget."""
+    api = Policies()
+    informer, sources, task = await _kept(api)
+    scans: list[str] = []
+    indexed = informer.indexed
+
+    def counted(index: str, value: str) -> list[PolicySource]:
+        scans.append(value)
+        return indexed(index, value)
+
+    informer.indexed = counted  # type: ignore[method-assign]
+    try:
+        for i in range(200):  # 200 small policies, then one that takes the namespace over its budget
+            api.put(_policy("team-a", f"p{i}", 1_000))
+        api.put(_policy("team-a", "big", 1_100_000))
+        for i in range(200):  # and 200 more once over
+            api.put(_policy("team-a", f"q{i}", 1_000))
+        await _settled(api)
+        assert scans == ["team-a"]  # once, when it went over
+        assert _text_of(informer, "team-a") == 0 and sources.dropped == {"team-a": 401}
+    finally:
+        task.cancel()

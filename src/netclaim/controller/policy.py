@@ -43,40 +43,63 @@ class PolicySources:
     """The MultiNetworkPolicies as the informer keeps them, a namespace over its budget without its
     policies' spec text: they are not parsed then (they isolate), so what a tenant can make the controller
     hold is its budget of text (NAMESPACE_BUDGET, 1 MiB), not its object quota times the API's 1.5 MB per
-    object. Counted as each policy changes; once the namespace is back within its budget, its policies are
-    read again by namespace at the next pass (until then they isolate, as over budget)."""
+    object. Counted as each policy changes, in constant time (a namespace's policies are gone over only
+    when it crosses its budget); once the namespace is back within it, its policies are read again by
+    namespace at the next pass (until then they isolate, as over budget)."""
 
     def __init__(self, informer: Informer[PolicySource], api: NetworkPoliciesApi) -> None:
         self.informer = informer
         self.api = api
         self.used: dict[str, dict[str, int]] = {}  # namespace → its netclaim policies' budget counts
+        self.texts: dict[str, int] = {}  # namespace → policies kept with their text
+        self.dropped: dict[str, int] = {}  # namespace → policies kept without it (PolicySource.dropped)
         self.reread: set[str] = set()  # namespaces back within budget, some policy of them without text
         informer.on_change(self.changed)
 
     def changed(self, before: PolicySource | None, after: PolicySource | None) -> None:
         for found, sign in ((before, -1), (after, 1)):
-            if found is not None and found.networks:
+            if found is None:
+                continue
+            if found.networks:
                 counted = self.used.setdefault(
                     found.namespace, dict.fromkeys((*NAMESPACE_BUDGET, "policies"), 0)
                 )
                 for name, value in (("rules", found.rules), ("peers", found.peers), ("bytes", found.size)):
                     counted[name] += sign * value
                 counted["policies"] += sign
+                if counted["policies"] <= 0:
+                    del self.used[found.namespace]
+            self._count(found, sign)
         changed = after or before
         if changed is None:
             return
         namespace = changed.namespace
         counts = self.used.get(namespace)
-        if counts is not None and counts["policies"] <= 0:
-            del self.used[namespace]
-        kept = self.informer.indexed("namespace", namespace)
         if counts is not None and is_over(counts):
             self.reread.discard(namespace)
-            for source in kept:
-                if source.spec:
-                    self.informer.restate(_key(source), source.without_text())
-        elif any(source.dropped for source in kept):
+            if after is not None and after.spec and self.texts.get(namespace) == 1:
+                self._drop([after])  # the others' let go already: this one alone
+            elif self.texts.get(namespace):  # the namespace has just gone over: all of them
+                self._drop(self.informer.indexed("namespace", namespace))
+        elif self.dropped.get(namespace):
             self.reread.add(namespace)
+
+    def _count(self, source: PolicySource, sign: int) -> None:
+        for counter, counts in ((self.texts, bool(source.spec)), (self.dropped, source.dropped)):
+            if counts:
+                left = counter[source.namespace] = counter.get(source.namespace, 0) + sign
+                if left <= 0:
+                    del counter[source.namespace]
+
+    def _restate(self, before: PolicySource, after: PolicySource) -> None:
+        self.informer.restate(_key(after), after)
+        self._count(before, -1)
+        self._count(after, 1)
+
+    def _drop(self, sources: list[PolicySource]) -> None:
+        for source in sources:
+            if source.spec:
+                self._restate(source, source.without_text())
 
     async def current(self) -> list[PolicySource]:
         """Every policy kept, those of the namespaces back within budget read again first."""
@@ -91,16 +114,15 @@ class PolicySources:
                     extra={"namespace": namespace, "error": str(err)},
                 )
                 continue
+            counts = self.used.get(namespace)
+            if counts is not None and is_over(counts):  # over again meanwhile: left as they are
+                self.reread.discard(namespace)
+                continue
             for found in listed:
                 kept = self.informer.objects.get(_key(found))
                 if kept is not None and kept.dropped and kept.version == found.version:
-                    self.informer.restate(_key(found), found)
-            counts = self.used.get(namespace)
-            if (
-                counts is None
-                or is_over(counts)
-                or not any(source.dropped for source in self.informer.indexed("namespace", namespace))
-            ):
+                    self._restate(kept, found)
+            if not self.dropped.get(namespace):
                 self.reread.discard(namespace)
         return list(self.informer.objects.values())
 
