@@ -321,8 +321,13 @@ def test_a_released_address_reaches_another_tenant_only_after_the_rules_and_slic
     # the moment the other tenant has it: the victim's rules and Service no longer name it
     assert CLIENT_ADDRESS not in _peers(victim, "db")
     assert CLIENT_ADDRESS not in _listed(cluster, ns, "clients")
+    # the thief is told why it waits: still held, or quarantined, whichever its kubelet's retries met (a
+    # quarantine shorter than a retry's backoff is never seen by it)
     told = cluster.kubectl("get", "events", "-n", attacker_ns, "-o", "jsonpath={.items[*].message}")
-    assert "is quarantined until every policy rule and Service that named it has followed" in told
+    assert f"address {CLIENT_ADDRESS} of IPPool {pool} is held by claim {ns}/" in told or (
+        f"address {CLIENT_ADDRESS} of IPPool {pool} was released by claim {ns}/" in told
+        and "is quarantined until every policy rule and Service that named it has followed" in told
+    ), told
     wait_for(lambda: len(running(kube, attacker_ns)) == 1, 120, "the thief running")
     assert Net(cluster, attacker_ns).tcp("thief", victim.net1["db"]) == ""  # the victim's rule is not its
     figures(f"address reuse: the released address reached the other tenant after {waited:.1f} s (quarantine)")
