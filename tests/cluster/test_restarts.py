@@ -4,6 +4,7 @@ with its interface and Ready=True, or cleaned up, and is never Ready=True withou
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import subprocess
 import threading
@@ -166,6 +167,66 @@ def test_agent_killed_while_a_pod_starts(
     assert len(ipam_reservations(cluster, network)) == 1, "a crash inside ADD must not leak an address"
     delete(kube, Pod, "p", ns)
     wait_for(lambda: ipam_reservations(cluster, network) == set(), 60, "the address released")
+
+
+ON_ENP94S0 = 'device.attributes["netclaim.dev"].ifName == "enp94s0"'
+
+
+def test_agent_killed_when_the_first_of_a_pods_adds_at_once_ends(
+    cluster: ClusterHandle, kube: Client, ns: str, agent_on_node_2: Any
+) -> None:
+    """Two claims on two NICs: their ADDs run at the same time, and the agent dies (kill -9 at its fault
+    point) as soon as one has ended, the other's plugin maybe still at work. Back, it undoes both and attaches
+    both: one address held per network, none once the pod has gone."""
+    networks = {
+        "net1": ("crash-together-a", "10.81.0.0/24", ON_ENP0S10),
+        "net2": ("crash-together-b", "10.82.0.0/24", ON_ENP94S0),
+    }
+    agent_on_node_2("inside-add")
+    manifest = _on_node_2("p", "net1")
+    manifest["spec"]["resourceClaims"] = [{"name": i, "resourceClaimTemplateName": i} for i in networks]
+    manifest["spec"]["containers"][0]["resources"]["claims"] = [{"name": i} for i in networks]
+    apply(
+        cluster,
+        ns,
+        *(
+            claim_template(
+                i, "netclaim-shared", cel, cni_config([macvlan(subnet)], interface=i, name=network)
+            )
+            for i, (network, subnet, cel) in networks.items()
+        ),
+        manifest,
+    )
+    _wait_agent_dead(cluster)
+    agent_on_node_2()  # back, without faults
+
+    def both_in_the_running_pod() -> bool:
+        pod = kube.get(Pod, "p", namespace=ns)
+        claims = [
+            c.resourceClaimName for c in (pod.status.resourceClaimStatuses if pod.status else None) or []
+        ]
+        ready = [e for c in claims if c for e in claim_devices(kube, ns, c) if _ready(e)]
+        if not running(kube, ns) or len(ready) < len(networks):
+            return False
+        assert pod.metadata is not None and pod.metadata.uid is not None
+        netns = sandbox_netns(cluster, node_name(pod), pod.metadata.uid)
+        links = in_pod_netns(cluster, node_name(pod), netns, "ip", "-o", "link", "show")
+        return " net1@" in links and " net2@" in links
+
+    wait_for(both_in_the_running_pod, 120, "the pod running with net1 and net2 after the agent's restart")
+    for network, _, _ in networks.values():
+        assert len(ipam_reservations(cluster, network)) == 1, f"{network}: a crash beside an ADD leaked"
+    delete(kube, Pod, "p", ns)
+    for network, _, _ in networks.values():
+        wait_for(functools.partial(_released, cluster, network), 60, f"{network}: released")
+
+
+def _released(cluster: ClusterHandle, network: str) -> bool:
+    return ipam_reservations(cluster, network) == set()
+
+
+def _ready(entry: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in entry.get("conditions", []))
 
 
 @pytest.mark.parametrize("point", ["before-detach", "before-unprepare"])

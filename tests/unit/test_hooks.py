@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -133,6 +135,55 @@ async def test_when_one_device_fails_none_stays_attached_and_the_retry_starts_cl
     ]
     await rig.hooks.run_pod_sandbox(rig.sandbox("sandbox-2"), BUDGET)  # kubelet's retry
     assert [_state(rig, r) for r in (FIRST, SECOND)] == [(State.ATTACHED, "sandbox-2")] * 2
+
+
+async def _adds_started(rig: ConfigureRig, count: int) -> None:
+    while sum(c.command == "ADD" for c in rig.cni.calls) < count:  # noqa: ASYNC110 - calls are a list
+        await asyncio.sleep(0)
+
+
+async def test_a_pods_self_contained_chains_are_added_at_the_same_time(rig: ConfigureRig) -> None:
+    """Two macvlan + host-local chains: the second ADD starts while the first still runs (a plugin held
+    until both have started); the pod's hook ends with both attached."""
+    await rig.store.put(FIRST, SECOND)
+    rig.cni.gate = asyncio.Event()
+    hook = asyncio.create_task(rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET))
+    await asyncio.wait_for(_adds_started(rig, 2), 5)
+    assert not hook.done()
+    rig.cni.gate.set()
+    await hook
+    assert [_state(rig, r) for r in (FIRST, SECOND)] == [(State.ATTACHED, "sandbox-1")] * 2
+
+
+async def test_a_chain_that_touches_what_its_siblings_share_is_added_alone(rig: ConfigureRig) -> None:
+    shared = SECOND.plan.conflist | {"plugins": [*SECOND.plan.conflist["plugins"], {"type": "sbr"}]}
+    alone = replace(SECOND, plan=SECOND.plan.model_copy(update={"conflist": shared}))
+    await rig.store.put(FIRST, alone)
+    rig.cni.gate = asyncio.Event()
+    hook = asyncio.create_task(rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET))
+    await asyncio.wait_for(_adds_started(rig, 1), 5)
+    with contextlib.suppress(TimeoutError):  # time for the second to start, were it to (store writes)
+        await asyncio.wait_for(_adds_started(rig, 2), 0.5)
+    assert [c.invocation.if_name for c in rig.cni.calls if c.command == "ADD"] == ["net1"]
+    rig.cni.gate.set()
+    await hook
+    assert [c.invocation.if_name for c in rig.cni.calls if c.command == "ADD"] == ["net1", "net2"]
+    assert [_state(rig, r) for r in (FIRST, alone)] == [(State.ATTACHED, "sandbox-1")] * 2
+
+
+async def test_a_failure_beside_an_add_in_flight_undoes_both_once_both_have_ended(rig: ConfigureRig) -> None:
+    await rig.store.put(FIRST, SECOND)
+    failure = CniError("macvlan", "ADD", 7, "master enp1s0 is down")
+    rig.cni.fail_add += [failure, None]  # the first to end fails, the other attaches
+    rig.cni.gate = asyncio.Event()
+    hook = asyncio.create_task(rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET))
+    await asyncio.wait_for(_adds_started(rig, 2), 5)
+    rig.cni.gate.set()
+    with pytest.raises(AttachError, match="master enp1s0 is down"):
+        await hook
+    assert sorted(c.command for c in rig.cni.calls) == ["ADD", "ADD", "DEL", "DEL"]
+    assert rig.cni.leases == {}
+    assert sorted(_state(rig, r)[0] for r in (FIRST, SECOND)) == sorted([State.PREPARED, State.DETACHED])
 
 
 async def test_an_add_out_of_time_fails_the_sandbox_without_blaming_the_user(rig: ConfigureRig) -> None:

@@ -127,6 +127,31 @@ async def test_the_sandbox_hook_adds_the_interface_as_the_claim_status_shows_it(
     assert entry["networkData"]["interfaceName"] == "net1" and entry["networkData"]["ips"]
 
 
+def _generations(rig: ConfigureRig) -> set[tuple[int, str]]:
+    return {(o["metadata"]["generation"], o["podClaimName"]) for o in _stream(_host_file(rig))}
+
+
+async def test_the_attach_writes_the_next_generation_without_reading_the_file_back(
+    rig: ConfigureRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What prepare wrote is kept in memory: the hook's write reads nothing. An agent started since reads
+    the file once (its generation and the pod's name for the claim) and goes on from it."""
+    await _prepare(rig, FROM_TEMPLATE)
+    monkeypatch.setattr(Path, "read_text", lambda *_: pytest.fail("the hook read a file back"))
+    await rig.hooks.run_pod_sandbox(rig.sandbox(), 30.0)
+    monkeypatch.undo()
+    assert {(o["metadata"]["generation"], o["podClaimName"]) for o in _stream(_host_file(rig))} == {
+        (2, "fabric")
+    }
+    restarted = DeviceMetadataFiles(rig.metadata.root.parent, rig.metadata.spec_dir, rig.metadata.driver)
+    restarted.attached(rig.store.for_claim(CLAIM.uid))
+    assert {(o["metadata"]["generation"], o["podClaimName"]) for o in _stream(_host_file(rig))} == {
+        (3, "fabric")
+    }
+    restarted.remove(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    assert not _host_file(rig).exists() and not restarted._written
+
+
 async def test_kubelet_asking_again_keeps_the_file_and_a_lost_spec_is_written_again(
     rig: ConfigureRig,
 ) -> None:

@@ -106,6 +106,32 @@ def test_a_plan_may_get_ipv6_when_its_ipam_names_an_ipv6_address_or_network(
 
 
 @pytest.mark.parametrize(
+    ("plugins", "ipam", "together"),
+    [
+        (["macvlan"], {}, True),
+        (["macvlan", "tuning"], {}, False),  # tuning is no interface maker: run alone
+        (["macvlan", "sbr"], {}, False),  # the namespace's rules and routes, shared with siblings
+        (["macvlan"], {"type": "dhcp"}, False),  # a daemon's leases
+        (["macvlan"], {"type": "whereabouts"}, False),
+        (["macvlan"], {"type": "static", "addresses": [{"address": "10.1.0.5/24"}]}, True),
+        (["macvlan"], {"ranges": [[{"subnet": "fd00:1::/64"}]]}, False),  # DAD swapped around the ADD
+    ],
+)
+def test_a_plan_runs_beside_its_siblings_only_when_its_chain_touches_nothing_they_share(
+    plugins: list[str], ipam: dict[str, Any], together: bool
+) -> None:
+    cni: dict[str, Any] = copy.deepcopy(VALID_CONFIG["config"])
+    first = cni["plugins"][0]
+    if "type" in ipam:
+        first["ipam"] = ipam
+    else:
+        first["ipam"].update(ipam)
+    cni["plugins"] = [first, *({"type": kind} for kind in plugins[1:])]
+    claim = sample_claim((sample_allocation(NIC),), (sample_config(_config(config=cni), "FromClass"),))
+    assert _only_plan(claim).runs_beside_siblings is together
+
+
+@pytest.mark.parametrize(
     ("bandwidth_mode", "source", "consumed", "expected"),
     [
         ("enforce", "FromClaim", "1G", 1_000_000_000),

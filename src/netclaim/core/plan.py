@@ -149,6 +149,30 @@ class AttachPlan(BaseModel):
         """Whether a plugin's IPAM names an IPv6 address or network: then the interface may get one."""
         return any(_names_ipv6(plugin.get("ipam")) for plugin in self.conflist["plugins"])
 
+    @property
+    def runs_beside_siblings(self) -> bool:
+        """Whether its ADD may run at the same time as another of the pod's: every plugin of the chain
+        makes or moves its own interface only, with IPAM that is stateless or locks its own store, and
+        no IPv6 (the pod's default for duplicate address detection is swapped around each ADD, which two
+        at once would leave swapped). A chain that touches what its siblings share (routes and rules
+        of the namespace: sbr; a host's bridge or iptables) runs alone, as libcni's callers run them."""
+        return not self.may_get_ipv6 and all(
+            plugin.get("type") in SELF_CONTAINED_PLUGINS
+            and (plugin.get("ipam") is None or _ipam_type(plugin) in SELF_CONTAINED_IPAM)
+            for plugin in self.conflist["plugins"]
+        )
+
+
+# chains of these may ADD in one pod at the same time: the interface makers and the IPAM plugins whose
+# state is a locked directory (host-local) or none (static)
+SELF_CONTAINED_PLUGINS = frozenset({"macvlan", "ipvlan", "host-device"})
+SELF_CONTAINED_IPAM = frozenset({"host-local", "static"})
+
+
+def _ipam_type(plugin: dict[str, Any]) -> object:
+    ipam = plugin.get("ipam")
+    return ipam.get("type") if isinstance(ipam, dict) else None
+
 
 def _names_ipv6(value: object) -> bool:
     if isinstance(value, dict):

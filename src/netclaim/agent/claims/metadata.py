@@ -35,6 +35,7 @@ import os
 import shutil
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +194,23 @@ def _first_object(path: Path) -> dict[str, Any]:
     return found
 
 
+@dataclass(frozen=True)
+class _Written:
+    """What a request's metadata file holds besides its devices."""
+
+    identity: dict[str, Any]  # the claim's name, namespace, UID and the file's generation
+    pod_claim_name: str
+
+    @staticmethod
+    def read(path: Path) -> _Written:
+        """OSError, ValueError, KeyError or TypeError when the file is missing or not one of ours."""
+        found = _first_object(path)
+        identity = found["metadata"]
+        if not isinstance(identity, dict):
+            raise TypeError(f"{path}: metadata is not an object")
+        return _Written(dict(identity), str(found.get("podClaimName", "")))
+
+
 def _write(path: Path, text: str) -> None:
     """Whole or not at all: a container created meanwhile mounts the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
@@ -215,6 +233,9 @@ class DeviceMetadataFiles:
         self.driver = driver
         self.spec_path = spec_dir / f"{driver}_metadata.json"
         self._mounts: dict[str, dict[str, Any]] = {}  # CDI device name → its entry in the spec
+        # claim UID → base request → what its file holds: the attach writes the next generation without
+        # reading the file back (read only after a restart)
+        self._written: dict[str, dict[str, _Written]] = {}
         legacy = sorted(spec_dir.glob(f"{driver}_metadata_*.json")) if spec_dir.is_dir() else []
         for path in [self.spec_path, *legacy]:
             self._mounts.update(self._read_devices(path))
@@ -269,13 +290,15 @@ class DeviceMetadataFiles:
             device = f"{first.claim_uid}_{request}"
             try:
                 if pod_claim_name is None:  # kubelet asks again: the file says it (none: none is written)
-                    name_for_pod, first_time = str(_first_object(path).get("podClaimName", "")), False
+                    written, first_time = _Written.read(path), False
                 else:  # the claim's first prepare: what an earlier claim of that name left is replaced
-                    name_for_pod, first_time = pod_claim_name, True
-                    _write(path, _stream({**identity, "generation": 1}, name_for_pod, requests))
-            except (OSError, ValueError, TypeError) as err:
+                    written, first_time = _Written({**identity, "generation": 1}, pod_claim_name), True
+                    _write(path, _stream(written.identity, written.pod_claim_name, requests))
+            except (OSError, ValueError, KeyError, TypeError) as err:
                 self._not_written(first, err)
                 continue
+            self._written.setdefault(first.claim_uid, {})[request] = written
+            name_for_pod = written.pod_claim_name
             if first_time or device not in self._mounts:
                 where = (
                     f"resourceclaimtemplates/{name_for_pod}"
@@ -311,14 +334,21 @@ class DeviceMetadataFiles:
             by_claim[row.claim_uid].append(row)
         for claim_rows in by_claim.values():
             first = claim_rows[0]
+            written_now = self._written.setdefault(first.claim_uid, {})
             for request, requests in _by_base_request(self.driver, claim_rows).items():
                 path = self._claim_dir(first.claim_namespace, first.claim_name) / request / "metadata.json"
-                if not path.exists():  # not written at prepare: turned off then, or it failed (logged)
-                    continue
                 try:
-                    before = _first_object(path)
-                    identity = {**before["metadata"], "generation": int(before["metadata"]["generation"]) + 1}
-                    _write(path, _stream(identity, str(before.get("podClaimName", "")), requests))
+                    before = written_now.get(request)
+                    if before is None:  # an agent before this one prepared it
+                        if not path.exists():  # not written at prepare: turned off then, or it failed
+                            continue
+                        before = _Written.read(path)
+                    after = _Written(
+                        {**before.identity, "generation": int(before.identity["generation"]) + 1},
+                        before.pod_claim_name,
+                    )
+                    _write(path, _stream(after.identity, after.pod_claim_name, requests))
+                    written_now[request] = after
                 except (OSError, ValueError, KeyError, TypeError) as err:
                     log.warning(
                         "device metadata not updated with the interfaces",
@@ -338,6 +368,7 @@ class DeviceMetadataFiles:
         """The claim's files and its devices in the spec; OSError when they stay. The directory is named
         after the claim, not its UID: one a newer claim of the same name wrote (its pod runs, its containers
         mount the file on each restart) is left to that claim."""
+        self._written.pop(claim_uid, None)
         directory = self._claim_dir(namespace, claim)
         if directory.exists() and not any(
             self._owner(p) not in (claim_uid, None) for p in directory.glob("*/metadata.json")

@@ -184,6 +184,39 @@ class Attacher:
             return False
         return await self.links.interface(row.plan.interface_name, sandbox.netns) is not None
 
+    async def attach_pod(
+        self, rows: list[Attachment], sandbox: PodSandbox, deadline: float
+    ) -> list[Attachment]:
+        """Every row attached into `sandbox`, all or nothing, in the rows' order: those whose chains may
+        run beside their siblings' (AttachPlan.runs_beside_siblings) at once, then the others one at a
+        time. A failure stops nothing already in flight: once every ADD begun has ended, what attached is
+        detached again and the first failure raised."""
+        together = [row for row in rows if row.plan.runs_beside_siblings]
+        outcomes: dict[Key, Attachment | BaseException] = {}
+        if len(together) > 1:  # one alone goes without gather's tasks: each costs a turn of the loop
+            ended = await asyncio.gather(
+                *(self.attach(row, sandbox, deadline) for row in together), return_exceptions=True
+            )
+            outcomes.update(zip((row.key for row in together), ended, strict=True))
+        for row in rows:
+            if row.key in outcomes:
+                continue
+            if any(isinstance(o, BaseException) for o in outcomes.values()):
+                break
+            try:
+                outcomes[row.key] = await self.attach(row, sandbox, deadline)
+            except Exception as err:  # noqa: BLE001 - raised below, once what attached is undone
+                outcomes[row.key] = err
+        failures = [o for row in rows if isinstance(o := outcomes.get(row.key), BaseException)]
+        attached = [o for row in rows if isinstance(o := outcomes.get(row.key), Attachment)]
+        if not failures:
+            return attached
+        for row in attached:  # the retried sandbox starts from a clean slate
+            current = self.current(row)
+            if current is not None:
+                await self.detach(current, deadline)
+        raise failures[0]
+
     async def attach(
         self, row: Attachment, sandbox: PodSandbox, deadline: float, keep: tuple[str, ...] = ()
     ) -> Attachment:

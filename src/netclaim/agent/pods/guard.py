@@ -33,6 +33,7 @@ unprepare.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 from collections.abc import Iterable
@@ -135,8 +136,10 @@ table {FAMILY} {table_name(nic)} {{
 Element = tuple[str, Any]  # (set, element as nft's JSON writes it)
 
 
-def elements_of(binding: Binding) -> set[Element]:
-    """The set elements that admit one child: its MAC, its MAC as its ARP sender, each address with it."""
+@functools.lru_cache(maxsize=4096)
+def elements_of(binding: Binding) -> frozenset[Element]:
+    """The set elements that admit one child: its MAC, its MAC as its ARP sender, each address with it
+    (kept: every change of a NIC goes over each of its children's)."""
     found: set[Element] = {("macs", binding.mac), ("pairs", (binding.mac, binding.mac))}
     for address in binding.addresses:
         if ":" in address:
@@ -144,7 +147,7 @@ def elements_of(binding: Binding) -> set[Element]:
             found.add(("nd", (binding.mac, f"0x{int(ipaddress.IPv6Address(address)):032x}")))
         else:
             found.add(("v4", (binding.mac, address)))
-    return found
+    return frozenset(found)
 
 
 def elements(nic: str, verb: str, chosen: Iterable[Element]) -> Ruleset:
@@ -174,6 +177,7 @@ class PortGuard:
         self.hairpin = hairpin
         self.interfaces = interfaces
         self._bound: dict[str, frozenset[Binding]] = {}  # NIC → what its table holds (made: in it)
+        self._held: dict[str, frozenset[Element]] = {}  # NIC → its table's set elements, as _bound says
         self._hairpins: dict[str, dict[str, int]] = {}  # NIC → its children's MACs → their filters
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -198,8 +202,7 @@ class PortGuard:
         nic, binding = guarded_nic(row), binding_of(row)
         if nic is None or binding is None:
             return True
-        held = {e for b in self._bound.get(nic, frozenset()) for e in elements_of(b)}
-        return elements_of(binding) <= held
+        return elements_of(binding) <= self._held.get(nic, frozenset())
 
     def bind_soon(self, rows: Iterable[Attachment]) -> None:
         """Start writing what the rows' children need, off the caller's path (prepare's): a write that
@@ -232,6 +235,7 @@ class PortGuard:
                     await self._follow(nic)
                 except BaseException:  # what the kernel holds is unknown now: the next call makes it whole
                     self._bound.pop(nic, None)
+                    self._held.pop(nic, None)
                     self._hairpins.pop(nic, None)
                     raise
 
@@ -246,9 +250,10 @@ class PortGuard:
             gone = [{"add": {"table": _table(nic)}}, {"delete": {"table": _table(nic)}}]
             await self.nft.apply("", {"nftables": gone})
             self._bound.pop(nic, None)
+            self._held.pop(nic, None)
             self._hairpins.pop(nic, None)
             return
-        before = {e for b in bound or () for e in elements_of(b)}
+        before = self._held.get(nic, frozenset())
         after = {e for b in wanted for e in elements_of(b)}
         if bound is None:  # made now, whole
             await self.nft.define("", skeleton(nic))
@@ -260,6 +265,7 @@ class PortGuard:
                 await self.nft.apply("", {"nftables": batch})
         await self._hand_back(nic, {b.mac for b in wanted}, made=bound is None)
         self._bound[nic] = wanted
+        self._held[nic] = frozenset(after)
         log.info("port security follows", extra={"nic": nic, "children": len(wanted)})
 
     async def _hand_back(self, nic: str, macs: set[str], *, made: bool) -> None:
@@ -307,6 +313,7 @@ class PortGuard:
             if family == FAMILY and name.startswith(TABLE_PREFIX)
         }
         self._bound.clear()
+        self._held.clear()
         self._hairpins.clear()
         await self.follow(nics)
 

@@ -80,10 +80,8 @@ class PodHooks:
             marks = [entered, time.monotonic()]  # the hook's parts, timed for its log line
             done: list[Attachment] = []
             try:
-                for row in rows:
-                    current = self.attacher.current(row)  # as it is now that we hold the pod's lock
-                    if current is not None:
-                        done.append(await self.attacher.attach(current, pod, deadline))
+                now = [c for c in map(self.attacher.current, rows) if c is not None]  # as locked: now
+                done = await self.attacher.attach_pod(now, pod, deadline)  # undoes its own on failure
                 marks.append(time.monotonic())
                 if self.policies is not None:  # before it answers: no container runs with the interface open
                     self.policies.seen(pod.uid, pod.namespace, pod.name, pod.labels)

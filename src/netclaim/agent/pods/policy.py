@@ -192,7 +192,8 @@ class PolicyEnforcer:
     async def enforce(self, uid: str, deadline: float) -> None:
         """RunPodSandbox's: the pod's rules in place before it answers (AttachError when they cannot be)."""
         try:
-            await asyncio.wait_for(self._read.wait(), max(0.0, deadline - time.monotonic()))
+            if not self._read.is_set():  # wait_for's task costs the hook a turn of a busy event loop
+                await asyncio.wait_for(self._read.wait(), max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             raise AttachError(
                 "the network policies are not read yet (the agent just started): retried"
