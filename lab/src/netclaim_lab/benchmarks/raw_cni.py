@@ -4,13 +4,15 @@ Each run makes a fresh network namespace and ADDs one macvlan + host-local confi
 (net1, net2, ... in order, as netclaim attaches a pod's devices), then DELs them. Run inside the node's
 namespaces; prints JSON {"add_ms": [per run, all masters], "del_ms": [...]}.
 
-Usage: raw_cni.py RUNS MASTER[,MASTER...]
+Usage: raw_cni.py RUNS MASTER[,MASTER...]   (RUNS 0: run until stdin ends, the bench's floor beside a burst)
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -50,9 +52,14 @@ def plugin(command: str, container: str, netns: str, ifname: str, conf: Mapping[
     return elapsed
 
 
+def _stdin_ended() -> bool:
+    readable, _, _ = select.select([sys.stdin], [], [], 0)
+    return bool(readable) and not os.read(sys.stdin.fileno(), 4096)
+
+
 def main(runs: int, masters: list[str]) -> None:
     adds, deletes = [], []
-    for run in range(runs):
+    for run in range(runs) if runs else itertools.takewhile(lambda _: not _stdin_ended(), itertools.count()):
         name = f"rawbench{os.getpid()}-{run}"
         subprocess.run(["ip", "netns", "add", name], check=True)
         try:

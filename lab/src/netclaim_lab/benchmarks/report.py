@@ -34,6 +34,11 @@ TARGETS: list[tuple[str, str, float | None]] = [
     ),
     ("attach4_ratio", "4 NICs: the hook less a claimless pod's hook, ÷ the 4 raw execs, p50", 1.15),
     ("hook_burst_p50_ms", "netclaim's NRI hook from outside during the bursts, p50 (ms)", 40),
+    (
+        "raw_burst_p50_ms",
+        "its floor: the raw plugin's ADD alone during a burst of example-driver pods, p50 (ms)",
+        None,
+    ),
     ("agent_rss_active_mib", "agent RSS after the 110-pod fill (MiB)", 55),
     ("agent_pss_idle_mib", "agent idle PSS (MiB): its own share of shared pages", None),
     ("attach_ext_ratio", "netclaim's NRI hook from outside ÷ raw plugin exec, one NIC, p50", 1.10),
@@ -258,6 +263,7 @@ def markdown(result: dict[str, Any], baseline: dict[str, Any] | None = None) -> 
         result[k] for k in ("serial", "floor", "burst", "idle", "fullnode", "publish", "sizes")
     )
     requests = serial["api_requests_one_nic"]
+    beside = burst["raw_add_beside_ms"]
     lines = [
         "# Benchmarks",
         "",
@@ -311,7 +317,11 @@ def markdown(result: dict[str, Any], baseline: dict[str, Any] | None = None) -> 
         f"{_ratio_text(burst['dra_vs_none']['p99'])} |",
         "",
         f"netclaim's hook during the bursts (stopwatch, both nodes): p50 "
-        f"{_cell(burst['hook_ext_ms'], 'p50', 1, 1)} ms, n = {burst['hook_ext_ms']['n']}. The node-1 "
+        f"{_cell(burst['hook_ext_ms'], 'p50', 1, 1)} ms, n = {burst['hook_ext_ms']['n']}; the raw plugin's "
+        f"ADD (the floor's, not through netclaim) run over and over on node-1 during bursts of the same "
+        f"size, of example-driver pods: p50 {_cell(beside['dra'], 'p50', 1, 1)} ms, "
+        f"n = {beside['dra']['n']}; of netclaim pods: p50 {_cell(beside['netclaim'], 'p50', 1, 1)} "
+        f"ms, n = {beside['netclaim']['n']}. The node-1 "
         f"agent's peak RSS during the bursts: {burst['peak_rss_mib']:.1f} MiB.",
         "",
         "![pod start](benchmarks/podstart.svg)",

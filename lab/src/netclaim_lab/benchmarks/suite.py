@@ -35,6 +35,7 @@ import functools
 import itertools
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,6 +72,7 @@ class Sizes:
     burst_rounds: int = 4  # of each arm: 120 pods
     full_node_pods: int = 110
     raw_runs: int = 40
+    raw_burst_rounds: int = 2  # bursts of example-driver pods with the raw plugin's ADD run beside them
     publish_runs: int = 3
     nic_changes: int = 5
     settle_seconds: float = 20
@@ -89,6 +91,7 @@ QUICK = Sizes(
     burst_rounds=1,
     full_node_pods=10,
     raw_runs=3,
+    raw_burst_rounds=1,
     publish_runs=1,
     nic_changes=1,
     settle_seconds=5,
@@ -539,6 +542,25 @@ def _burst_round(
     )
 
 
+def _raw_beside_a_burst(
+    handle: ClusterHandle, kube: Client, sizes: Sizes, arm: str, number: int
+) -> list[float]:
+    """The floor's ADD (the raw plugin, not through netclaim) timed over and over on node-1 while a burst
+    of the arm's pods starts and is torn down, apart from the timed rounds (it would slow theirs): what one
+    plugin exec costs on this machine under a burst of that size, without netclaim (the example driver's
+    pods: the floor of netclaim's hook during the bursts) and beside netclaim's own work (its pods)."""
+    measure.wait_quiet()
+    command = [*handle.node(NODE).enter(), sys.executable, str(HERE / "raw_cni.py"), "0", NICS[0]]
+    raw = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _burst_round(handle, kube, sizes.burst_pods, f"raw-{arm}{number}", arm, settle=False)
+    finally:
+        stdout, stderr = raw.communicate(b"", timeout=120)  # stdin ends: the run under way is its last
+    if raw.returncode != 0:
+        raise SystemExit(f"bench: raw_cni.py beside a burst failed: {stderr.decode(errors='replace')[-500:]}")
+    return [float(ms) for ms in json.loads(stdout)["add_ms"]]
+
+
 def burst(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list[Path]) -> dict[str, Any]:
     """Rounds of pods created at once, spread by the scheduler over both nodes, the arms in turn:
     no claim, an example-driver GPU, a shaped netclaim NIC. Pod Ready is what a user waits for; the
@@ -553,6 +575,14 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list
         for arm in BURST_ARMS:
             label = f"{arm}{round_number}"
             rounds[arm].append(_burst_round(handle, kube, sizes.burst_pods, label, arm))
+    raw_beside = {
+        arm: [
+            ms
+            for n in range(sizes.raw_burst_rounds)
+            for ms in _raw_beside_a_burst(handle, kube, sizes, arm, n)
+        ]
+        for arm in ("dra", "netclaim")
+    }
     ready = {arm: [s for r in runs for s in r.pod_ready] for arm, runs in rounds.items()}
     hooks: dict[str, float] = {}
     for path in stopwatch_out:
@@ -562,6 +592,7 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list
         "pod_ready_s": {arm: measure.distribution(v) for arm, v in ready.items()},
         "claim_ready_s": measure.distribution(s for r in rounds["netclaim"] for s in r.claim_ready),
         "hook_ext_ms": measure.distribution(v * 1000 for v in hooks.values()),
+        "raw_add_beside_ms": {arm: measure.distribution(v) for arm, v in raw_beside.items()},
         "ratios": {
             f"p{q}_vs_{base}": measure.ratio(ready["netclaim"], ready[base], q)
             for base in ("dra", "none")
@@ -877,6 +908,8 @@ def bench_line(result: dict[str, Any]) -> str:
         "attach_overhead_ms": _figure(hooks["one"] - hooks["none"] - raw, ".1f"),
         "attach4_ratio": _figure((hooks["four"] - hooks["none"]) / floor_["add_4"]["p50"], ".2f"),
         "hook_burst_p50_ms": _figure(burst_["hook_ext_ms"]["p50"], ".0f"),
+        # its floor: the raw plugin's ADD alone, during a burst of example-driver pods of the same size
+        "raw_burst_p50_ms": _figure(burst_["raw_add_beside_ms"]["dra"]["p50"], ".0f"),
         "agent_rss_active_mib": _figure(result["fullnode"]["agent_filled_mib"]["rss"], ".1f"),
         "agent_pss_idle_mib": _figure(idle["container_mib"]["pss"], ".1f"),
         "attach_ext_ratio": _figure(hook / raw, ".2f"),
