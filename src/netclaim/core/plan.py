@@ -17,6 +17,7 @@ versioned, the allocated NIC a NicRecord of its own rather than publish.devices.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 from collections import Counter
@@ -108,6 +109,11 @@ class NicRecord(BaseModel):
         """The device as it was published (without tenant ranges: nothing is planned on it meanwhile)."""
         capacity = {name: Capacity(**c.model_dump()) for name, c in self.capacity.items()}
         return Device(self.name, self.if_name, self.shared, dict(self.attributes), capacity)
+
+    @functools.cached_property
+    def guarded(self) -> bool:
+        """The published device's `guarded`, kept: the port guard asks it of every row at each change."""
+        return self.published().guarded
 
     @property
     def mtu(self) -> int | None:

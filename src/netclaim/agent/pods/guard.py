@@ -70,7 +70,7 @@ def link_local(mac: str) -> str:
 
 def guarded_nic(row: Attachment) -> str | None:
     """The NIC whose table binds the row's child, or None (an exclusive NIC, ipvlan, port security off)."""
-    return row.plan.nic.if_name if row.plan.nic.published().guarded else None
+    return row.plan.nic.if_name if row.plan.nic.guarded else None
 
 
 def binding_of(row: Attachment) -> Binding | None:
@@ -82,17 +82,24 @@ def binding_of(row: Attachment) -> Binding | None:
     mac = interface.mac if interface is not None else macvlan.get("mac")
     if not isinstance(mac, str):
         return None  # planned before netclaim chose MACs: bound once its ADD tells it
-    addresses = {link_local(mac)}
+    static: list[str] = []
     ipam = macvlan.get("ipam")
     if isinstance(ipam, dict) and ipam.get("type") == "static":
         for entry in ipam.get("addresses") or []:
             if isinstance(entry, dict) and isinstance(entry.get("address"), str):
-                addresses.add(str(ipaddress.ip_interface(entry["address"]).ip))
-    if interface is not None:
-        addresses |= {str(ipaddress.ip_interface(a).ip) for a in interface.addresses}
-    return Binding(mac.lower(), tuple(sorted(addresses, key=_address_order)))
+                static.append(entry["address"])
+    return _binding(mac, (*static, *(interface.addresses if interface is not None else ())))
 
 
+@functools.lru_cache(maxsize=4096)
+def _binding(mac: str, addresses: tuple[str, ...]) -> Binding:
+    """A child's binding from its MAC and its addresses (address/prefix), kept: the port guard works out
+    every child's of a NIC at each change of its children."""
+    plain = {link_local(mac), *(str(ipaddress.ip_interface(a).ip) for a in addresses)}
+    return Binding(mac.lower(), tuple(sorted(plain, key=_address_order)))
+
+
+@functools.lru_cache(maxsize=4096)
 def _address_order(address: str) -> tuple[int, int]:
     parsed = ipaddress.ip_address(address)
     return parsed.version, int(parsed)
