@@ -47,7 +47,7 @@ def pytest_runtest_makereport(
     ):
         shown = []
         for args in (
-            ("get", "pods,resourceclaims", "-o", "wide", "-n", namespace),
+            ("get", "pods,resourceclaims,services,endpointslices", "-o", "wide", "-n", namespace),
             (
                 "get",
                 "resourceclaims",
@@ -64,8 +64,19 @@ def pytest_runtest_makereport(
             except subprocess.TimeoutExpired:
                 output = "(no answer in 20 s)"
             shown.append(f"$ kubectl {' '.join(args)}\n{output}")
+        for component in ("kube-controller-manager", "kube-scheduler"):
+            shown.append(f"$ {component}'s last errors and warnings\n{_last_complaints(handle, component)}")
         report.sections.append(("cluster at the failure", "\n".join(shown)))
     return report
+
+
+def _last_complaints(handle: ClusterHandle, component: str, count: int = 15) -> str:
+    """The last error and warning lines of a control-plane component's log (klog: E… and W… lines)."""
+    try:
+        lines = (handle.layout.logs / f"{component}.log").read_text(errors="replace").splitlines()
+    except OSError as err:
+        return f"(not read: {err})"
+    return "\n".join([line[:400] for line in lines if line[:1] in "EW"][-count:]) or "(none)"
 
 
 # make test's second worker runs its share on a session cluster of its own (tests/conftest.py)

@@ -112,16 +112,19 @@ def test_a_headless_service_over_net1_lists_and_reaches_exactly_its_backends_add
     assert {e["nodeName"] for s in ours for e in s["endpoints"]} == {"node-1", "node-2"}
 
     # the primary network's Service: Kubernetes' own slice, the pods' primary addresses only (its
-    # EndpointSlice controller lists them in its own time)
+    # EndpointSlice controller lists them in its own time: once over 60 s in a CI run, with the
+    # machine's other worker busy; how long it took is among the figures, its log on a failure)
     pod_ips = {
         p["metadata"]["name"]: p["status"]["podIP"]
         for p in kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "app=db")["items"]
     }
+    started = time.monotonic()
     wait_for(
         lambda: len(_ready_endpoints(_slices(cluster, ns, "db-primary"))) == len(pod_ips),
-        60,
+        150,
         "Kubernetes' slice of the primary Service",
     )
+    kubernetes_s = time.monotonic() - started
     primary = _slices(cluster, ns, "db-primary")
     assert {s["metadata"]["labels"][MANAGED_BY] for s in primary} == {"endpointslice-controller.k8s.io"}
     assert _ready_endpoints(primary) == {ip: pod for pod, ip in pod_ips.items()}
@@ -158,7 +161,8 @@ def test_a_headless_service_over_net1_lists_and_reaches_exactly_its_backends_add
     deleted_s = time.monotonic() - started
     figures(
         f"\nService over net1: an unready backend left the ready set in {unready_s:.1f} s, a deleted one "
-        f"its slices in {deleted_s:.1f} s"
+        f"its slices in {deleted_s:.1f} s; Kubernetes' slice of the primary Service listed its pods "
+        f"{kubernetes_s:.1f} s after they ran"
     )
     assert _ready_endpoints(_slices(cluster, ns, "db-primary")).keys() <= set(pod_ips.values())
 
