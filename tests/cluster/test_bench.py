@@ -53,16 +53,19 @@ def test_make_bench_runs_every_phase_and_writes_the_report(tmp_path: Path) -> No
     assert result["floor"]["add_4"]["n"] == quick.raw_runs
     burst = result["burst"]
     assert {arm: d["n"] for arm, d in burst["pod_ready_s"].items()} == dict.fromkeys(
-        ("none", "dra", "netclaim"), quick.burst_pods
+        ("none", "dra", "netclaim", "pool"), quick.burst_pods
     )
     assert burst["claim_ready_s"]["n"] == burst["hook_ext_ms"]["n"] == quick.burst_pods
     assert burst["ratios"]["p50_vs_dra"]["value"] > 0
+    assert burst["pool_ratios"]["p50_vs_dra"]["value"] > 0
     assert set(burst["phases_s"]["dra"]) == set(suite.PHASES)
     # beside the busy tenant: every pod's hook seen by its node's stopwatch; the DaemonSet's request read
     neighbour = result["neighbour"]
     neighbour_pods = quick.burst_pods * quick.neighbour_rounds
     hooks = [d["n"] for d in neighbour["hook_ext_ms"].values()]
     assert neighbour["pod_ready_s"]["n"] == sum(hooks) == neighbour_pods and min(hooks) > 0
+    assert neighbour["dra_pod_ready_s"]["n"] == neighbour_pods  # the floor beside the same tenant
+    assert neighbour["ratios"]["p50_vs_dra"]["value"] > 0
     assert neighbour["agent_cpu_request"] == "250m"
     assert set(neighbour["nri_reconnects"]) == set(neighbour["hooks_missed"]) == {"node-1", "node-2"}
     assert len(result["fullnode"]["ready_series_s"]) == quick.full_node_pods

@@ -45,11 +45,22 @@ TARGETS: list[tuple[str, str, float | None]] = [
     ("podstart_p50_vs_dra", "pod start, netclaim claim ÷ example-driver claim, p50", 1.10),
     ("podstart_p99_vs_dra", "pod start, netclaim claim ÷ example-driver claim, p99", 1.20),
     ("podstart_p50_vs_none", "pod start, netclaim claim ÷ no claim, p50", None),
+    (
+        "podstart_pool_p50_vs_dra",
+        "pod start, netclaim NIC + pool address claim ÷ example-driver claim, p50",
+        1.10,
+    ),
+    ("podstart_busy_p50_vs_dra", "the same beside a tenant burning CPU (both arms), p50", 1.15),
     ("api_requests_per_pod", "agent API requests per pod start, one NIC, p50", 3),
     ("agent_mem_active_mib", "agent container anonymous memory after the 110-pod fill (MiB)", 60),
     ("agent_rss_idle_mib", "agent idle RSS (MiB)", 45),
 ]
-BURST_ARM_NAMES = {"none": "no claim", "dra": "example-driver GPU claim", "netclaim": "netclaim NIC claim"}
+BURST_ARM_NAMES = {
+    "none": "no claim",
+    "dra": "example-driver GPU claim",
+    "netclaim": "netclaim NIC claim",
+    "pool": "netclaim NIC + pool address claim",
+}
 SERIAL_ARM_NAMES = {
     "none": "no claim",
     "dra": "example-driver GPU",
@@ -199,9 +210,9 @@ def _change(before: float | None, after: float | None) -> str:
 def _baseline_rows(result: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
     """The goals' figures and the quantities behind them, this run against the baseline's."""
     now, then = bench_values(result["bench_line"]), bench_values(baseline["bench_line"])
-    rows = [
-        f"| {what} | {'—' if then[key] is None else f'{then[key]:g}'} | "
-        f"{'—' if now[key] is None else f'{now[key]:g}'} | {_change(then[key], now[key])} |"
+    rows = [  # a key the baseline's run did not have yet reads "—"
+        f"| {what} | {'—' if then.get(key) is None else f'{then[key]:g}'} | "
+        f"{'—' if now[key] is None else f'{now[key]:g}'} | {_change(then.get(key), now[key])} |"
         for key, what, _ in TARGETS
     ]
 
@@ -294,9 +305,10 @@ def markdown(result: dict[str, Any], baseline: dict[str, Any] | None = None) -> 
         "",
         f"{sizes['burst_rounds']} rounds of {sizes['burst_pods']} pods created at once for each arm in "
         "turn, spread by the scheduler over both nodes: no claim, a claim of one example-driver GPU, a claim "
-        "of one shaped netclaim NIC. Create → pod Ready, and for netclaim's arm create → its claim's "
-        "devices Ready in `status.devices` (written by the agent after the attach), as the API server's "
-        "watch delivered them.",
+        "of one shaped netclaim NIC, and the same NIC with an address of an IPPool (its address taken by "
+        "the agent at prepare: IPAllocation writes on the pod's path). Create → pod Ready, and for "
+        "netclaim's NIC arm create → its claim's devices Ready in `status.devices` (written by the agent "
+        "after the attach), as the API server's watch delivered them.",
         "",
         *QUANTILE_HEAD,
         *(
@@ -313,6 +325,9 @@ def markdown(result: dict[str, Any], baseline: dict[str, Any] | None = None) -> 
             + " |"
             for base in ("dra", "none")
         ),
+        "| netclaim NIC + pool address ÷ example-driver GPU claim | "
+        + " | ".join(_ratio_text(burst["pool_ratios"][f"p{q}_vs_dra"]) for q in (50, 90, 99))
+        + " |",
         f"| example driver ÷ no claim | {_ratio_text(burst['dra_vs_none']['p50'])} | | "
         f"{_ratio_text(burst['dra_vs_none']['p99'])} |",
         "",
@@ -517,8 +532,9 @@ def _neighbour_section(neighbour: dict[str, Any], sizes: dict[str, Any]) -> list
     return [
         "### Beside a busy tenant",
         "",
-        f"{sizes['neighbour_rounds']} more rounds of netclaim's arm while a tenant's pod on node-1 requests "
-        f"{neighbour['burner_cpu']} CPU and keeps two busy (node-2 has none). containerd makes every NRI "
+        f"{sizes['neighbour_rounds']} more rounds of netclaim's NIC arm and of the example driver's, in "
+        f"turn, while a tenant's pod on node-1 requests {neighbour['burner_cpu']} CPU and keeps two busy "
+        "(node-2 has none). containerd makes every NRI "
         "call of a node under one lock (RunPodSandbox, CreateContainer, StartContainer; containerd/nri#165), "
         "so while a netclaim hook runs no other container of its node is created or started: the hook's "
         "time in a busy node is every pod's there. The agent gets CPU by its container's request "
@@ -527,6 +543,11 @@ def _neighbour_section(neighbour: dict[str, Any], sizes: dict[str, Any]) -> list
         *QUANTILE_HEAD,
         *(_row(f"netclaim's hook on {node} (stopwatch)", d, "ms") for node, d in hooks.items()),
         _row("pod Ready, netclaim NIC claim, both nodes", neighbour["pod_ready_s"], "s", digits=2),
+        _row("pod Ready, example-driver GPU claim, both nodes", neighbour["dra_pod_ready_s"], "s", digits=2),
+        "",
+        "netclaim ÷ example driver, pod Ready beside the tenant: "
+        + ", ".join(f"p{q} {_ratio_text(neighbour['ratios'][f'p{q}_vs_dra'])}" for q in (50, 99))
+        + ".",
         "",
         "Times containerd closed netclaim's NRI connection (a hook past its timeout): "
         + ", ".join(f"{node} {n}" for node, n in neighbour["nri_reconnects"].items())
@@ -536,8 +557,8 @@ def _neighbour_section(neighbour: dict[str, Any], sizes: dict[str, Any]) -> list
         + ".",
         "",
         "The bench's pods request no CPU (BestEffort, the least cgroup weight): on node-1 their own "
-        "containers wait for the tenant too, so their pod Ready says what a busy node does to such pods, "
-        "not what netclaim does.",
+        "containers wait for the tenant too, so their pod Ready says what a busy node does to such pods; "
+        "the example driver's arm, beside the same tenant, is what it does without netclaim.",
         "",
     ]
 

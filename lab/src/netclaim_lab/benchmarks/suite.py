@@ -11,8 +11,9 @@ Phases (each figure says where it was observed):
   serial   pods one at a time on node-1, arms interleaved: no claim, an example-driver GPU, 1 NIC, 4 NICs;
            RunPodSandbox (containerd's log), the hook (stopwatch), create → pod Ready and → claim Ready
            (API watch), the agent's requests per pod (audit log); the agent's own log, labelled so
-  burst    pods at once, rounds of each arm (no claim, GPU, NIC): create → pod Ready, → claim Ready, the
-           ratios with 95 % bootstrap intervals; the hook under contention (stopwatch)
+  burst    pods at once, rounds of each arm (no claim, GPU, NIC, NIC + pool address): create → pod Ready,
+           → claim Ready, the ratios with 95 % bootstrap intervals; the hook under contention (stopwatch)
+  neighbour  bursts of the NIC and GPU arms in turn beside a tenant burning CPU on node-1
   fullnode 110 pods at once on node-1, without a claim, with a GPU, then with one NIC each: time to all
            Ready and phases per arm; the agent's container memory filled and emptied
   publish  1,024 devices from agent start to the last slice write; one NIC added → slice write (audit log)
@@ -60,6 +61,7 @@ NODE = "node-1"
 NODES = ("node-1", "node-2")  # the bench cluster's, NODE first (the stopwatches' order too)
 NAMESPACE = "bench"
 NICS = ["enp0s10", "enp0s11", "enp0s12", "enp0s13"]
+POOL_NIC = "enp0s14"  # each node's NIC on POOL_NETWORK (policy.yaml): the pool arm's, and only its
 EXAMPLE_GPUS = 112  # per node: more than a burst, a serial batch or a full node holds at once
 
 
@@ -175,9 +177,10 @@ def template(name: str, nics: int, shaped: bool) -> dict[str, Any]:
             "deviceClassName": "netclaim-shared" if shaped else UNSHAPED_CLASS["metadata"]["name"]
         }
         if nics > 1:
-            exactly["selectors"] = [
-                {"cel": {"expression": f'device.attributes["netclaim.dev"].ifName == "{NICS[index]}"'}}
-            ]
+            expression = f'device.attributes["netclaim.dev"].ifName == "{NICS[index]}"'
+        else:  # the pool's network takes no claim's own IPAM (its addresses come from the pool)
+            expression = f'device.attributes["netclaim.dev"].ifName != "{POOL_NIC}"'
+        exactly["selectors"] = [{"cel": {"expression": expression}}]
         requests.append({"name": f"nic{index}", "exactly": exactly})
         configs.append(
             {
@@ -190,6 +193,57 @@ def template(name: str, nics: int, shaped: bool) -> dict[str, Any]:
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {"spec": {"devices": {"requests": requests, "config": configs}}},
+    }
+
+
+POOL = "bench-pool"
+POOL_NETWORK = "bench"  # policy.yaml puts POOL_NIC on it
+
+
+def ip_pool() -> dict[str, Any]:
+    """The pool arm's addresses: an admin's IPPool on the NICs' network."""
+    return {
+        "apiVersion": "netclaim.dev/v1alpha1",
+        "kind": "IPPool",
+        "metadata": {"name": POOL},
+        "spec": {"network": POOL_NETWORK, "ranges": [{"subnet": "10.97.0.0/16"}]},
+    }
+
+
+def pool_template(name: str) -> dict[str, Any]:
+    """A shaped share of a NIC, as template("shaped") asks, and an address of POOL on its network (the
+    claim docs/ipam.md shows): the plugin has no IPAM of its own, the agent hands it the pool's address."""
+    on_pool_nic = f'device.attributes["netclaim.dev"].ifName == "{POOL_NIC}"'
+    nic = {
+        "name": "nic0",
+        "exactly": {
+            "deviceClassName": "netclaim-shared",
+            "selectors": [{"cel": {"expression": on_pool_nic}}],
+        },
+    }
+    address = {
+        "name": "ip",
+        "exactly": {
+            "deviceClassName": "netclaim-address",
+            "selectors": [{"cel": {"expression": f'device.attributes["netclaim.dev"].pool == "{POOL}"'}}],
+        },
+    }
+    parameters = _cni_config(0)
+    parameters["config"]["plugins"][0].pop("ipam")
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [nic, address],
+                    "config": [
+                        {"requests": ["nic0"], "opaque": {"driver": "netclaim.dev", "parameters": parameters}}
+                    ],
+                }
+            }
+        },
     }
 
 
@@ -463,13 +517,14 @@ PHASES = (
 )
 
 
-BURST_ARMS = {"none": None, "dra": "gpu", "netclaim": "shaped"}
+BURST_ARMS = {"none": None, "dra": "gpu", "netclaim": "shaped", "pool": "pooled"}
+OUR_ARMS = ("netclaim", "pool")  # a pod of these is started once its netclaim claim is Ready too
 
 
 @dataclasses.dataclass
 class BurstRound:
     pod_ready: list[float]  # each pod's create → pod Ready
-    claim_ready: list[float]  # each pod's create → its netclaim claim Ready (netclaim's arm only)
+    claim_ready: list[float]  # each pod's create → its netclaim claim Ready (OUR_ARMS only)
     phases: dict[str, list[float]]  # create → pod Ready, split into PHASES
     uids: set[str]
     cpu: measure.CpuSplit  # the machine's CPU from the first create to the last pod Ready
@@ -521,7 +576,7 @@ def _burst_round(
     manifests = [
         pod(f"burst-{label}-{i}", BURST_ARMS[arm], NODES[i % 2] if halves else None) for i in range(pods)
     ]
-    ours = arm == "netclaim"
+    ours = arm in OUR_ARMS
     offsets = {n: _containerd_log(handle, n).stat().st_size for n in NODES}
     with (
         measure.ReadyWatch(kube, NAMESPACE) as watch,  # open before the window below starts
@@ -563,13 +618,19 @@ def _raw_beside_a_burst(
 
 def burst(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list[Path]) -> dict[str, Any]:
     """Rounds of pods created at once, spread by the scheduler over both nodes, the arms in turn:
-    no claim, an example-driver GPU, a shaped netclaim NIC. Pod Ready is what a user waits for; the
-    claim's Ready (netclaim's status write) is reported apart."""
+    no claim, an example-driver GPU, a shaped netclaim NIC, the same NIC with an address of an IPPool.
+    Pod Ready is what a user waits for; the claim's Ready (netclaim's status write) is reported apart."""
     start_phase(
         f"burst: {sizes.burst_pods} pods at once, {sizes.burst_rounds} rounds of each arm "
         f"({', '.join(BURST_ARMS)})"
     )
-    _apply(handle, template("shaped", 1, shaped=True), example_driver.claim_template("gpu", NAMESPACE))
+    _apply(
+        handle,
+        template("shaped", 1, shaped=True),
+        example_driver.claim_template("gpu", NAMESPACE),
+        ip_pool(),
+        pool_template("pooled"),
+    )
     rounds: dict[str, list[BurstRound]] = {arm: [] for arm in BURST_ARMS}
     for round_number in range(sizes.burst_rounds):
         for arm in BURST_ARMS:
@@ -598,6 +659,7 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list
             for base in ("dra", "none")
             for q in (50, 90, 99)
         },
+        "pool_ratios": {f"p{q}_vs_dra": measure.ratio(ready["pool"], ready["dra"], q) for q in (50, 90, 99)},
         "dra_vs_none": {f"p{q}": measure.ratio(ready["dra"], ready["none"], q) for q in (50, 99)},
         "peak_rss_mib": max(r.agent.peak_rss() for r in rounds["netclaim"]),
         "rss_series": [[round(t - first[0][0], 2), rss] for t, rss, _ in first],
@@ -623,7 +685,7 @@ def _fill(
     netclaim claim Ready, in netclaim's arm) and PHASES, once all are Ready. The pods stay."""
     measure.wait_quiet()  # what came before is torn down
     manifests = [pod(f"fill-{arm}-{i}", BURST_ARMS[arm], NODE) for i in range(pods)]
-    ours = arm == "netclaim"
+    ours = arm in OUR_ARMS
     offsets = {NODE: _containerd_log(handle, NODE).stat().st_size}
     with measure.ReadyWatch(kube, NAMESPACE) as watch, contextlib.ExitStack() as stack:
         if sampler is not None:
@@ -829,14 +891,15 @@ def _burner() -> dict[str, Any]:
 def busy_neighbour(
     handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list[Path]
 ) -> dict[str, Any]:
-    """netclaim bursts, half of each on either node, while a tenant's pod burns CPU on node-1 (node-2 has
-    none; the scheduler would send most pods there). containerd makes every NRI call of a node under one
-    lock, so the node's container creates and starts wait for netclaim's hooks in flight: how long a hook
-    takes when tenants use the node's CPU is every pod's business there. The agent gets CPU by its
-    container's request (cgroup shares), against the tenants' requests."""
+    """netclaim bursts and example-driver bursts in turn, half of each on either node, while a tenant's
+    pod burns CPU on node-1 (node-2 has none; the scheduler would send most pods there). containerd makes
+    every NRI call of a node under one lock, so the node's container creates and starts wait for
+    netclaim's hooks in flight: how long a hook takes when tenants use the node's CPU is every pod's
+    business there. The agent gets CPU by its container's request (cgroup shares), against the tenants'
+    requests; the example driver's pods, beside the same tenant, are the floor of their pod start."""
     start_phase(
-        f"busy neighbour: {sizes.neighbour_rounds} netclaim bursts of {sizes.burst_pods} pods beside a "
-        f"tenant pod on {NODE} that requests {BURNER_CPU} CPU and burns two"
+        f"busy neighbour: {sizes.neighbour_rounds} rounds of {sizes.burst_pods}-pod bursts (netclaim, then "
+        f"the example driver) beside a tenant pod on {NODE} that requests {BURNER_CPU} CPU and burns two"
     )
     measure.wait_quiet()  # the bursts before are torn down; with the burner the machine is never quiet
     log_offsets = {node: len(agents.agent_log(handle, node)) for node in NODES}
@@ -844,16 +907,18 @@ def busy_neighbour(
     kube.create(burner)
     try:
         wait_for(lambda: _phase(kube, "bench-burner", "default") == "Running", 120, "the burner Running")
-        rounds = [
-            _burst_round(
-                handle, kube, sizes.burst_pods, f"neighbour{i}", "netclaim", halves=True, settle=False
-            )
-            for i in range(sizes.neighbour_rounds)
-        ]
+        rounds: dict[str, list[BurstRound]] = {"netclaim": [], "dra": []}
+        for i in range(sizes.neighbour_rounds):
+            for arm, runs in rounds.items():
+                label = f"neighbour{i}" if arm == "netclaim" else f"beside{arm}{i}"  # HOOK_MISSED: ours only
+                runs.append(
+                    _burst_round(handle, kube, sizes.burst_pods, label, arm, halves=True, settle=False)
+                )
     finally:
         kube.delete(Pod, "bench-burner", namespace="default")
         wait_for(lambda: _phase(kube, "bench-burner", "default") is None, 120, "the burner gone")
-    uids = {u for r in rounds for u in r.uids}
+    uids = {u for r in rounds["netclaim"] for u in r.uids}
+    ready = {arm: [s for r in runs for s in r.pod_ready] for arm, runs in rounds.items()}
     hooks = {
         node: measure.distribution(v * 1000 for v in stopwatch.hook_seconds(path, uids).values())
         for node, path in zip(NODES, stopwatch_out, strict=True)
@@ -874,7 +939,9 @@ def busy_neighbour(
             "jsonpath={.spec.template.spec.containers[0].resources.requests.cpu}",
         ),
         "hook_ext_ms": hooks,
-        "pod_ready_s": measure.distribution(s for r in rounds for s in r.pod_ready),
+        "pod_ready_s": measure.distribution(ready["netclaim"]),
+        "dra_pod_ready_s": measure.distribution(ready["dra"]),
+        "ratios": {f"p{q}_vs_dra": measure.ratio(ready["netclaim"], ready["dra"], q) for q in (50, 99)},
     }
 
 
@@ -916,6 +983,8 @@ def bench_line(result: dict[str, Any]) -> str:
         "podstart_p50_vs_dra": _figure(ratios["p50_vs_dra"]["value"], ".2f"),
         "podstart_p99_vs_dra": _figure(ratios["p99_vs_dra"]["value"], ".2f"),
         "podstart_p50_vs_none": _figure(ratios["p50_vs_none"]["value"], ".2f"),
+        "podstart_pool_p50_vs_dra": _figure(burst_["pool_ratios"]["p50_vs_dra"]["value"], ".2f"),
+        "podstart_busy_p50_vs_dra": _figure(result["neighbour"]["ratios"]["p50_vs_dra"]["value"], ".2f"),
         "api_requests_per_pod": _figure(serial_["api_requests_one_nic"]["start"]["p50"], ".0f"),
         "agent_mem_active_mib": _figure(result["fullnode"]["agent_filled_mib"]["anon"], ".1f"),
         "agent_rss_idle_mib": _figure(idle["rss_mib"], ".1f"),
