@@ -147,9 +147,10 @@ def _memory(anon: float) -> dict[str, float]:
 
 
 def sample_result() -> dict[str, Any]:
-    arms = {"none": 4.0, "dra": 4.5, "netclaim": 5.4}
+    arms = {"none": 4.0, "dra": 4.5, "netclaim": 5.4, "pool": 5.9}
     pod_ready = {arm: [v * (1 + i / 1000) for i in range(120)] for arm, v in arms.items()}
     phases = {p: _distribution(0.5) for p in suite.PHASES}
+    busy = [4.2 * (1 + i / 1000) for i in range(60)]
     result: dict[str, Any] = {
         "when": "2026-11-30T10:00:00+00:00",
         "seconds": 900.0,
@@ -198,6 +199,10 @@ def sample_result() -> dict[str, Any]:
             "agent_cpu_request": "250m",
             "hook_ext_ms": {"node-1": _distribution(41), "node-2": _distribution(38)},
             "pod_ready_s": _distribution(4.2),
+            "dra_pod_ready_s": _distribution(3.5),
+            "ratios": {
+                f"p{q}_vs_dra": measure.ratio(busy, [v * 3.5 / 4.2 for v in busy], q) for q in (50, 99)
+            },
             "nri_reconnects": {"node-1": 1, "node-2": 0},
             "hooks_missed": {"node-1": 7, "node-2": 0},
         },
@@ -210,6 +215,9 @@ def sample_result() -> dict[str, Any]:
                 f"p{q}_vs_{base}": measure.ratio(pod_ready["netclaim"], pod_ready[base], q)
                 for base in ("dra", "none")
                 for q in (50, 90, 99)
+            },
+            "pool_ratios": {
+                f"p{q}_vs_dra": measure.ratio(pod_ready["pool"], pod_ready["dra"], q) for q in (50, 90, 99)
             },
             "dra_vs_none": {f"p{q}": measure.ratio(pod_ready["dra"], pod_ready["none"], q) for q in (50, 99)},
             "peak_rss_mib": 80.0,
@@ -263,6 +271,8 @@ def test_the_bench_line_has_the_issues_keys_in_its_order() -> None:
         "podstart_p50_vs_dra",
         "podstart_p99_vs_dra",
         "podstart_p50_vs_none",
+        "podstart_pool_p50_vs_dra",
+        "podstart_busy_p50_vs_dra",
         "api_requests_per_pod",
         "agent_mem_active_mib",
         "agent_rss_idle_mib",
@@ -274,6 +284,8 @@ def test_the_bench_line_has_the_issues_keys_in_its_order() -> None:
     assert values["raw_burst_p50_ms"] == 11
     assert values["attach_ext_ratio"] == pytest.approx(12 / 9, abs=0.01)
     assert values["podstart_p50_vs_dra"] == pytest.approx(5.4 / 4.5, abs=0.01)
+    assert values["podstart_pool_p50_vs_dra"] == pytest.approx(5.9 / 4.5, abs=0.01)
+    assert values["podstart_busy_p50_vs_dra"] == pytest.approx(4.2 / 3.5, abs=0.01)
     assert values["api_requests_per_pod"] == 5
     assert values["agent_mem_active_mib"] == 62.0
 

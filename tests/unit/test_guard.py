@@ -4,6 +4,7 @@ tests/test_port_guard_kernel.py)."""
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -192,3 +193,37 @@ async def test_a_write_cut_short_leaves_the_next_follow_to_make_the_nic_whole_ag
     assert recorder.made == ["netclaim-enp1s0", "netclaim-enp1s0"]  # made again, whole
     assert recorder.macs("netclaim-enp1s0") == recorder.hairpins.macs("enp1s0") == {MAC}
     store.close()
+
+
+async def test_what_the_guard_works_out_for_a_child_goes_with_the_child(tmp_path: Path) -> None:
+    """Each pass over a NIC reuses the bindings and set elements of its children worked out before, and
+    keeps none of the children gone: a node's pods come and go by the thousand (caches by value kept 4,096
+    of each)."""
+    store, recorder = Store(tmp_path), Recorder()
+    guard = recorded_guard(store, recorder)
+
+    async def a_round(number: int) -> None:
+        rows = []
+        for i in range(200):
+            mac = f"02:00:00:{number:02x}:{i >> 8:02x}:{i & 0xFF:02x}"
+            interface = Interface(
+                name="net1", mac=mac, mtu=1500, addresses=(f"10.{number}.{i >> 8}.{i & 0xFF}/16",)
+            )
+            row = _row(mac=mac).with_state(State.ATTACHED, outcome=Outcome(interface=interface))
+            rows.append(replace(row, claim_uid=f"claim-{number}-{i}", pod_uid=f"pod-{number}-{i}"))
+        await store.put(*rows)
+        await guard.follow(["enp1s0"])
+        assert len(recorder.macs("netclaim-enp1s0")) == 200 and all(map(guard.covers, rows))
+        await store.delete(*rows)
+        await guard.follow(["enp1s0"])
+        assert recorder.macs("netclaim-enp1s0") == set()
+
+    await a_round(1)
+    await a_round(2)
+    store.close()
+    alive = [  # a Binding is tracked by gc; these children's only (other tests' may still be about)
+        o
+        for o in gc.get_objects()
+        if isinstance(o, Binding) and o.mac.startswith(("02:00:00:01:", "02:00:00:02:"))
+    ]
+    assert alive == [], f"{len(alive)} children's bindings kept after they went"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sqlite3
 import stat
@@ -15,6 +16,7 @@ import pytest
 
 from netclaim.agent.store import SCHEMA_VERSION, Interface, Outcome, State, Store
 from netclaim.core.devices.catalog import ATTACHMENTS, BANDWIDTH, Capacity
+from netclaim.core.plan import AttachPlan
 from netclaim.errors import PrerequisiteError, StateStoreError
 from tests.unit.fakes import sample_device, sample_row
 
@@ -433,3 +435,36 @@ async def test_a_row_without_a_check_finding_is_stored_as_the_agent_before_the_c
     await store.transition(told, durable=False)
     assert stored()["check"] == "x"
     assert store.get(attached.key) == told
+
+
+async def test_what_the_store_keeps_of_a_rows_plan_goes_with_the_row(store: Store) -> None:
+    """A node's pods come and go by the thousand: a plan read once is kept for the next reads of its row
+    (each row's is read at every hook and status write), never after the row is deleted. A cache by plan
+    text kept every row's that ever was, 8 KiB each (33 MiB at 4,096)."""
+
+    async def a_round(number: int) -> None:
+        rows = [
+            sample_row(
+                claim_uid=f"claim-{number}-{i:03}",
+                pod_uid=f"pod-{number}-{i}",
+                bandwidth_bps=10**6 + 1000 * number + i,
+            )
+            for i in range(200)
+        ]  # each row's plan its own; in the store's order
+        await store.put(*rows)
+        assert store.all() == rows
+        assert [store.get(row.key) for row in rows] == rows
+        await store.delete(*rows[:100])
+        assert store.all() == rows[100:]
+        with store._reader:  # the rest as by a delete that raised after the write was made
+            store._reader.execute("DELETE FROM attachments")
+        assert store.all() == []
+
+    await a_round(0)
+    await a_round(1)
+    alive = [  # a model is tracked by gc; these rows' plans only (other tests' may still be about)
+        o
+        for o in gc.get_objects()
+        if isinstance(o, AttachPlan) and 10**6 <= (o.bandwidth_bps or 0) < 10**6 + 2000
+    ]
+    assert alive == [], f"{len(alive)} plans kept after their rows went"

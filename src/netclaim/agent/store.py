@@ -38,7 +38,6 @@ a database of a newer schema than this agent knows is refused, and so is a row i
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import sqlite3
@@ -201,13 +200,6 @@ def _outcome_json(outcome: Outcome) -> str:
     return outcome.model_dump_json(exclude=None if outcome.check else {"check"})
 
 
-@functools.lru_cache(maxsize=4096)
-def _plan(text: str) -> AttachPlan:
-    """A row's plan, read once per text: each row's is written once and read at every hook and status
-    write (the models are frozen; nothing changes a plan once made)."""
-    return AttachPlan.model_validate_json(text)
-
-
 class Store:
     def __init__(self, directory: Path, write_seconds: float = WRITE_SECONDS) -> None:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -226,6 +218,10 @@ class Store:
         self._reader = sqlite3.connect(path, isolation_level=None, timeout=READ_BUSY_SECONDS)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netclaim-store")
         self._networks = set(self.networks())  # their keys: remember_network writes a new one only
+        # each stored row's plan, read once: a row's is written once and read at every hook, status write
+        # and port-guard pass (plans are frozen). Kept for the rows there are, never for the gone: 8 KiB a
+        # plan, and a cache by text kept every pod's that came and went (33 MiB at 4,096)
+        self._plans: dict[Key, tuple[str, AttachPlan]] = {}
 
     def _migrate(self) -> None:
         with self._transaction() as db:
@@ -302,10 +298,19 @@ class Store:
         if not made.cancelled() and made.exception() is not None:
             log.warning("a late state write failed", extra={"error": str(made.exception())})
 
+    def _plan(self, key: Key, text: str) -> AttachPlan:
+        known = self._plans.get(key)
+        if known is not None and known[0] == text:
+            return known[1]
+        plan = AttachPlan.model_validate_json(text)
+        self._plans[key] = (text, plan)
+        return plan
+
     def _row(self, values: tuple[Any, ...]) -> Attachment:
         data = dict(zip(_COLUMNS, values, strict=True))
         try:
-            plan = _plan(data.pop("plan"))
+            key = (data["claim_uid"], data["pool"], data["device"], data["share_id"])
+            plan = self._plan(key, data.pop("plan"))
             result = data.pop("result")
             outcome = Outcome.model_validate_json(result) if result else Outcome()
             state = State(data.pop("state"))
@@ -379,6 +384,8 @@ class Store:
 
     async def delete(self, *rows: Attachment) -> None:
         await self._write(lambda: self._delete(rows))
+        for row in rows:
+            self._plans.pop(row.key, None)
 
     def _delete(self, rows: tuple[Attachment, ...]) -> None:
         with self._transaction(durable=False) as db:
@@ -401,7 +408,10 @@ class Store:
         return self._select("WHERE pod_uid = ?", (pod_uid,))
 
     def all(self) -> list[Attachment]:
-        return self._select("")
+        rows = self._select("")
+        if len(self._plans) > len(rows):  # a delete that raised (made late, or not): its plan goes here
+            self._plans = {row.key: self._plans[row.key] for row in rows}
+        return rows
 
     async def remember_network(self, key: str, conflist: dict[str, Any]) -> None:
         """Keep a network's config for its plugins' GC, once (not fsync'd: a network lost to a power cut

@@ -33,7 +33,6 @@ unprepare.
 from __future__ import annotations
 
 import asyncio
-import functools
 import ipaddress
 import logging
 from collections.abc import Iterable
@@ -73,9 +72,18 @@ def guarded_nic(row: Attachment) -> str | None:
     return row.plan.nic.if_name if row.plan.nic.guarded else None
 
 
+BindingKey = tuple[str, tuple[str, ...]]  # what a binding is made from: a MAC, its addresses (with prefix)
+
+
 def binding_of(row: Attachment) -> Binding | None:
     """What the row's child may send as: the MAC its plan chose (or the one it has), the static addresses
     its plan gives it, the addresses it has, and its link-local address."""
+    made_from = binding_source(row)
+    return None if made_from is None else _binding(*made_from)
+
+
+def binding_source(row: Attachment) -> BindingKey | None:
+    """What the row's binding is made from; None while its MAC is unknown."""
     interface = row.outcome.interface
     plugins: list[dict[str, Any]] = row.plan.conflist["plugins"]
     macvlan = next((p for p in plugins if p.get("type") == "macvlan"), {})
@@ -88,18 +96,14 @@ def binding_of(row: Attachment) -> Binding | None:
         for entry in ipam.get("addresses") or []:
             if isinstance(entry, dict) and isinstance(entry.get("address"), str):
                 static.append(entry["address"])
-    return _binding(mac, (*static, *(interface.addresses if interface is not None else ())))
+    return mac, (*static, *(interface.addresses if interface is not None else ()))
 
 
-@functools.lru_cache(maxsize=4096)
 def _binding(mac: str, addresses: tuple[str, ...]) -> Binding:
-    """A child's binding from its MAC and its addresses (address/prefix), kept: the port guard works out
-    every child's of a NIC at each change of its children."""
     plain = {link_local(mac), *(str(ipaddress.ip_interface(a).ip) for a in addresses)}
     return Binding(mac.lower(), tuple(sorted(plain, key=_address_order)))
 
 
-@functools.lru_cache(maxsize=4096)
 def _address_order(address: str) -> tuple[int, int]:
     parsed = ipaddress.ip_address(address)
     return parsed.version, int(parsed)
@@ -143,10 +147,8 @@ table {FAMILY} {table_name(nic)} {{
 Element = tuple[str, Any]  # (set, element as nft's JSON writes it)
 
 
-@functools.lru_cache(maxsize=4096)
 def elements_of(binding: Binding) -> frozenset[Element]:
-    """The set elements that admit one child: its MAC, its MAC as its ARP sender, each address with it
-    (kept: every change of a NIC goes over each of its children's)."""
+    """The set elements that admit one child: its MAC, its MAC as its ARP sender, each address with it."""
     found: set[Element] = {("macs", binding.mac), ("pairs", (binding.mac, binding.mac))}
     for address in binding.addresses:
         if ":" in address:
@@ -187,22 +189,34 @@ class PortGuard:
         self._held: dict[str, frozenset[Element]] = {}  # NIC → its table's set elements, as _bound says
         self._hairpins: dict[str, dict[str, int]] = {}  # NIC → its children's MACs → their filters
         self._locks: dict[str, asyncio.Lock] = {}
+        # worked out at a NIC's last pass, for its next (each pass goes over every child of the NIC): the
+        # children's bindings by what they are made from, and each wanted binding's set elements; only
+        # the NIC's children now, none of those gone
+        self._bindings: dict[str, dict[BindingKey, Binding]] = {}
+        self._elements: dict[str, dict[Binding, frozenset[Element]]] = {}
 
     def _wanted(self, nic: str) -> frozenset[Binding]:
-        macs: dict[str, set[str]] = {}  # pod UID → its children's MACs on the NIC
-        addresses: dict[str, set[str]] = {}  # pod UID → their addresses
+        children: dict[str, list[Binding]] = {}  # pod UID → its children's bindings on the NIC
+        known = self._bindings.get(nic, {})
+        seen: dict[BindingKey, Binding] = {}
         for row in self.store.all():
-            binding = binding_of(row) if guarded_nic(row) == nic else None
-            if binding is not None:
-                macs.setdefault(row.pod_uid, set()).add(binding.mac)
-                addresses.setdefault(row.pod_uid, set()).update(binding.addresses)
-        # a pod's children on one NIC may send as each other: with two in one subnet the kernel answers
-        # and replies from either (its own business), never as another pod
-        return frozenset(
-            Binding(mac, tuple(sorted(addresses[pod], key=_address_order)))
-            for pod, owned in macs.items()
-            for mac in owned
-        )
+            made_from = binding_source(row) if guarded_nic(row) == nic else None
+            if made_from is None:
+                continue
+            binding = known.get(made_from)
+            seen[made_from] = binding = _binding(*made_from) if binding is None else binding
+            children.setdefault(row.pod_uid, []).append(binding)
+        self._bindings[nic] = seen
+        wanted = set()
+        for bindings in children.values():
+            if len(bindings) == 1:  # most pods: one child on a NIC
+                wanted.add(bindings[0])
+                continue
+            # a pod's children on one NIC may send as each other: with two in one subnet the kernel
+            # answers and replies from either (its own business), never as another pod
+            addresses = tuple(sorted({a for b in bindings for a in b.addresses}, key=_address_order))
+            wanted.update(Binding(mac, addresses) for mac in {b.mac for b in bindings})
+        return frozenset(wanted)
 
     def covers(self, row: Attachment) -> bool:
         """Whether the row's child is bound as it is now (its ADD may have told new addresses)."""
@@ -241,9 +255,7 @@ class PortGuard:
                 try:
                     await self._follow(nic)
                 except BaseException:  # what the kernel holds is unknown now: the next call makes it whole
-                    self._bound.pop(nic, None)
-                    self._held.pop(nic, None)
-                    self._hairpins.pop(nic, None)
+                    self._forget(nic)
                     raise
 
     async def _follow(self, nic: str) -> None:
@@ -256,12 +268,12 @@ class PortGuard:
         if host is None:  # the NIC went, and its children with it: only a table of ours may be left
             gone = [{"add": {"table": _table(nic)}}, {"delete": {"table": _table(nic)}}]
             await self.nft.apply("", {"nftables": gone})
-            self._bound.pop(nic, None)
-            self._held.pop(nic, None)
-            self._hairpins.pop(nic, None)
+            self._forget(nic)
             return
         before = self._held.get(nic, frozenset())
-        after = {e for b in wanted for e in elements_of(b)}
+        known = self._elements.get(nic, {})
+        chosen = {b: known[b] if b in known else elements_of(b) for b in wanted}
+        after = {e for found in chosen.values() for e in found}
         if bound is None:  # made now, whole
             await self.nft.define("", skeleton(nic))
             await self.nft.apply("", elements(nic, "add", {("host", host), *after}))
@@ -273,7 +285,12 @@ class PortGuard:
         await self._hand_back(nic, {b.mac for b in wanted}, made=bound is None)
         self._bound[nic] = wanted
         self._held[nic] = frozenset(after)
+        self._elements[nic] = chosen
         log.info("port security follows", extra={"nic": nic, "children": len(wanted)})
+
+    def _forget(self, nic: str) -> None:
+        for known in (self._bound, self._held, self._hairpins, self._bindings, self._elements):
+            known.pop(nic, None)
 
     async def _hand_back(self, nic: str, macs: set[str], *, made: bool) -> None:
         """The NIC's hairpin for `macs`: when the table is `made`, written anew beside what an agent before
@@ -319,9 +336,8 @@ class PortGuard:
             for family, name in await self.nft.tables("")
             if family == FAMILY and name.startswith(TABLE_PREFIX)
         }
-        self._bound.clear()
-        self._held.clear()
-        self._hairpins.clear()
+        for nic in [*self._bound, *self._held, *self._hairpins, *self._bindings, *self._elements]:
+            self._forget(nic)
         await self.follow(nics)
 
 
