@@ -134,6 +134,7 @@ _COLUMNS = (
     "result",
     "error",
 )
+_PLAN = _COLUMNS.index("plan")
 
 
 def _plan_v1(plan: dict[str, Any]) -> AttachPlan:
@@ -218,10 +219,12 @@ class Store:
         self._reader = sqlite3.connect(path, isolation_level=None, timeout=READ_BUSY_SECONDS)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netclaim-store")
         self._networks = set(self.networks())  # their keys: remember_network writes a new one only
-        # each stored row's plan, read once: a row's is written once and read at every hook, status write
-        # and port-guard pass (plans are frozen). Kept for the rows there are, never for the gone: 8 KiB a
-        # plan, and a cache by text kept every pod's that came and went (33 MiB at 4,096)
-        self._plans: dict[Key, tuple[str, AttachPlan]] = {}
+        # each stored row as last read, by its key, with the columns it was read from: a row is read at
+        # every hook, status write and port-guard pass (each pass reads them all) and changes a few times
+        # in its life, its plan never (rows and plans are frozen). Kept for the rows there are, never for
+        # the gone: a plan is 8 KiB, and a cache by text kept every pod's that came and went (33 MiB at
+        # 4,096)
+        self._rows: dict[Key, tuple[tuple[Any, ...], Attachment]] = {}
 
     def _migrate(self) -> None:
         with self._transaction() as db:
@@ -298,19 +301,16 @@ class Store:
         if not made.cancelled() and made.exception() is not None:
             log.warning("a late state write failed", extra={"error": str(made.exception())})
 
-    def _plan(self, key: Key, text: str) -> AttachPlan:
-        known = self._plans.get(key)
-        if known is not None and known[0] == text:
-            return known[1]
-        plan = AttachPlan.model_validate_json(text)
-        self._plans[key] = (text, plan)
-        return plan
-
     def _row(self, values: tuple[Any, ...]) -> Attachment:
+        key: Key = values[:4]
+        known = self._rows.get(key)
+        if known is not None and known[0] == values:
+            return known[1]
         data = dict(zip(_COLUMNS, values, strict=True))
         try:
-            key = (data["claim_uid"], data["pool"], data["device"], data["share_id"])
-            plan = self._plan(key, data.pop("plan"))
+            text = data.pop("plan")
+            same_plan = known is not None and known[0][_PLAN] == text
+            plan = known[1].plan if known is not None and same_plan else AttachPlan.model_validate_json(text)
             result = data.pop("result")
             outcome = Outcome.model_validate_json(result) if result else Outcome()
             state = State(data.pop("state"))
@@ -320,7 +320,9 @@ class Store:
                 f"{self.path}: row of claim {data['claim_uid']} device {data['device']} is not a row this "
                 f"agent understands (written by a newer agent?): {problem}"
             ) from err
-        return Attachment(**data, plan=plan, outcome=outcome, state=state)
+        row = Attachment(**data, plan=plan, outcome=outcome, state=state)
+        self._rows[key] = (values, row)
+        return row
 
     def _select(self, where: str, parameters: tuple[Any, ...] = ()) -> list[Attachment]:
         order = "ORDER BY claim_uid, pool, device, share_id"
@@ -385,7 +387,7 @@ class Store:
     async def delete(self, *rows: Attachment) -> None:
         await self._write(lambda: self._delete(rows))
         for row in rows:
-            self._plans.pop(row.key, None)
+            self._rows.pop(row.key, None)
 
     def _delete(self, rows: tuple[Attachment, ...]) -> None:
         with self._transaction(durable=False) as db:
@@ -409,8 +411,8 @@ class Store:
 
     def all(self) -> list[Attachment]:
         rows = self._select("")
-        if len(self._plans) > len(rows):  # a delete that raised (made late, or not): its plan goes here
-            self._plans = {row.key: self._plans[row.key] for row in rows}
+        if len(self._rows) > len(rows):  # a delete that raised (made late, or not): its row goes here
+            self._rows = {row.key: self._rows[row.key] for row in rows}
         return rows
 
     async def remember_network(self, key: str, conflist: dict[str, Any]) -> None:
