@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import queue
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +146,102 @@ def test_calls_never_wait_for_each_other_s_threads(tmp_path: Path) -> None:
         return [(await call).stdout for call in calls]
 
     assert asyncio.run(all_at_once()) == [b"done\n"] * 40
+
+
+def test_a_call_after_another_ended_runs_on_its_thread_without_starting_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The thread that ran a program takes the next call: no thread is started (starting one makes the
+    event loop wait until it has run, milliseconds with the CPUs busy)."""
+    spares = processes.Spares("test-spare", spare_seconds=30)
+    ran_on: list[int] = []
+    done = threading.Semaphore(0)
+
+    def call() -> None:
+        ran_on.append(threading.get_ident())
+        done.release()
+
+    spares.submit(call)
+    assert done.acquire(timeout=10)
+    deadline = time.monotonic() + 10
+    while spares.idle != 1:  # the first thread is back, waiting
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    started: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        started.append(self)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    for _ in range(5):
+        spares.submit(call)
+        assert done.acquire(timeout=10)
+        while spares.idle != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    assert started == []
+    assert len(set(ran_on)) == 1
+
+
+def test_every_call_runs_once_however_spare_threads_come_and_go() -> None:
+    """Calls handed out while spare threads time out: each runs exactly once, a busy thread is never
+    waited for, and once all is quiet no thread is left waiting."""
+    spares = processes.Spares("test-spare-churn", spare_seconds=0.001)
+    counts: dict[int, int] = {}
+    lock = threading.Lock()
+    all_ran = threading.Event()
+    total = 2000
+
+    def call_of(number: int) -> Callable[[], None]:
+        def call() -> None:
+            with lock:
+                counts[number] = counts.get(number, 0) + 1
+                if len(counts) == total:
+                    all_ran.set()
+
+        return call
+
+    for number in range(total):
+        spares.submit(call_of(number))
+        if number % 7 == 0:
+            time.sleep(0.002)  # long enough for waiting threads to time out now and then
+    assert all_ran.wait(30)
+    assert set(counts.values()) == {1}
+    deadline = time.monotonic() + 10
+    while spares.idle or any(t.name == "test-spare-churn" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "spare threads left waiting"
+        time.sleep(0.01)
+
+
+def test_a_spare_thread_whose_time_ran_out_as_it_was_given_a_call_runs_the_call() -> None:
+    """The race the idle count is for: the waiting thread's time runs out just after a call counted on it.
+    It must stay for the call, which no other thread would run."""
+    spares = processes.Spares("test-spare-race", spare_seconds=30)
+    given, ran = threading.Event(), threading.Event()
+    real_calls = spares._calls
+    timed_out_once: list[bool] = []
+
+    class Late:
+        """The waiting thread's queue: its first wait ends as if its time ran out, once a call is given."""
+
+        def get(self, timeout: float) -> Callable[[], None]:
+            if not timed_out_once:
+                timed_out_once.append(True)
+                given.wait(10)
+                raise queue.Empty
+            return real_calls.get(timeout=timeout)
+
+        def put(self, call: Callable[[], None]) -> None:
+            real_calls.put(call)
+
+    spares._calls = Late()  # type: ignore[assignment]
+    spares.submit(lambda: None)
+    deadline = time.monotonic() + 10
+    while spares.idle != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    spares.submit(ran.set)
+    given.set()
+    assert ran.wait(10), "the call given to the spare thread never ran"
