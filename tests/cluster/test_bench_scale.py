@@ -31,6 +31,9 @@ SCALE_KEYS = [
     "sched_ratio_vs_dra",
     "sched_ratio_vs_none",
     "ipam_alloc_p99_ms",
+    "sched_ratio_vs_dra_shared",
+    "sched_ratio_pool_vs_nic",
+    "ipam_alloc32_p99_ms",
 ]
 
 
@@ -53,14 +56,16 @@ def test_make_bench_scale_schedules_everything_and_oversubscribes_nothing(tmp_pa
     assert {name: len(arm_runs) for name, arm_runs in runs.items()} == {
         "none": 1,
         "dra": 1,
+        "dra_shared": 1,
         "netclaim_gpus": 1,
         "netclaim_pool": 1,
         "netclaim": 1,
     }
-    # the no-op driver's devices are on every node for its arm and netclaim_gpus, and gone for the others
+    # the no-op driver's devices are on every node for its arms and netclaim_gpus, and gone for the others
     assert {name: run["noop_slices"] for name, (run,) in runs.items()} == {
         "none": 0,
         "dra": quick.nodes,
+        "dra_shared": quick.nodes,
         "netclaim_gpus": quick.nodes,
         "netclaim_pool": 0,
         "netclaim": 0,
@@ -89,6 +94,9 @@ def test_make_bench_scale_schedules_everything_and_oversubscribes_nothing(tmp_pa
     assert all(dense["memory_mib"][when]["anon"] > 0 for when in ("idle", "prepared", "unprepared"))
     summary = result["large"]["summary"]
     assert values["sched_ratio_vs_dra"] == round(summary["netclaim"]["ratio_vs_dra"], 2)
+    assert values["sched_ratio_vs_dra_shared"] == round(summary["netclaim"]["ratio_vs_dra_shared"], 2)
+    assert values["sched_ratio_pool_vs_nic"] == round(summary["netclaim_pool"]["ratio_vs_netclaim"], 2)
+    assert values["ipam_alloc32_p99_ms"] == round(ipam["bulk_p99_ms"])
 
     others = {"small": 0, "mid": (quick.mid_nodes - 3) // 10, "large": (quick.nodes - 3) // 10}
     for stage, toggled in others.items():

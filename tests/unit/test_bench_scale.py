@@ -143,10 +143,10 @@ def _run(pods_per_s: float, algorithm_p99_s: float, **extra: object) -> dict[str
     }
 
 
-def _ipam(alone_p99_ms: float) -> dict[str, float]:
+def _ipam(alone_p99_ms: float, bulk_p99_ms: float = 90.0) -> dict[str, float]:
     return {
         "bulk_p50_ms": 40.0,
-        "bulk_p99_ms": 90.0,
+        "bulk_p99_ms": bulk_p99_ms,
         "bulk_per_s": 700.0,
         "alloc_p50_ms": 12.0,
         "alloc_p99_ms": alone_p99_ms,
@@ -161,7 +161,11 @@ def _scale_result() -> dict[str, Any]:
     runs = {  # three runs of each arm: the medians and ranges are what is reported
         "none": [_run(r, 0.02) for r in (200.0, 240.0, 150.0)],
         "dra": [_run(r, 0.05) for r in (100.0, 90.0, 110.0)],
-        "netclaim_pool": [_run(r, 0.2, ipam=_ipam(p)) for r, p in ((40.0, 30.0), (45.0, 80.0), (35.0, 50.0))],
+        "dra_shared": [_run(r, 0.08) for r in (100.0, 80.0, 100.0)],
+        "netclaim_pool": [
+            _run(r, 0.2, ipam=_ipam(p, b))
+            for r, p, b in ((40.0, 30.0, 400.0), (45.0, 80.0, 300.0), (35.0, 50.0, 500.0))
+        ],
         "netclaim": [_run(r, 0.1) for r in (80.0, 85.0, 75.0)],
         "netclaim_gpus": [_run(r, 0.3) for r in (30.0, 25.0, 20.0)],
     }
@@ -200,22 +204,28 @@ def test_the_scale_line_and_docs_table_come_from_the_result() -> None:
     assert summary["netclaim_pool"]["ratio_vs_dra"] == pytest.approx(0.4)
     assert summary["netclaim_gpus"]["ratio_vs_dra"] == pytest.approx(0.25)
     assert summary["ipam_alloc_p99_ms_median"] == 50.0
+    assert summary["netclaim"]["ratios_vs_dra_shared"] == pytest.approx([0.8, 85 / 80, 0.75])
+    assert summary["netclaim"]["ratio_vs_dra_shared"] == pytest.approx(0.8)
+    assert summary["netclaim_pool"]["ratios_vs_netclaim"] == pytest.approx([0.5, 45 / 85, 35 / 75])
+    assert summary["netclaim_pool"]["ratio_vs_netclaim"] == pytest.approx(0.5)
     assert result["scale_line"] == (
         "SCALE nodes=500 claims=5000 publish_s=3.20 sched_pods_per_s=80.0 sched_p99_s=1.500 "
         "agent_events_per_s=0.033 agent_rss_mib=75.5 dense_claims=1000 dense_agent_anon_mib=54.2 "
         "dense_agent_pss_mib=74.0 sched_ratio_vs_dra=0.80 sched_ratio_vs_none=0.40 "
-        "ipam_alloc_p99_ms=50"
+        "ipam_alloc_p99_ms=50 sched_ratio_vs_dra_shared=0.80 sched_ratio_pool_vs_nic=0.50 "
+        "ipam_alloc32_p99_ms=400"
     )
     table = report.scale_table(result)
     assert "| 3, 30 | 100, 30 | 500, 5,000 + 30 |" in table
     assert "| 2 | 2 | 2 |" in table and "| 6 | 24 | 104 |" in table and "| 75.4 | 75.4 | 75.5 |" in table
     assert (
-        "200.0 (150.0 to 240.0) / 100.0 (90.0 to 110.0) / 80.0 (75.0 to 85.0) / 40.0 (35.0 to 45.0) / "
-        "25.0 (20.0 to 30.0)" in table
+        "200.0 (150.0 to 240.0) / 100.0 (90.0 to 110.0) / 100.0 (80.0 to 100.0) / 80.0 (75.0 to 85.0) / "
+        "40.0 (35.0 to 45.0) / 25.0 (20.0 to 30.0)" in table
     )
+    assert "| 0.80 (0.80, 1.06, 0.75); 0.50 (0.50, 0.53, 0.47) |" in table
     assert "| 0.80; 0.40; 0.25 |" in table and "| 0.40; 0.20; 0.12 |" in table
-    assert "| 20.0 / 50.0 / 100.0 / 200.0 / 300.0 |" in table
-    assert "40 / 90, 700/s; 12 / 50 |" in table and "| 1.5; 380, 4.2; 80.0 |" in table
+    assert "| 20.0 / 50.0 / 80.0 / 100.0 / 200.0 / 300.0 |" in table
+    assert "40 / 400, 700/s; 12 / 50 |" in table and "| 1.5; 380, 4.2; 80.0 |" in table
     assert "publish 497 nodes' slices" in table
     assert "| 66.0 / 40.0 / 60.0; 80.5 / 54.2 / 74.0; 79.0 / 53.0 / 73.0; 10.0 / 30.0, 20.0 / — |" in table
 
@@ -252,17 +262,12 @@ def test_discovery_is_not_a_read_and_the_answer_is_kept(tmp_path: Path) -> None:
 def test_the_arm_beside_the_no_op_devices_runs_in_the_first_repeat_only() -> None:
     names = [[arm.name for arm in scale.arms_of_repeat(scale.FULL, repeat)] for repeat in range(3)]
     assert names == [
-        ["none", "dra", "netclaim_gpus", "netclaim_pool", "netclaim"],
-        ["none", "dra", "netclaim_pool", "netclaim"],
-        ["none", "dra", "netclaim_pool", "netclaim"],
+        ["none", "dra", "dra_shared", "netclaim_gpus", "netclaim_pool", "netclaim"],
+        ["none", "dra", "dra_shared", "netclaim_pool", "netclaim"],
+        ["none", "dra", "dra_shared", "netclaim_pool", "netclaim"],
     ]
     only = dataclasses.replace(scale.FULL, only=("netclaim_gpus", "netclaim"))
     assert [arm.name for arm in scale.arms_of_repeat(only, 1)] == ["netclaim"]
-
-
-def test_the_shared_no_op_arm_runs_only_when_asked_for() -> None:
-    asked = dataclasses.replace(scale.FULL, only=("dra", "dra_shared", "netclaim"))
-    assert [arm.name for arm in scale.arms_of_repeat(asked, 0)] == ["dra", "dra_shared", "netclaim"]
 
 
 def test_the_shared_no_op_devices_are_the_nodes_nics_with_netclaims_request_policy() -> None:

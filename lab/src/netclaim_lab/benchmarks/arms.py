@@ -19,7 +19,8 @@ first repeat only: it explains the NIC arms' figures, no goal is set on it, and 
 no-op driver publishes each node's NICs as netclaim does (2-8 devices of 25G, shared, bandwidth with
 netclaim's default request policy) but with its own four attributes, one capacity and a class selecting by
 driver alone, and each pod's claim asks the NIC arm's bandwidth. If it schedules as slowly as the NIC arm,
-cheaper attributes or CEL cannot win the difference back. It runs only when asked (`--only`).
+cheaper attributes or CEL cannot win the difference back: `sched_ratio_vs_dra_shared` is the NIC arm's
+rate over its own, repeat by repeat.
 """
 
 from __future__ import annotations
@@ -179,7 +180,6 @@ class Arm:
     netclaim: bool = False  # its results consume netclaim capacities (checked after)
     noop_devices: NoopDevices | None = None  # the no-op driver's slices published while it runs
     once: bool = False  # in the first repeat only: it answers a question beside the goals, for 10 min a run
-    asked: bool = False  # only when `--only` names it
 
 
 NONE = Arm("none", "without claims", None)
@@ -189,7 +189,6 @@ NOOP_SHARED = Arm(
     f"with a bandwidth share of a no-op DRA driver's NIC-like device ({NOOP_DRIVER})",
     noop_shared_claim,
     noop_devices="shared_nics",
-    asked=True,
 )
 NIC = Arm("netclaim", "with a netclaim NIC share each", nic_claim, netclaim=True)
 NIC_AND_POOL = Arm("netclaim_pool", "with a NIC share and a pool address each", pool_claim, netclaim=True)

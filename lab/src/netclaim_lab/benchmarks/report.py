@@ -725,7 +725,12 @@ def scale_table(result: dict[str, Any]) -> str:
     published = result["mid"]["added"] + large["added"]
     dense = result["dense"]
     nic, pool, gpus = summary["netclaim"], summary["netclaim_pool"], summary["netclaim_gpus"]
-    arm_names = ("none", "dra", "netclaim", "netclaim_pool", "netclaim_gpus")
+    arm_names = ("none", "dra", "dra_shared", "netclaim", "netclaim_pool", "netclaim_gpus")
+
+    def per_repeat(figures: dict[str, Any], base: str) -> str:
+        each_run = ", ".join(f"{r:.2f}" for r in figures[f"ratios_vs_{base}"])
+        return f"{figures[f'ratio_vs_{base}']:.2f} ({each_run})"
+
     last = ["", ""]
     rows = [
         SCALE_BEGIN,
@@ -749,8 +754,9 @@ def scale_table(result: dict[str, Any]) -> str:
         row("agent RSS (MiB)", each("agent_rss_mean_mib", ".1f")),
         row(
             f"scheduling {sizes['pods']:,} pods, pods/s, median (range) of {sizes['repeats']} runs: "
-            "no claim / no-op DRA driver's claim / netclaim NIC share / NIC share and pool address / NIC "
-            "share beside the no-op driver's 16 devices per node (its first run only)",
+            "no claim / no-op DRA driver's claim / a bandwidth share of the no-op driver's NIC-like shared "
+            "devices / netclaim NIC share / NIC share and pool address / NIC share beside the no-op "
+            "driver's 16 devices per node (its first run only)",
             [*last, " / ".join(rate(arm) for arm in arm_names)],
         ),
         row(
@@ -760,6 +766,12 @@ def scale_table(result: dict[str, Any]) -> str:
         row(
             "… netclaim ÷ no claim (NIC share; with a pool address; beside the no-op devices)",
             [*last, f"{nic['ratio_vs_none']:.2f}; {pool['ratio_vs_none']:.2f}; {gpus['ratio_vs_none']:.2f}"],
+        ),
+        row(
+            "… per repeat, median (each run): netclaim NIC share ÷ the no-op driver's shared devices "
+            "(`sched_ratio_vs_dra_shared`); NIC share and pool address ÷ NIC share "
+            "(`sched_ratio_pool_vs_nic`)",
+            [*last, f"{per_repeat(nic, 'dra_shared')}; {per_repeat(pool, 'netclaim')}"],
         ),
         row(
             "the scheduler's algorithm per pod, p99 (ms), same arms",

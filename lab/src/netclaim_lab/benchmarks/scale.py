@@ -13,7 +13,8 @@ Stages:
   mid     100 nodes: a churn window
   large   500 nodes: the scheduling arms (benchmarks.arms), each 5,000 pods scheduled by the real
           kube-scheduler from a standing start (it is stopped while they are created), `repeats` times in
-          turn: without claims, with a no-op DRA driver's claim, with a NIC share and a pool address
+          turn: without claims, with a no-op DRA driver's claim, with a bandwidth share of the no-op
+          driver's NIC-like devices, with a NIC share and a pool address
           (netclaim's controller running: the addresses taken as agents take them, benchmarks.ipam_load),
           with a NIC share; then, with the last arm's 5,000 claims allocated, a churn window
 
@@ -905,7 +906,7 @@ def arms_of_repeat(sizes: Sizes, repeat: int) -> list[Arm]:
     return [
         arm
         for arm in arms.ARMS
-        if (arm.name in sizes.only if sizes.only or arm.asked else True) and (repeat == 0 or not arm.once)
+        if (arm.name in sizes.only if sizes.only else True) and (repeat == 0 or not arm.once)
     ]
 
 
@@ -956,8 +957,14 @@ def arms_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             summary[name][f"ratio_vs_{base}"] = (
                 summary[name]["pods_per_s_median"] / summary[base]["pods_per_s_median"]
             )
-    p99s = [float(r["ipam"]["alloc_p99_ms"]) for r in runs[arms.NIC_AND_POOL.name]]
-    summary["ipam_alloc_p99_ms_median"] = _median(p99s)
+    for name, base in ((arms.NIC.name, arms.NOOP_SHARED.name), (arms.NIC_AND_POOL.name, arms.NIC.name)):
+        if base in rates:  # per repeat: the two arms ran minutes apart, under the same conditions
+            ratios = [mine / theirs for mine, theirs in zip(rates[name], rates[base], strict=True)]
+            summary[name][f"ratios_vs_{base}"] = ratios
+            summary[name][f"ratio_vs_{base}"] = _median(ratios)
+    ipam = [r["ipam"] for r in runs[arms.NIC_AND_POOL.name]]
+    summary["ipam_alloc_p99_ms_median"] = _median([float(i["alloc_p99_ms"]) for i in ipam])
+    summary["ipam_alloc32_p99_ms_median"] = _median([float(i["bulk_p99_ms"]) for i in ipam])
     return summary
 
 
@@ -988,6 +995,9 @@ def scale_line(result: dict[str, Any]) -> str:
         "sched_ratio_vs_dra": f"{nic['ratio_vs_dra']:.2f}",
         "sched_ratio_vs_none": f"{nic['ratio_vs_none']:.2f}",
         "ipam_alloc_p99_ms": f"{summary['ipam_alloc_p99_ms_median']:.0f}",
+        "sched_ratio_vs_dra_shared": f"{nic['ratio_vs_dra_shared']:.2f}",
+        "sched_ratio_pool_vs_nic": f"{summary[arms.NIC_AND_POOL.name]['ratio_vs_netclaim']:.2f}",
+        "ipam_alloc32_p99_ms": f"{summary['ipam_alloc32_p99_ms_median']:.0f}",
     }
     return "SCALE " + " ".join(f"{k}={v}" for k, v in fields.items())
 
