@@ -9,6 +9,7 @@ configure: kubelet gRPC ─▶ prepare (gather ─▶ plan) ─▶ store ◀─ 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from functools import partial
 
@@ -57,6 +58,11 @@ from netclaim.core.plan import NodeContext
 from netclaim.runtime import metrics
 from netclaim.runtime.supervisor import Supervisor
 from netclaim.runtime.trigger import periodic
+
+# How long a thread may hold the GIL while another waits for it (CPython's default: 5 ms). The agent's
+# threads run CNI plugins, nft and netlink for the NRI hook while its event loop serves prepares: at 5 ms,
+# a program run from a thread beside a busy thread took 42 ms at p50 (/bin/true; 0.7 ms alone), at 1 ms 4.9.
+THREAD_SWITCH_SECONDS = 0.001
 
 log = logging.getLogger(__name__)
 # How long a stopping agent lets pod hooks in flight finish, and then the work they left for later (the undo
@@ -140,6 +146,7 @@ async def _start_configure_path(
 
 
 async def run(settings: AgentSettings) -> None:
+    sys.setswitchinterval(THREAD_SWITCH_SECONDS)
     policy = PolicyFile(settings.policy_file)
     source = inventory_source(settings)
     await source.scan()  # likewise a bad overrides or inventory file
