@@ -463,3 +463,31 @@ async def test_the_addresses_of_the_interface_are_the_add_results_and_read_only_
     again = await rig.attacher.attach(attached, rig.sandbox("sandbox-2"), _later())
     assert rig.netlink.addresses_given[-1] is None  # asked of the kernel
     assert again.outcome.interface is not None and again.outcome.interface.addresses == ("10.90.0.11/24",)
+
+
+@pytest.mark.parametrize(
+    ("list_level", "fsynced"),
+    [
+        ({"cniVersion": "1.0.0"}, True),  # no GC: only the row on disk makes a DEL after a power cut
+        ({"cniVersion": "1.1.0"}, False),  # the network's GC frees what a lost row's ADD reserved
+        ({"cniVersion": "1.1.0", "disableGC": True}, True),
+    ],
+)
+async def test_the_record_of_an_add_under_way_waits_for_the_disk_only_when_no_gc_reaches_the_chain(
+    rig: ConfigureRig, list_level: dict[str, Any], fsynced: bool
+) -> None:
+    """Seen while the ADD runs, on the store's writer connection: synchronous FULL (2) or NORMAL (1). The
+    row is there either way (what kill -9 leaves: test_restarts' crash inside ADD)."""
+    row = sample_row()
+    plan = row.plan.model_copy(update={"conflist": {**row.plan.conflist, **list_level}})
+    row = dataclasses.replace(row, plan=plan)
+    await rig.store.put(row)
+    rig.cni.gate = asyncio.Event()
+    attaching = asyncio.create_task(rig.attacher.attach(row, rig.sandbox(), _later()))
+    await rig.cni.adding.wait()
+    level = int(rig.store._db.execute("PRAGMA synchronous").fetchone()[0])
+    stored = rig.store.get(row.key)
+    rig.cni.gate.set()
+    await attaching
+    assert stored is not None and stored.state == State.ATTACHING
+    assert level == (2 if fsynced else 1)

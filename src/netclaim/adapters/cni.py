@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from netclaim.adapters import processes
-from netclaim.core.config.cniconfig import speaks_lifecycle
+from netclaim.core.config.cniconfig import garbage_collected, speaks_lifecycle
 from netclaim.core.names import PLUGIN_TYPE
 from netclaim.core.node import Invocation, host_local_dirs
 from netclaim.errors import CNI_TRY_AGAIN, CniError, CniTryAgainError, ConfigError, NetclaimError
@@ -204,9 +204,9 @@ class CniRunner:
     async def gc(self, conflist: dict[str, Any], valid: list[tuple[str, str]], deadline: float) -> None:
         """GC of a 1.1 chain with the attachments (container ID, interface) that are still valid: each
         plugin, and the IPAM plugin it delegates to, since a main plugin need not forward GC (v1.10's
-        macvlan does not). Every plugin is called even if one fails (first failure raised). A list with
-        `disableGC: true` is never collected (the spec's key: its plugins' state is someone else's too)."""
-        if not speaks_lifecycle(conflist) or conflist.get("disableGC") is True:
+        macvlan does not). Every plugin is called even if one fails (first failure raised). Only chains
+        that are garbage_collected."""
+        if not garbage_collected(conflist):
             return
         attachments = [{"containerID": container, "ifname": name} for container, name in valid]
         first: NetclaimError | None = None

@@ -20,12 +20,17 @@ How durable each write is, and why that is enough (WAL mode; a transaction is ne
 - against a power cut or a kernel crash, only writes made with synchronous=FULL (fsync'd) are sure. The
   node reboots: every pod network namespace, every interface netclaim made, is gone; what survives is on
   disk and in the API: host-local's reservations (files in netclaim's own directory) and IPAllocations.
-  So the two writes that precede what outlives a reboot are FULL: a claim's prepared rows (they name the
-  addresses it took in the API, kubelet's checkpoint says the claim is prepared) and the `attaching` row
-  written before each ADD (it makes the agent DEL, and host-local release, what the ADD reserved). The
-  writes after an ADD, a rollback, a DEL and the deletion of rows are NORMAL: losing one leaves the row
-  of before, and each row of before is undone or done again safely (an `attaching` row is rolled back, a
-  row that reappears is unprepared again). The hook path pays one fsync, not two.
+  So the writes that precede what outlives a reboot are FULL: a claim's prepared rows (they name the
+  addresses it took in the API, kubelet's checkpoint says the claim is prepared) and, for a chain below
+  CNI 1.1 or with `disableGC`, the `attaching` row written before each ADD (it makes the agent DEL, and
+  host-local release, what the ADD reserved). A chain its network's GC reaches (cniconfig.
+  garbage_collected) needs no fsync there: if the row is lost, it is `prepared` after the reboot, the
+  pod's new sandbox is ADDed afresh (which remembers the network again if that write was lost too), and
+  what the lost ADD reserved is held for a container no row names, which the network's next GC frees
+  (at agent start, then every 10 min). The writes after an ADD, a rollback, a DEL and the deletion of
+  rows are NORMAL: losing one leaves the row of before, and each row of before is undone or done again
+  safely (an `attaching` row is rolled back, a row that reappears is unprepared again). The hook path
+  pays one fsync for a chain the GC does not reach, none for one it does.
 Writes after the first only change the row's state columns (`transition`): the plan is written once.
 
 The schema is the store's own: the rows' columns and the plan's JSON (netclaim.core.plan.AttachPlan,

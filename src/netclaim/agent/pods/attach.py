@@ -21,7 +21,7 @@ from typing import Any
 from netclaim.agent.pods.guard import PortGuard, guarded_nic, interface_sysctls
 from netclaim.agent.pods.lifecycle import NetworkGate, PluginReadiness, network_key
 from netclaim.agent.store import Attachment, Interface, Key, Outcome, State, Store
-from netclaim.core.config.cniconfig import speaks_lifecycle
+from netclaim.core.config.cniconfig import garbage_collected, speaks_lifecycle
 from netclaim.core.node import (
     Cni,
     InterfaceState,
@@ -261,7 +261,9 @@ class Attacher:
             outcome=Outcome(cni_args=args),
             error="",
         )
-        await self.store.transition(row, durable=True)  # DEL undoes this ADD, even after a power cut
+        # DEL undoes this ADD, after a kill -9 too; after a power cut, a chain the network's GC does not
+        # reach needs the row on disk (netclaim.agent.store says why the others need not wait for that)
+        await self.store.transition(row, durable=not garbage_collected(plan.conflist))
         invocation = Invocation(sandbox.id, sandbox.netns, plan.interface_name, args)
         started = time.monotonic()
         try:
@@ -413,7 +415,7 @@ class Attacher:
             if left and await self.links.interface(row.plan.interface_name, row.netns) is not None:
                 await self.links.delete_link(row.plan.interface_name, row.netns)
                 found.append(f"removed {row.plan.interface_name} from the pod")
-            if speaks_lifecycle(row.plan.conflist) and row.plan.conflist.get("disableGC") is not True:
+            if garbage_collected(row.plan.conflist):
                 found.append("what the plugins hold for it is left to the network's CNI GC (within 10 min)")
             else:  # a 1.0-level chain has no GC: host-local's files of the sandbox are removed here
                 released = self.cni.release_host_local(row.plan.conflist, row.sandbox_id)

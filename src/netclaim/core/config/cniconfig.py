@@ -53,6 +53,13 @@ def speaks_lifecycle(conflist: dict[str, Any]) -> bool:
     return version in CNI_VERSIONS and version_key(version) >= LIFECYCLE_VERSION
 
 
+def garbage_collected(conflist: dict[str, Any]) -> bool:
+    """Whether the chain's plugins are sent GC: at 1.1.0 or later, unless the list says `disableGC: true`
+    (the spec's key: its plugins' state is someone else's too). What they hold for an attachment the agent
+    no longer knows of is then freed by the network's next GC."""
+    return speaks_lifecycle(conflist) and conflist.get("disableGC") is not True
+
+
 RESERVED_PLUGIN_KEYS = ("runtimeConfig", "args", "prevResult")
 DEFAULT_INTERFACE = "net1"
 
