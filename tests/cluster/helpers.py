@@ -10,20 +10,23 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 from lightkube import Client
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
 from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
+from netclaim_lab.controlplane import ControlPlane
 from netclaim_lab.images import BUSYBOX_IMAGE
 from netclaim_lab.layout import REPO_ROOT
-from tests.kube import typed
+from tests.kube import delete, typed, wait_for
 
 DRIVER = "netclaim.dev"
 NS = "default"
@@ -517,3 +520,56 @@ def refused_in_dry_run(
         check=False,
     )
     return None if result.returncode == 0 else result.stderr.strip()
+
+
+@contextlib.contextmanager
+def apiserver_away(cluster: ClusterHandle, kube: Client, *, grace: float = 10.0) -> Iterator[None]:
+    """kube-apiserver stopped for the block (SIGKILL after `grace` s), then started, ready, and the shared
+    cluster handed on working, whatever the block did."""
+    pids = cluster.layout.pids
+    processes.stop(pids, "kube-apiserver", grace=grace)
+    try:
+        yield
+    finally:
+        processes.start_recorded(pids, "kube-apiserver")
+        control_plane = ControlPlane(cluster.spec, cluster.layout, cluster.bin_dir)
+        control_plane.wait_healthy("kube-apiserver", f"{control_plane.server}/readyz")
+        _wait_for_the_cluster_back(kube, [node.name for node in cluster.spec.nodes if node.kubelet])
+
+
+def _wait_for_the_cluster_back(kube: Client, nodes: list[str]) -> None:
+    """Every client of the apiserver lost its watches; client-go's reflectors retry them after a growing,
+    jittered backoff (a CI run's next test timed out waiting 60 s for its namespace's default
+    ServiceAccount, another's pod was not torn down in 120 s). Hand the shared cluster on working: a
+    namespace gets its ServiceAccount (kube-controller-manager), a pod on each node is scheduled
+    (kube-scheduler), runs and goes again (kubelet)."""
+    name = f"back-{uuid.uuid4().hex[:6]}"
+    kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+    try:
+        wait_for(lambda: exists(kube, ServiceAccount, "default", name), 180, "the controller-manager back")
+        for node in nodes:
+            spec: dict[str, Any] = {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": BUSYBOX_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["sleep", "3600"],
+                    }
+                ],
+            }
+            manifest = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": node, "namespace": name},
+                "spec": spec,
+            }
+            kube.create(typed(Pod, manifest))
+        wait_for(lambda: len(running(kube, name)) == len(nodes), 180, "the scheduler and kubelets back")
+        for node in nodes:
+            delete(kube, Pod, node, name)
+        wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, "the kubelets tearing pods down")
+    finally:
+        delete(kube, Namespace, name)

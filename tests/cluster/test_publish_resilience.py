@@ -11,27 +11,24 @@ from pathlib import Path
 from typing import Any
 
 from lightkube import Client
-from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
+from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaimTemplate, ResourceSlice
 
 from netclaim.core.devices.slices import MAX_DEVICES_PER_SLICE
 from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
-from netclaim_lab.controlplane import ControlPlane
-from netclaim_lab.images import BUSYBOX_IMAGE
 from tests.cluster.helpers import (
     allocation,
-    exists,
+    apiserver_away,
     in_node,
     nic_request,
     node_of,
     node_slices,
     pod,
     published,
-    running,
     template,
 )
-from tests.kube import delete, typed, wait_for
+from tests.kube import delete, wait_for
 
 AGENT_USER = "system:serviceaccount:netclaim-system:netclaim-agent"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
@@ -142,64 +139,19 @@ def test_a_node_with_1024_nics_is_split_across_slices_and_the_last_one_is_used(
 
 
 def test_agent_rides_out_the_apiserver_being_away(cluster: ClusterHandle, kube: Client) -> None:
-    pids = cluster.layout.pids
     offset = len(agents.agent_log(cluster, "node-2"))
-    processes.stop(pids, "kube-apiserver")
     try:
-        in_node(cluster, "node-2", "ip", "link", "add", "hp9", "type", "veth", "peer", "name", "zzhp9")
+        with apiserver_away(cluster, kube):
+            in_node(cluster, "node-2", "ip", "link", "add", "hp9", "type", "veth", "peer", "name", "zzhp9")
 
-        def backed_off_to_the_cap() -> bool:
-            return "retrying in 10.0 s" in agents.agent_log(cluster, "node-2")[offset:]
+            def backed_off_to_the_cap() -> bool:
+                return "retrying in 10.0 s" in agents.agent_log(cluster, "node-2")[offset:]
 
-        # 0.5 + 1 + 2 + 4 + 8 s of failed publishes: the agent rode out ≥ 15 s without the apiserver
-        wait_for(backed_off_to_the_cap, 90, "the agent's publish retries backing off to their cap")
-        assert agents.agent_running(cluster, "node-2"), "the agent must survive the apiserver's absence"
-    finally:
-        processes.start_recorded(pids, "kube-apiserver")
-    try:
-        control_plane = ControlPlane(cluster.spec, cluster.layout, cluster.bin_dir)
-        control_plane.wait_healthy("kube-apiserver", f"{control_plane.server}/readyz")
+            # 0.5 + 1 + 2 + 4 + 8 s of failed publishes: the agent rode out ≥ 15 s without the apiserver
+            wait_for(backed_off_to_the_cap, 90, "the agent's publish retries backing off to their cap")
+            assert agents.agent_running(cluster, "node-2"), "the agent must survive the apiserver's absence"
         wait_for(lambda: "hp9" in published(kube, "node-2"), 60, "the NIC added while the apiserver was down")
     finally:
         subprocess.run([*cluster.node("node-2").enter(), "ip", "link", "delete", "hp9"], check=False)
     wait_for(lambda: "hp9" not in published(kube, "node-2"), 10, "hp9 gone again")
     assert isinstance(node_slices(kube, "node-2")[0], ResourceSlice)
-    _wait_for_the_cluster_back(kube, ("node-1", "node-2"))
-
-
-def _wait_for_the_cluster_back(kube: Client, nodes: tuple[str, ...]) -> None:
-    """Every client of the apiserver lost its watches; client-go's reflectors retry them after a growing,
-    jittered backoff (a CI run's next test timed out waiting 60 s for its namespace's default
-    ServiceAccount, another's pod was not torn down in 120 s). Hand the shared cluster on working: a
-    namespace gets its ServiceAccount (kube-controller-manager), a pod on each node is scheduled
-    (kube-scheduler), runs and goes again (kubelet)."""
-    name = f"back-{uuid.uuid4().hex[:6]}"
-    kube.create(typed(Namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
-    try:
-        wait_for(lambda: exists(kube, ServiceAccount, "default", name), 180, "the controller-manager back")
-        for node in nodes:
-            spec: dict[str, Any] = {
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": BUSYBOX_IMAGE,
-                        "imagePullPolicy": "Never",
-                        "command": ["sleep", "3600"],
-                    }
-                ],
-            }
-            manifest = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": node, "namespace": name},
-                "spec": spec,
-            }
-            kube.create(typed(Pod, manifest))
-        wait_for(lambda: len(running(kube, name)) == len(nodes), 180, "the scheduler and kubelets back")
-        for node in nodes:
-            delete(kube, Pod, node, name)
-        wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, "the kubelets tearing pods down")
-    finally:
-        delete(kube, Namespace, name)

@@ -20,8 +20,8 @@ from lightkube.resources.core_v1 import Event, Pod
 
 from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
-from netclaim_lab.controlplane import ControlPlane
 from tests.cluster.helpers import (
+    apiserver_away,
     apply,
     claim_devices,
     claim_template,
@@ -296,7 +296,7 @@ def test_containerd_restart_under_load(cluster: ClusterHandle, kube: Client, ns:
 
 def _attach_during_outage(cluster: ClusterHandle, kube: Client, ns: str, attempt: int) -> bool:
     """One try: False when the sandbox attached before the apiserver could be stopped."""
-    name, pids = f"p{attempt}", cluster.layout.pids
+    name = f"p{attempt}"
     template = claim_template(
         f"t{attempt}",
         "netclaim-shared",
@@ -314,8 +314,7 @@ def _attach_during_outage(cluster: ClusterHandle, kube: Client, ns: str, attempt
 
     offset = len(agents.agent_log(cluster, "node-2"))
     wait_for(lambda: bool(rows()), 60, "the claim prepared", interval=0.02)
-    processes.stop(pids, "kube-apiserver", grace=0)  # at once: the sandbox is a few 100 ms away
-    try:
+    with apiserver_away(cluster, kube, grace=0):  # at once: the sandbox is a few 100 ms away
         if rows()[0]["state"] != "prepared":
             return False
         wait_for(lambda: rows()[0]["state"] == "attached", 25, "attached while the apiserver is away")
@@ -332,10 +331,6 @@ def _attach_during_outage(cluster: ClusterHandle, kube: Client, ns: str, attempt
             )
 
         wait_for(status_write_retried, 60, "the agent retrying the status while the apiserver is away")
-    finally:
-        processes.start_recorded(pids, "kube-apiserver")
-        control_plane = ControlPlane(cluster.spec, cluster.layout, cluster.bin_dir)
-        control_plane.wait_healthy("kube-apiserver", f"{control_plane.server}/readyz")
     try:
         wait_for(lambda: ready_entry(kube, ns, name) is not None, 120, "the status written after the outage")
     except pytest.fail.Exception:

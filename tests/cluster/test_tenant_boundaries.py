@@ -17,13 +17,13 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
-from netclaim_lab import agents, processes
+from netclaim_lab import agents
 from netclaim_lab.cluster import ClusterHandle
-from netclaim_lab.controlplane import ControlPlane
 from tests.attacks import pool_device_class
 from tests.cluster.conftest import fresh_namespace
 from tests.cluster.helpers import (
     DRIVER,
+    apiserver_away,
     apply,
     claim_template,
     cni_config,
@@ -114,15 +114,8 @@ def _restricted_pool(
     wait_for(lambda: _published_capacity(cluster, pool) == 6, 60, "the restricted pool published")
 
 
-def _restart_apiserver(cluster: ClusterHandle) -> None:
-    processes.stop(cluster.layout.pids, "kube-apiserver")
-    processes.start_recorded(cluster.layout.pids, "kube-apiserver")
-    control_plane = ControlPlane(cluster.spec, cluster.layout, cluster.bin_dir)
-    control_plane.wait_healthy("kube-apiserver", f"{control_plane.server}/readyz")
-
-
 def test_the_pool_policy_outlives_an_apiserver_restart(
-    cluster: ClusterHandle, ns: str, team_a: str, pool_objects: list[dict[str, Any]]
+    cluster: ClusterHandle, kube: Client, ns: str, team_a: str, pool_objects: list[dict[str, Any]]
 ) -> None:
     """Before, the policy's parameters were the IPPools, a CRD as paramKind: from kube-apiserver's restart
     on, it refused every ResourceClaim and template of the cluster, of any driver ("failed to find resource
@@ -130,7 +123,8 @@ def test_the_pool_policy_outlives_an_apiserver_restart(
     ConfigMaps the controller keeps."""
     pool = "only-a-restart"
     _restricted_pool(cluster, pool_objects, pool, "10.62.1.0/29", team_a)
-    _restart_apiserver(cluster)
+    with apiserver_away(cluster, kube):
+        pass
     refusals: list[str] = []
 
     def admitted(template: dict[str, Any]) -> bool:
