@@ -90,8 +90,9 @@ once the claim is gone. Reclaim: one claim's failure, whatever it is, is logged 
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 
 from pydantic import ValidationError
 
@@ -253,3 +254,15 @@ async def per_object(what: str, write: Awaitable[None]) -> bool:
         log.exception(f"{what} failed (a bug); the next pass tries again")
         return False
     return True
+
+
+async def per_object_at_once(writes: Sequence[tuple[str, Awaitable[None]]], at_once: int) -> list[bool]:
+    """per_object of each (what, write), `at_once` of them in flight at a time: many objects' writes cost
+    about one round trip per `at_once` of them. Each write's success, in their order."""
+    limit = asyncio.Semaphore(at_once)
+
+    async def one(what: str, write: Awaitable[None]) -> bool:
+        async with limit:
+            return await per_object(what, write)
+
+    return list(await asyncio.gather(*(one(what, write) for what, write in writes)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import ipaddress
 from dataclasses import dataclass, replace
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from netclaim.controller.ipam import ADDRESS_CLASS, Reconciler
+from netclaim.controller.ipam import ADDRESS_CLASS, RELEASES_AT_ONCE, Reconciler
 from netclaim.core.devices.slices import MAX_GENERATION
 from netclaim.core.ipam.ippool import ADDRESSES, POOLS_POOL, IPPool, allocation_name
 from netclaim.core.ipam.pools import (
@@ -24,7 +25,7 @@ from netclaim.core.ipam.pools import (
     read_pools,
 )
 from netclaim.core.objects import AllocatedDevice, Claim, IPAllocation, RequestSpec
-from netclaim.errors import ApiRejectedError
+from netclaim.errors import ApiRejectedError, ConflictError
 from tests.unit.fakes import SAMPLE_DRIVER, FakeKubeApi, sample_claim
 
 SIX: dict[str, Any] = {"ranges": [{"subnet": "10.10.3.0/29"}]}  # 10.10.3.1 .. .6
@@ -587,3 +588,38 @@ async def test_a_restricted_pool_whose_parameter_cannot_be_written_is_not_publis
     del api.apply_pool_params
     await reconciler.once()
     assert _published(api) == ["only-a", "open"]
+
+
+class SlowFreesApi(FakeKubeApi):
+    """Each free takes a few turns of the loop; the address `refused` cannot be freed (its UID changed)."""
+
+    refused = ""
+    in_flight = 0
+    most_in_flight = 0
+
+    async def delete_ip_allocation(self, allocation: IPAllocation) -> None:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            for _ in range(3):
+                await asyncio.sleep(0)
+            if allocation.address == self.refused:
+                raise ConflictError(f"IPAllocation {allocation.name}: Precondition failed: UID")
+            await super().delete_ip_allocation(allocation)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_a_deleted_namespaces_addresses_are_freed_a_bounded_number_at_a_time() -> None:
+    """One by one, 5,000 took the pass (and every pool's device and status behind it) minutes; one that
+    cannot be freed is that address's problem, never the others'."""
+    api = SlowFreesApi()
+    api.add_pool("wide", WIDE)
+    addresses = [f"10.20.0.{n}/24" for n in range(1, 101)]
+    for n, address in enumerate(addresses):
+        held = _held(_claim(f"gone-{n}"), "wide", address)
+        api.allocations[held.name] = held
+    api.refused = addresses[40]
+    await Reconciler(api, api, api, api, SAMPLE_DRIVER).once()
+    assert [a.address for a in api.allocations.values()] == [addresses[40]]
+    assert api.most_in_flight == RELEASES_AT_ONCE

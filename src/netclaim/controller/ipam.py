@@ -38,12 +38,15 @@ from netclaim.core.ipam.pools import (
 from netclaim.core.ipam.published import AddressReports, PublishedAddresses
 from netclaim.core.kubeapi import ClusterClaimsApi, IPPoolsApi, PoolParamsApi, PoolSlicesApi
 from netclaim.core.objects import Claim, IPAllocation, condition
-from netclaim.errors import GoneError, per_object
+from netclaim.errors import GoneError, per_object, per_object_at_once
 from netclaim.runtime import metrics
 
 log = logging.getLogger(__name__)
 ADDRESS_CLASS = "netclaim-address"  # deploy/deviceclasses.yaml
 READS_BY_NAME = 100  # claims a pass reads one by one before freeing their addresses; past it, one list
+# addresses marked released or freed at a time: one by one, a deleted namespace's 5,000 took the pass (and
+# every pool's device and status behind it) 374 s, two round trips each (make bench-scale, docs/scale.md)
+RELEASES_AT_ONCE = 16
 
 
 class Reconciler:
@@ -86,11 +89,13 @@ class Reconciler:
         released = [(a, "address of a deleted claim freed") for a in orphans(allocations, set(claims))]
         released += [(a, "address held beyond the claim's allocation freed") for a in beyond]
         self.quarantine.keep({a.uid for a, _ in released})
-        for allocation, what in released:
-            await per_object(
-                f"freeing address {allocation.address} of IPPool {allocation.pool}",
-                self._release(allocation, what),
-            )
+        await per_object_at_once(
+            [
+                (f"freeing address {a.address} of IPPool {a.pool}", self._release(a, what))
+                for a, what in released
+            ],
+            RELEASES_AT_ONCE,
+        )
         live = [a for a in allocations if a.claim_uid in claims and a not in beyond]
         objects = await self.addresses.list_ippools()
         pools, problems = read_pools(objects)

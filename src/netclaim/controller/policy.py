@@ -20,7 +20,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from netclaim.controller.informer import Informer
@@ -31,7 +31,7 @@ from netclaim.core.policy.compiled import Compiled, CompiledRules
 from netclaim.core.policy.distribution import RulesMap, digest, pod_facts
 from netclaim.core.policy.rules import NAMESPACE_BUDGET, PolicyObject, PolicySource, is_over, over_budget
 from netclaim.core.policy.spec import malformed_networks
-from netclaim.errors import ApiUnavailableError, NetclaimError, per_object
+from netclaim.errors import ApiUnavailableError, NetclaimError, per_object, per_object_at_once
 from netclaim.runtime import metrics
 from netclaim.runtime.trigger import KeyBackoff
 
@@ -233,7 +233,8 @@ class PolicyReconciler:
             if present.get(name) != made:
                 applies.append((made, self.api.apply_rules_map(name, label, data)))
         failed: set[str] = set()
-        for made, written in zip((made for made, _ in applies), await _at_once(applies), strict=True):
+        applied = await per_object_at_once([(f"ConfigMap {m.name}", w) for m, w in applies], WRITES_AT_ONCE)
+        for (made, _), written in zip(applies, applied, strict=True):
             if not written:
                 self.written.pop(made.name, None)  # what is there: the informer's to tell
                 failed.add(made.label)
@@ -244,7 +245,10 @@ class PolicyReconciler:
         ]
         for found, _ in deletes:
             self.written.pop(found.name, None)
-        for found, deleted in zip((found for found, _ in deletes), await _at_once(deletes), strict=True):
+        deleted_each = await per_object_at_once(
+            [(f"ConfigMap {f.name}", d) for f, d in deletes], WRITES_AT_ONCE
+        )
+        for (found, _), deleted in zip(deletes, deleted_each, strict=True):
             if not deleted:
                 failed.add(found.label)
         for label in failed:
@@ -312,14 +316,3 @@ class PolicyReconciler:
                     policy.namespace, policy.name, policy.uid, reason, message
                 )
                 await per_object(f"event on MultiNetworkPolicy {where}", event)
-
-
-async def _at_once(writes: Sequence[tuple[RulesMap, Awaitable[None]]]) -> list[bool]:
-    """Each write's success, WRITES_AT_ONCE running at a time."""
-    limit = asyncio.Semaphore(WRITES_AT_ONCE)
-
-    async def one(about: RulesMap, write: Awaitable[None]) -> bool:
-        async with limit:
-            return await per_object(f"ConfigMap {about.name}", write)
-
-    return list(await asyncio.gather(*(one(about, write) for about, write in writes)))
