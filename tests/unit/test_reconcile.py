@@ -233,6 +233,11 @@ async def test_a_pass_over_what_changed_rests_at_most_its_bound(monkeypatch: pyt
         rests.clear()
         await paced_pass(trigger, long_pass, most)
         assert rests[-1] == rested
+    # 8 of its 10 s went to writes about what changed (a deleted namespace's addresses): rested for 2 s
+    trigger = Trigger(settle=0)
+    trigger.fire()
+    await paced_pass(trigger, long_pass, unpaced=lambda: 8.0)
+    assert rests[-1] == 2.0 * REST_FACTOR
 
 
 async def test_a_failed_pass_leaves_the_trigger_fired_for_the_next() -> None:

@@ -254,7 +254,9 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
 
     pools = (trigger, partial(concerns_pools, driver=settings.driver_name))
     supervisor = Supervisor()
-    supervisor.keep("reconcile", partial(paced_pass, trigger, reconciled))
+    supervisor.keep(
+        "reconcile", partial(paced_pass, trigger, reconciled, unpaced=lambda: reconciler.release_seconds)
+    )
     supervisor.keep(
         "ippools-watch",
         partial(

@@ -108,13 +108,17 @@ class PassClock:
 
 
 async def paced_pass(
-    trigger: Trigger, one_pass: Callable[[], Awaitable[None]], most_rest: float = math.inf
+    trigger: Trigger,
+    one_pass: Callable[[], Awaitable[None]],
+    most_rest: float = math.inf,
+    unpaced: Callable[[], float] = lambda: 0.0,
 ) -> None:
     """One pass once triggered, then a rest of REST_FACTOR times its duration, at most `most_rest`
     seconds: a pass whose work is the cluster's rests in full, so it never takes more than its share; one
     whose work is what changed (netclaim.core.policy.compiled) rests little, or a large change would hold
-    back the small ones after it. A pass that fails leaves the trigger fired: the next one (after the
-    supervisor's backoff) does not wait for another change."""
+    back the small ones after it. `unpaced`: the seconds of the pass just ended that went to writes about
+    what changed (a deleted namespace's addresses), not rested for. A pass that fails leaves the trigger
+    fired: the next one (after the supervisor's backoff) does not wait for another change."""
     await trigger.wait()
     started = time.monotonic()
     try:
@@ -122,7 +126,8 @@ async def paced_pass(
     except BaseException:
         trigger.fire()
         raise
-    await asyncio.sleep(min(most_rest, REST_FACTOR * (time.monotonic() - started)))
+    paced = max(0.0, time.monotonic() - started - unpaced())
+    await asyncio.sleep(min(most_rest, REST_FACTOR * paced))
 
 
 async def fire_on_changes(
