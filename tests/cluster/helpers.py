@@ -548,28 +548,23 @@ def _wait_for_the_cluster_back(kube: Client, nodes: list[str]) -> None:
     try:
         wait_for(lambda: exists(kube, ServiceAccount, "default", name), 180, "the controller-manager back")
         for node in nodes:
-            spec: dict[str, Any] = {
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": BUSYBOX_IMAGE,
-                        "imagePullPolicy": "Never",
-                        "command": ["sleep", "3600"],
-                    }
-                ],
-            }
-            manifest = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": node, "namespace": name},
-                "spec": spec,
-            }
-            kube.create(typed(Pod, manifest))
+            kube.create(sleeping_pod(node, name, {"nodeSelector": {"kubernetes.io/hostname": node}}))
         wait_for(lambda: len(running(kube, name)) == len(nodes), 180, "the scheduler and kubelets back")
         for node in nodes:
             delete(kube, Pod, node, name)
         wait_for(lambda: not list(kube.list(Pod, namespace=name)), 180, "the kubelets tearing pods down")
     finally:
         delete(kube, Namespace, name)
+
+
+def sleeping_pod(name: str, namespace: str, placement: dict[str, Any]) -> Pod:
+    """A busybox pod that sleeps, placed by `placement` (nodeName, nodeSelector), gone at once deleted."""
+    spec = {
+        **placement,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {"name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}
+        ],
+    }
+    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}}
+    return typed(Pod, {**manifest, "spec": spec})

@@ -16,31 +16,8 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
 from netclaim_lab.cluster import ClusterHandle
-from netclaim_lab.images import BUSYBOX_IMAGE
+from tests.cluster.helpers import sleeping_pod
 from tests.kube import typed, wait_for
-
-
-def _busybox_pod(name: str, node: str | None, namespace: str = "default") -> Pod:
-    return typed(
-        Pod,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "nodeName": node,
-                "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": BUSYBOX_IMAGE,
-                        "imagePullPolicy": "Never",
-                        "command": ["sleep", "3600"],
-                    }
-                ],
-            },
-        },
-    )
 
 
 def _pod_ready(kube: Client, name: str, namespace: str = "default") -> bool:
@@ -53,7 +30,7 @@ def test_busybox_pod_runs_with_exec_and_a_primary_ip_from_its_node(
     cluster: ClusterHandle, kube: Client
 ) -> None:
     name = f"bb-{uuid.uuid4().hex[:6]}"
-    kube.create(_busybox_pod(name, "node-1"))
+    kube.create(sleeping_pod(name, "default", {"nodeName": "node-1"}))
     try:
         wait_for(lambda: _pod_ready(kube, name), 120, f"pod {name} Ready")
         assert (
@@ -180,7 +157,7 @@ def test_scheduler_allocates_a_template_claim_with_consumed_capacity(
             },
         )
     )
-    pod = _busybox_pod(pod_name, None)
+    pod = sleeping_pod(pod_name, "default", {})
     assert pod.spec is not None
     pod.spec.resourceClaims = [PodResourceClaim(name="nic", resourceClaimTemplateName=template)]
     kube.create(pod)
