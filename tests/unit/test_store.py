@@ -7,6 +7,7 @@ import gc
 import json
 import sqlite3
 import stat
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from netclaim.agent.store import SCHEMA_VERSION, Interface, Outcome, State, Store
+from netclaim.agent.store import SCHEMA_VERSION, Attachment, Interface, Outcome, State, Store
 from netclaim.core.devices.catalog import ATTACHMENTS, BANDWIDTH, Capacity
 from netclaim.core.plan import AttachPlan
 from netclaim.errors import PrerequisiteError, StateStoreError
@@ -52,6 +53,45 @@ def test_the_state_directory_and_database_are_private(tmp_path: Path) -> None:
     Store(tmp_path / "state").close()
     assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "state" / "netclaim.db").stat().st_mode) == 0o600
+
+
+async def test_a_hooks_write_goes_before_the_prepares_queued_and_each_kind_keeps_its_order(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst: kubelet's prepares queue their fsync'd rows while containerd, under its one lock per node,
+    waits for a hook whose `attaching` write was queued after them. The hook's write goes as soon as the
+    write under way ends; the prepares' rows follow in the order they were asked, and every row lands."""
+    hooked = sample_row(claim_uid="hooked")
+    await store.put(hooked)
+    made: list[str] = []
+    started, release = threading.Event(), threading.Event()
+    put, transition = store._put, store._transition
+
+    def slow_put(rows: tuple[Attachment, ...]) -> None:
+        made.append(f"put {rows[0].claim_uid}")
+        if rows[0].claim_uid == "first":  # the write under way when the others are asked
+            started.set()
+            release.wait(5)
+        put(rows)
+
+    def recorded_transition(rows: tuple[Attachment, ...], durable: bool) -> None:
+        made.append(f"transition {rows[0].claim_uid}")
+        transition(rows, durable)
+
+    monkeypatch.setattr(store, "_put", slow_put)
+    monkeypatch.setattr(store, "_transition", recorded_transition)
+    first = asyncio.ensure_future(store.put(sample_row(claim_uid="first")))
+    assert await asyncio.to_thread(started.wait, 5)
+    queued = [asyncio.ensure_future(store.put(sample_row(claim_uid=f"later-{i}"))) for i in range(3)]
+    await asyncio.sleep(0)  # each has asked for its write
+    attaching = asyncio.ensure_future(store.transition(hooked.with_state(State.ATTACHING), durable=False))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(first, *queued, attaching)
+    assert made == ["put first", "transition hooked", "put later-0", "put later-1", "put later-2"]
+    assert [row.claim_uid for row in store.all()] == ["first", "hooked", "later-0", "later-1", "later-2"]
+    current = store.get(hooked.key)
+    assert current is not None and current.state == State.ATTACHING
 
 
 async def test_a_row_moves_prepared_attaching_attached_detached(store: Store) -> None:

@@ -6,8 +6,13 @@ NodeUnprepareResources. A row in `attaching` after a crash means an ADD may be h
 back (DEL) before anything else. Plans and outcomes are typed and stored as versioned JSON.
 
 Writes never block the event loop, which must answer the runtime's hooks within their budget: they run,
-one at a time and in the order they were asked, on a thread of their own with a connection of its own.
-A caller waits at most WRITE_SECONDS for its write;
+one at a time, on a thread of their own with a connection of its own (_Writer): a prepare's rows (one
+fsync each) after every other write asked before they start, the others in the order they were asked.
+During a burst kubelet prepares many claims at once while containerd runs one hook after another under
+one lock per node: a hook's write waited for every prepare's fsync queued before it (15 queued: 8.8 ms at
+p50 on an idle machine's disk, 0.7 ms when it goes first). No write overtakes one about the same row:
+the rows a put writes are new (prepare answers from rows already there) and nothing reads them, so
+nothing writes them, before that put is made. A caller waits at most WRITE_SECONDS for its write;
 past that it gets a StateStoreError (transient: the runtime or kubelet retries) while the write is still
 made, in its turn. That is safe because every write records what may happen next before it happens (an
 `attaching` row before ADD) or what already happened: a write the caller gave up on and that lands later
@@ -43,12 +48,15 @@ a database of a newer schema than this agent knows is refused, and so is a row i
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import queue
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -206,6 +214,45 @@ def _outcome_json(outcome: Outcome) -> str:
     return outcome.model_dump_json(exclude=None if outcome.check else {"check"})
 
 
+class _Writer:
+    """One thread running writes one at a time: the urgent ones first, each kind in the order asked."""
+
+    URGENT, BULK, END = 0, 1, 2
+
+    def __init__(self) -> None:
+        self._queue: queue.PriorityQueue[tuple[int, int, Callable[[], None] | None, Future[None] | None]]
+        self._queue = queue.PriorityQueue()
+        self._order = itertools.count()
+        # a daemon: the agent closes the store on its way out, and a program that did not must not hang
+        self._thread = threading.Thread(target=self._serve, name="netclaim-store", daemon=True)
+        self._thread.start()
+
+    def submit(self, write: Callable[[], None], *, urgent: bool) -> Future[None]:
+        made: Future[None] = Future()
+        self._queue.put((self.URGENT if urgent else self.BULK, next(self._order), write, made))
+        return made
+
+    def _serve(self) -> None:
+        while True:
+            _, _, write, made = self._queue.get()
+            if write is None or made is None:
+                return
+            if not made.set_running_or_notify_cancel():
+                continue
+            try:
+                write()
+            except BaseException as err:  # noqa: BLE001 - handed to the caller, whoever it is
+                made.set_exception(err)
+            else:
+                made.set_result(None)
+            del write, made  # not held while waiting for the next: the rows a write made go with it
+
+    def shutdown(self) -> None:
+        """Once every write asked so far is made."""
+        self._queue.put((self.END, next(self._order), None, None))
+        self._thread.join()
+
+
 class Store:
     def __init__(self, directory: Path, write_seconds: float = WRITE_SECONDS) -> None:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -222,7 +269,7 @@ class Store:
         self._durable = True  # the writer connection's synchronous level: FULL, else NORMAL
         self._migrate()
         self._reader = sqlite3.connect(path, isolation_level=None, timeout=READ_BUSY_SECONDS)
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netclaim-store")
+        self._writer = _Writer()
         self._networks = set(self.networks())  # their keys: remember_network writes a new one only
         # each stored row as last read, by its key, with the columns it was read from: a row is read at
         # every hook, status write and port-guard pass (each pass reads them all) and changes a few times
@@ -282,13 +329,14 @@ class Store:
 
     def close(self) -> None:
         """After the writes asked so far are made."""
-        self._writer.shutdown(wait=True)
+        self._writer.shutdown()
         self._reader.close()
         self._db.close()
 
-    async def _write(self, write: Callable[[], None]) -> None:
-        """Run `write` on the writer thread; wait for it at most `write_seconds`."""
-        made = asyncio.get_running_loop().run_in_executor(self._writer, write)
+    async def _write(self, write: Callable[[], None], *, urgent: bool = True) -> None:
+        """Run `write` on the writer thread (`urgent`: before the bulk writes waiting); wait for it at most
+        `write_seconds`."""
+        made = asyncio.wrap_future(self._writer.submit(write, urgent=urgent))
         try:
             await asyncio.wait_for(asyncio.shield(made), self.write_seconds)
         except BaseException as err:
@@ -339,8 +387,9 @@ class Store:
         return [self._row(row) for row in rows]
 
     async def put(self, *rows: Attachment) -> None:
-        """Insert or replace rows in one transaction (all or nothing)."""
-        await self._write(lambda: self._put(rows))
+        """Insert or replace rows in one transaction (all or nothing), fsync'd, after the other writes
+        waiting (the module's text)."""
+        await self._write(lambda: self._put(rows), urgent=False)
 
     def _put(self, rows: tuple[Attachment, ...]) -> None:
         with self._transaction() as db:
