@@ -47,6 +47,17 @@ async def test_an_interface_is_read_back_and_a_missing_one_leaves_no_socket_open
     assert given is not None and (given.addresses, given.mac) == (("10.9.0.3/24",), state.mac)
 
 
+def test_a_nodes_link_has_its_hardware_address_read_and_a_missing_one_none() -> None:
+    """What the port guard reads of a NIC at each pass: its MAC only, not its addresses (a dump)."""
+    name = f"ncmac{os.getpid() % 10000}"
+    subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", f"{name}p"], check=True)
+    try:
+        assert netlink.hardware_address(name) == Path(f"/sys/class/net/{name}/address").read_text().strip()
+    finally:
+        subprocess.run(["ip", "link", "delete", name], check=True)
+    assert netlink.hardware_address(name) is None
+
+
 async def test_the_sysctls_asked_are_set_in_the_interfaces_namespace_in_the_same_trip(netns: str) -> None:
     sysctls = {"ipv6/conf/v1/accept_ra": "0", "ipv4/conf/v1/accept_redirects": "0", "ipv9/conf/v1/x": "1"}
     assert await netlink.interface("v1", netns, sysctls) is not None  # one path that is not there: skipped

@@ -207,6 +207,12 @@ class Interfaces(Protocol):
         ...
 
 
+class HardwareAddresses(Protocol):
+    def hardware_address(self, name: str) -> str | None:
+        """The MAC of link `name` in the node's own namespace (None: there is none of that name)."""
+        ...
+
+
 class PodLinks(Interfaces, Protocol):
     """Interfaces in pods' namespaces and on the node, as attaching reads and sets them
     (netclaim.adapters.netlink)."""

@@ -42,7 +42,7 @@ from typing import Any
 from netclaim.agent.store import Attachment, Store
 from netclaim.core.devices.catalog import ACCEPT_RA
 from netclaim.core.names import check_interface_name
-from netclaim.core.node import BROADCAST, CHILDREN, Hairpin, Interfaces, Nft, Ruleset
+from netclaim.core.node import BROADCAST, CHILDREN, Hairpin, HardwareAddresses, Nft, Ruleset
 from netclaim.errors import KernelError, PrerequisiteError
 from netclaim.runtime.supervisor import Supervisor
 
@@ -178,13 +178,13 @@ class PortGuard:
     rows written by it, and return at once (a burst of prepares on a NIC costs a few writes, not one each)."""
 
     def __init__(
-        self, store: Store, nft: Nft, hairpin: Hairpin, interfaces: Interfaces, background: Supervisor
+        self, store: Store, nft: Nft, hairpin: Hairpin, links: HardwareAddresses, background: Supervisor
     ) -> None:
         self.store = store
         self.background = background
         self.nft = nft
         self.hairpin = hairpin
-        self.interfaces = interfaces
+        self.links = links
         self._bound: dict[str, frozenset[Binding]] = {}  # NIC → what its table holds (made: in it)
         self._held: dict[str, frozenset[Element]] = {}  # NIC → its table's set elements, as _bound says
         self._hairpins: dict[str, dict[str, int]] = {}  # NIC → its children's MACs → their filters
@@ -263,8 +263,7 @@ class PortGuard:
         bound = self._bound.get(nic)
         if bound == wanted:
             return
-        state = await self.interfaces.interface(nic)
-        host = state.mac if state is not None else None
+        host = self.links.hardware_address(nic)
         if host is None:  # the NIC went, and its children with it: only a table of ours may be left
             gone = [{"add": {"table": _table(nic)}}, {"delete": {"table": _table(nic)}}]
             await self.nft.apply("", {"nftables": gone})
