@@ -126,7 +126,8 @@ def test_a_node_with_1024_nics_is_split_across_slices_and_the_last_one_is_used(
             )
         )
         kube.create(pod(name, name, tolerate_kubelet_less=True))
-        wait_for(lambda: bool(allocation(kube, name)), 60, "the claim allocated")
+        # the scheduler writes the claim's allocation, then binds the pod: a second write, a moment later
+        wait_for(lambda: bool(allocation(kube, name)) and node_of(kube, name) is not None, 60, "bound")
         assert node_of(kube, name) == "virt-1"
         [result] = allocation(kube, name)
         assert (result.pool, result.device) == ("virt-1", "syn1023")
