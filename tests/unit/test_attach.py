@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from netclaim.agent.pods import guard as guard_module
@@ -411,7 +412,7 @@ def _guarded_row() -> Attachment:
     row = sample_row()
     macvlan = {**row.plan.conflist["plugins"][0], "mac": "02:00:00:00:00:0a"}
     conflist = {**row.plan.conflist, "plugins": [macvlan]}
-    return dataclasses.replace(row, plan=row.plan.model_copy(update={"conflist": conflist}))
+    return dataclasses.replace(row, plan=msgspec.structs.replace(row.plan, conflist=conflist))
 
 
 async def test_an_attach_binds_its_child_first_when_prepare_did_not(rig: ConfigureRig) -> None:
@@ -479,7 +480,7 @@ async def test_the_record_of_an_add_under_way_waits_for_the_disk_only_when_no_gc
     """Seen while the ADD runs, on the store's writer connection: synchronous FULL (2) or NORMAL (1). The
     row is there either way (what kill -9 leaves: test_restarts' crash inside ADD)."""
     row = sample_row()
-    plan = row.plan.model_copy(update={"conflist": {**row.plan.conflist, **list_level}})
+    plan = msgspec.structs.replace(row.plan, conflist={**row.plan.conflist, **list_level})
     row = dataclasses.replace(row, plan=plan)
     await rig.store.put(row)
     rig.cni.gate = asyncio.Event()

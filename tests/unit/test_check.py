@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from netclaim.agent.status import ClaimRef
@@ -126,7 +127,7 @@ async def test_only_plain_addresses_of_the_add_result_reach_cni_args_on_a_repair
         ],
     }
     await rig.store.transition(
-        stored.with_state(State.ATTACHED, outcome=stored.outcome.model_copy(update={"cni_result": odd})),
+        stored.with_state(State.ATTACHED, outcome=msgspec.structs.replace(stored.outcome, cni_result=odd)),
         durable=False,
     )
     rig.cni.fail_check = [BROKEN]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+import msgspec
 import pytest
 
 from netclaim.core.config.publishpolicy import NO_POLICY, Bandwidth, Match, PublishPolicy, Rule
@@ -175,8 +176,8 @@ def test_a_nic_in_a_pod_is_published_from_its_plan_record_as_it_was(mode: str) -
     rule = Rule(mode=mode, attributes=attributes, tenantRanges=ranges)  # type: ignore[arg-type]
     [decision] = decide([nic("enp1s0", pci_address="0000:5e:00.0")], policy(rule), DRIVER)
     assert decision.device is not None
-    record = NicRecord.of(decision.device).model_dump_json()  # the store keeps JSON
-    stored = NicRecord.model_validate_json(record)
+    record = msgspec.json.encode(NicRecord.of(decision.device))  # the store keeps JSON
+    stored = msgspec.json.decode(record, type=NicRecord)
     assert stored.published().to_api() == decision.device.to_api()
     assert stored.published() == replace(decision.device, tenant_ranges=())
     assert stored.pci_address == "0000:5e:00.0"

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from netclaim.agent.pods.guard import (
@@ -50,7 +51,7 @@ def _row(**plugin: Any) -> Any:
     device = sample_device("enp1s0")
     row = sample_row(device)
     macvlan = {**row.plan.conflist["plugins"][0], **plugin}
-    plan = row.plan.model_copy(update={"conflist": {**row.plan.conflist, "plugins": [macvlan]}})
+    plan = msgspec.structs.replace(row.plan, conflist={**row.plan.conflist, "plugins": [macvlan]})
     return replace(row, plan=plan)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from netclaim.adapters.cni import CniRunner
@@ -157,7 +158,7 @@ async def test_a_pods_self_contained_chains_are_added_at_the_same_time(rig: Conf
 
 async def test_a_chain_that_touches_what_its_siblings_share_is_added_alone(rig: ConfigureRig) -> None:
     shared = SECOND.plan.conflist | {"plugins": [*SECOND.plan.conflist["plugins"], {"type": "sbr"}]}
-    alone = replace(SECOND, plan=SECOND.plan.model_copy(update={"conflist": shared}))
+    alone = replace(SECOND, plan=msgspec.structs.replace(SECOND.plan, conflist=shared))
     await rig.store.put(FIRST, alone)
     rig.cni.gate = asyncio.Event()
     hook = asyncio.create_task(rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET))

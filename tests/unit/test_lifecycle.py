@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from netclaim.agent.pods.lifecycle import NetworkGate, network_key
@@ -31,7 +32,7 @@ LIFECYCLE = {**sample_conflist(), "cniVersion": "1.1.0"}
 
 
 def _at_1_1(row: Attachment, conflist: dict[str, Any]) -> Attachment:
-    return dataclasses.replace(row, plan=row.plan.model_copy(update={"conflist": conflist}))
+    return dataclasses.replace(row, plan=msgspec.structs.replace(row.plan, conflist=conflist))
 
 
 ROW = _at_1_1(sample_row(sample_device("enp1s0")), LIFECYCLE)

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from netclaim.agent import status as status_module
@@ -108,15 +109,15 @@ def test_an_attached_device_is_ready_with_its_network_data_and_cni_result() -> N
 
 def test_an_attached_device_on_a_network_says_which_in_data_beside_the_cni_result() -> None:
     nic = ATTACHED.plan.nic
-    on_lan3 = nic.model_copy(update={"attributes": {**nic.attributes, "netclaim.dev/network": "lan3"}})
-    row = replace(ATTACHED, plan=ATTACHED.plan.model_copy(update={"nic": on_lan3}))
+    on_lan3 = msgspec.structs.replace(nic, attributes={**nic.attributes, "netclaim.dev/network": "lan3"})
+    row = replace(ATTACHED, plan=msgspec.structs.replace(ATTACHED.plan, nic=on_lan3))
     assert device_entry(SAMPLE_DRIVER, row)["data"] == {**CNI_RESULT, "netclaim.dev/network": "lan3"}
-    without_result = replace(row, outcome=row.outcome.model_copy(update={"cni_result": None}))
+    without_result = replace(row, outcome=msgspec.structs.replace(row.outcome, cni_result=None))
     assert device_entry(SAMPLE_DRIVER, without_result)["data"] == {"netclaim.dev/network": "lan3"}
 
 
 def test_an_attached_device_without_a_cni_result_has_no_data() -> None:
-    row = replace(ATTACHED, outcome=ATTACHED.outcome.model_copy(update={"cni_result": None}))
+    row = replace(ATTACHED, outcome=msgspec.structs.replace(ATTACHED.outcome, cni_result=None))
     assert "data" not in device_entry(SAMPLE_DRIVER, row)
 
 
@@ -394,7 +395,7 @@ def test_network_status_names_each_attached_interface_by_the_pods_claim_and_keep
 def test_network_status_gives_a_whole_pci_nic_its_device_info() -> None:
     device = sample_device("enp1s0", shared=False)
     device = replace(device, attributes={**device.attributes, "netclaim.dev/pciAddress": "0000:03:00.0"})
-    row = replace(ATTACHED, plan=ATTACHED.plan.model_copy(update={"nic": NicRecord.of(device)}))
+    row = replace(ATTACHED, plan=msgspec.structs.replace(ATTACHED.plan, nic=NicRecord.of(device)))
     [entry] = network_status(_read(), [row])
     assert entry["device-info"] == {"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:03:00.0"}}
     [shared] = network_status(_read(), [ATTACHED])  # a NIC shared through macvlan: the pod has no PCI device

@@ -7,6 +7,8 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import msgspec
+
 from netclaim.agent.status import (
     MAX_DATA_BYTES,
     MAX_HARDWARE_ADDRESS,
@@ -90,7 +92,7 @@ def test_a_pools_addresses_are_reported_in_canonical_form() -> None:
         share_id="",
         ips=("fd00:0::7/64", "10.10.3.7/24"),
     )
-    row = replace(ROW, plan=ROW.plan.model_copy(update={"pool_addresses": (granted,)}))
+    row = replace(ROW, plan=msgspec.structs.replace(ROW.plan, pool_addresses=(granted,)))
     [entry] = address_entries(SAMPLE_DRIVER, row)
     assert entry["networkData"] == {"interfaceName": "net1", "ips": ["10.10.3.7/24", "fd00::7/64"]}
 

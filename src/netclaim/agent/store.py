@@ -39,7 +39,7 @@ How durable each write is, and why that is enough (WAL mode; a transaction is ne
 Writes after the first only change the row's state columns (`transition`): the plan is written once.
 
 The schema is the store's own: the rows' columns and the plan's JSON (netclaim.core.plan.AttachPlan,
-whose models are pydantic models of configure/ only, extra fields refused). Schema 3 keeps the allocated
+whose parts are msgspec Structs, unknown fields refused). Schema 3 keeps the allocated
 NIC as a NicRecord; schema 2 kept publish.devices.Device as it was serialised (changing that dataclass
 changed what the store read back), schema 1 untyped dicts. Older rows are migrated when the store opens;
 a database of a newer schema than this agent knows is refused, and so is a row it cannot read.
@@ -63,7 +63,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+import msgspec
 
 from netclaim.core.devices.catalog import Device
 from netclaim.core.plan import AttachPlan, NicCapacity, NicRecord, PoolAddresses
@@ -82,25 +82,26 @@ class State(StrEnum):
     DETACHED = "detached"
 
 
-class Interface(BaseModel):
+class Interface(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The interface as read back from the pod's namespace after ADD."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
     mac: str
     mtu: int
     addresses: tuple[str, ...]
 
 
-class Outcome(BaseModel):
+class Outcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """What the last ADD did: its CNI_ARGS (DEL needs the same), the CNI result, the interface; what the
     last CNI CHECK found amiss since, and whether DEL and ADD restored it ("" while every CHECK passed)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     cni_args: str = ""
     cni_result: dict[str, Any] | None = None
     interface: Interface | None = None
     check: str = ""
+
+    def with_check(self, told: str) -> Outcome:
+        return msgspec.structs.replace(self, check=told)
 
 
 Key = tuple[str, str, str, str]  # claim UID, pool, device, share ID
@@ -148,6 +149,9 @@ _COLUMNS = (
     "error",
 )
 _PLAN = _COLUMNS.index("plan")
+_JSON = msgspec.json.Encoder()
+_PLAN_JSON = msgspec.json.Decoder(AttachPlan)
+_OUTCOME_JSON = msgspec.json.Decoder(Outcome)
 
 
 def _plan_v1(plan: dict[str, Any]) -> AttachPlan:
@@ -182,9 +186,9 @@ def _plan_v2(plan: dict[str, Any]) -> AttachPlan:
             if_name=device["if_name"],
             shared=device["shared"],
             attributes=device["attributes"],
-            capacity={k: NicCapacity.model_validate(c) for k, c in device["capacity"].items()},
+            capacity={k: msgspec.convert(c, NicCapacity) for k, c in device["capacity"].items()},
         ),
-        pool_addresses=tuple(PoolAddresses.model_validate(p) for p in plan.get("pool_addresses", ())),
+        pool_addresses=tuple(msgspec.convert(p, PoolAddresses) for p in plan.get("pool_addresses", ())),
     )
 
 
@@ -202,16 +206,15 @@ def _outcome_v1(result: dict[str, Any]) -> Outcome:
 def _migrated(schema: int, plan: str, result: str) -> tuple[str, str]:
     """A row's plan and outcome (JSON) of schema `schema` as this schema has them."""
     if schema == 1:
-        outcome = _outcome_v1(json.loads(result)).model_dump_json() if result else ""
-        return _plan_v1(json.loads(plan)).model_dump_json(), outcome
-    return _plan_v2(json.loads(plan)).model_dump_json(), result
+        outcome = _outcome_json(_outcome_v1(json.loads(result))) if result else ""
+        return _JSON.encode(_plan_v1(json.loads(plan))).decode(), outcome
+    return _JSON.encode(_plan_v2(json.loads(plan))).decode(), result
 
 
 def _outcome_json(outcome: Outcome) -> str:
-    if outcome == Outcome():
-        return ""
-    # `check` only when a CHECK found something: the agent before it (a rolled-back upgrade) reads the rest
-    return outcome.model_dump_json(exclude=None if outcome.check else {"check"})
+    # the fields at their defaults left out (Outcome's omit_defaults): `check` only when a CHECK found
+    # something, which the agent before it (a rolled-back upgrade) could not read
+    return "" if outcome == Outcome() else _JSON.encode(outcome).decode()
 
 
 class _Writer:
@@ -363,15 +366,14 @@ class Store:
         try:
             text = data.pop("plan")
             same_plan = known is not None and known[0][_PLAN] == text
-            plan = known[1].plan if known is not None and same_plan else AttachPlan.model_validate_json(text)
+            plan = known[1].plan if known is not None and same_plan else _PLAN_JSON.decode(text)
             result = data.pop("result")
-            outcome = Outcome.model_validate_json(result) if result else Outcome()
+            outcome = _OUTCOME_JSON.decode(result) if result else Outcome()
             state = State(data.pop("state"))
-        except ValueError as err:  # pydantic's ValidationError is a ValueError too
-            problem = err.errors(include_url=False)[0]["msg"] if isinstance(err, ValidationError) else err
+        except ValueError as err:  # msgspec's DecodeError and ValidationError are ValueErrors too
             raise PrerequisiteError(
                 f"{self.path}: row of claim {data['claim_uid']} device {data['device']} is not a row this "
-                f"agent understands (written by a newer agent?): {problem}"
+                f"agent understands (written by a newer agent?): {err}"
             ) from err
         row = Attachment(**data, plan=plan, outcome=outcome, state=state)
         self._rows[key] = (values, row)
@@ -406,7 +408,7 @@ class Store:
                         row.claim_name,
                         row.request,
                         row.pod_uid,
-                        row.plan.model_dump_json(),
+                        _JSON.encode(row.plan).decode(),
                         row.state.value,
                         row.sandbox_id,
                         row.netns,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+import msgspec
 
 from netclaim.core.config.cniconfig import (
     EffectiveConfig,
@@ -52,10 +52,8 @@ POOL_IPAM = "static"  # the IPAM plugin that configures the addresses granted fr
 MTU, MAC, PCI_ADDRESS = (f"{DRIVER_DOMAIN}/{key}" for key in ("mtu", "mac", "pciAddress"))
 
 
-class PoolAddresses(BaseModel):
+class PoolAddresses(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Addresses granted from one IP pool's device of the claim (its status entry shows them)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     request: str
     pool: str  # the DRA pool of the device (POOLS_POOL)
@@ -64,10 +62,8 @@ class PoolAddresses(BaseModel):
     ips: tuple[str, ...]
 
 
-class NicCapacity(BaseModel):
+class NicCapacity(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One capacity of the NIC as it was published: its value, and a shared NIC's request policy."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     value: int
     default: int | None = None
@@ -76,15 +72,13 @@ class NicCapacity(BaseModel):
     maximum: int | None = None
 
 
-class NicRecord(BaseModel):
+class NicRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     """The allocated NIC as a stored plan keeps it: a schema of its own, so that publish.devices.Device
     may change without changing what the store reads back. After prepare it is read for: whether the NIC
     is shared (an exclusive one moves into the pod), the name, MTU and MAC an exclusive NIC is restored to
     when it comes back, its PCI address (the network-status `device-info`), and the whole of what was
     published (attributes, capacity): a NIC inside a pod is no longer on the node, and is published from
     here meanwhile, after a restart too. The admin's tenant ranges are not kept: they only bound planning."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str  # the DRA device
     if_name: str  # on the node
@@ -100,14 +94,14 @@ class NicRecord(BaseModel):
             shared=device.shared,
             attributes=dict(device.attributes),
             capacity={
-                name: NicCapacity.model_validate(c, from_attributes=True)
+                name: NicCapacity(c.value, c.default, c.minimum, c.step, c.maximum)
                 for name, c in device.capacity.items()
             },
         )
 
     def published(self) -> Device:
         """The device as it was published (without tenant ranges: nothing is planned on it meanwhile)."""
-        capacity = {name: Capacity(**c.model_dump()) for name, c in self.capacity.items()}
+        capacity = {name: Capacity(**msgspec.structs.asdict(c)) for name, c in self.capacity.items()}
         return Device(self.name, self.if_name, self.shared, dict(self.attributes), capacity)
 
     @functools.cached_property
@@ -131,11 +125,9 @@ class NicRecord(BaseModel):
         return pci if isinstance(pci, str) else None
 
 
-class AttachPlan(BaseModel):
+class AttachPlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """What RunPodSandbox carries out for one allocated device, stored as JSON (versioned; the store
     migrates older rows when it opens: netclaim.agent.store)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     # a newer agent reads older versions (by migrating them), never the reverse; 2 added pool_addresses,
     # 3 keeps the NIC as a NicRecord
@@ -382,7 +374,7 @@ def plan_claim(inputs: ClaimInputs, node: NodeContext) -> list[PlannedDevice]:
             plan = with_pool_addresses(plan, mine, f"{where}: request {allocated.request}")
         conflist, lowered = negotiate(plan.conflist, inputs.versions.of(plan.conflist))
         asked = str(plan.conflist.get("cniVersion")) if lowered else None
-        planned.append(PlannedDevice(allocated, plan.model_copy(update={"conflist": conflist}), asked))
+        planned.append(PlannedDevice(allocated, msgspec.structs.replace(plan, conflist=conflist), asked))
     return planned
 
 
@@ -433,7 +425,7 @@ def with_pool_addresses(plan: AttachPlan, grants: list[Grant], where: str) -> At
         )
         for g in grants
     )
-    return plan.model_copy(update={"conflist": conflist, "pool_addresses": pool_addresses})
+    return msgspec.structs.replace(plan, conflist=conflist, pool_addresses=pool_addresses)
 
 
 def configs_for(claim: Claim, request: str, driver: str) -> list[SourcedConfig]:

@@ -106,7 +106,7 @@ class AttachmentChecker:
             self._tell(row, told)
             return failed
         told = f"{problem}; DEL and ADD restored it"
-        after = after.with_state(after.state, outcome=after.outcome.model_copy(update={"check": told}))
+        after = after.with_state(after.state, outcome=after.outcome.with_check(told))
         await self.store.transition(after, durable=False)
         self._tell(row, told)
         return after
