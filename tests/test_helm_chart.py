@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from netclaim.core.config import strict
 from netclaim.core.config.publishpolicy import PublishPolicy
 from netclaim.core.config.validate import ALLOWED_PLUGINS
 from netclaim.errors import PrerequisiteError
@@ -231,7 +232,7 @@ def test_policy_value_becomes_the_configmap_the_agent_reads_and_there_is_none_by
     }
     rendered = render(helm, "-f", _values_file(tmp_path, {"policy": policy}))[POLICY]["data"]["policy.yaml"]
     assert yaml.safe_load(rendered) == policy
-    PublishPolicy.model_validate(yaml.safe_load(rendered))
+    strict.decode(PublishPolicy, yaml.safe_load(rendered), "the rendered policy")
     # without the value no ConfigMap: the agents publish nothing until the admin writes one, and an upgrade
     # from the chart or deploy/ never replaces the admin's
     assert POLICY not in render(helm)

@@ -94,8 +94,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Sequence
 
-from pydantic import ValidationError
-
 log = logging.getLogger(__name__)
 
 
@@ -213,31 +211,6 @@ class PrerequisiteError(NetclaimError):
 
 class ProtocolError(NetclaimError):
     """The peer sent something its protocol does not allow."""
-
-
-def field_path(location: tuple[int | str, ...], prefix: str = "") -> str:
-    """Render a pydantic error location as `a.b[0].c`."""
-    path = prefix
-    for part in location:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path = f"{path}.{part}" if path else part
-    return path or "(root)"
-
-
-def format_validation_error(source: str, err: ValidationError, prefix: str = "") -> str:
-    """One line per problem: `<source>: <field path>: <message>`."""
-    lines = []
-    for problem in err.errors(include_url=False):
-        location = tuple(p for p in problem["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        message = problem["msg"]
-        if problem["type"] == "extra_forbidden":
-            message = "unknown field"
-        elif message.startswith("Value error, "):
-            message = message.removeprefix("Value error, ")
-        lines.append(f"{source}: {field_path(location, prefix)}: {message}")
-    return "\n".join(lines)
 
 
 async def per_object(what: str, write: Awaitable[None]) -> bool:

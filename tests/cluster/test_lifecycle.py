@@ -6,13 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
 from lightkube import Client, KubeConfig
 
 from netclaim_lab import agents
 from netclaim_lab import cluster as local_cluster
 from netclaim_lab.images import BUSYBOX_IMAGE
-from netclaim_lab.spec import ClusterSpec
+from netclaim_lab.spec import load_cluster_spec
 from tests.cluster.helpers import (
     apply,
     claim_template,
@@ -80,7 +79,7 @@ def _machine_state(owner: str, link_prefix: str) -> dict[str, set[str]]:
 def test_down_leaves_nothing_and_up_down_are_repeatable(tmp_path: Path) -> None:
     spec_file = tmp_path / "ncdown.yaml"
     spec_file.write_text(SPEC)
-    prefix = ClusterSpec.model_validate(yaml.safe_load(SPEC)).link_prefix
+    prefix = load_cluster_spec(spec_file).link_prefix
     before = _machine_state("ncdown", prefix)
     handle = local_cluster.up(spec_file, log=sys.stderr)
     try:

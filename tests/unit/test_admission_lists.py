@@ -57,12 +57,12 @@ def test_claims_may_set_the_keys_the_agent_allows_in_the_same_spelling() -> None
 
 
 def test_address_configs_may_have_exactly_the_fields_the_agent_decodes() -> None:
-    assert _cel_map_of_maps("fieldTypes")["AddressConfig"] == set(AddressConfig.model_fields)
+    assert _cel_map_of_maps("fieldTypes")["AddressConfig"] == set(AddressConfig.__struct_fields__)
 
 
 def test_cni_configs_may_have_the_fields_the_agent_decodes() -> None:
     """`pinned` and `devicesPerRequest` too, in a DeviceClass only (the variable classOnly)."""
-    assert _cel_map_of_maps("fieldTypes")["CNIConfig"] == set(CNIConfig.model_fields)
+    assert _cel_map_of_maps("fieldTypes")["CNIConfig"] == set(CNIConfig.__struct_fields__)
     assert set(re.findall(r"'([A-Za-z]+)'", _variable("classOnly"))) == {"pinned", "devicesPerRequest"}
 
 

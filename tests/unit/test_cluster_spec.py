@@ -22,7 +22,8 @@ name: demo
 segments: [{name: lan0}]
 nodes:
 - name: node-1
-  nics: [{name: enp0s10, segment: lan0, properties: {speed: 10Gi, pcieRoot: pci0000:5d}}]
+  nics: [{name: enp0s10, segment: lan0, mac: "02:00:00:00:0A:01",
+          properties: {speed: 10Gi, pcieRoot: pci0000:5d}}]
 - name: virt-1
   kubelet: false
   gpus: [{pcieRoot: pci0000:3a, count: 2}]
@@ -33,6 +34,7 @@ def test_valid_file_loads_with_defaults(tmp_path: Path) -> None:
     spec = load_cluster_spec(_write(tmp_path, VALID))
     assert spec.ports.apiserver == 6443
     assert spec.nodes[0].nics[0].properties.speed == "10Gi"
+    assert spec.nodes[0].nics[0].mac == "02:00:00:00:0a:01"  # as the kernel shows it
     assert str(spec.node_pod_cidr(0)) == "10.244.1.0/24"
     assert str(spec.node_address(1).ip) == "10.201.0.11"
     assert len(spec.link_prefix) == 6
@@ -49,8 +51,10 @@ def _write(tmp_path: Path, text: str) -> Path:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (("kind: LocalCluster", "kind: Cluster"), "kind: Input should be 'LocalCluster'"),
-        (("name: demo", "name: Demo_1"), "name: String should match pattern"),
+        (("kind: LocalCluster", "kind: Cluster"), "kind: Invalid enum value 'Cluster'"),
+        (("apiVersion: netclaim.dev/v1alpha1\n", ""), "apiVersion: Field required"),
+        (("name: demo", "name: Demo_1"), "name: Expected `str` matching regex"),
+        (("name: demo\n", 'name: demo\nnriRequestTimeout: "2s\\n"\n'), "nriRequestTimeout: Expected `str`"),
         (("- name: node-1\n", "- name: node-1\n  colour: red\n"), "nodes[0].colour: unknown field"),
         (("segment: lan0,", "segment: lan9,"), "nodes[0].nics[0].segment: 'lan9' is not one of"),
         (("name: enp0s10", "name: a/b"), "nodes[0].nics[0].name: 'a/b' is not a usable interface name"),
@@ -58,17 +62,24 @@ def _write(tmp_path: Path, text: str) -> Path:
         (("pcieRoot: pci0000:5d", "pcieRoot: 0000:5d:00.0"), "nodes[0].nics[0].properties.pcieRoot"),
         (
             ("kubelet: false", "kubelet: false\n  nics: [{name: eth1, segment: lan0}]"),
-            "nodes[1]: a node with kubelet: false",
+            "nodes[1].nics: a node with kubelet: false",
         ),
-        (("name: virt-1", "name: node-1"), "node names must be unique"),
-        (("pcieRoot: pci0000:3a", "pcieRoot: 3a"), "nodes[1].gpus[0].pcieRoot: String should match pattern"),
+        (("name: virt-1", "name: node-1"), "nodes: names must be unique: node-1"),
+        (
+            ("segment: lan0,", "segment: lan0}, {name: enp0s10, segment: lan0,"),
+            "nodes[0].nics: names must be unique within a node: enp0s10",
+        ),
+        (
+            ("pcieRoot: pci0000:3a", "pcieRoot: 3a"),
+            "nodes[1].gpus[0].pcieRoot: Expected `str` matching regex",
+        ),
         (
             ("  nics: [{name: enp0s10", "  gpus: [{pcieRoot: pci0000:3a}]\n  nics: [{name: enp0s10"),
-            "nodes[0]: gpus are for nodes with kubelet: false",
+            "nodes[0].gpus: only for nodes with kubelet: false",
         ),
         (
             ("name: demo\n", "name: demo\nmaxPods: 500\n"),
-            "maxPods: Input should be less than or equal to 250",
+            "maxPods: Expected `int` <= 250",
         ),
     ],
 )

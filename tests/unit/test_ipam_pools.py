@@ -76,7 +76,7 @@ def test_read_pools_sets_invalid_pools_aside_with_their_problems() -> None:
     )
     assert [p.name for p in pools] == ["good"]
     assert set(problems) == {"bad", "Bad"}
-    assert problems["bad"].startswith("IPPool bad: spec.ranges[0]: '10.10.3.1/24' is not a network")
+    assert problems["bad"].startswith("IPPool bad: spec.ranges[0].subnet: '10.10.3.1/24' is not a network")
     assert problems["Bad"].startswith("IPPool Bad: name: ")
 
 
@@ -438,7 +438,7 @@ async def test_a_reconcile_writes_each_pools_status_once(api: FakeKubeApi) -> No
     }
     [invalid] = api.ippool_status["broken"]["conditions"]
     assert (invalid["type"], invalid["status"], invalid["reason"]) == ("Ready", "False", "Invalid")
-    assert invalid["message"].startswith("IPPool broken: spec.ranges[0]: gateway: 10.31.0.1 is not in subnet")
+    assert invalid["message"].startswith("IPPool broken: spec.ranges[0].gateway: 10.31.0.1 is not in subnet")
 
     api.calls.clear()
     await reconciler.once()  # nothing changed: nothing written

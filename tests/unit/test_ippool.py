@@ -6,10 +6,10 @@ import ipaddress
 import re
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
 
 from netclaim.core.config.cniconfig import decode
 from netclaim.core.ipam.ippool import (
@@ -376,26 +376,26 @@ def test_capacity_is_capped_at_what_a_device_may_publish() -> None:
     [
         (
             {"ranges": [{"subnet": "10.10.3.0/24", "start": "10.10.4.5"}]},
-            "IPPool p: spec.ranges[0]: start: 10.10.4.5 is not in subnet 10.10.3.0/24",
+            "IPPool p: spec.ranges[0].start: 10.10.4.5 is not in subnet 10.10.3.0/24",
         ),
         (
             {"ranges": [{"subnet": "10.10.3.0/24"}, {"subnet": "10.10.9.0/24", "gateway": "10.10.3.1"}]},
-            "IPPool p: spec.ranges[1]: gateway: 10.10.3.1 is not in subnet 10.10.9.0/24",
+            "IPPool p: spec.ranges[1].gateway: 10.10.3.1 is not in subnet 10.10.9.0/24",
         ),
         (
             {"ranges": [{"subnet": "10.10.3.0/24", "start": "10.10.3.9", "end": "10.10.3.3"}]},
-            "IPPool p: spec.ranges[0]: start: 10.10.3.9 is after end 10.10.3.3",
+            "IPPool p: spec.ranges[0].start: 10.10.3.9 is after end 10.10.3.3",
         ),
         (
             {"ranges": [{"subnet": "10.10.3.1/24"}]},
-            "IPPool p: spec.ranges[0]: '10.10.3.1/24' is not a network",
+            "IPPool p: spec.ranges[0].subnet: '10.10.3.1/24' is not a network",
         ),
         ({"ranges": [{"subnet": "10.10.3.0/24", "size": 3}]}, "IPPool p: spec.ranges[0].size: unknown field"),
-        ({"ranges": []}, "IPPool p: spec.ranges: List should have at least 1 item"),
+        ({"ranges": []}, "IPPool p: spec.ranges: Expected `array` of length >= 1"),
         ({}, "IPPool p: spec.ranges: Field required"),
         (
             {"ranges": [{"subnet": "10.10.3.0/24"}], "exclude": ["10.10.3.x"]},
-            "IPPool p: spec.exclude: '10.10.3.x' is not an IP address",
+            "IPPool p: spec.exclude[0]: '10.10.3.x' is not an IP address",
         ),
         (
             {"ranges": [{"subnet": "10.10.3.0/24"}], "routes": [{"dst": "default"}]},
@@ -418,7 +418,7 @@ def test_an_invalid_pool_names_its_field(spec: dict[str, Any], error: str) -> No
     ],
 )
 def test_overlapping_ranges_are_refused(ranges: list[dict[str, Any]]) -> None:
-    with pytest.raises(ConfigError, match=r"IPPool p: spec: ranges: \S+ and \S+ overlap"):
+    with pytest.raises(ConfigError, match=r"IPPool p: spec.ranges: \S+ and \S+ overlap"):
         IPPool.from_api({"metadata": {"name": "p"}, "spec": {"ranges": ranges}})
 
 
@@ -429,7 +429,7 @@ def test_ranges_of_both_families_do_not_overlap() -> None:
 
 def test_a_route_whose_gateway_is_of_another_family_is_refused() -> None:
     with pytest.raises(
-        ConfigError, match=r"IPPool p: spec: routes\[1\]: dst ::/0 and gw 10.10.3.1 differ in family"
+        ConfigError, match=r"IPPool p: spec.routes\[1\]: dst ::/0 and gw 10.10.3.1 differ in family"
     ):
         IPPool.from_api(
             {
@@ -483,7 +483,7 @@ def test_an_address_config_asks_for_one_address_per_family() -> None:
     assert isinstance(config, AddressConfig)
     assert config.static() == {4: ipaddress.ip_address("10.10.3.7"), 6: ipaddress.ip_address("fd00:10:3::7")}
     assert config.interfaceRequest == "net"
-    assert AddressConfig.model_validate(_address_config()).static() == {}
+    assert msgspec.convert(_address_config(), AddressConfig).static() == {}
 
 
 @pytest.mark.parametrize(
@@ -491,17 +491,17 @@ def test_an_address_config_asks_for_one_address_per_family() -> None:
     [
         (["10.10.3.7", "10.10.3.8"], "addresses: at most one address per family"),
         (["fd00::7", "fd00::8"], "addresses: at most one address per family"),
-        (["10.10.3.7/24"], "addresses: '10.10.3.7/24' is not an IP address"),
-        (["lan3"], "addresses: 'lan3' is not an IP address"),
-        (["10.10.3.7", "fd00::7", "10.10.3.8"], "addresses: List should have at most 2 items"),
+        (["10.10.3.7/24"], "addresses[0]: '10.10.3.7/24' is not an IP address"),
+        (["lan3"], "addresses[0]: 'lan3' is not an IP address"),
+        (["10.10.3.7", "fd00::7", "10.10.3.8"], "addresses: Expected `array` of length <= 2"),
     ],
 )
 def test_a_bad_address_config_is_refused_naming_the_field(addresses: list[str], error: str) -> None:
     with pytest.raises(ConfigError) as caught:
         decode(_address_config(addresses=addresses), LOCATION)
     assert str(caught.value).startswith(f"{LOCATION}.{error}"), str(caught.value)
-    with pytest.raises(ValidationError):
-        AddressConfig.model_validate(_address_config(addresses=addresses))
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert(_address_config(addresses=addresses), AddressConfig)
 
 
 def test_an_address_config_has_no_cni_fields() -> None:

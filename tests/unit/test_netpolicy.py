@@ -71,27 +71,33 @@ def test_the_policy_for_annotation_names_netclaim_networks_and_leaves_multus_nam
     [
         ({}, "spec.podSelector: Field required"),
         ({"podSelector": {}, "ingres": []}, "spec.ingres: unknown field"),
-        ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}, "needs values"),
-        ({"podSelector": {}, "ingress": [{"ports": [{"port": 70000}]}]}, "port 70000 is not 1-65535"),
+        (
+            {"podSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
+            "spec.podSelector.matchExpressions[0].values: operator In needs values",
+        ),
+        (
+            {"podSelector": {}, "ingress": [{"ports": [{"port": 70000}]}]},
+            "ports[0].port: 70000 is not 1-65535",
+        ),
         (
             {"podSelector": {}, "ingress": [{"ports": [{"port": "http", "endPort": 90}]}]},
-            "endPort needs a numeric",
+            "spec.ingress[0].ports[0].endPort: needs a numeric port",
         ),
         (
             {
                 "podSelector": {},
                 "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["11.0.0.0/8"]}}]}],
             },
-            "not inside cidr",
+            "spec.ingress[0].from[0].ipBlock.except[0]: '11.0.0.0/8' is not inside cidr 10.0.0.0/8",
         ),
-        ({"podSelector": {}, "ingress": [{"from": [{}]}]}, "a peer needs"),
+        ({"podSelector": {}, "ingress": [{"from": [{}]}]}, "spec.ingress[0].from[0]: a peer needs"),
         (
             {"podSelector": {}, "ingress": [{"ports": [{"protocol": "ICMP"}]}]},
             "spec.ingress[0].ports[0].protocol",
         ),
         (
             {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}] * 101},
-            "spec.egress: Tuple should have at most 100 items",
+            "spec.egress: Expected `array` of length <= 100",
         ),
     ],
 )
@@ -258,6 +264,40 @@ def test_each_node_gets_its_selected_pods_rules_and_every_node_the_guards() -> N
     assert read_rules([made["netclaim-policy-node-2"][1]["rules.json"]]) == {"client-uid": {}}
     assert node_label("x" * 64).startswith("node-") and len(node_label("x" * 64)) == 45
     assert node_label("guards") != "guards"
+
+
+def test_the_rules_maps_keep_the_json_agents_of_every_version_read_and_write() -> None:
+    """During a rolling upgrade agents read what a controller of another version writes: the JSON stays
+    as it was, byte for byte, a guard's selector under its Python names."""
+    from netclaim.core.policy.distribution import config_maps, read_guards, read_rules
+
+    spec = {
+        "podSelector": {
+            "matchLabels": {"app": "db"},
+            "matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}],
+        },
+        "ingress": [
+            {"from": [{"podSelector": {"matchLabels": {"role": "client"}}}], "ports": [{"port": 5432}]}
+        ],
+    }
+    guards = (
+        '[{"egress":false,"ingress":true,"namespace":"team-a","networks":["lan3"],"policy":"p","selector":'
+        '{"match_expressions":[{"key":"canary","operator":"DoesNotExist","values":[]}],'
+        '"match_labels":{"app":"db"}}}]'
+    )
+    rules = (
+        '{"client-uid":{},"db-uid":{"lan3":{"egress":null,"ingress":{"allows":[{"cidrs":["10.3.0.20/32"],'
+        '"excepts":[],"ports":[{"first":5432,"last":5432,"protocol":"TCP"}]}],"policies":["team-a/p"]}}}}'
+    )
+    assert config_maps([_policy(spec)], [DB, CLIENT], NAMESPACES) == {
+        "netclaim-policy-guards": ("guards", {"rules.json": guards}),
+        "netclaim-policy-node-1": ("node-1", {"rules.json": rules}),
+    }
+    [guard] = read_guards([guards])
+    assert guard.selects("team-a", {"app": "db"}) and not guard.selects("team-a", {"app": "db", "canary": ""})
+    assert read_rules([rules])["db-uid"]["lan3"].ingress == Direction(
+        (Allow(("10.3.0.20/32",), (), (PortMatch("TCP", 5432, 5432),)),), ("team-a/p",)
+    )
 
 
 class FakePolicies:

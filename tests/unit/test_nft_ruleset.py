@@ -69,8 +69,14 @@ def test_cidrs_are_normalized_as_networkpolicy_reads_them(
         (_block("10.0.0.0/8", "10.0.0.0/7"), "not inside cidr"),
         (_block("10.0.0.0/8", "fd00::/64"), "not inside cidr"),
         (_block("10.0.0.0/8", "10.1.0.0/16\n"), "is not a CIDR"),
-        (_block("10.0.0.0/8", *(f"10.{i}.0.0/16" for i in range(101))), "at most 100"),
-        ({"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": 167772160}}]}]}, "string"),
+        (
+            _block("10.0.0.0/8", *(f"10.{i}.0.0/16" for i in range(101))),
+            "ipBlock.except: Expected `array` of length <= 100",
+        ),
+        (
+            {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": 167772160}}]}]},
+            "cidr: Expected `str`",
+        ),
         ({"podSelector": {}, "ingress": [{"ports": [{"port": "80"}]}]}, "neither a number nor"),
         ({"podSelector": {}, "ingress": [{"ports": [{"port": "http-"}]}]}, "neither a number nor"),
         ({"podSelector": {}, "ingress": [{"ports": [{"port": "a--b"}]}]}, "neither a number nor"),
@@ -85,7 +91,10 @@ def test_cidrs_are_normalized_as_networkpolicy_reads_them(
         ({"podSelector": {"matchLabels": {"/app": "db"}}}, "is not a label key"),
         ({"podSelector": {"matchLabels": {"Example.com/app": "db"}}}, "is not a label key"),
         ({"podSelector": {"matchLabels": {"a" * 64: "db"}}}, "is not a label key"),
-        ({"podSelector": {"matchLabels": {f"k{i}": "v" for i in range(33)}}}, "at most 32"),
+        (
+            {"podSelector": {"matchLabels": {f"k{i}": "v" for i in range(33)}}},
+            "spec.podSelector.matchLabels: Expected `object` of length <= 32",
+        ),
         (
             {"podSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": ["x\u0000"]}]}},
             "is not a label value",
@@ -98,7 +107,7 @@ def test_cidrs_are_normalized_as_networkpolicy_reads_them(
                     ]
                 }
             },
-            "at most 64",
+            "matchExpressions[0].values: Expected `array` of length <= 64",
         ),
         ({"podSelector": {}, "PolicyTypes": ["Ingress"]}, "spec.PolicyTypes: unknown field"),
     ],

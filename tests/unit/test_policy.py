@@ -53,7 +53,7 @@ BAD = {
     ),
     "wrong kind": (
         GOOD.replace("kind: PublishPolicy", "kind: Policy"),
-        "kind: Input should be 'PublishPolicy'",
+        "kind: Invalid enum value 'Policy'",
     ),
 }
 

@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from netclaim.agent.pods.policy import PolicyEnforcer
 from netclaim.agent.status import PodRef
 from netclaim.agent.store import State, Store
 from netclaim.core.policy import ruleset as rulesets
-from netclaim.core.policy.distribution import GUARDS_JSON, RULES_JSON, Guard
+from netclaim.core.policy.distribution import Guard, GuardSelector
 from netclaim.core.policy.rules import Allow, Direction, NetworkRules
-from netclaim.core.policy.spec import LabelSelector
 from netclaim.errors import AttachError, KernelError
 from netclaim.runtime.metrics import REGISTRY
 from tests.unit.fakes import sample_device, sample_row
@@ -79,10 +79,8 @@ async def _attached_store(tmp_path: Path) -> Store:
 
 
 def _guard(selector: dict[str, str]) -> str:
-    guard = Guard(
-        "team-a", "p", LabelSelector.model_validate({"matchLabels": selector}), ("lan3",), True, False
-    )
-    return GUARDS_JSON.dump_json([guard]).decode()
+    guard = Guard("team-a", "p", GuardSelector(selector), ("lan3",), True, False)
+    return msgspec.json.encode([guard]).decode()
 
 
 async def test_an_unselected_pod_costs_no_nft_and_a_selected_one_is_isolated_before_the_hook_answers(
@@ -102,7 +100,7 @@ async def test_an_unselected_pod_costs_no_nft_and_a_selected_one_is_isolated_bef
     assert _rules(ruleset, "in_0")[2:] == [[{"drop": None}]]  # past conntrack and ND: nothing allowed
 
     allow = NetworkRules(ingress=Direction((Allow(("10.3.0.20/32",)),), ("team-a/p",)))
-    rules.maps["node-1"] = RULES_JSON.dump_json({"pod-uid-1": {"lan3": allow}}).decode()
+    rules.maps["node-1"] = msgspec.json.encode({"pod-uid-1": {"lan3": allow}}).decode()
     await enforcer.refresh()  # the compiled rules replace the guard's isolation
     assert '"right": {"set": ["10.3.0.20"]}}}, {"accept": null}' in _text(nft.applied[-1][1])
     shown = {
@@ -141,7 +139,7 @@ async def test_a_pod_relabelled_out_of_a_policy_is_opened_though_it_started_with
     enforcer.seen("pod-uid-1", "team-a", "db", {"app": "db"})
     await enforcer.enforce("pod-uid-1", time.monotonic() + 2)
     assert "drop" in _text(nft.applied[-1][1])
-    rules.maps["node-1"] = RULES_JSON.dump_json({"pod-uid-1": {}}).decode()
+    rules.maps["node-1"] = msgspec.json.encode({"pod-uid-1": {}}).decode()
     await enforcer.refresh()
     assert nft.applied[-1][1] == DELETE_ONLY
     assert REGISTRY.get_sample_value("netclaim_policy_rules", {"kind": "isolated"}) == 0
@@ -186,7 +184,7 @@ class Told:
 def _both_allowing_the_client() -> FakeRules:
     allow = NetworkRules(ingress=Direction((Allow(("10.3.0.20/32",)),), ("team-a/p",)))
     both = {"pod-uid-1": {"lan3": allow}, "pod-uid-2": {"lan3": allow}}
-    return FakeRules({"node-1": RULES_JSON.dump_json(both).decode()})
+    return FakeRules({"node-1": msgspec.json.encode(both).decode()})
 
 
 async def test_one_pods_rules_that_nft_refuses_close_that_pod_tell_it_and_never_stop_the_next(
@@ -242,7 +240,7 @@ async def test_after_a_restart_pods_seen_after_the_first_read_get_their_tables(t
     store = await _attached_store(tmp_path)
     allow = NetworkRules(ingress=Direction((Allow(("10.3.0.20/32",)),), ("team-a/p",)))
     rules, nft = (
-        FakeRules({"node-1": RULES_JSON.dump_json({"pod-uid-1": {"lan3": allow}}).decode()}),
+        FakeRules({"node-1": msgspec.json.encode({"pod-uid-1": {"lan3": allow}}).decode()}),
         Recorder(),
     )
     enforcer = PolicyEnforcer(rules, store, NODE, nft)

@@ -3,11 +3,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import msgspec
 import pytest
-from pydantic import BaseModel
 
 from netclaim.cli.main import build_parser
-from netclaim.core.config.settings import AgentSettings, ControllerSettings, load_settings
+from netclaim.core.config import strict
+from netclaim.core.config.settings import (
+    AgentSettings,
+    ControllerSettings,
+    load_settings,
+    settings_of,
+)
 from netclaim.errors import ConfigError
 
 
@@ -36,6 +42,18 @@ def test_unknown_setting_is_refused(tmp_path: Path) -> None:
         load_settings({}, config)
 
 
+def test_paths_are_read_as_paths_and_a_path_that_is_no_text_is_an_error(tmp_path: Path) -> None:
+    settings = load_settings({"node_name": "n", "kubeconfig": tmp_path / "k"}, None)
+    assert settings.kubeconfig == tmp_path / "k" and settings.state_dir == Path("/var/lib/netclaim")
+    assert strict.decode(ControllerSettings, {"kubeconfig": "/k"}, "controller settings").kubeconfig == Path(
+        "/k"
+    )
+    config = tmp_path / "agent.yaml"
+    config.write_text("node_name: n\nstate_dir: 5\n")
+    with pytest.raises(ConfigError, match="agent settings: state_dir: Expected a path, got 5"):
+        load_settings({}, config)
+
+
 @pytest.mark.parametrize("typo", ["ture", "flase", "enabled", ""])
 def test_a_boolean_variable_that_is_no_boolean_is_an_error_not_false(
     typo: str, monkeypatch: pytest.MonkeyPatch
@@ -54,22 +72,25 @@ def test_variables_are_read_as_their_settings_type(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("NETCLAIM_CHECK_SECONDS", "a minute")
     with pytest.raises(ConfigError, match="NETCLAIM_CHECK_SECONDS: 'a minute' is not a number"):
         load_settings({"node_name": "n"}, None)
+    monkeypatch.setenv("NETCLAIM_CHECK_SECONDS", "nan")
+    with pytest.raises(ConfigError, match="NETCLAIM_CHECK_SECONDS: 'nan' is not a finite number"):
+        load_settings({"node_name": "n"}, None)
 
 
 @pytest.mark.parametrize(("command", "model"), [("agent", AgentSettings), ("controller", ControllerSettings)])
 def test_every_setting_is_a_flag_of_its_command_and_no_flag_is_another(
-    command: str, model: type[BaseModel], capsys: pytest.CaptureFixture[str]
+    command: str, model: type[msgspec.Struct], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The flags are made from the settings: a new setting is a flag, with its description as help."""
     parser = build_parser()
     [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     flags = {a.dest for a in commands.choices[command]._actions if a.dest not in {"help", "config"}}
-    assert flags == set(model.model_fields)
+    assert flags == {f.name for f in msgspec.structs.fields(model)}
     args = parser.parse_args([command, "--check-seconds", "5"] if command == "agent" else [command])
     assert (args.check_seconds == 5.0) if command == "agent" else args.driver_name is None  # None: not given
     with pytest.raises(SystemExit):  # read as its setting's type, at once
         parser.parse_args(
             [command, "--resync-seconds" if command == "controller" else "--check-seconds", "soon"]
         )
-    for field in model.model_fields.values():
-        assert field.description, "a setting without a description has a flag without help"
+    for setting in settings_of(model):
+        assert setting.description, "a setting without a description has a flag without help"

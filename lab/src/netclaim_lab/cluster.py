@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+import msgspec
 import yaml
 
 from netclaim.errors import ConfigError, NetclaimError, PrerequisiteError, TransientError
@@ -76,7 +77,7 @@ def _require_fixed_ports(spec: ClusterSpec, spec_path: Path) -> None:
     """The control plane's ports outside the kernel's ephemeral range: a port there may be held by any
     outgoing connection at that moment, and etcd or the apiserver then fails to bind now and then."""
     low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    for name, port in spec.ports.model_dump().items():
+    for name, port in msgspec.structs.asdict(spec.ports).items():
         if port is not None and low <= port <= high:
             raise ConfigError(
                 f"{spec_path}: ports.{name}: {port} is in the ephemeral port range {low}-{high} "
@@ -117,8 +118,9 @@ def up(spec_path: Path, log: TextIO = sys.stderr) -> ClusterHandle:
     layout = ClusterLayout.for_cluster(spec.name)
     handle = ClusterHandle(spec, layout, bin_dir)
     if _is_up(layout):
-        running = yaml.safe_load(layout.spec_copy.read_text())
-        if running == spec.model_dump(mode="json"):
+        # compared as specs, not as YAML: one definition may be written two ways (a NIC's unset properties
+        # as null, as older copies have them, or left out)
+        if _recorded_spec(layout) == spec:
             print(f"cluster {spec.name} is already up; kubeconfig: {layout.admin_kubeconfig}", file=log)
             return handle
         raise NetclaimError(
@@ -160,7 +162,7 @@ def _bring_up(handle: ClusterHandle, step: Callable[[str], None]) -> None:
     spec, layout, bin_dir = handle.spec, handle.layout, handle.bin_dir
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.root.chmod(0o700)
-    layout.spec_copy.write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    layout.spec_copy.write_text(yaml.safe_dump(msgspec.to_builtins(spec), sort_keys=False))
     step("certificates")
     control_plane = ControlPlane(spec, layout, bin_dir)
     control_plane.write_pki()
@@ -274,8 +276,8 @@ def down(name: str, log: TextIO = sys.stderr, keep_logs: bool = False) -> None:
 
 def _recorded_spec(layout: ClusterLayout) -> ClusterSpec | None:
     try:
-        return ClusterSpec.model_validate(yaml.safe_load(layout.spec_copy.read_text()))
-    except (OSError, ValueError):
+        return load_cluster_spec(layout.spec_copy)
+    except ConfigError:
         return None
 
 

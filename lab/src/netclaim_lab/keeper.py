@@ -12,7 +12,6 @@ import itertools
 import signal
 import threading
 
-import yaml
 from lightkube import Client, KubeConfig, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
@@ -23,7 +22,7 @@ from lightkube.resources.core_v1 import Node
 
 from netclaim_lab import fake_gpus
 from netclaim_lab.layout import ClusterLayout
-from netclaim_lab.spec import ClusterSpec
+from netclaim_lab.spec import load_cluster_spec
 
 HEARTBEAT_SECONDS = 10  # a kubelet renews its Lease every 10 s (a quarter of its 40 s duration)
 STATUS_EVERY = 6  # heartbeats; the node lifecycle controller takes a renewed Lease for a heartbeat
@@ -100,7 +99,7 @@ def heartbeat(client: Client, name: str, *, status: bool = True) -> None:
 def keep_nodes(cluster: str) -> None:
     """Run until SIGTERM: every HEARTBEAT_SECONDS renew every kubelet-less node of the cluster."""
     layout = ClusterLayout.for_cluster(cluster)
-    spec = ClusterSpec.model_validate(yaml.safe_load(layout.spec_copy.read_text()))
+    spec = load_cluster_spec(layout.spec_copy)
     client = Client(KubeConfig.from_file(layout.admin_kubeconfig), field_manager="netclaim-node-keeper")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

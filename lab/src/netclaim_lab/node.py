@@ -18,6 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import msgspec
 import yaml
 
 from netclaim.errors import TransientError
@@ -140,9 +141,9 @@ class LocalNode:
 
     def _write_nic_overrides(self) -> None:
         overrides = {
-            nic.name: nic.properties.model_dump(exclude_none=True)
+            nic.name: properties
             for nic in self.node.nics
-            if nic.properties.model_dump(exclude_none=True)
+            if (properties := msgspec.to_builtins(nic.properties))
         }
         self.layout.nic_overrides.parent.mkdir(parents=True, exist_ok=True)
         self.layout.nic_overrides.write_text(

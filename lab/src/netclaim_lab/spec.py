@@ -19,159 +19,135 @@ import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import msgspec
 
 from netclaim.core.config.files import load_yaml_model
 from netclaim.core.config.overrides import NicOverride
-from netclaim.core.names import DNS_LABEL, MAC, check_interface_name, pattern
+from netclaim.core.names import DNS_LABEL, MAC, PCIE_ROOT, check_interface_name, pattern
 from netclaim.errors import ConfigError
 
-DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=pattern(DNS_LABEL))]
+DnsLabel = Annotated[str, msgspec.Meta(min_length=1, max_length=63, pattern=pattern(DNS_LABEL))]
+Port = Annotated[int, msgspec.Meta(ge=1024, le=65535)]
+# \Z, not $: msgspec matches with re.search, where $ also matches before a final newline
+FeatureGate = Annotated[str, msgspec.Meta(pattern=r"^[A-Z][A-Za-z0-9]+\Z")]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+def _ipv4_network(field: str, value: str, largest_prefix: int) -> ipaddress.IPv4Network:
+    try:
+        net = ipaddress.ip_network(value, strict=True)
+    except ValueError as err:
+        raise ValueError(f"{field}: {err}") from None
+    if not isinstance(net, ipaddress.IPv4Network) or net.prefixlen > largest_prefix:
+        raise ValueError(f"{field}: must be an IPv4 network of /{largest_prefix} or larger")
+    return net
 
 
-class Nic(_Strict):
-    name: str = Field(description="interface name inside the node, e.g. enp0s10")
-    segment: str = Field(description="the L2 segment (a bridge on the machine) the NIC is cabled to")
+def _duplicates(names: list[str]) -> str:
+    return ", ".join(sorted({n for n in names if names.count(n) > 1}))
+
+
+class Nic(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str  # interface name inside the node, e.g. enp0s10
+    segment: str  # the L2 segment (a bridge on the machine) the NIC is cabled to
     mac: str | None = None
-    mtu: int = Field(default=1500, ge=68, le=65535)
+    mtu: Annotated[int, msgspec.Meta(ge=68, le=65535)] = 1500
     properties: NicOverride = NicOverride()
 
-    @field_validator("name")
-    @classmethod
-    def _ifname(cls, value: str) -> str:
-        if value == "eth0":
-            raise ValueError("eth0 is the pod network's interface inside the node")
-        return check_interface_name(value)
-
-    @field_validator("mac")
-    @classmethod
-    def _mac(cls, value: str | None) -> str | None:
-        if value is not None:
-            value = value.lower()
-            if not MAC.fullmatch(value) or int(value[:2], 16) & 1:
-                raise ValueError("must be a unicast MAC address such as 02:00:00:00:00:01")
-        return value
+    def __post_init__(self) -> None:
+        if self.name == "eth0":
+            raise ValueError("name: eth0 is the pod network's interface inside the node")
+        try:
+            check_interface_name(self.name)
+        except ValueError as err:
+            raise ValueError(f"name: {err}") from None
+        if self.mac is not None:
+            mac = self.mac.lower()
+            if not MAC.fullmatch(mac) or int(mac[:2], 16) & 1:
+                raise ValueError("mac: must be a unicast MAC address such as 02:00:00:00:00:01")
+            msgspec.structs.force_setattr(self, "mac", mac)
 
 
-class Gpu(_Strict):
+class Gpu(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Fake GPUs of one PCIe root (netclaim_lab.fake_gpus), to align NICs with."""
 
-    pcieRoot: Annotated[str, Field(pattern=r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")]
-    numaNode: int = Field(default=0, ge=0, le=63)
-    count: int = Field(default=1, ge=1, le=64)
+    pcieRoot: Annotated[str, msgspec.Meta(pattern=pattern(PCIE_ROOT))]
+    numaNode: Annotated[int, msgspec.Meta(ge=0, le=63)] = 0
+    count: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
 
 
-class Node(_Strict):
+class Node(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: DnsLabel
-    kubelet: bool = Field(default=True, description="false: a Node object only, kept Ready by the tool")
+    kubelet: bool = True  # false: a Node object only, kept Ready by the tool
     podCIDR: str | None = None
-    nics: list[Nic] = []
-    gpus: list[Gpu] = Field(
-        default=[], description="fake GPUs published by the node keeper (kubelet: false nodes only)"
-    )
-    labels: dict[str, str] = {}
-    nri: bool = Field(default=True, description="false: containerd's NRI is off on this node")
+    nics: list[Nic] = msgspec.field(default_factory=list)
+    # fake GPUs published by the node keeper (kubelet: false nodes only)
+    gpus: list[Gpu] = msgspec.field(default_factory=list)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    nri: bool = True  # false: containerd's NRI is off on this node
 
-    @field_validator("podCIDR")
-    @classmethod
-    def _pod_cidr(cls, value: str | None) -> str | None:
-        if value is not None:
-            net = ipaddress.ip_network(value, strict=True)
-            if net.version != 4 or net.prefixlen > 28:
-                raise ValueError("must be an IPv4 network of /28 or larger")
-        return value
-
-    @model_validator(mode="after")
-    def _unique_nics(self) -> Node:
-        names = [nic.name for nic in self.nics]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"nic names must be unique within a node: {', '.join(duplicates)}")
+    def __post_init__(self) -> None:
+        if self.podCIDR is not None:
+            _ipv4_network("podCIDR", self.podCIDR, 28)
+        if duplicates := _duplicates([nic.name for nic in self.nics]):
+            raise ValueError(f"nics: names must be unique within a node: {duplicates}")
         if not self.kubelet and self.nics:
-            raise ValueError("a node with kubelet: false has no network namespace and cannot carry nics")
+            raise ValueError(
+                "nics: a node with kubelet: false has no network namespace and cannot carry nics"
+            )
         if self.kubelet and self.gpus:
             # nothing prepares a fake GPU: a pod given one on a kubelet node would never start
-            raise ValueError("gpus are for nodes with kubelet: false (no kubelet plugin prepares them)")
-        return self
+            raise ValueError("gpus: only for nodes with kubelet: false (no kubelet plugin prepares them)")
 
 
-class Segment(_Strict):
+class Segment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: DnsLabel
 
 
-class Ports(_Strict):
-    apiserver: int = Field(default=6443, ge=1024, le=65535)
-    etcdClient: int = Field(default=2379, ge=1024, le=65535)
-    etcdPeer: int = Field(default=2380, ge=1024, le=65535)
-    agentApiserver: int | None = Field(
-        default=None,
-        ge=1024,
-        le=65535,
-        description="a second kube-apiserver on the same etcd, for the agents only (as HA clusters run "
-        "several; RBAC authorization alone): its metrics then count exactly what the agents are sent",
-    )
-    schedulerMetrics: int | None = Field(
-        default=None, ge=1024, le=65535, description="kube-scheduler's /metrics on 127.0.0.1 (unset: none)"
-    )
+class Ports(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    apiserver: Port = 6443
+    etcdClient: Port = 2379
+    etcdPeer: Port = 2380
+    # a second kube-apiserver on the same etcd, for the agents only (as HA clusters run several; RBAC
+    # authorization alone): its metrics then count exactly what the agents are sent
+    agentApiserver: Port | None = None
+    schedulerMetrics: Port | None = None  # kube-scheduler's /metrics on 127.0.0.1 (unset: none)
 
 
-class ClusterSpec(_Strict):
+class ClusterSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     apiVersion: Literal["netclaim.dev/v1alpha1"]
     kind: Literal["LocalCluster"]
-    name: Annotated[str, Field(min_length=1, max_length=20, pattern=pattern(DNS_LABEL))]
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=20, pattern=pattern(DNS_LABEL))]
     managementCIDR: str = "10.201.0.0/24"
-    podCIDR: str = Field(default="10.244.0.0/16", description="split into one /24 per node")
+    podCIDR: str = "10.244.0.0/16"  # split into one /24 per node
     ports: Ports = Ports()
-    segments: list[Segment] = []
-    nodes: list[Node] = Field(min_length=1)
-    nriRequestTimeout: Annotated[str, Field(pattern=r"^[1-9][0-9]?s$")] = Field(
-        default="2s", description="containerd's NRI plugin_request_timeout (README: raise it for slow chains)"
+    segments: list[Segment] = msgspec.field(default_factory=list)
+    nodes: Annotated[list[Node], msgspec.Meta(min_length=1)]
+    # containerd's NRI plugin_request_timeout (README: raise it for slow chains)
+    nriRequestTimeout: Annotated[str, msgspec.Meta(pattern=r"^[1-9][0-9]?s\Z")] = "2s"
+    maxPods: Annotated[int, msgspec.Meta(ge=10, le=250)] = 110  # kubelet's maxPods on every node
+    # the Kubernetes minor version of the control plane and the kubelets (1.37.2 is the pinned programs';
+    # the others, 1.34.4, 1.35.4 and 1.36.3, are built for make test-matrix)
+    kubernetes: Literal["1.34", "1.35", "1.36", "1.37"] = "1.37"
+    # the containerd minor version of every node (2.4.2 is the pinned programs'; 2.0.14 and 2.2.9, whose
+    # NRI v0.8 and v0.11 send pod events as StateChange, are built for make test-matrix)
+    containerd: Literal["2.0", "2.2", "2.4"] = "2.4"
+    # --feature-gates of kube-apiserver, kube-controller-manager, kube-scheduler and kubelet
+    featureGates: dict[FeatureGate, bool] = msgspec.field(
+        default_factory=lambda: {"DRAConsumableCapacity": True}
     )
-    maxPods: int = Field(default=110, ge=10, le=250, description="kubelet's maxPods on every node")
-    kubernetes: Literal["1.34", "1.35", "1.36", "1.37"] = Field(
-        default="1.37",
-        description="the Kubernetes minor version of the control plane and the kubelets (1.37.2 is the "
-        "pinned programs'; the others, 1.34.4, 1.35.4 and 1.36.3, are built for make test-matrix)",
-    )
-    containerd: Literal["2.0", "2.2", "2.4"] = Field(
-        default="2.4",
-        description="the containerd minor version of every node (2.4.2 is the pinned programs'; 2.0.14 and "
-        "2.2.9, whose NRI v0.8 and v0.11 send pod events as StateChange, are built for make test-matrix)",
-    )
-    featureGates: dict[Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]+$")], bool] = Field(
-        default={"DRAConsumableCapacity": True},
-        description="--feature-gates of kube-apiserver, kube-controller-manager, kube-scheduler and kubelet",
-    )
-    cniPlugins: Literal["reference", "debian"] = Field(
-        default="reference",
-        description="every node's /opt/cni/bin: containernetworking/plugins as pinned in "
-        "tools/k8s/cni-plugins (CNI 1.1: STATUS, GC), or Debian's containernetworking-plugins (1.0-level)",
-    )
-    schedulerQPS: int = Field(
-        default=50, ge=1, le=10000, description="kube-scheduler's clientConnection.qps (burst: twice it)"
-    )
-    controllerManagerQPS: int = Field(
-        default=20, ge=1, le=10000, description="kube-controller-manager's --kube-api-qps (burst: twice it)"
-    )
+    # every node's /opt/cni/bin: containernetworking/plugins as pinned in tools/k8s/cni-plugins (CNI 1.1:
+    # STATUS, GC), or Debian's containernetworking-plugins (1.0-level)
+    cniPlugins: Literal["reference", "debian"] = "reference"
+    # kube-scheduler's clientConnection.qps (burst: twice it)
+    schedulerQPS: Annotated[int, msgspec.Meta(ge=1, le=10000)] = 50
+    # kube-controller-manager's --kube-api-qps (burst: twice it)
+    controllerManagerQPS: Annotated[int, msgspec.Meta(ge=1, le=10000)] = 20
 
-    @field_validator("managementCIDR", "podCIDR")
-    @classmethod
-    def _cidr(cls, value: str) -> str:
-        net = ipaddress.ip_network(value, strict=True)
-        if net.version != 4 or net.prefixlen > 24:
-            raise ValueError("must be an IPv4 network of /24 or larger")
-        return value
-
-    @model_validator(mode="after")
-    def _references(self) -> ClusterSpec:
-        node_names = [n.name for n in self.nodes]
-        duplicates = sorted({n for n in node_names if node_names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"node names must be unique: {', '.join(duplicates)}")
+    def __post_init__(self) -> None:
+        management = _ipv4_network("managementCIDR", self.managementCIDR, 24)
+        _ipv4_network("podCIDR", self.podCIDR, 24)
+        if duplicates := _duplicates([n.name for n in self.nodes]):
+            raise ValueError(f"nodes: names must be unique: {duplicates}")
         segment_names = {s.name for s in self.segments}
         for index, node in enumerate(self.nodes):
             for nic_index, nic in enumerate(node.nics):
@@ -180,9 +156,8 @@ class ClusterSpec(_Strict):
                         f"nodes[{index}].nics[{nic_index}].segment: {nic.segment!r} is not one of "
                         f"the declared segments {sorted(segment_names)}"
                     )
-        if len(self.nodes) > ipaddress.ip_network(self.managementCIDR).num_addresses - 12:
-            raise ValueError("managementCIDR is too small for that many nodes")
-        return self
+        if len(self.nodes) > management.num_addresses - 12:
+            raise ValueError("managementCIDR: too small for that many nodes")
 
     @property
     def link_prefix(self) -> str:

@@ -8,9 +8,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+import msgspec
 
-from netclaim.core.config.settings import FALSE, TRUE, AgentSettings, ControllerSettings, from_text
+from netclaim.core.config import strict
+from netclaim.core.config.settings import (
+    FALSE,
+    TRUE,
+    AgentSettings,
+    ControllerSettings,
+    from_text,
+    settings_of,
+)
 from netclaim.core.names import DRIVER_DOMAIN
 from netclaim.core.quantity import format_quantity
 from netclaim.errors import ConfigError, NetclaimError
@@ -34,15 +42,14 @@ def _controller(args: argparse.Namespace) -> int:
     import asyncio
 
     from netclaim.controller import main as controller
-    from netclaim.core.config.files import validate_strict
     from netclaim.runtime import logs
 
     flags = {
-        name: getattr(args, name)
-        for name in ControllerSettings.model_fields
-        if getattr(args, name, None) is not None
+        s.name: getattr(args, s.name)
+        for s in settings_of(ControllerSettings)
+        if getattr(args, s.name, None) is not None
     }
-    settings = validate_strict(ControllerSettings, flags, "controller settings")
+    settings = strict.decode(ControllerSettings, flags, "controller settings")
     logs.configure(settings.log_level)
     asyncio.run(controller.run(settings))
     return 0
@@ -350,21 +357,20 @@ def _add_tools(commands: Any) -> None:
     validate.set_defaults(handler=_validate)
 
 
-def _settings_flags(command: argparse.ArgumentParser, model: type[BaseModel]) -> None:
+def _settings_flags(command: argparse.ArgumentParser, model: type[msgspec.Struct]) -> None:
     """A flag per setting (--kebab-case), read as the field's type reads text and helped by its description:
     the flags are the settings, never a second list of them."""
-    for name, field in model.model_fields.items():
-        flag = f"--{name.replace('_', '-')}"
-        default = None if field.is_required() else field.get_default()
-        shown = "" if default in (None, "") else f" (default {default})"
+    for setting in settings_of(model):
+        flag = f"--{setting.name.replace('_', '-')}"
+        shown = "" if setting.default in (None, "") else f" (default {setting.default})"
 
-        def read(text: str, name: str = name, flag: str = flag) -> object:
+        def read(text: str, name: str = setting.name, flag: str = flag) -> object:
             try:
                 return from_text(model, name, text, flag)
             except ConfigError as err:
                 raise argparse.ArgumentTypeError(str(err)) from None
 
-        command.add_argument(flag, type=read, help=f"{field.description}{shown}")
+        command.add_argument(flag, type=read, help=f"{setting.description}{shown}")
 
 
 def _flag(text: str) -> bool:

@@ -48,8 +48,8 @@ QUALIFIED_NAME = re.compile(
 
 
 def pattern(regex: re.Pattern[str]) -> str:
-    """The regex anchored at both ends, for pydantic's `Field(pattern=...)`."""
-    return rf"^(?:{regex.pattern})$"
+    """The regex anchored at both ends, for `msgspec.Meta(pattern=...)`."""
+    return rf"^(?:{regex.pattern})\Z"
 
 
 def is_dns_label(name: str) -> bool:

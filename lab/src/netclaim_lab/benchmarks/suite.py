@@ -813,7 +813,7 @@ for name in sys.argv[1:]:
 print(json.dumps(steps))
 """
 # the agent's libraries in the order its own modules first import them, then the agent itself
-AGENT_IMPORTS = ["asyncio", "pydantic", "httpx2", "lightkube", "grpclib", "prometheus_client", "pyroute2"]
+AGENT_IMPORTS = ["asyncio", "msgspec", "httpx2", "lightkube", "grpclib", "prometheus_client", "pyroute2"]
 
 
 def memory(handle: ClusterHandle) -> dict[str, Any]:

@@ -23,15 +23,16 @@ import ipaddress
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+import msgspec
 
+from netclaim.core.config import strict
 from netclaim.core.config.cnikeys import CONFLIST_KEYS, spelling_problems
 from netclaim.core.config.placeholders import check_placeholders, holds_placeholder
 from netclaim.core.ipam.ippool import AddressConfig
 from netclaim.core.names import API_VERSION, NETWORK_NAME, PLUGIN_TYPE, check_pod_interface_name
-from netclaim.errors import ConfigError, field_path
+from netclaim.errors import ConfigError
 
 KINDS = ("CNIConfig", "AddressConfig")
 MAX_PARAMETERS_BYTES = 10 * 1024
@@ -69,40 +70,25 @@ Pinnable = Literal["config", "plugins", "ipam", "master", "interfaceName", "band
 PINNED_PLUGIN_KEYS: dict[str, tuple[str, ...]] = {"ipam": ("ipam",), "master": ("master", "device")}
 
 
-class CNIConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class CNIConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """Its `config` is checked by `decode` (cni_problems), which reports each of its problems."""
 
     apiVersion: Literal["netclaim.dev/v1alpha1"]
     kind: Literal["CNIConfig"]
-    interfaceName: str | None = Field(default=None, description="the interface name inside the pod")
-    bandwidth: Literal["enforce", "none"] | None = Field(default=None, description="default: enforce")
-    config: dict[str, Any] | None = Field(default=None, description="CNI network config (list) or plugin")
-    pinned: list[Pinnable] | None = Field(
-        default=None, description="DeviceClass configs only: the parts a claim's config may not change"
-    )
-    devicesPerRequest: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_DEVICES_PER_REQUEST,
-        description="DeviceClass configs only: devices one request may be allocated (allocationMode All, a "
-        "count); each gets an interface of its own (net1, net1-1…). Default 1",
-    )
+    interfaceName: str | None = None  # inside the pod
+    bandwidth: Literal["enforce", "none"] | None = None  # default: enforce
+    config: dict[str, Any] | None = None  # CNI network config (list) or plugin
+    pinned: list[Pinnable] | None = None  # DeviceClass configs only: what a claim's config may not change
+    # DeviceClass configs only: devices one request may be allocated (allocationMode All, a count); each
+    # gets an interface of its own (net1, net1-1…). Default 1
+    devicesPerRequest: Annotated[int, msgspec.Meta(ge=1, le=MAX_DEVICES_PER_REQUEST)] | None = None
 
-    @field_validator("interfaceName")
-    @classmethod
-    def _interface(cls, value: str | None) -> str | None:
-        return check_pod_interface_name(value) if value is not None else None
-
-    @field_validator("config")
-    @classmethod
-    def _cni(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is None:
-            return None
-        problems = list(cni_problems(value))
-        if problems:
-            # one `path: problem` per line; decode() turns them into full field paths
-            raise ValueError("\n".join(problems))
-        return value
+    def __post_init__(self) -> None:
+        if self.interfaceName is not None:
+            try:
+                check_pod_interface_name(self.interfaceName)
+            except ValueError as err:
+                raise ValueError(f"interfaceName: {err}") from None
 
 
 LIST_ONLY_KEYS = tuple(key for key in CONFLIST_KEYS if key != "plugins")  # beside one plugin's keys
@@ -313,23 +299,17 @@ def decode(parameters: object, location: str) -> CNIConfig | AddressConfig:
         raise ConfigError(f"{location}.kind: {parameters.get('kind')!r} is not one of {list(KINDS)}")
     model: type[CNIConfig | AddressConfig] = CNIConfig if parameters["kind"] == "CNIConfig" else AddressConfig
     try:
-        return model.model_validate_json(json.dumps(parameters), strict=True)
-    except ValidationError as err:
-        lines = []
-        for problem in err.errors(include_url=False):
-            where = f"{location}.{field_path(problem['loc'])}"
-            message = problem["msg"].removeprefix("Value error, ")
-            if problem["type"] == "extra_forbidden":
-                message = "unknown field"
-            if problem["loc"] == ("config",) and problem["type"] == "value_error":
-                for line in message.splitlines():
-                    path, _, detail = line.partition(": ")
-                    lines.append(
-                        f"{where}{'.' + path if path and not path.startswith('[') else path}: {detail}"
-                    )
-            else:
-                lines.append(f"{where}: {message}")
-        raise ConfigError("\n".join(lines)) from err
+        decoded = strict.read(model, parameters)
+    except strict.Invalid as err:
+        raise ConfigError(f"{strict.under(location, err.path)}: {err.message}") from err
+    if isinstance(decoded, CNIConfig) and decoded.config is not None:
+        problems = [
+            f"{strict.under(f'{location}.config', path)}: {detail}"
+            for path, _, detail in (line.partition(": ") for line in cni_problems(decoded.config))
+        ]
+        if problems:
+            raise ConfigError("\n".join(problems))
+    return decoded
 
 
 def merge(configs: list[SourcedConfig], request: str) -> EffectiveConfig:

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
-from netclaim.errors import ConfigError, format_validation_error
+from netclaim.core.config import strict
+from netclaim.errors import ConfigError
 
-M = TypeVar("M", bound=BaseModel)
-
-
-def validate_strict(model: type[M], raw: object, source: str) -> M:
-    """Validate plain data as JSON would carry it: no silent coercion ("32" is not an int)."""
-    try:
-        return model.model_validate_json(json.dumps(raw, default=str), strict=True)
-    except ValidationError as err:
-        raise ConfigError(format_validation_error(source, err)) from err
+M = TypeVar("M")
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -49,4 +40,4 @@ def load_yaml_model(path: Path, model: type[M], header: str) -> M:
         raise ConfigError(f"{path}: not valid YAML: {err}") from err
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with apiVersion: netclaim.dev/v1alpha1, {header}")
-    return validate_strict(model, raw, str(path))
+    return strict.decode(model, raw, str(path))

@@ -11,9 +11,9 @@ The local cluster file's NIC `properties` are the same type.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import msgspec
 
 from netclaim.core.config.files import load_yaml_model
 from netclaim.core.names import PCI_ADDRESS, PCI_ID, PCIE_ROOT, pattern
@@ -21,32 +21,27 @@ from netclaim.core.quantity import parse_quantity
 from netclaim.errors import ConfigError
 
 
-class NicOverride(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    speed: str | None = Field(default=None, description="link speed as a Kubernetes quantity of bits/s")
-    numaNode: int | None = Field(default=None, ge=0, le=1023)
-    pciAddress: str | None = Field(default=None, pattern=pattern(PCI_ADDRESS))
-    pcieRoot: str | None = Field(default=None, pattern=pattern(PCIE_ROOT))
-    pciVendor: str | None = Field(default=None, pattern=pattern(PCI_ID))
-    pciDevice: str | None = Field(default=None, pattern=pattern(PCI_ID))
-    driver: str | None = Field(default=None, max_length=64)
+class NicOverride(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    speed: str | None = None  # link speed as a Kubernetes quantity of bits/s
+    numaNode: Annotated[int, msgspec.Meta(ge=0, le=1023)] | None = None
+    pciAddress: Annotated[str, msgspec.Meta(pattern=pattern(PCI_ADDRESS))] | None = None
+    pcieRoot: Annotated[str, msgspec.Meta(pattern=pattern(PCIE_ROOT))] | None = None
+    pciVendor: Annotated[str, msgspec.Meta(pattern=pattern(PCI_ID))] | None = None
+    pciDevice: Annotated[str, msgspec.Meta(pattern=pattern(PCI_ID))] | None = None
+    driver: Annotated[str, msgspec.Meta(max_length=64)] | None = None
 
-    @field_validator("speed")
-    @classmethod
-    def _speed(cls, value: str | None) -> str | None:
-        if value is not None:
+    def __post_init__(self) -> None:
+        if self.speed is not None:
             try:
-                parse_quantity(value)
+                parse_quantity(self.speed)
             except ConfigError as err:
-                raise ValueError(str(err)) from err
-        return value
+                raise ValueError(f"speed: {err}") from None
 
 
-class NicOverrides(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class NicOverrides(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     apiVersion: Literal["netclaim.dev/v1alpha1"]
     kind: Literal["NicOverrides"]
-    interfaces: dict[str, NicOverride] = {}
+    interfaces: dict[str, NicOverride] = msgspec.field(default_factory=dict)
 
 
 def load_overrides(path: Path | None) -> dict[str, NicOverride]:

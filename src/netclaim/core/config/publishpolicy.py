@@ -25,7 +25,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+import msgspec
 
 from netclaim.core.names import QUALIFIED_NAME, pattern
 from netclaim.core.quantity import parse_quantity
@@ -34,106 +34,111 @@ from netclaim.errors import ConfigError
 AttributeValue = bool | int | str
 
 
-def _quantity(value: str | None) -> str | None:
-    if value is not None:
-        try:
-            if parse_quantity(value) < 0:
-                raise ValueError("must not be negative")
-        except ConfigError as err:
-            raise ValueError(str(err)) from err
-    return value
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Bandwidth(_Strict):
+class Bandwidth(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Bandwidth as consumable capacity (bits per second, Kubernetes quantities)."""
 
-    total: str | None = Field(default=None, description="default: the link speed")
-    default: str = Field(default="100Mi", description="consumed by a claim that asks for no bandwidth")
+    total: Annotated[str | None, msgspec.Meta(description="default: the link speed")] = None
+    default: Annotated[str, msgspec.Meta(description="consumed by a claim that asks for no bandwidth")] = (
+        "100Mi"
+    )
     min: str = "1Mi"
     step: str = "1Mi"
 
-    _check = field_validator("total", "default", "min", "step")(_quantity)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Bandwidth:
+    def __post_init__(self) -> None:
+        for name in ("total", "default", "min", "step"):
+            value = getattr(self, name)
+            try:
+                negative = value is not None and parse_quantity(value) < 0
+            except ConfigError as err:
+                raise ValueError(f"{name}: {err}") from None
+            if negative:
+                raise ValueError(f"{name}: must not be negative")
         if parse_quantity(self.step) <= 0:
             raise ValueError("step: must be positive")
         if parse_quantity(self.default) < parse_quantity(self.min):
             raise ValueError("default: must not be below min")
-        return self
 
 
-class Match(_Strict):
-    names: list[str] = Field(default=[], description="globs on the interface name; empty matches any")
-    attributes: dict[str, AttributeValue] = Field(
-        default={}, description="equality on netclaim.dev attributes"
+class Match(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    names: Annotated[
+        list[str], msgspec.Meta(description="globs on the interface name; empty matches any")
+    ] = []
+    attributes: Annotated[
+        dict[str, AttributeValue], msgspec.Meta(description="equality on netclaim.dev attributes")
+    ] = {}
+    cel: Annotated[str | None, msgspec.Meta(description="CEL over `device` as in DeviceClass selectors")] = (
+        None
     )
-    cel: str | None = Field(default=None, description="CEL over `device` as in DeviceClass selectors")
 
 
-QualifiedName = Annotated[str, Field(pattern=pattern(QUALIFIED_NAME))]
+QualifiedName = Annotated[str, msgspec.Meta(pattern=pattern(QUALIFIED_NAME))]
 
 
-def _cidr(value: str) -> str:
-    try:
-        ipaddress.ip_network(value, strict=True)
-    except ValueError as err:
-        raise ValueError(f"{value!r} is not a network in CIDR form (like 10.70.0.0/16): {err}") from None
-    return value
-
-
-Cidr = Annotated[str, AfterValidator(_cidr)]
-
-
-class Rule(_Strict):
-    match: Match = Match()
+class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    match: Match = msgspec.field(default_factory=Match)
     mode: Literal["shared", "exclusive", "ignore"] = "shared"
-    bandwidth: Bandwidth = Bandwidth()
-    attachments: int = Field(
-        default=32, ge=1, le=4096, description="attachments a shared NIC carries at most"
-    )
-    attachmentsPerClaim: int = Field(
-        default=1, ge=1, le=4096, description="attachments one claim may take of a shared NIC at most"
-    )
-    childType: Literal["macvlan", "ipvlan"] = Field(
-        default="macvlan", description="how pods share the NIC: one kind per NIC, the kernel mixes none"
-    )
-    ipvlanMode: Literal["l2", "l3", "l3s"] = Field(
-        default="l2", description="the mode of every ipvlan on the NIC (the kernel keeps one per NIC)"
-    )
-    tenantRanges: list[Cidr] = Field(
-        default=[], max_length=64, description="where a claim's own host-local/static IPAM may take addresses"
-    )
-    attributes: dict[QualifiedName, AttributeValue] = Field(default={}, description="extra device attributes")
-    portSecurity: bool = Field(
-        default=True,
-        description="a shared NIC's macvlan children send only from their own MAC and addresses (checked "
-        "on the node, where a pod cannot reach; docs/security.md). Off only where other software's children "
-        "share the NIC: then a pod with NET_RAW or NET_ADMIN can send as another",
-    )
-    acceptRouterAdvertisements: bool = Field(
-        default=False,
-        description="pods take addresses and routes from the network's IPv6 router advertisements (a pod's "
-        "own are never passed on a NIC with port security)",
-    )
-    linkDown: Literal["NoSchedule", "NoExecute"] = Field(
-        default="NoSchedule",
-        description="the effect of the taint a NIC's device gets while its link is down: NoSchedule keeps "
-        "new claims off it, NoExecute also evicts the pods using it",
-    )
+    bandwidth: Bandwidth = msgspec.field(default_factory=Bandwidth)
+    attachments: Annotated[
+        int, msgspec.Meta(ge=1, le=4096, description="attachments a shared NIC carries at most")
+    ] = 32
+    attachmentsPerClaim: Annotated[
+        int, msgspec.Meta(ge=1, le=4096, description="attachments one claim may take of a shared NIC at most")
+    ] = 1
+    childType: Annotated[
+        Literal["macvlan", "ipvlan"],
+        msgspec.Meta(description="how pods share the NIC: one kind per NIC, the kernel mixes none"),
+    ] = "macvlan"
+    ipvlanMode: Annotated[
+        Literal["l2", "l3", "l3s"],
+        msgspec.Meta(description="the mode of every ipvlan on the NIC (the kernel keeps one per NIC)"),
+    ] = "l2"
+    tenantRanges: Annotated[
+        list[str],
+        msgspec.Meta(
+            max_length=64,
+            description="where a claim's own host-local/static IPAM may take addresses",
+        ),
+    ] = []
+    attributes: Annotated[
+        dict[QualifiedName, AttributeValue], msgspec.Meta(description="extra device attributes")
+    ] = {}
+    portSecurity: Annotated[
+        bool,
+        msgspec.Meta(
+            description="a shared NIC's macvlan children send only from their own MAC and addresses (checked "
+            "on the node, where a pod cannot reach; docs/security.md). Off only where other software's "
+            "children share the NIC: then a pod with NET_RAW or NET_ADMIN can send as another"
+        ),
+    ] = True
+    acceptRouterAdvertisements: Annotated[
+        bool,
+        msgspec.Meta(
+            description="pods take addresses and routes from the network's IPv6 router advertisements (a "
+            "pod's own are never passed on a NIC with port security)"
+        ),
+    ] = False
+    linkDown: Annotated[
+        Literal["NoSchedule", "NoExecute"],
+        msgspec.Meta(
+            description="the effect of the taint a NIC's device gets while its link is down: NoSchedule "
+            "keeps new claims off it, NoExecute also evicts the pods using it"
+        ),
+    ] = "NoSchedule"
 
-    @model_validator(mode="after")
-    def _per_claim(self) -> Rule:
+    def __post_init__(self) -> None:
+        for index, network in enumerate(self.tenantRanges):
+            try:
+                ipaddress.ip_network(network, strict=True)
+            except ValueError as err:
+                raise ValueError(
+                    f"tenantRanges[{index}]: {network!r} is not a network in CIDR form (like 10.70.0.0/16): "
+                    f"{err}"
+                ) from None
         if self.attachmentsPerClaim > self.attachments:
             raise ValueError("attachmentsPerClaim: must not be above attachments")
-        return self
 
 
-class PublishPolicy(_Strict):
+class PublishPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     apiVersion: Literal["netclaim.dev/v1alpha1"]
     kind: Literal["PublishPolicy"]
     rules: list[Rule]

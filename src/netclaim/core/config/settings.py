@@ -3,104 +3,127 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, NamedTuple, TypeVar, get_args, get_origin
 
+import msgspec
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from netclaim.core.config.files import validate_strict
+from netclaim.core.config import strict
 from netclaim.core.names import DRIVER_DOMAIN
 from netclaim.errors import ConfigError
 
+S = TypeVar("S", bound=msgspec.Struct)
 
-def _driver_name() -> Any:
-    return Field(
-        default=DRIVER_DOMAIN,
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
-        max_length=63,
-        description="the DRA driver's name",
-    )
-
-
-def _log_level() -> Any:
-    return Field(
-        default="info", pattern=r"^(debug|info|warning|error)$", description="debug, info, warning or error"
-    )
-
-
-def _kubeconfig() -> Any:
-    return Field(default=None, description="default: the in-cluster ServiceAccount, else $KUBECONFIG")
+DriverName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z", max_length=63, description="the DRA driver's name"
+    ),
+]
+LogLevel = Annotated[
+    str, msgspec.Meta(pattern=r"^(debug|info|warning|error)\Z", description="debug, info, warning or error")
+]
+Kubeconfig = Annotated[
+    Path | None, msgspec.Meta(description="default: the in-cluster ServiceAccount, else $KUBECONFIG")
+]
 
 
-class AgentSettings(BaseModel):
+class AgentSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """`netclaim agent`: one per node. Each field is a flag (--kebab-case), a variable (NETCLAIM_UPPER_CASE)
     and a key of the --config file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    node_name: str = Field(min_length=1, max_length=253, description="this node (default $NODE_NAME)")
-    kubeconfig: Path | None = _kubeconfig()
-    driver_name: str = _driver_name()
-    namespace: str = Field(
-        default="netclaim-system",
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        max_length=63,
-        description="netclaim's own, where the controller writes the network policy rules",
+    node_name: Annotated[
+        str, msgspec.Meta(min_length=1, max_length=253, description="this node (default $NODE_NAME)")
+    ]
+    kubeconfig: Kubeconfig = None
+    driver_name: DriverName = DRIVER_DOMAIN
+    namespace: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z",
+            max_length=63,
+            description="netclaim's own, where the controller writes the network policy rules",
+        ),
+    ] = "netclaim-system"
+    kubelet_root_dir: Annotated[Path, msgspec.Meta(description="kubelet's --root-dir")] = Path(
+        "/var/lib/kubelet"
     )
-    kubelet_root_dir: Path = Field(default=Path("/var/lib/kubelet"), description="kubelet's --root-dir")
-    kubelet_plugin: bool = Field(default=True, description="serve the kubelet DRA plugin")
-    nri_socket: Path | None = Field(
-        default=Path("/var/run/nri/nri.sock"), description="containerd's NRI socket ('': no NRI hooks)"
+    kubelet_plugin: Annotated[bool, msgspec.Meta(description="serve the kubelet DRA plugin")] = True
+    nri_socket: Annotated[
+        Path | None, msgspec.Meta(description="containerd's NRI socket ('': no NRI hooks)")
+    ] = Path("/var/run/nri/nri.sock")
+    policy_file: Annotated[
+        Path | None, msgspec.Meta(description="PublishPolicy YAML (none: nothing is published)")
+    ] = None
+    nic_overrides: Annotated[
+        Path | None, msgspec.Meta(description="NicOverrides YAML: declared NIC facts")
+    ] = None
+    cni_conf_dir: Annotated[
+        Path | None,
+        msgspec.Meta(description="the primary network's CNI configs (its bridges are never published)"),
+    ] = Path("/etc/cni/net.d")
+    cni_bin_dir: Annotated[Path, msgspec.Meta(description="the only directory CNI plugins run from")] = Path(
+        "/opt/cni/bin"
     )
-    policy_file: Path | None = Field(
-        default=None, description="PublishPolicy YAML (none: nothing is published)"
+    cni_plugins: Annotated[
+        str, msgspec.Meta(description="comma-separated allow-list of plugin types; empty: all")
+    ] = ""
+    check_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            description="CNI CHECK of every attached interface this often, repaired by DEL and ADD when it "
+            "fails (0: never)",
+        ),
+    ] = 300.0
+    ipam_data_dir: Annotated[
+        Path | None,
+        msgspec.Meta(
+            description="where host-local IPAM naming no dataDir keeps reservations (default: in state_dir)"
+        ),
+    ] = None
+    reserved_cidrs: Annotated[
+        str,
+        msgspec.Meta(
+            description="comma-separated networks a claim's own IPAM never uses (the pod and Service CIDRs)"
+        ),
+    ] = ""
+    inventory_file: Annotated[
+        Path | None, msgspec.Meta(description="a synthetic inventory instead of netlink (tests)")
+    ] = None
+    state_dir: Annotated[Path, msgspec.Meta(description="durable state")] = Path("/var/lib/netclaim")
+    cdi_spec_dir: Annotated[
+        Path | None,
+        msgspec.Meta(
+            description="where containerd reads CDI specs: each claim's fail-closed hook goes there; "
+            "'' disables"
+        ),
+    ] = Path("/var/run/cdi")
+    device_metadata: Annotated[
+        bool,
+        msgspec.Meta(
+            description="each claim's interfaces and devices in a file inside its containers (KEP-5304); "
+            "needs the CDI spec directory"
+        ),
+    ] = True
+    metrics_address: Annotated[str, msgspec.Meta(description="host:port for /metrics ('' disables)")] = (
+        "127.0.0.1:9177"
     )
-    nic_overrides: Path | None = Field(default=None, description="NicOverrides YAML: declared NIC facts")
-    cni_conf_dir: Path | None = Field(
-        default=Path("/etc/cni/net.d"),
-        description="the primary network's CNI configs (its bridges are never published)",
-    )
-    cni_bin_dir: Path = Field(
-        default=Path("/opt/cni/bin"), description="the only directory CNI plugins run from"
-    )
-    cni_plugins: str = Field(default="", description="comma-separated allow-list of plugin types; empty: all")
-    check_seconds: float = Field(
-        default=300.0,
-        ge=0,
-        description="CNI CHECK of every attached interface this often, repaired by DEL and ADD when it "
-        "fails (0: never)",
-    )
-    ipam_data_dir: Path | None = Field(
-        default=None,
-        description="where host-local IPAM naming no dataDir keeps reservations (default: in state_dir)",
-    )
-    reserved_cidrs: str = Field(
-        default="",
-        description="comma-separated networks a claim's own IPAM never uses (the pod and Service CIDRs)",
-    )
-    inventory_file: Path | None = Field(
-        default=None, description="a synthetic inventory instead of netlink (tests)"
-    )
-    state_dir: Path = Field(default=Path("/var/lib/netclaim"), description="durable state")
-    cdi_spec_dir: Path | None = Field(
-        default=Path("/var/run/cdi"),
-        description="where containerd reads CDI specs: each claim's fail-closed hook goes there; '' disables",
-    )
-    device_metadata: bool = Field(
-        default=True,
-        description="each claim's interfaces and devices in a file inside its containers (KEP-5304); needs "
-        "the CDI spec directory",
-    )
-    metrics_address: str = Field(default="127.0.0.1:9177", description="host:port for /metrics ('' disables)")
-    network_status_annotation: bool = Field(
-        default=False,
-        description="write Multus's k8s.v1.cni.cncf.io/network-status annotation on pods (two requests per "
-        "pod start, and the right to patch pods): for tools that read it; status.devices says the same",
-    )
-    remove_slices_on_exit: bool = Field(default=False, description="delete this node's slices when stopping")
-    log_level: str = _log_level()
+    network_status_annotation: Annotated[
+        bool,
+        msgspec.Meta(
+            description="write Multus's k8s.v1.cni.cncf.io/network-status annotation on pods (two requests "
+            "per pod start, and the right to patch pods): for tools that read it; status.devices says the "
+            "same"
+        ),
+    ] = False
+    remove_slices_on_exit: Annotated[
+        bool, msgspec.Meta(description="delete this node's slices when stopping")
+    ] = False
+    log_level: LogLevel = "info"
 
     @property
     def host_local_dir(self) -> Path:
@@ -111,43 +134,68 @@ class AgentSettings(BaseModel):
     def reserved_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         return tuple(ipaddress.ip_network(n.strip()) for n in self.reserved_cidrs.split(",") if n.strip())
 
-    @field_validator("reserved_cidrs")
-    @classmethod
-    def _cidrs(cls, value: str) -> str:
-        for network in (n.strip() for n in value.split(",") if n.strip()):
+    def __post_init__(self) -> None:
+        for network in (n.strip() for n in self.reserved_cidrs.split(",") if n.strip()):
             try:
                 ipaddress.ip_network(network)
             except ValueError as err:
-                raise ValueError(f"{network!r} is not a network in CIDR form: {err}") from None
-        return value
+                raise ValueError(
+                    f"reserved_cidrs: {network!r} is not a network in CIDR form: {err}"
+                ) from None
 
 
-FIELDS = tuple(AgentSettings.model_fields)
-
-
-class ControllerSettings(BaseModel):
+class ControllerSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """`netclaim controller`: one per cluster (IP pools' devices, the address reconciler, Services'
     endpoints, network policies). Each field is a flag (--kebab-case)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    kubeconfig: Kubeconfig = None
+    driver_name: DriverName = DRIVER_DOMAIN
+    resync_seconds: Annotated[
+        float, msgspec.Meta(gt=0, description="a full reconcile at least this often")
+    ] = 30.0
+    address_quarantine_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            ge=5,
+            description="the least a released pool address stays taken, while rules and Services follow "
+            "(netclaim.core.ipam.pools.Quarantine)",
+        ),
+    ] = 15.0
+    namespace: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z",
+            max_length=63,
+            description="its own, where it keeps the admission policies' parameters",
+        ),
+    ] = "netclaim-system"
+    metrics_address: Annotated[str, msgspec.Meta(description="host:port for /metrics ('' disables)")] = (
+        "127.0.0.1:9178"
+    )
+    log_level: LogLevel = "info"
 
-    kubeconfig: Path | None = _kubeconfig()
-    driver_name: str = _driver_name()
-    resync_seconds: float = Field(default=30.0, gt=0, description="a full reconcile at least this often")
-    address_quarantine_seconds: float = Field(
-        default=15.0,
-        ge=5,
-        description="the least a released pool address stays taken, while rules and Services follow "
-        "(netclaim.core.ipam.pools.Quarantine)",
-    )
-    namespace: str = Field(
-        default="netclaim-system",
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        max_length=63,
-        description="its own, where it keeps the admission policies' parameters",
-    )
-    metrics_address: str = Field(default="127.0.0.1:9178", description="host:port for /metrics ('' disables)")
-    log_level: str = _log_level()
+
+class Setting(NamedTuple):
+    """A settings field as a flag shows it and its text is read."""
+
+    name: str
+    kind: object  # its type, without the constraints and the description
+    default: object  # None: required
+    description: str
+
+
+def settings_of(model: type[msgspec.Struct]) -> tuple[Setting, ...]:
+    """`model`'s fields, their types and descriptions read from their `msgspec.Meta`."""
+    return tuple(_setting(field) for field in msgspec.structs.fields(model))
+
+
+def _setting(field: msgspec.structs.FieldInfo) -> Setting:
+    kind, *meta = get_args(field.type) if get_origin(field.type) is Annotated else (field.type,)
+    description = next((m.description for m in meta if isinstance(m, msgspec.Meta) and m.description), "")
+    return Setting(field.name, kind, None if field.required else field.default, description)
+
+
+FIELDS = tuple(s.name for s in settings_of(AgentSettings))
 
 
 def load_settings(flags: dict[str, object], config_file: Path | None) -> AgentSettings:
@@ -172,25 +220,28 @@ def load_settings(flags: dict[str, object], config_file: Path | None) -> AgentSe
     for name in ("nri_socket", "cni_conf_dir", "cdi_spec_dir"):
         if merged.get(name) == "":
             merged[name] = None
-    return validate_strict(AgentSettings, merged, "agent settings")
+    return strict.decode(AgentSettings, merged, "agent settings")
 
 
 TRUE, FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "no", "off"})
 
 
-def from_text(model: type[BaseModel], name: str, text: str, source: str) -> object:
+def from_text(model: type[msgspec.Struct], name: str, text: str, source: str) -> object:
     """A setting's value from a flag's or a variable's text, as its field's type reads it: a word that is
     neither true nor false is an error naming `source`, never false."""
-    annotation = model.model_fields[name].annotation
-    if annotation is bool:
+    [kind] = [s.kind for s in settings_of(model) if s.name == name]
+    if kind is bool:
         if text.lower() in TRUE:
             return True
         if text.lower() in FALSE:
             return False
         raise ConfigError(f"{source}: {text!r} is not a boolean (true or false)")
-    if annotation in (int, float):
+    if kind is int or kind is float:
         try:
-            return annotation(text)
+            number = int(text) if kind is int else float(text)
         except ValueError:
             raise ConfigError(f"{source}: {text!r} is not a number") from None
+        if not math.isfinite(number):
+            raise ConfigError(f"{source}: {text!r} is not a finite number")
+        return number
     return text

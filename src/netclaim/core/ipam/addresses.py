@@ -73,7 +73,7 @@ class Grant:
         return entries
 
     def routes(self) -> list[dict[str, str]]:
-        return [r.model_dump(exclude_none=True) for r in self.pool.spec.routes]
+        return [{"dst": r.dst} if r.gw is None else {"dst": r.dst, "gw": r.gw} for r in self.pool.spec.routes]
 
 
 class AddressBook:

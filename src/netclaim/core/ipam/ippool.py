@@ -27,12 +27,12 @@ import bisect
 import hashlib
 import ipaddress
 from collections.abc import Iterable, Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+import msgspec
 
+from netclaim.core.config import strict
 from netclaim.core.names import DNS_LABEL, DRIVER_DOMAIN, pattern
-from netclaim.errors import ConfigError, format_validation_error
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -56,24 +56,24 @@ def _address(value: str) -> IPAddress:
         raise ValueError(f"{value!r} is not an IP address") from None
 
 
-class PoolRange(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _excluded(value: str) -> IPNetwork | IPAddress:
+    return ipaddress.ip_network(value, strict=False) if "/" in value else _address(value)
 
+
+class PoolRange(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     subnet: str
     start: str | None = None
     end: str | None = None
     gateway: str | None = None
 
-    @model_validator(mode="after")
-    def _inside(self) -> PoolRange:
-        network = _network(self.subnet)
+    def __post_init__(self) -> None:
+        network = strict.named("subnet", _network, self.subnet)
         for key in ("start", "end", "gateway"):
             value = getattr(self, key)
-            if value is not None and _address(value) not in network:
+            if value is not None and strict.named(key, _address, value) not in network:
                 raise ValueError(f"{key}: {value} is not in subnet {self.subnet}")
         if self.start and self.end and int(_address(self.start)) > int(_address(self.end)):
             raise ValueError(f"start: {self.start} is after end {self.end}")
-        return self
 
     @property
     def network(self) -> IPNetwork:
@@ -94,44 +94,26 @@ class PoolRange(BaseModel):
         return first, last
 
 
-class Route(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     dst: str
     gw: str | None = None
 
-    @field_validator("dst")
-    @classmethod
-    def _dst(cls, value: str) -> str:
-        _network(value)
-        return value
-
-    @field_validator("gw")
-    @classmethod
-    def _gw(cls, value: str | None) -> str | None:
-        if value is not None:
-            _address(value)
-        return value
+    def __post_init__(self) -> None:
+        strict.named("dst", _network, self.dst)
+        if self.gw is not None:
+            strict.named("gw", _address, self.gw)
 
 
-class IPPoolSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class IPPoolSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    network: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
+    ranges: Annotated[list[PoolRange], msgspec.Meta(min_length=1, max_length=16)]
+    exclude: Annotated[list[str], msgspec.Meta(max_length=256)] = msgspec.field(default_factory=list)
+    routes: Annotated[list[Route], msgspec.Meta(max_length=32)] = msgspec.field(default_factory=list)
+    namespaces: Annotated[list[str], msgspec.Meta(max_length=256)] | None = None
 
-    network: str | None = Field(default=None, min_length=1, max_length=64)
-    ranges: list[PoolRange] = Field(min_length=1, max_length=16)
-    exclude: list[str] = Field(default_factory=list, max_length=256)
-    routes: list[Route] = Field(default_factory=list, max_length=32)
-    namespaces: list[str] | None = Field(default=None, max_length=256)
-
-    @field_validator("exclude")
-    @classmethod
-    def _exclude(cls, values: list[str]) -> list[str]:
-        for value in values:
-            ipaddress.ip_network(value, strict=False) if "/" in value else _address(value)
-        return values
-
-    @model_validator(mode="after")
-    def _families(self) -> IPPoolSpec:
+    def __post_init__(self) -> None:
+        for index, value in enumerate(self.exclude):
+            strict.named(f"exclude[{index}]", _excluded, value)
         networks = [r.network for r in self.ranges]
         for i, one in enumerate(networks):
             for other in networks[i + 1 :]:
@@ -140,24 +122,18 @@ class IPPoolSpec(BaseModel):
         for index, route in enumerate(self.routes):
             if route.gw is not None and _address(route.gw).version != _network(route.dst).version:
                 raise ValueError(f"routes[{index}]: dst {route.dst} and gw {route.gw} differ in family")
-        return self
 
 
-class IPPool(BaseModel):
+class IPPool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A pool as read from the API: its name and its validated spec."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(pattern=pattern(DNS_LABEL), max_length=63)
+    name: Annotated[str, msgspec.Meta(pattern=pattern(DNS_LABEL), max_length=63)]
     spec: IPPoolSpec
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> IPPool:
         name = str((data.get("metadata") or {}).get("name", ""))
-        try:
-            return cls.model_validate({"name": name, "spec": data.get("spec") or {}})
-        except ValidationError as err:
-            raise ConfigError(format_validation_error(f"IPPool {name}", err)) from None
+        return strict.decode(cls, {"name": name, "spec": data.get("spec") or {}}, f"IPPool {name}")
 
     def families(self) -> dict[int, Family]:
         """The pool's address families (4, 6), each with what it hands out."""
@@ -277,29 +253,33 @@ def capacity(pool: IPPool, held_by_live_claims: int, in_use: dict[int, int]) -> 
     return min(held_by_live_claims + max(free, 0), MAX_CAPACITY)
 
 
-class AddressConfig(BaseModel):
+class AddressConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The opaque config of a pool request: specific addresses, and which interface gets them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     apiVersion: Literal["netclaim.dev/v1alpha1"]
     kind: Literal["AddressConfig"]
-    addresses: list[str] | None = Field(
-        default=None, max_length=2, description="static addresses: at most one IPv4 and one IPv6"
-    )
-    interfaceRequest: str | None = Field(
-        default=None, max_length=63, description="the claim's interface request (default: its only one)"
-    )
+    addresses: (
+        Annotated[
+            list[str], msgspec.Meta(max_length=2, description="static addresses: one IPv4, one IPv6 at most")
+        ]
+        | None
+    ) = None
+    interfaceRequest: (
+        Annotated[
+            str,
+            msgspec.Meta(max_length=63, description="the claim's interface request (default: its only one)"),
+        ]
+        | None
+    ) = None
 
-    @field_validator("addresses")
-    @classmethod
-    def _static(cls, values: list[str] | None) -> list[str] | None:
-        if values is None:
-            return None
-        versions = [_address(value).version for value in values]
+    def __post_init__(self) -> None:
+        if self.addresses is None:
+            return
+        versions = [
+            strict.named(f"addresses[{i}]", _address, value).version for i, value in enumerate(self.addresses)
+        ]
         if len(set(versions)) != len(versions):
-            raise ValueError("at most one address per family (one IPv4, one IPv6)")
-        return values
+            raise ValueError("addresses: at most one address per family (one IPv4, one IPv6)")
 
     def static(self) -> dict[int, IPAddress]:
         return {a.version: a for a in (_address(v) for v in self.addresses or [])}

@@ -25,26 +25,46 @@ import hashlib
 import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import TypeAdapter
+import msgspec
 
 from netclaim.core.ipam.published import PublishedAddresses
 from netclaim.core.names import POLICY_RULES_KEY, POLICY_RULES_LABEL
 from netclaim.core.objects import Claim, Pod, as_object
 from netclaim.core.policy.rules import Direction, NetworkRules, PodFacts, PolicyObject, pod_rules
-from netclaim.core.policy.spec import LabelSelector
+from netclaim.core.policy.spec import MAX_LABELS, LabelSelector, Requirement, check_labels, terms_match
 
 GUARDS = "guards"
 MAX_LABEL_VALUE = 63
 MAX_OBJECT_BYTES = 256 * 1024  # a ConfigMap's rules, as JSON
 
 
+class GuardSelector(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A guard's pod selector as the guards ConfigMap holds it: the policy's LabelSelector under its Python
+    names, as every controller has written it (agents of the version before and after read it)."""
+
+    match_labels: Annotated[dict[str, str], msgspec.Meta(max_length=MAX_LABELS)] = msgspec.field(
+        default_factory=dict
+    )
+    match_expressions: Annotated[tuple[Requirement, ...], msgspec.Meta(max_length=MAX_LABELS)] = ()
+
+    def __post_init__(self) -> None:
+        check_labels("match_labels", self.match_labels)
+
+    @classmethod
+    def of(cls, selector: LabelSelector) -> GuardSelector:
+        return cls(selector.match_labels, selector.match_expressions)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return terms_match(self.match_labels, self.match_expressions, labels)
+
+
 @dataclass(frozen=True)
 class Guard:
     namespace: str
     policy: str
-    selector: LabelSelector | None  # None: the policy cannot be read, every pod of its namespace
+    selector: GuardSelector | None  # None: the policy cannot be read, every pod of its namespace
     networks: tuple[str, ...]
     ingress: bool
     egress: bool
@@ -53,10 +73,10 @@ class Guard:
         return namespace == self.namespace and (self.selector is None or self.selector.matches(labels))
 
 
-GUARDS_JSON = TypeAdapter(list[Guard])
+GUARDS_JSON = msgspec.json.Decoder(list[Guard])
 
 
-RULES_JSON = TypeAdapter(dict[str, dict[str, NetworkRules]])
+RULES_JSON = msgspec.json.Decoder(dict[str, dict[str, NetworkRules]])
 
 
 @dataclass(frozen=True)
@@ -102,7 +122,7 @@ def guards(policies: Iterable[PolicyObject]) -> list[Guard]:
         Guard(
             namespace=p.namespace,
             policy=p.name,
-            selector=p.spec.pod_selector if p.spec is not None else None,
+            selector=GuardSelector.of(p.spec.pod_selector) if p.spec is not None else None,
             networks=p.networks,
             ingress=p.spec is None or p.spec.isolates_ingress,
             egress=p.spec is None or p.spec.isolates_egress,
@@ -166,7 +186,7 @@ def listed(pod: PodFacts, rules: Mapping[str, object], policed: Collection[str])
 
 def guard_maps(policies: Iterable[PolicyObject]) -> dict[str, tuple[str, dict[str, str]]]:
     """The guards' ConfigMaps: every part, so a part no longer needed is one not named here."""
-    items = [(g, len(_dumped(g))) for g in GUARDS_JSON.dump_python(guards(policies))]
+    items = [(g, len(_dumped(g))) for g in msgspec.to_builtins(guards(policies))]
     return {
         config_name(GUARDS, part): (GUARDS, {POLICY_RULES_KEY: _dumped(entries)})
         for part, entries in enumerate(_packed(items) or [[]])
@@ -196,15 +216,12 @@ def node_maps(
             if piece is not None:
                 before = interfaces.get(network)
                 interfaces[network] = piece if before is None else _union(before, piece)
-        made[config_name(label, part)] = (label, {POLICY_RULES_KEY: _dumped(RULES_JSON.dump_python(held))})
+        made[config_name(label, part)] = (label, {POLICY_RULES_KEY: _dumped(msgspec.to_builtins(held))})
     return made
 
 
-RULES_ADAPTER = TypeAdapter(NetworkRules)
-
-
 def _size(rules: NetworkRules) -> int:
-    return len(_dumped(RULES_ADAPTER.dump_python(rules)))
+    return len(_dumped(msgspec.to_builtins(rules)))
 
 
 def _split(rules: NetworkRules) -> list[NetworkRules]:
@@ -250,7 +267,7 @@ def _dumped(data: Any) -> str:
 
 def read_guards(texts: Iterable[str]) -> list[Guard]:
     """The guards of every part."""
-    return [guard for text in texts for guard in GUARDS_JSON.validate_json(text)]
+    return [guard for text in texts for guard in GUARDS_JSON.decode(text)]
 
 
 def read_rules(texts: Iterable[str]) -> dict[str, dict[str, NetworkRules]]:
@@ -258,7 +275,7 @@ def read_rules(texts: Iterable[str]) -> dict[str, dict[str, NetworkRules]]:
     with the allows and the policies of all."""
     merged: dict[str, dict[str, NetworkRules]] = {}
     for text in texts:
-        for uid, interfaces in RULES_JSON.validate_json(text).items():
+        for uid, interfaces in RULES_JSON.decode(text).items():
             held = merged.setdefault(uid, {})
             for network, rules in interfaces.items():
                 before = held.get(network)

@@ -25,6 +25,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import msgspec
+
 from netclaim.core.policy.spec import (
     EgressRule,
     IngressRule,
@@ -326,7 +328,7 @@ class _Peers:
     def _key(self, peer: Peer) -> str:
         key = self._keys.get(id(peer))
         if key is None:
-            key = self._keys[id(peer)] = peer.model_dump_json()
+            key = self._keys[id(peer)] = msgspec.json.encode(peer).decode()
         return key
 
     def of_rule(self, peers: tuple[Peer, ...], namespace: str) -> list[PodFacts]:

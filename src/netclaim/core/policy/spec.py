@@ -31,19 +31,10 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictInt,
-    StrictStr,
-    ValidationError,
-    model_validator,
-)
+import msgspec
 
+from netclaim.core.config import strict
 from netclaim.core.names import DRIVER_DOMAIN, NETWORK_NAME
-from netclaim.errors import ConfigError, format_validation_error
 
 POLICY_FOR = "k8s.v1.cni.cncf.io/policy-for"
 NETWORK_PREFIX = f"{DRIVER_DOMAIN}/"
@@ -80,10 +71,6 @@ def _label_value(value: str) -> str:
     return value
 
 
-LabelKey = Annotated[StrictStr, AfterValidator(_label_key)]
-LabelValue = Annotated[StrictStr, AfterValidator(_label_value)]
-
-
 def network_of(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     """A CIDR as NetworkPolicy's ipBlock takes it, normalized: host bits cleared (10.1.2.3/16 is
     10.1.0.0/16, as every NetworkPolicy implementation reads it). Refused: no prefix length, a zone
@@ -101,45 +88,52 @@ def network_of(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     return network
 
 
-def _cidr(text: str) -> str:
-    return str(network_of(text))
-
-
-Cidr = Annotated[StrictStr, AfterValidator(_cidr)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-class Requirement(_Strict):
-    key: LabelKey
+class Requirement(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    key: str
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: tuple[LabelValue, ...] = Field(default=(), max_length=MAX_VALUES)
+    values: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_VALUES)] = ()
 
-    @model_validator(mode="after")
-    def _values_as_the_operator_needs(self) -> Requirement:
+    def __post_init__(self) -> None:
+        strict.named("key", _label_key, self.key)
+        for index, value in enumerate(self.values):
+            strict.named(f"values[{index}]", _label_value, value)
         if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"operator {self.operator} needs values")
+            raise ValueError(f"values: operator {self.operator} needs values")
         if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"operator {self.operator} takes no values")
-        return self
+            raise ValueError(f"values: operator {self.operator} takes no values")
 
 
-class LabelSelector(_Strict):
+def terms_match(
+    match_labels: Mapping[str, str], match_expressions: tuple[Requirement, ...], labels: Mapping[str, str]
+) -> bool:
+    """Whether `labels` meet every term of a label selector (none: they do)."""
+    return all(labels.get(k) == v for k, v in match_labels.items()) and all(
+        _holds(r, labels) for r in match_expressions
+    )
+
+
+def check_labels(field: str, labels: Mapping[str, str]) -> None:
+    """Each key and value as Kubernetes takes a label's (a ValueError naming `field` and the entry)."""
+    for key, value in labels.items():
+        strict.named(field, _label_key, key)
+        strict.named(f"{field}{strict.step(key)}", _label_value, value)
+
+
+class LabelSelector(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """metav1.LabelSelector: its terms ANDed; an empty one selects everything."""
 
-    match_labels: dict[LabelKey, LabelValue] = Field(
-        default_factory=dict, alias="matchLabels", max_length=MAX_LABELS
+    match_labels: Annotated[dict[str, str], msgspec.Meta(max_length=MAX_LABELS)] = msgspec.field(
+        default_factory=dict, name="matchLabels"
     )
-    match_expressions: tuple[Requirement, ...] = Field(
-        default=(), alias="matchExpressions", max_length=MAX_LABELS
+    match_expressions: Annotated[tuple[Requirement, ...], msgspec.Meta(max_length=MAX_LABELS)] = (
+        msgspec.field(default=(), name="matchExpressions")
     )
 
+    def __post_init__(self) -> None:
+        check_labels("matchLabels", self.match_labels)
+
     def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
-            _holds(r, labels) for r in self.match_expressions
-        )
+        return terms_match(self.match_labels, self.match_expressions, labels)
 
 
 _TERM = re.compile(
@@ -184,9 +178,9 @@ def parse_selector(text: str) -> LabelSelector:
             raise ValueError(f"selector {shown}: expected ',' before {text[at : at + 40]!r}")
         at += 1
     try:
-        return LabelSelector.model_validate({"matchLabels": labels, "matchExpressions": requirements})
-    except ValidationError as err:
-        raise ValueError(f"selector {shown}: {str(err.errors()[0]['msg'])[:200]}") from None
+        return strict.read(LabelSelector, {"matchLabels": labels, "matchExpressions": requirements})
+    except strict.Invalid as err:
+        raise ValueError(f"selector {shown}: {str(err)[:200]}") from None
 
 
 def _holds(requirement: Requirement, labels: Mapping[str, str]) -> bool:
@@ -199,71 +193,74 @@ def _holds(requirement: Requirement, labels: Mapping[str, str]) -> bool:
     return requirement.key not in labels
 
 
-class IPBlock(_Strict):
-    cidr: Cidr
-    except_: tuple[Cidr, ...] = Field(default=(), alias="except", max_length=MAX_EXCEPTS)
+class IPBlock(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    cidr: str
+    except_: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_EXCEPTS)] = msgspec.field(
+        default=(), name="except"
+    )
 
-    @model_validator(mode="after")
-    def _excepts_inside(self) -> IPBlock:
-        network = ipaddress.ip_network(self.cidr)
-        for text in self.except_:
-            inner = ipaddress.ip_network(text)
+    def __post_init__(self) -> None:
+        network = strict.named("cidr", network_of, self.cidr)
+        inners = [strict.named(f"except[{i}]", network_of, text) for i, text in enumerate(self.except_)]
+        msgspec.structs.force_setattr(self, "cidr", str(network))
+        msgspec.structs.force_setattr(self, "except_", tuple(str(inner) for inner in inners))
+        for index, inner in enumerate(inners):
             if inner.version != network.version or not inner.subnet_of(network):  # type: ignore[arg-type]
-                raise ValueError(f"except {text!r} is not inside cidr {self.cidr}")
-        return self
+                raise ValueError(f"except[{index}]: {str(inner)!r} is not inside cidr {network}")
 
 
-class Peer(_Strict):
-    pod_selector: LabelSelector | None = Field(default=None, alias="podSelector")
-    namespace_selector: LabelSelector | None = Field(default=None, alias="namespaceSelector")
-    ip_block: IPBlock | None = Field(default=None, alias="ipBlock")
+class Peer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    pod_selector: LabelSelector | None = msgspec.field(default=None, name="podSelector")
+    namespace_selector: LabelSelector | None = msgspec.field(default=None, name="namespaceSelector")
+    ip_block: IPBlock | None = msgspec.field(default=None, name="ipBlock")
 
-    @model_validator(mode="after")
-    def _one_kind(self) -> Peer:
-        if self.ip_block is not None and (self.pod_selector or self.namespace_selector):
-            raise ValueError("ipBlock cannot be combined with podSelector or namespaceSelector")
-        if self.ip_block is None and self.pod_selector is None and self.namespace_selector is None:
+    def __post_init__(self) -> None:
+        selectors = (self.pod_selector, self.namespace_selector)
+        if self.ip_block is not None and selectors != (None, None):
+            raise ValueError("ipBlock: cannot be combined with podSelector or namespaceSelector")
+        if self.ip_block is None and selectors == (None, None):
             raise ValueError("a peer needs podSelector, namespaceSelector or ipBlock")
-        return self
 
 
-class Port(_Strict):
+class Port(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
-    port: StrictInt | StrictStr | None = None
-    end_port: StrictInt | None = Field(default=None, alias="endPort")
+    port: int | str | None = None
+    end_port: int | None = msgspec.field(default=None, name="endPort")
 
-    @model_validator(mode="after")
-    def _a_port_or_range(self) -> Port:
+    def __post_init__(self) -> None:
         if isinstance(self.port, int) and not 1 <= self.port <= 65535:
-            raise ValueError(f"port {self.port} is not 1-65535")
+            raise ValueError(f"port: {self.port} is not 1-65535")
         if isinstance(self.port, str) and (len(self.port) > 15 or not PORT_NAME.fullmatch(self.port)):
             raise ValueError(
-                f"port {self.port!r} is neither a number nor a container port's name (1-15 of a-z 0-9 -, "
+                f"port: {self.port!r} is neither a number nor a container port's name (1-15 of a-z 0-9 -, "
                 "with a letter)"
             )
         if self.end_port is not None:
             if not isinstance(self.port, int):
-                raise ValueError("endPort needs a numeric port")
+                raise ValueError("endPort: needs a numeric port")
             if not self.port <= self.end_port <= 65535:
-                raise ValueError(f"endPort {self.end_port} is not between port {self.port} and 65535")
-        return self
+                raise ValueError(f"endPort: {self.end_port} is not between port {self.port} and 65535")
 
 
-class IngressRule(_Strict):
-    ports: tuple[Port, ...] = Field(default=(), max_length=MAX_PORTS)
-    peers: tuple[Peer, ...] = Field(default=(), alias="from", max_length=MAX_PEERS)
+class IngressRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    ports: Annotated[tuple[Port, ...], msgspec.Meta(max_length=MAX_PORTS)] = ()
+    peers: Annotated[tuple[Peer, ...], msgspec.Meta(max_length=MAX_PEERS)] = msgspec.field(
+        default=(), name="from"
+    )
 
 
-class EgressRule(_Strict):
-    ports: tuple[Port, ...] = Field(default=(), max_length=MAX_PORTS)
-    peers: tuple[Peer, ...] = Field(default=(), alias="to", max_length=MAX_PEERS)
+class EgressRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    ports: Annotated[tuple[Port, ...], msgspec.Meta(max_length=MAX_PORTS)] = ()
+    peers: Annotated[tuple[Peer, ...], msgspec.Meta(max_length=MAX_PEERS)] = msgspec.field(
+        default=(), name="to"
+    )
 
 
-class PolicySpec(_Strict):
-    pod_selector: LabelSelector = Field(alias="podSelector")
-    policy_types: tuple[Literal["Ingress", "Egress"], ...] = Field(default=(), alias="policyTypes")
-    ingress: tuple[IngressRule, ...] = Field(default=(), max_length=MAX_RULES)
-    egress: tuple[EgressRule, ...] = Field(default=(), max_length=MAX_RULES)
+class PolicySpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    pod_selector: LabelSelector = msgspec.field(name="podSelector")
+    policy_types: tuple[Literal["Ingress", "Egress"], ...] = msgspec.field(default=(), name="policyTypes")
+    ingress: Annotated[tuple[IngressRule, ...], msgspec.Meta(max_length=MAX_RULES)] = ()
+    egress: Annotated[tuple[EgressRule, ...], msgspec.Meta(max_length=MAX_RULES)] = ()
 
     @property
     def isolates_ingress(self) -> bool:
@@ -291,8 +288,5 @@ def malformed_networks(networks: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def read_policy_spec(spec: Any, where: str) -> PolicySpec:
-    """The spec, or a ConfigError naming each field that cannot be read (`where` names the policy)."""
-    try:
-        return PolicySpec.model_validate(spec)
-    except ValidationError as err:
-        raise ConfigError(format_validation_error(where, err, "spec")) from None
+    """The spec, or a ConfigError naming the field that cannot be read (`where` names the policy)."""
+    return strict.decode(PolicySpec, spec, where, "spec")
