@@ -626,3 +626,15 @@ async def test_a_pass_the_api_fails_leaves_the_next_to_compile_compare_and_tell_
     down[0] = False
     await reconciler.once()
     assert list(api.maps) == ["netclaim-policy-guards"]
+
+
+def test_a_spec_nested_thousands_deep_is_a_config_error_not_a_crash() -> None:
+    deep: list[object] = []
+    innermost = deep
+    for _ in range(100_000):
+        innermost.append([])
+        innermost = innermost[0]  # type: ignore[assignment]
+    with pytest.raises(
+        ConfigError, match=r"MultiNetworkPolicy a/b: spec\.x\[0\]\[0\].*: nested deeper than 32 levels"
+    ):
+        read_policy_spec({"podSelector": {}, "x": deep}, "MultiNetworkPolicy a/b")

@@ -109,3 +109,15 @@ def test_a_key_is_looked_for_in_a_bounded_map_only() -> None:
 def test_a_key_is_looked_for_in_a_small_object_only() -> None:
     big = {"name": "a", "since": "x" * strict.MAX_SEARCHED_BYTES, "ports": {"b": {"c": {"number": -1}}}}
     assert _error(big).startswith("Service s: ports[...][...].number: -1 is not")
+
+
+def test_a_value_nested_past_the_limit_is_refused_without_recursion() -> None:
+    """A tenant's value may be nested thousands deep: the JSON encoder and msgspec would recurse."""
+    deep: list[object] = []
+    innermost = deep
+    for _ in range(100_000):
+        innermost.append([])
+        innermost = innermost[0]  # type: ignore[assignment]
+    said = _error({"name": "a", "listed": deep})
+    assert said.startswith("Service s: listed[0][0][0]"), said
+    assert said.endswith(f"…: nested deeper than {strict.MAX_DEPTH} levels"), said  # the path cut at 80

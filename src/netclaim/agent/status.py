@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from netclaim.agent.store import Attachment, State, Store
-from netclaim.core.config.cniconfig import MAX_DEPTH, too_deep
+from netclaim.core.config.strict import MAX_DEPTH, too_deep
 from netclaim.core.kubeapi import ClaimsApi, PodAnnotationsApi
 from netclaim.core.names import NETWORK
 from netclaim.core.objects import Claim, Pod, condition, read_json

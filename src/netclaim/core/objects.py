@@ -22,7 +22,7 @@ from typing import Any
 
 import ijson.backends.python  # type: ignore[import-untyped]  # no type information shipped
 
-from netclaim.core.config.cniconfig import MAX_DEPTH, too_deep
+from netclaim.core.config.strict import MAX_DEPTH, too_deep
 from netclaim.core.names import DRIVER_DOMAIN, NETWORK, POD_CLAIM_NAME, is_dns_label
 
 CONDITION_MESSAGE_BYTES = 32768  # metav1.Condition.message

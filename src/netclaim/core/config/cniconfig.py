@@ -37,7 +37,6 @@ from netclaim.errors import ConfigError
 KINDS = ("CNIConfig", "AddressConfig")
 MAX_PARAMETERS_BYTES = 10 * 1024
 MAX_PLUGINS = 16
-MAX_DEPTH = 32  # objects and lists inside each other; a CNI config needs 6
 MAX_DEVICES_PER_REQUEST = 16
 CNI_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 LIFECYCLE_VERSION = (1, 1, 0)  # the spec version that brings STATUS and GC
@@ -265,31 +264,13 @@ class EffectiveConfig:
     devices_per_request: int = 1
 
 
-def too_deep(value: object, limit: int = MAX_DEPTH) -> str | None:
-    """The path of the first object or list nested deeper than `limit` in `value` (found without
-    recursion: a tenant's value may be nested thousands deep); None when nothing is."""
-    pending: list[tuple[object, int, str]] = [(value, 1, "")]
-    while pending:
-        item, depth, path = pending.pop()
-        if isinstance(item, dict):
-            children = [(child, f"{path}.{key}" if path else str(key)) for key, child in item.items()]
-        elif isinstance(item, list):
-            children = [(child, f"{path}[{index}]") for index, child in enumerate(item)]
-        else:
-            continue
-        if depth > limit:
-            return path if len(path) <= 80 else f"{path[:80]}…"
-        pending.extend((child, depth + 1, where) for child, where in reversed(children))
-    return None
-
-
 def decode(parameters: object, location: str) -> CNIConfig | AddressConfig:
     """Strictly decode one opaque `parameters` object; the error names `location` and the field."""
     if not isinstance(parameters, dict):
         raise ConfigError(f"{location}: parameters must be an object with apiVersion: {API_VERSION}")
-    deep = too_deep(parameters)
+    deep = strict.too_deep(parameters)
     if deep is not None:
-        raise ConfigError(f"{location}.{deep}: nested deeper than {MAX_DEPTH} levels")
+        raise ConfigError(f"{location}.{deep}: nested deeper than {strict.MAX_DEPTH} levels")
     if parameters.get("apiVersion") != API_VERSION:
         raise ConfigError(f"{location}.apiVersion: {parameters.get('apiVersion')!r} is not {API_VERSION!r}")
     nulls = sorted(str(key) for key, value in parameters.items() if value is None)

@@ -29,6 +29,7 @@ from netclaim.errors import ConfigError
 S = TypeVar("S")
 T = TypeVar("T")
 
+MAX_DEPTH = 32  # objects and lists inside each other; a CNI config needs 6, a MultiNetworkPolicy 9
 MAX_SEARCHED_BYTES = 64 * 1024  # the object as JSON: each try decodes it again
 MAX_SEARCHED_ENTRIES = 64
 
@@ -62,18 +63,37 @@ def decode(model: type[S], raw: object, source: str, prefix: str = "") -> S:
 
 def read(model: type[S], raw: object) -> S:
     """`raw` (plain data as YAML or JSON gave it) as `model`, read as JSON would carry it: values JSON has
-    no type for (a YAML date) are text, a path is text. Invalid otherwise."""
+    no type for (a YAML date) are text, a path is text. Invalid otherwise, and for a value nested deeper
+    than MAX_DEPTH (looked for without recursion: the JSON encoder and msgspec recurse)."""
+    deep = too_deep(raw)
+    if deep is not None:
+        raise Invalid(deep, f"nested deeper than {MAX_DEPTH} levels")
     try:
         text = json.dumps(raw, default=str, allow_nan=False)
-    except ValueError as err:  # a NaN or infinity (YAML's .nan, .inf), or an object that holds itself
-        found = _not_finite(raw, "", 0)
-        if found is None:
-            raise Invalid("", f"not JSON data: {err}") from None
-        raise Invalid(found, "not a finite number (JSON has no NaN or infinity)") from None
+    except ValueError:  # a NaN or infinity (YAML's .nan, .inf)
+        raise Invalid(_not_finite(raw, ""), "not a finite number (JSON has no NaN or infinity)") from None
     try:
         return _decoded(model, text)
     except msgspec.ValidationError as err:
         raise _invalid(model, raw, str(err), searched=len(text) <= MAX_SEARCHED_BYTES) from None
+
+
+def too_deep(value: object, limit: int = MAX_DEPTH) -> str | None:
+    """The path of the first object or list nested deeper than `limit` in `value` (found without
+    recursion: a tenant's value may be nested thousands deep); None when nothing is."""
+    pending: list[tuple[object, int, str]] = [(value, 1, "")]
+    while pending:
+        item, depth, path = pending.pop()
+        if isinstance(item, dict):
+            children = [(child, f"{path}.{key}" if path else str(key)) for key, child in item.items()]
+        elif isinstance(item, list):
+            children = [(child, f"{path}[{index}]") for index, child in enumerate(item)]
+        else:
+            continue
+        if depth > limit:
+            return path if len(path) <= 80 else f"{path[:80]}…"
+        pending.extend((child, depth + 1, where) for child, where in reversed(children))
+    return None
 
 
 def under(prefix: str, path: str) -> str:
@@ -107,20 +127,18 @@ def _path(kind: type, value: object) -> object:
     raise TypeError(f"Expected a path, got {json.dumps(value)}")
 
 
-def _not_finite(value: object, path: str, depth: int) -> str | None:
-    """The path of the first NaN or infinity in `value`, None when there is none."""
+def _not_finite(value: object, path: str) -> str:
+    """The path of the first NaN or infinity in `value` (no deeper than MAX_DEPTH: too_deep said so)."""
     if isinstance(value, float) and not math.isfinite(value):
         return path.removeprefix(".")
-    if depth > 64:  # deeper than any type here holds: an object that holds itself
-        return None
     entries = (
         value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     )
     for key, inner in entries:
-        found = _not_finite(inner, f"{path}{f'[{key}]' if isinstance(value, list) else step(key)}", depth + 1)
-        if found is not None:
+        found = _not_finite(inner, f"{path}{f'[{key}]' if isinstance(value, list) else step(key)}")
+        if found:
             return found
-    return None
+    return ""
 
 
 def _invalid(model: type[S], raw: object, said: str, *, searched: bool) -> Invalid:
