@@ -210,6 +210,9 @@ def sample_result() -> dict[str, Any]:
             "pod_ready_s": {arm: measure.distribution(v) for arm, v in pod_ready.items()},
             "claim_ready_s": _distribution(6),
             "hook_ext_ms": _distribution(14),
+            "hook_empty_ext_ms": _distribution(3),
+            "hook_agent_log": {k: _distribution(v) for k, v in HOOK_PARTS_SAMPLE},
+            "cni_add_agent_log": _distribution(9),
             "raw_add_beside_ms": {"dra": _distribution(11), "netclaim": _distribution(13)},
             "ratios": {
                 f"p{q}_vs_{base}": measure.ratio(pod_ready["netclaim"], pod_ready[base], q)
@@ -241,6 +244,7 @@ def sample_result() -> dict[str, Any]:
         "memory": {
             "steps_mib": [["asyncio", 11.0], ["netclaim.agent.main", 11.0]],
             "python_mib": 9.0,
+            "libraries_mib": 47.0,
             "after_imports_mib": 68.0,
         },
         "profile": {
@@ -265,6 +269,7 @@ def test_the_bench_line_has_the_issues_keys_in_its_order() -> None:
         "attach4_ratio",
         "hook_burst_p50_ms",
         "raw_burst_p50_ms",
+        "hook_burst_empty_p50_ms",
         "agent_rss_active_mib",
         "agent_pss_idle_mib",
         "attach_ext_ratio",
@@ -276,12 +281,15 @@ def test_the_bench_line_has_the_issues_keys_in_its_order() -> None:
         "api_requests_per_pod",
         "agent_mem_active_mib",
         "agent_rss_idle_mib",
+        "agent_import_floor_mib",
     ]
     values = report.bench_values(line)
     assert values["attach_overhead_ms"] == pytest.approx(12 - 1 - 9)  # hook, less the claimless hook and exec
     assert values["attach4_ratio"] == pytest.approx((50 - 1) / 36, abs=0.01)
     assert values["hook_burst_p50_ms"] == 14
     assert values["raw_burst_p50_ms"] == 11
+    assert values["hook_burst_empty_p50_ms"] == 3
+    assert values["agent_import_floor_mib"] == 47.0
     assert values["attach_ext_ratio"] == pytest.approx(12 / 9, abs=0.01)
     assert values["podstart_p50_vs_dra"] == pytest.approx(5.4 / 4.5, abs=0.01)
     assert values["podstart_pool_p50_vs_dra"] == pytest.approx(5.9 / 4.5, abs=0.01)

@@ -39,6 +39,11 @@ TARGETS: list[tuple[str, str, float | None]] = [
         "its floor: the raw plugin's ADD alone during a burst of example-driver pods, p50 (ms)",
         None,
     ),
+    (
+        "hook_burst_empty_p50_ms",
+        "the same hook for the bursts' pods without a claim (nothing to do), p50 (ms)",
+        None,
+    ),
     ("agent_rss_active_mib", "agent RSS after the 110-pod fill (MiB)", 55),
     ("agent_pss_idle_mib", "agent idle PSS (MiB): its own share of shared pages", None),
     ("attach_ext_ratio", "netclaim's NRI hook from outside ÷ raw plugin exec, one NIC, p50", 1.10),
@@ -54,6 +59,11 @@ TARGETS: list[tuple[str, str, float | None]] = [
     ("api_requests_per_pod", "agent API requests per pod start, one NIC, p50", 3),
     ("agent_mem_active_mib", "agent container anonymous memory after the 110-pod fill (MiB)", 60),
     ("agent_rss_idle_mib", "agent idle RSS (MiB)", 45),
+    (
+        "agent_import_floor_mib",
+        "its floor: the interpreter with every library the agent imports, no netclaim module (MiB)",
+        None,
+    ),
 ]
 BURST_ARM_NAMES = {
     "none": "no claim",
@@ -100,6 +110,30 @@ HOOK_PARTS = {  # the parts of the hook's log line (netclaim.agent.pods.hooks), 
     "policy_ms": "network policy",
     "metadata_ms": "device metadata files",
 }
+
+
+def _burst_hook_table(burst: dict[str, Any]) -> list[str]:
+    """The netclaim arm's hook in the bursts from outside, what a pod with nothing to do costs there, and
+    the same hook as the agent timed it, part by part: outside less inside is the time the call spent
+    reaching the hook's code and its answer reaching containerd (the NRI round trip, the agent's event
+    loop)."""
+    inside = burst["hook_agent_log"]
+    return [
+        "The hook in the bursts, from outside and inside the agent:",
+        "",
+        *QUANTILE_HEAD,
+        _row("netclaim's hook, NIC arm (stopwatch)", burst["hook_ext_ms"], "ms"),
+        _row("netclaim's hook, no-claim arm: nothing to do (stopwatch)", burst["hook_empty_ext_ms"], "ms"),
+        _row("hook inside the agent, NIC arm (agent's log)", inside["ms"], "ms"),
+        *(_row(f"… {part} (agent's log)", inside[key], "ms") for key, part in HOOK_PARTS.items()),
+        _row("… CNI ADD exec inside that attach (agent's log)", burst["cni_add_agent_log"], "ms"),
+        _row(
+            "raw plugin ADD beside a burst of example-driver pods (floor)",
+            burst["raw_add_beside_ms"]["dra"],
+            "ms",
+        ),
+        "",
+    ]
 
 
 def _row(name: str, d: dict[str, Any], unit: str, scale: float = 1.0, digits: int = 1) -> str:
@@ -339,6 +373,7 @@ def markdown(result: dict[str, Any], baseline: dict[str, Any] | None = None) -> 
         f"ms, n = {beside['netclaim']['n']}. The node-1 "
         f"agent's peak RSS during the bursts: {burst['peak_rss_mib']:.1f} MiB.",
         "",
+        *_burst_hook_table(burst),
         "![pod start](benchmarks/podstart.svg)",
         "",
         *_neighbour_section(result["neighbour"], sizes),
@@ -595,8 +630,10 @@ def _missed(result: dict[str, Any], values: dict[str, float | None]) -> list[str
         ),
         "api_requests_per_pod": "By kind, in the API requests table above.",
         "agent_mem_active_mib": (
-            f"The interpreter and the libraries the agent imports hold {memory['after_imports_mib']} MiB "
-            "of RSS before the agent does anything (the imports table below)."
+            f"The interpreter with the libraries the agent imports holds {memory['libraries_mib']} MiB of "
+            f"RSS before a module of netclaim's own is imported; netclaim's modules add "
+            f"{memory['after_imports_mib'] - memory['libraries_mib']:.1f} MiB, and the agent's running "
+            "state the rest (the imports table below)."
         ),
     }
     said["podstart_p99_vs_dra"] = said["podstart_p50_vs_dra"]

@@ -287,6 +287,9 @@ def _clear_pods(kube: Client, timeout: float = 300) -> None:
     wait_for(lambda: not list(kube.list(Pod, namespace=NAMESPACE)), timeout, "the bench pods gone")
 
 
+HOOK_PART_KEYS = ("lock_ms", "attach_ms", "policy_ms", "metadata_ms")  # the agent's "pod sandbox hooked"
+
+
 def _agent_log_entries(
     handle: ClusterHandle, node: str, offset: int, message: str, claim_prefix: str = ""
 ) -> list[dict[str, Any]]:
@@ -477,7 +480,7 @@ def serial(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: Pat
             key: measure.distribution(
                 _agent_log_values(handle, NODE, log_offset, "pod sandbox hooked", key, "serial-one-")
             )
-            for key in ("ms", "lock_ms", "attach_ms", "policy_ms", "metadata_ms")
+            for key in ("ms", *HOOK_PART_KEYS)
         },
         "cni_add_agent_log": measure.distribution(
             _agent_log_values(handle, NODE, log_offset, "attached", "cni_ms", "serial-one-")
@@ -632,6 +635,7 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list
         pool_template("pooled"),
     )
     rounds: dict[str, list[BurstRound]] = {arm: [] for arm in BURST_ARMS}
+    log_offsets = {node: len(agents.agent_log(handle, node)) for node in NODES}
     for round_number in range(sizes.burst_rounds):
         for arm in BURST_ARMS:
             label = f"{arm}{round_number}"
@@ -645,14 +649,29 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list
         for arm in ("dra", "netclaim")
     }
     ready = {arm: [s for r in runs for s in r.pod_ready] for arm, runs in rounds.items()}
-    hooks: dict[str, float] = {}
+    hooks: dict[str, dict[str, float]] = {"netclaim": {}, "none": {}}
     for path in stopwatch_out:
-        hooks |= stopwatch.hook_seconds(path, {u for r in rounds["netclaim"] for u in r.uids})
+        for arm, timed in hooks.items():
+            timed |= stopwatch.hook_seconds(path, {u for r in rounds[arm] for u in r.uids})
+
+    def inside(message: str, key: str) -> dict[str, Any]:
+        """`key` of the agent's `message` lines about the netclaim arm's timed pods, both nodes."""
+        return measure.distribution(
+            value
+            for node in NODES
+            for value in _agent_log_values(handle, node, log_offsets[node], message, key, "burst-netclaim")
+        )
+
     first = rounds["netclaim"][0].agent.samples
     return {
         "pod_ready_s": {arm: measure.distribution(v) for arm, v in ready.items()},
         "claim_ready_s": measure.distribution(s for r in rounds["netclaim"] for s in r.claim_ready),
-        "hook_ext_ms": measure.distribution(v * 1000 for v in hooks.values()),
+        "hook_ext_ms": measure.distribution(v * 1000 for v in hooks["netclaim"].values()),
+        # the same hook for the pods it has nothing to do for (no claim): the NRI round trip in a burst
+        "hook_empty_ext_ms": measure.distribution(v * 1000 for v in hooks["none"].values()),
+        # the netclaim arm's hook as the agent timed it, and its parts (the agent's log)
+        "hook_agent_log": {key: inside("pod sandbox hooked", key) for key in ("ms", *HOOK_PART_KEYS)},
+        "cni_add_agent_log": inside("attached", "cni_ms"),
         "raw_add_beside_ms": {arm: measure.distribution(v) for arm, v in raw_beside.items()},
         "ratios": {
             f"p{q}_vs_{base}": measure.ratio(ready["netclaim"], ready[base], q)
@@ -808,12 +827,37 @@ def rss():
             return int(line.split()[1]) / 1024
 steps = [["python", rss()]]
 for name in sys.argv[1:]:
-    __import__(name)
+    if name == LIBRARIES:  # every other module the agent's own modules import, but theirs
+        import subprocess
+        listed = subprocess.run(
+            [sys.executable, "-c", LIST_MODULES], check=True, capture_output=True, text=True
+        ).stdout.split()
+        for module in listed:
+            if module not in sys.modules:
+                __import__(module)
+    else:
+        __import__(name)
     steps.append([name, rss()])
 print(json.dumps(steps))
 """
-# the agent's libraries in the order its own modules first import them, then the agent itself
-AGENT_IMPORTS = ["asyncio", "msgspec", "httpx2", "lightkube", "grpclib", "prometheus_client", "pyroute2"]
+LIBRARIES = "every other library of the agent"
+# the modules `import netclaim.agent.main` loads that are not netclaim's, in the order they were loaded
+LIST_MODULES = (
+    "import sys; import netclaim.agent.main; "
+    "print(' '.join(m for m in sys.modules if not m.startswith(('netclaim', '__'))))"
+)
+# the agent's libraries in the order its own modules first import them, then the rest (the standard
+# library's and the libraries' own), then the agent itself
+AGENT_IMPORTS = [
+    "asyncio",
+    "msgspec",
+    "httpx2",
+    "lightkube",
+    "grpclib",
+    "prometheus_client",
+    "pyroute2",
+    LIBRARIES,
+]
 
 
 def memory(handle: ClusterHandle) -> dict[str, Any]:
@@ -824,7 +868,8 @@ def memory(handle: ClusterHandle) -> dict[str, Any]:
     if found is None:
         raise SystemExit(f"bench: no running agent container on {NODE}")
     node = handle.node(NODE)  # crictl exec streams through the node's own address
-    command = [*node.enter(), *node.crictl(), "exec", found[0], "python3", "-c", IMPORT_COSTS]
+    script = f"LIBRARIES = {LIBRARIES!r}\nLIST_MODULES = {LIST_MODULES!r}\n{IMPORT_COSTS}"
+    command = [*node.enter(), *node.crictl(), "exec", found[0], "python3", "-c", script]
     command += [*AGENT_IMPORTS, "netclaim.agent.main"]
     steps = json.loads(processes.run(command, timeout=120))
     return {
@@ -832,6 +877,8 @@ def memory(handle: ClusterHandle) -> dict[str, Any]:
             [name, round(mib - previous, 1)] for (_, previous), (name, mib) in itertools.pairwise(steps)
         ],
         "python_mib": round(steps[0][1], 1),
+        # the interpreter with every library the agent imports, before a module of its own is
+        "libraries_mib": round(dict(steps)[LIBRARIES], 1),
         "after_imports_mib": round(steps[-1][1], 1),
     }
 
@@ -977,6 +1024,8 @@ def bench_line(result: dict[str, Any]) -> str:
         "hook_burst_p50_ms": _figure(burst_["hook_ext_ms"]["p50"], ".0f"),
         # its floor: the raw plugin's ADD alone, during a burst of example-driver pods of the same size
         "raw_burst_p50_ms": _figure(burst_["raw_add_beside_ms"]["dra"]["p50"], ".0f"),
+        # and the NRI round trip there: the hook of the bursts' pods it has nothing to do for
+        "hook_burst_empty_p50_ms": _figure(burst_["hook_empty_ext_ms"]["p50"], ".0f"),
         "agent_rss_active_mib": _figure(result["fullnode"]["agent_filled_mib"]["rss"], ".1f"),
         "agent_pss_idle_mib": _figure(idle["container_mib"]["pss"], ".1f"),
         "attach_ext_ratio": _figure(hook / raw, ".2f"),
@@ -988,6 +1037,7 @@ def bench_line(result: dict[str, Any]) -> str:
         "api_requests_per_pod": _figure(serial_["api_requests_one_nic"]["start"]["p50"], ".0f"),
         "agent_mem_active_mib": _figure(result["fullnode"]["agent_filled_mib"]["anon"], ".1f"),
         "agent_rss_idle_mib": _figure(idle["rss_mib"], ".1f"),
+        "agent_import_floor_mib": _figure(result["memory"]["libraries_mib"], ".1f"),
     }
     return "BENCH " + " ".join(f"{k}={v}" for k, v in fields.items())
 
