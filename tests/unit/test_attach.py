@@ -259,6 +259,7 @@ async def test_an_exclusive_nic_is_restored_to_its_published_mtu_and_mac(
         rig.netlink.interfaces[(None, "enp7s0")] = on_node
     await rig.attacher.detach(attached, _later())
     assert rig.netlink.links_set == restored
+    assert rig.netlink.addresses_given[-1] == ()  # its MTU, MAC and flags: not the node's address dump
     if restored:
         back = rig.netlink.interfaces[(None, "enp7s0")]
         assert (back.mtu, back.promisc, back.allmulti) == (9000, False, False)

@@ -3,7 +3,9 @@ mounts it, the sandbox hook adds the interfaces, unprepare removes both."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -144,11 +146,11 @@ async def test_the_attach_writes_the_next_generation_without_reading_the_file_ba
         (2, "fabric")
     }
     restarted = DeviceMetadataFiles(rig.metadata.root.parent, rig.metadata.spec_dir, rig.metadata.driver)
-    restarted.attached(rig.store.for_claim(CLAIM.uid))
+    await restarted.attached(rig.store.for_claim(CLAIM.uid))
     assert {(o["metadata"]["generation"], o["podClaimName"]) for o in _stream(_host_file(rig))} == {
         (3, "fabric")
     }
-    restarted.remove(CLAIM.namespace, CLAIM.name, CLAIM.uid)
+    await restarted.remove(CLAIM.namespace, CLAIM.name, CLAIM.uid)
     assert not _host_file(rig).exists() and not restarted._written
 
 
@@ -246,7 +248,7 @@ async def test_a_late_unprepare_of_an_earlier_claim_leaves_the_newer_claims_file
     """The old claim's unprepare comes after a new claim of the same name was prepared (kubelet after a
     restart, or reclaim): the new pod's containers mount the new file on each restart."""
     await _prepare(rig)
-    rig.metadata.remove(CLAIM.namespace, CLAIM.name, "uid-of-the-earlier-claim")
+    await rig.metadata.remove(CLAIM.namespace, CLAIM.name, "uid-of-the-earlier-claim")
     assert _stream(_host_file(rig))[0]["metadata"]["uid"] == CLAIM.uid
     assert _spec(rig)["devices"][0]["name"] == f"{CLAIM.uid}_net"  # its spec is its UID's: untouched
 
@@ -281,14 +283,14 @@ CNI_RESULT = {
 }
 
 
-def test_an_interface_carries_its_network_gateways_and_routes_beside_the_standard_network_data(
+async def test_an_interface_carries_its_network_gateways_and_routes_beside_the_standard_network_data(
     rig: ConfigureRig,
 ) -> None:
     """networkData is the KEP's (name, addresses, MAC); the rest a container needs of its interface is in
     the NIC's attributes: the network's names, then, once the ADD ran, the result's gateways and routes."""
     nic = sample_device("ipn0")
     row = sample_row(replace(nic, attributes={**nic.attributes, NETWORK: "lan3"}))
-    rig.metadata.prepared([row], "")
+    await rig.metadata.prepared([row], "")
     before = _attributes(rig)
     assert before["netclaim.dev/cniNetwork"] == {"string": "lan"}  # the CNI config's name
     assert before[NETWORK] == {"string": "lan3"}  # the admin's, as published
@@ -297,7 +299,7 @@ def test_an_interface_carries_its_network_gateways_and_routes_beside_the_standar
     interface = Interface(
         name="net1", mac="02:00:0a:5a:00:0a", mtu=1500, addresses=("10.90.0.10/24", "fd00:90::a/64")
     )
-    rig.metadata.attached(
+    await rig.metadata.attached(
         [row.with_state(State.ATTACHED, outcome=Outcome(cni_result=CNI_RESULT, interface=interface))]
     )
     [device] = _stream(_host_file(rig))[0]["requests"][0]["devices"]
@@ -314,7 +316,7 @@ def test_an_interface_carries_its_network_gateways_and_routes_beside_the_standar
     assert device["attributes"][NETWORK] == {"string": "lan3"}
 
 
-def test_a_nic_with_too_many_attributes_keeps_the_interfaces_and_the_standard_ones(
+async def test_a_nic_with_too_many_attributes_keeps_the_interfaces_and_the_standard_ones(
     rig: ConfigureRig,
 ) -> None:
     nic = sample_device()
@@ -323,9 +325,42 @@ def test_a_nic_with_too_many_attributes_keeps_the_interfaces_and_the_standard_on
         "resource.kubernetes.io/pcieRoot": "pci0000:5d",
         "resource.kubernetes.io/numaNode": 0,
     }
-    rig.metadata.prepared([sample_row(replace(nic, attributes={**many, **standard}))], "")
+    await rig.metadata.prepared([sample_row(replace(nic, attributes={**many, **standard}))], "")
     attributes = _attributes(rig)
     assert len(attributes) == MAX_ATTRIBUTES
     assert "netclaim.dev/cniNetwork" in attributes
     assert attributes["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:5d"}
     assert attributes["resource.kubernetes.io/numaNode"] == {"int": 0}
+
+
+async def test_the_files_are_written_on_their_own_thread_in_the_order_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims prepared, attached and removed at once: every file is written by one thread that is not the
+    event loop's, and the node's spec ends with exactly the devices of the claims still prepared (each
+    spec write saw the ones before it)."""
+    import netclaim.agent.claims.metadata as metadata_module
+
+    writers: set[str] = set()
+    real_write = metadata_module._write
+
+    def write(path: Path, text: str) -> None:
+        writers.add(threading.current_thread().name)
+        real_write(path, text)
+
+    monkeypatch.setattr(metadata_module, "_write", write)
+    files = DeviceMetadataFiles(tmp_path / "plugin", tmp_path / "cdi", "netclaim.dev")
+    rows = [sample_row(claim_uid=f"uid-{i}", claim_name=f"claim-{i}", pod_uid=f"pod-{i}") for i in range(12)]
+    answers = await asyncio.gather(*(files.prepared([row], "") for row in rows))
+    assert answers == [{"net": f"netclaim.dev/metadata=uid-{i}_net"} for i in range(12)]
+    attached = [row.with_state(State.ATTACHED) for row in rows]
+    await asyncio.gather(
+        *(files.attached([row]) for row in attached[:6]),
+        *(files.remove(row.claim_namespace, row.claim_name, row.claim_uid) for row in rows[6:]),
+    )
+    spec = json.loads((tmp_path / "cdi" / "netclaim.dev_metadata.json").read_text())
+    assert [d["name"] for d in spec["devices"]] == [f"uid-{i}_net" for i in range(6)]
+    assert len(writers) == 1 and threading.current_thread().name not in writers
+    assert {p.parent.parent.name for p in (tmp_path / "plugin").glob("*/*/*/metadata.json")} == {
+        f"team-a_claim-{i}" for i in range(6)
+    }

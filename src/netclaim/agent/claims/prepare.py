@@ -59,7 +59,7 @@ class Preparer:
         existing = self.store.for_claim(uid)
         if existing:  # kubelet asks again after a restart, a lost answer or a call it cancelled
             log.info("prepare repeated", extra={"claim": f"{namespace}/{name}"})
-            return self._answer(ClaimRef(namespace, name, uid), existing, None)
+            return await self._answer(ClaimRef(namespace, name, uid), existing, None)
         started = time.monotonic()
         claim = await self.gather.claim(namespace, name, uid)
         needs = claim_needs(claim, self.node.driver)
@@ -76,7 +76,7 @@ class Preparer:
         await self.store.put(*rows)  # rows the disk was slow to take still land: their addresses stay theirs
         if self.guard is not None:  # while containerd makes the sandbox; the attach waits for it if need be
             self.guard.bind_soon(rows)
-        answer = self._answer(ClaimRef(namespace, name, uid), rows, claim.pod_claim_name)
+        answer = await self._answer(ClaimRef(namespace, name, uid), rows, claim.pod_claim_name)
         faults.point("after-prepare")
         self.status.prepared(claim)
         for lowered in (p for p in planned if p.lowered_from is not None):
@@ -89,7 +89,7 @@ class Preparer:
         log.info("prepared", extra={"claim": f"{namespace}/{name}", "devices": devices, "ms": elapsed_ms})
         return answer
 
-    def _answer(
+    async def _answer(
         self, claim: ClaimRef, rows: list[Attachment], pod_claim_name: str | None
     ) -> list[PreparedDevice]:
         """The claim's devices for kubelet, its NICs carrying the claim's CDI device: its containers start
@@ -103,7 +103,7 @@ class Preparer:
             for r in rows
             for a in r.plan.pool_addresses
         ]
-        unmounted = self.metadata.prepared(rows, pod_claim_name) if self.metadata else {}
+        unmounted = await self.metadata.prepared(rows, pod_claim_name) if self.metadata else {}
         answer = []
         for device in nics + pools:
             mount = unmounted.pop(base_request(device.request), None)

@@ -57,7 +57,7 @@ class Unpreparer:
                 problems.append(f"its CDI spec could not be removed: {err}")
         if self.metadata is not None:
             try:
-                self.metadata.remove(namespace, name, uid)
+                await self.metadata.remove(namespace, name, uid)
             except OSError as err:
                 problems.append(f"its device metadata could not be removed: {err}")
         ref = ClaimRef(namespace, name, uid)

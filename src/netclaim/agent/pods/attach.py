@@ -182,7 +182,8 @@ class Attacher:
     async def is_attached(self, row: Attachment, sandbox: PodSandbox) -> bool:
         if row.state != State.ATTACHED or row.sandbox_id != sandbox.id:
             return False
-        return await self.links.interface(row.plan.interface_name, sandbox.netns) is not None
+        # addresses=(): whether it is there, not what it holds (its addresses would be read by a dump)
+        return await self.links.interface(row.plan.interface_name, sandbox.netns, addresses=()) is not None
 
     async def attach_pod(
         self, rows: list[Attachment], sandbox: PodSandbox, deadline: float
@@ -412,7 +413,7 @@ class Attacher:
         found: list[str] = []
         try:
             left = row.plan.shared and netns_exists(row.netns)
-            if left and await self.links.interface(row.plan.interface_name, row.netns) is not None:
+            if left and await self.links.interface(row.plan.interface_name, row.netns, addresses=()):
                 await self.links.delete_link(row.plan.interface_name, row.netns)
                 found.append(f"removed {row.plan.interface_name} from the pod")
             if garbage_collected(row.plan.conflist):
@@ -434,7 +435,8 @@ class Attacher:
             return
         nic = row.plan.nic
         if_name, mtu, mac = nic.if_name, nic.mtu, nic.mac
-        current = await self.links.interface(if_name)
+        # its MTU, MAC and flags: not its addresses, which a dump of every address of the node would give
+        current = await self.links.interface(if_name, addresses=())
         if current is None:
             log.warning("exclusive NIC not back on the node", extra={"interface": if_name})
             return
