@@ -52,7 +52,7 @@ from lightkube.resources.resource_v1 import ResourceSlice
 
 from netclaim.errors import TransientError
 from netclaim_lab import agents, cluster, example_driver, processes
-from netclaim_lab.benchmarks import measure, report, stopwatch
+from netclaim_lab.benchmarks import measure, raw_hook, report, stopwatch
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.layout import REPO_ROOT
 
@@ -619,6 +619,21 @@ def _raw_beside_a_burst(
     return [float(ms) for ms in json.loads(stdout)["add_ms"]]
 
 
+RAW_HOOK_PODS = "burst-rawhook"  # the pods raw_hook.py acts on: `_burst_round`'s names for label "rawhook…"
+
+
+def _raw_hook_in_bursts(handle: ClusterHandle, kube: Client, sizes: Sizes) -> tuple[list[float], list[float]]:
+    """The floor's ADD run by an NRI hook that does nothing else (raw_hook.py) on NODE, in bursts of
+    example-driver pods of the same size, apart from the timed rounds: the ADD in RunPodSandbox, when the
+    node's other sandboxes are made, as netclaim's is. (ADD ms, that hook's whole ms) per sandbox."""
+    with tempfile.TemporaryDirectory() as work:
+        with raw_hook.running(handle, NODE, Path(work), RAW_HOOK_PODS, NICS[0]) as out:
+            for number in range(sizes.raw_burst_rounds):
+                # every other pod on NODE, where the hook runs: never a burst it sees none of
+                _burst_round(handle, kube, sizes.burst_pods, f"rawhook{number}", "dra", halves=True)
+        return raw_hook.timings(out)
+
+
 def burst(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list[Path]) -> dict[str, Any]:
     """Rounds of pods created at once, spread by the scheduler over both nodes, the arms in turn:
     no claim, an example-driver GPU, a shaped netclaim NIC, the same NIC with an address of an IPPool.
@@ -648,6 +663,7 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list
         ]
         for arm in ("dra", "netclaim")
     }
+    raw_hook_add, raw_hook_whole = _raw_hook_in_bursts(handle, kube, sizes)
     ready = {arm: [s for r in runs for s in r.pod_ready] for arm, runs in rounds.items()}
     hooks: dict[str, dict[str, float]] = {"netclaim": {}, "none": {}}
     for path in stopwatch_out:
@@ -673,6 +689,10 @@ def burst(handle: ClusterHandle, kube: Client, sizes: Sizes, stopwatch_out: list
         "hook_agent_log": {key: inside("pod sandbox hooked", key) for key in ("ms", *HOOK_PART_KEYS)},
         "cni_add_agent_log": inside("attached", "cni_ms"),
         "raw_add_beside_ms": {arm: measure.distribution(v) for arm, v in raw_beside.items()},
+        "raw_hook_ms": {
+            "add": measure.distribution(raw_hook_add),
+            "hook": measure.distribution(raw_hook_whole),
+        },
         "ratios": {
             f"p{q}_vs_{base}": measure.ratio(ready["netclaim"], ready[base], q)
             for base in ("dra", "none")
@@ -1024,6 +1044,8 @@ def bench_line(result: dict[str, Any]) -> str:
         "hook_burst_p50_ms": _figure(burst_["hook_ext_ms"]["p50"], ".0f"),
         # its floor: the raw plugin's ADD alone, during a burst of example-driver pods of the same size
         "raw_burst_p50_ms": _figure(burst_["raw_add_beside_ms"]["dra"]["p50"], ".0f"),
+        # the same ADD inside a hook that does nothing else, in bursts of the same size
+        "raw_hook_burst_p50_ms": _figure(burst_["raw_hook_ms"]["add"]["p50"], ".0f"),
         # and the NRI round trip there: the hook of the bursts' pods it has nothing to do for
         "hook_burst_empty_p50_ms": _figure(burst_["hook_empty_ext_ms"]["p50"], ".0f"),
         "agent_rss_active_mib": _figure(result["fullnode"]["agent_filled_mib"]["rss"], ".1f"),
