@@ -146,7 +146,7 @@ async def test_the_attach_writes_the_next_generation_without_reading_the_file_ba
         (2, "fabric")
     }
     restarted = DeviceMetadataFiles(rig.metadata.root.parent, rig.metadata.spec_dir, rig.metadata.driver)
-    await restarted.attached(rig.store.for_claim(CLAIM.uid))
+    restarted.attached(rig.store.for_claim(CLAIM.uid))
     assert {(o["metadata"]["generation"], o["podClaimName"]) for o in _stream(_host_file(rig))} == {
         (3, "fabric")
     }
@@ -299,7 +299,7 @@ async def test_an_interface_carries_its_network_gateways_and_routes_beside_the_s
     interface = Interface(
         name="net1", mac="02:00:0a:5a:00:0a", mtu=1500, addresses=("10.90.0.10/24", "fd00:90::a/64")
     )
-    await rig.metadata.attached(
+    rig.metadata.attached(
         [row.with_state(State.ATTACHED, outcome=Outcome(cni_result=CNI_RESULT, interface=interface))]
     )
     [device] = _stream(_host_file(rig))[0]["requests"][0]["devices"]
@@ -333,19 +333,19 @@ async def test_a_nic_with_too_many_attributes_keeps_the_interfaces_and_the_stand
     assert attributes["resource.kubernetes.io/numaNode"] == {"int": 0}
 
 
-async def test_the_files_are_written_on_their_own_thread_in_the_order_asked(
+async def test_prepares_and_unprepares_write_on_their_own_thread_in_the_order_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Claims prepared, attached and removed at once: every file is written by one thread that is not the
-    event loop's, and the node's spec ends with exactly the devices of the claims still prepared (each
-    spec write saw the ones before it)."""
+    """Claims prepared and removed at once: their files are written by one thread that is not the event
+    loop's, and the node's spec ends with exactly the devices of the claims still prepared (each spec
+    write saw the ones before it). The hook's write (attached) is the caller's, at once."""
     import netclaim.agent.claims.metadata as metadata_module
 
-    writers: set[str] = set()
+    writers: list[str] = []
     real_write = metadata_module._write
 
     def write(path: Path, text: str) -> None:
-        writers.add(threading.current_thread().name)
+        writers.append(threading.current_thread().name)
         real_write(path, text)
 
     monkeypatch.setattr(metadata_module, "_write", write)
@@ -353,14 +353,16 @@ async def test_the_files_are_written_on_their_own_thread_in_the_order_asked(
     rows = [sample_row(claim_uid=f"uid-{i}", claim_name=f"claim-{i}", pod_uid=f"pod-{i}") for i in range(12)]
     answers = await asyncio.gather(*(files.prepared([row], "") for row in rows))
     assert answers == [{"net": f"netclaim.dev/metadata=uid-{i}_net"} for i in range(12)]
-    attached = [row.with_state(State.ATTACHED) for row in rows]
     await asyncio.gather(
-        *(files.attached([row]) for row in attached[:6]),
-        *(files.remove(row.claim_namespace, row.claim_name, row.claim_uid) for row in rows[6:]),
+        *(files.remove(row.claim_namespace, row.claim_name, row.claim_uid) for row in rows[6:])
     )
+    [thread] = set(writers)
+    assert thread != threading.current_thread().name
     spec = json.loads((tmp_path / "cdi" / "netclaim.dev_metadata.json").read_text())
     assert [d["name"] for d in spec["devices"]] == [f"uid-{i}_net" for i in range(6)]
-    assert len(writers) == 1 and threading.current_thread().name not in writers
     assert {p.parent.parent.name for p in (tmp_path / "plugin").glob("*/*/*/metadata.json")} == {
         f"team-a_claim-{i}" for i in range(6)
     }
+    writers.clear()
+    files.attached([row.with_state(State.ATTACHED) for row in rows[:1]])
+    assert writers == [threading.current_thread().name]

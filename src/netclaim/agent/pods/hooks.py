@@ -88,7 +88,7 @@ class PodHooks:
                     await self.policies.enforce(pod.uid, deadline)
                 marks.append(time.monotonic())
                 if self.metadata is not None:  # before the containers are created, so they mount this one
-                    await self.metadata.attached(done)
+                    self.metadata.attached(done)
                 marks.append(time.monotonic())
             except Exception as err:  # whatever failed, and a bug too: all or nothing
                 for attached in done:  # the retried sandbox starts from a clean slate
@@ -229,4 +229,4 @@ class PodHooks:
                     await self.attacher.detach(row, deadline)
                     raise
             if self.metadata is not None:  # the containers the gate held back mount it when created
-                await self.metadata.attached(self.store.for_claim(row.claim_uid))
+                self.metadata.attached(self.store.for_claim(row.claim_uid))
