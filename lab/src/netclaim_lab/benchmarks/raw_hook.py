@@ -28,7 +28,7 @@ from typing import Any, TextIO
 from netclaim.adapters.nri import run_plugin
 from netclaim.core.node import PodSandbox
 from netclaim.runtime.supervisor import Supervisor
-from netclaim_lab import processes
+from netclaim_lab.benchmarks import stopwatch
 from netclaim_lab.cluster import ClusterHandle
 
 HERE = Path(__file__).parent
@@ -100,15 +100,9 @@ class RawHook:
         await self.stop_pod_sandbox(pod, budget)
 
 
-def entries(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
-
-
 def timings(path: Path) -> tuple[list[float], list[float]]:
     """(ADD ms, whole hook ms) of every sandbox the plugin acted on; SystemExit if an exec failed."""
-    found = entries(path)
+    found = stopwatch.entries(path)
     failed = [e for e in found if "failed" in e]
     if failed:
         raise SystemExit(f"bench: the raw hook's plugin failed: {failed[0]}")
@@ -120,20 +114,17 @@ def timings(path: Path) -> tuple[list[float], list[float]]:
 def running(handle: ClusterHandle, node: str, work: Path, prefix: str, master: str) -> Iterator[Path]:
     """The plugin registered with `node`'s containerd, inside the node, until the block ends; yields the
     file it writes."""
-    out = work / f"raw-hook-{node}.jsonl"
-    out.unlink(missing_ok=True)
     name = f"raw-hook-{node}"
+    out = work / f"{name}.jsonl"
+    out.unlink(missing_ok=True)
     command = [sys.executable, "-m", "netclaim_lab.benchmarks.raw_hook", "/run/nri/nri.sock", str(out)]
-    processes.start(name, [*handle.node(node).enter(), *command, prefix, master], pid_dir=work, log_dir=work)
-    try:
-        processes.wait_until(
-            lambda: any(e.get("synchronized") for e in entries(out)),
-            30,
-            f"the raw hook synchronized by {node}'s containerd (log: {work / name}.log)",
-        )
+    inside = [*handle.node(node).enter(), *command, prefix, master]
+    with stopwatch.plugin_running(name, inside, work, out, _synchronized):
         yield out
-    finally:
-        processes.stop(work, name)
+
+
+def _synchronized(lines: list[dict[str, Any]]) -> bool:
+    return any(e.get("synchronized") for e in lines)
 
 
 async def _run(socket: Path, hook: RawHook) -> None:

@@ -16,7 +16,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -52,7 +52,8 @@ class Clock:
         return None
 
 
-def _entries(path: Path) -> list[dict[str, Any]]:
+def entries(path: Path) -> list[dict[str, Any]]:
+    """The lines a bench NRI plugin wrote so far (a line being written left out)."""
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
@@ -61,7 +62,7 @@ def _entries(path: Path) -> list[dict[str, Any]]:
 def stamps(path: Path) -> dict[str, dict[str, float]]:
     """{pod UID: {"before": t, "after": t}} of the pods both plugins saw (the last sandbox of each)."""
     found: dict[str, dict[str, float]] = {}
-    for entry in _entries(path):
+    for entry in entries(path):
         if "uid" in entry:
             found.setdefault(entry["uid"], {})[entry["plugin"]] = entry["t"]
     return {uid: seen for uid, seen in found.items() if len(seen) == 2}
@@ -73,27 +74,41 @@ def hook_seconds(path: Path, uids: set[str]) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def running(handle: ClusterHandle, node: str, work: Path) -> Iterator[Path]:
-    """Both plugins registered with `node`'s containerd until the block ends; yields the file they write."""
-    out = work / f"stopwatch-{node}.jsonl"
-    out.unlink(missing_ok=True)
-    name = f"stopwatch-{node}"
-    socket = handle.node(node).layout.nri_dir / "nri.sock"
-    processes.start(
-        name,
-        [sys.executable, "-m", "netclaim_lab.benchmarks.stopwatch", str(socket), str(out)],
-        pid_dir=work,
-        log_dir=work,
-    )
+def plugin_running(
+    name: str,
+    command: list[str],
+    work: Path,
+    out: Path,
+    synchronized: Callable[[list[dict[str, Any]]], bool],
+) -> Iterator[None]:
+    """A bench NRI plugin (`command`, its log and pid in `work`) until the block ends, once `synchronized`
+    says the lines it wrote to `out` show containerd synchronized it."""
+    processes.start(name, command, pid_dir=work, log_dir=work)
     try:
         processes.wait_until(
-            lambda: {e["plugin"] for e in _entries(out) if e.get("synchronized")} == set(INDICES),
+            lambda: synchronized(entries(out)),
             30,
-            f"the stopwatch plugins synchronized by {node}'s containerd (log: {work / name}.log)",
+            f"{name} synchronized by containerd (log: {work / name}.log)",
         )
-        yield out
+        yield
     finally:
         processes.stop(work, name)
+
+
+@contextlib.contextmanager
+def running(handle: ClusterHandle, node: str, work: Path) -> Iterator[Path]:
+    """Both plugins registered with `node`'s containerd until the block ends; yields the file they write."""
+    name = f"stopwatch-{node}"
+    out = work / f"{name}.jsonl"
+    out.unlink(missing_ok=True)
+    socket = handle.node(node).layout.nri_dir / "nri.sock"
+    command = [sys.executable, "-m", "netclaim_lab.benchmarks.stopwatch", str(socket), str(out)]
+    with plugin_running(name, command, work, out, _all_synchronized):
+        yield out
+
+
+def _all_synchronized(lines: list[dict[str, Any]]) -> bool:
+    return {e["plugin"] for e in lines if e.get("synchronized")} == set(INDICES)
 
 
 async def _run(socket: Path, out: TextIO) -> None:
