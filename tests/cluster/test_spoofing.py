@@ -37,6 +37,9 @@ FRESH_ADDRESS = "10.64.13.60"  # the pod repaired at Synchronize, by name: the p
 # the client's and the prober's beside it, by name too: a pool address handed at random could be the fresh
 # pod's (the prober once took .60, and the fresh pod's prepare was refused: the address was held)
 BESIDE_FRESH = ("10.64.13.61", "10.64.13.62")
+# and every other pod's beside the client's, by name: db once took .50 at random, and the client's prepare
+# was refused (held) until the test timed out
+DB_ADDRESS, BYSTANDER_ADDRESS, NEAR_ADDRESS, FAR_ADDRESS = (f"10.64.13.{n}" for n in (51, 52, 53, 54))
 DATAGRAMS = 9999  # where the victim's pods take the client's datagrams (allowed beside PORT)
 ALLOW_CLIENT = policy(
     "allow-client",
@@ -205,19 +208,21 @@ def test_no_pod_passes_for_another_on_the_network(
     apply(
         cluster,
         ns,
-        pool_template("t", pool),
+        pool_template("d", pool, static=[DB_ADDRESS]),
+        pool_template("b", pool, static=[BYSTANDER_ADDRESS]),
         pool_template("c", pool, static=[CLIENT_ADDRESS]),
-        _logged("db", "node-1", {"app": "db"}),
-        _logged("bystander", "node-1", {"app": "other"}),  # no policy selects it
+        _with(_logged("db", "node-1", {"app": "db"}), "d"),
+        _with(_logged("bystander", "node-1", {"app": "other"}), "b"),  # no policy selects it
         _with(server("client", "node-2", {"role": "client"}), "c"),
         ALLOW_CLIENT,
     )
     apply(
         cluster,
         attacker_ns,
-        pool_template("t", pool),
-        _with(server("near", "node-1", {"role": "client"}), "t", ("NET_ADMIN",)),  # db's own NIC
-        _with(server("far", "node-4", {"role": "client"}), "t", ("NET_ADMIN",)),
+        pool_template("n", pool, static=[NEAR_ADDRESS]),
+        pool_template("f", pool, static=[FAR_ADDRESS]),
+        _with(server("near", "node-1", {"role": "client"}), "n", ("NET_ADMIN",)),  # db's own NIC
+        _with(server("far", "node-4", {"role": "client"}), "f", ("NET_ADMIN",)),
     )
     wait_for(
         lambda: len(running(kube, ns)) == 3 and len(running(kube, attacker_ns)) == 2, 180, "pods running"
@@ -290,9 +295,9 @@ def test_a_released_address_reaches_another_tenant_only_after_the_rules_and_slic
     apply(
         cluster,
         ns,
-        pool_template("t", pool),
+        pool_template("d", pool, static=[DB_ADDRESS]),
         pool_template("c", pool, static=[CLIENT_ADDRESS]),
-        server("db", "node-1", {"app": "db"}),
+        _with(server("db", "node-1", {"app": "db"}), "d"),
         _with(server("client", "node-2", {"role": "client"}), "c"),
         ALLOW_CLIENT,
         clients,
