@@ -208,21 +208,21 @@ def test_no_pod_passes_for_another_on_the_network(
     apply(
         cluster,
         ns,
-        pool_template("d", pool, static=[DB_ADDRESS]),
-        pool_template("b", pool, static=[BYSTANDER_ADDRESS]),
+        pool_template("db-ip", pool, static=[DB_ADDRESS]),
+        pool_template("bystander-ip", pool, static=[BYSTANDER_ADDRESS]),
         pool_template("c", pool, static=[CLIENT_ADDRESS]),
-        _with(_logged("db", "node-1", {"app": "db"}), "d"),
-        _with(_logged("bystander", "node-1", {"app": "other"}), "b"),  # no policy selects it
+        _with(_logged("db", "node-1", {"app": "db"}), "db-ip"),
+        _with(_logged("bystander", "node-1", {"app": "other"}), "bystander-ip"),  # no policy selects it
         _with(server("client", "node-2", {"role": "client"}), "c"),
         ALLOW_CLIENT,
     )
     apply(
         cluster,
         attacker_ns,
-        pool_template("n", pool, static=[NEAR_ADDRESS]),
-        pool_template("f", pool, static=[FAR_ADDRESS]),
-        _with(server("near", "node-1", {"role": "client"}), "n", ("NET_ADMIN",)),  # db's own NIC
-        _with(server("far", "node-4", {"role": "client"}), "f", ("NET_ADMIN",)),
+        pool_template("near-ip", pool, static=[NEAR_ADDRESS]),
+        pool_template("far-ip", pool, static=[FAR_ADDRESS]),
+        _with(server("near", "node-1", {"role": "client"}), "near-ip", ("NET_ADMIN",)),  # db's own NIC
+        _with(server("far", "node-4", {"role": "client"}), "far-ip", ("NET_ADMIN",)),
     )
     wait_for(
         lambda: len(running(kube, ns)) == 3 and len(running(kube, attacker_ns)) == 2, 180, "pods running"
@@ -295,9 +295,9 @@ def test_a_released_address_reaches_another_tenant_only_after_the_rules_and_slic
     apply(
         cluster,
         ns,
-        pool_template("d", pool, static=[DB_ADDRESS]),
+        pool_template("db-ip", pool, static=[DB_ADDRESS]),
         pool_template("c", pool, static=[CLIENT_ADDRESS]),
-        _with(server("db", "node-1", {"app": "db"}), "d"),
+        _with(server("db", "node-1", {"app": "db"}), "db-ip"),
         _with(server("client", "node-2", {"role": "client"}), "c"),
         ALLOW_CLIENT,
         clients,
