@@ -114,7 +114,7 @@ def test_helm_lint_is_clean(helm: Path) -> None:
 def test_deploy_is_the_chart_rendered_with_its_defaults(helm: Path) -> None:
     """One source: deploy/ is what `make deploy` renders from the chart, byte for byte."""
     rendered = manifests.render(helm)
-    on_disk = {p.name: p.read_text() for p in sorted(DEPLOY.glob("*.yaml"))}
+    on_disk = manifests.on_disk()
     assert on_disk.keys() == rendered.keys(), (
         "deploy/ has other files than the chart renders: run make deploy"
     )
@@ -294,9 +294,21 @@ def test_namespace_and_crd_switches(helm: Path) -> None:
     assert len(crds) == 3 and policies in crds
     ipam = crds - {policies}  # crds.install: the IPAM CRDs; the policies' CRD has a value of its own
     assert render(helm, "--set", "crds.install=false") == {k: v for k, v in default.items() if k not in ipam}
+    # the policies' CRD holds other projects' policies too: never deleted by an uninstall
+    assert default[policies]["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert all("annotations" not in default[key]["metadata"] for key in ipam)
     kept = render(helm, "--set", "crds.keep=true")
     for key in crds:
         assert kept[key]["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+
+
+def test_kubectl_apply_and_delete_of_deploy_never_reach_the_policies_crd() -> None:
+    """`kubectl apply -f deploy/` and `kubectl delete -f deploy/` read deploy/'s own files, not its
+    directories: the MultiNetworkPolicy CRD, created apart and only where absent, is never deleted by them."""
+    top = {p.name: p.read_text() for p in DEPLOY.glob("*.yaml")}
+    assert not any("multi-networkpolicies.k8s.cni.cncf.io" in text for text in top.values())
+    apart = yaml.safe_load((DEPLOY / "multinetworkpolicy" / "crd.yaml").read_text())
+    assert apart["metadata"]["name"] == "multi-networkpolicies.k8s.cni.cncf.io"
 
 
 def test_another_namespace_moves_every_object_and_the_agents_identity(helm: Path) -> None:

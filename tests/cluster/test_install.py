@@ -1,6 +1,7 @@
 """README's "Install into an existing cluster", run literally: each shell block of that section as written,
 in order, against a fresh local cluster (the demo's topology) whose Pod Security default is `baseline`.
-The kubectl path, its uninstall, then the Helm path with the talks' demo on it, and its uninstall."""
+The kubectl path, its uninstall, then the Helm path with the talks' demo on it, and its uninstall. The
+cluster runs Multus' multi-networkpolicy before either: its CRD and a tenant's policy outlive both."""
 
 from __future__ import annotations
 
@@ -21,11 +22,49 @@ from netclaim_lab import agents, demo
 from netclaim_lab import cluster as local_cluster
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.layout import REPO_ROOT
+from netclaim_lab.processes import CommandFailed
 from tests.cluster.helpers import refused_in_dry_run
 from tests.conftest import require_root_prerequisites
 from tests.kube import wait_for
 
 SECTION = "## Install into an existing cluster"
+POLICIES_CRD = "multi-networkpolicies.k8s.cni.cncf.io"
+MULTUS_LABEL = ("app", "multi-networkpolicy")
+# The kind as another project installs it: its own label, a schema that keeps whatever it is given
+MULTUS_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": POLICIES_CRD, "labels": dict([MULTUS_LABEL])},
+    "spec": {
+        "group": "k8s.cni.cncf.io",
+        "scope": "Namespaced",
+        "names": {
+            "kind": "MultiNetworkPolicy",
+            "plural": "multi-networkpolicies",
+            "singular": "multi-networkpolicy",
+        },
+        "versions": [
+            {
+                "name": "v1beta1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+}
+MULTUS_POLICY: dict[str, Any] = {
+    "apiVersion": "k8s.cni.cncf.io/v1beta1",
+    "kind": "MultiNetworkPolicy",
+    "metadata": {
+        "name": "tenant-db",
+        "namespace": "default",
+        "annotations": {"k8s.v1.cni.cncf.io/policy-for": "default/macvlan-conf"},
+    },
+    "spec": {"podSelector": {"matchLabels": {"app": "db"}}, "policyTypes": ["Ingress"], "ingress": []},
+}
 OURS = {
     "customresourcedefinitions": "netclaim.dev",
     "deviceclasses": "netclaim-",
@@ -150,6 +189,37 @@ def _own_node_policies_hold(handle: ClusterHandle, namespace: str) -> None:
     )
 
 
+def _multus_installed(handle: ClusterHandle) -> None:
+    handle.kubectl("create", "-f", "-", input_text=json.dumps(MULTUS_CRD))
+    handle.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{POLICIES_CRD}")
+    wait_for(lambda: _created(handle, MULTUS_POLICY), 30, "the Multus policy created (its CRD served)")
+
+
+def _created(handle: ClusterHandle, manifest: dict[str, Any]) -> bool:
+    try:
+        handle.kubectl("create", "-f", "-", input_text=json.dumps(manifest))
+    except CommandFailed as err:
+        if "no matches for kind" in str(err):  # a CRD just Established may not be served for a moment
+            return False
+        raise
+    return True
+
+
+def _multus_intact(handle: ClusterHandle, after: str) -> None:
+    """Multus' CRD as Multus made it (its label, its schema, no Helm release's claim on it) and its
+    tenant's policy as written."""
+    crd = json.loads(handle.kubectl("get", "crd", POLICIES_CRD, "-o", "json"))
+    key, value = MULTUS_LABEL
+    assert crd["metadata"].get("labels", {}).get(key) == value, f"after {after}: {crd['metadata']}"
+    assert not any(a.startswith("meta.helm.sh/") for a in crd["metadata"].get("annotations", {})), after
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert schema == MULTUS_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"], f"after {after}"
+    policy = json.loads(
+        handle.kubectl("get", "multi-networkpolicy", "tenant-db", "-n", "default", "-o", "json")
+    )
+    assert policy["spec"] == MULTUS_POLICY["spec"], f"after {after}: {policy['spec']}"
+
+
 def _leftovers(handle: ClusterHandle, namespace: str) -> list[str]:
     found = []
     for kind, prefix in OURS.items():
@@ -186,6 +256,7 @@ def test_the_readme_install_steps_work_as_written_with_kubectl_and_with_helm(fre
         "uninstall, with kubectl",
         "uninstall, with helm",
     }, sorted(blocks)
+    _multus_installed(fresh)
     _run(fresh, blocks["on the machine with the checkout"])
     for node in agents.kubelet_nodes(fresh):
         _run(fresh, blocks["on every node, without a registry"], node=node)
@@ -196,7 +267,9 @@ def test_the_readme_install_steps_work_as_written_with_kubectl_and_with_helm(fre
     assert preflight.count("preflight: every check passed") == len(nodes), preflight
     applied = _assert_running_as_deployed(fresh, agents.NAMESPACE)
     _own_node_policies_hold(fresh, agents.NAMESPACE)
+    _multus_intact(fresh, "the kubectl install")
     kubectl_gone = _uninstalled(fresh, blocks["uninstall, with kubectl"], agents.NAMESPACE)
+    _multus_intact(fresh, "the kubectl uninstall")
 
     # Helm into a namespace of the user's choosing: the own-node policies follow it
     helm_namespace = re.search(r"helm install netclaim \S+ --namespace (\S+)", blocks["with helm"])
@@ -208,13 +281,15 @@ def test_the_readme_install_steps_work_as_written_with_kubectl_and_with_helm(fre
     assert outcome.problems == []
     claims = json.loads(fresh.kubectl("get", "resourceclaims", "-n", demo.NAMESPACE, "-o", "json"))["items"]
     entries = sum(len(c.get("status", {}).get("devices") or []) for c in claims)
+    _multus_intact(fresh, "the helm install")
     helm_gone = _uninstalled(fresh, blocks["uninstall, with helm"], helm_namespace[1])
+    _multus_intact(fresh, "the helm uninstall")
     claims = json.loads(fresh.kubectl("get", "resourceclaims", "-n", demo.NAMESPACE, "-o", "json"))["items"]
     kept = sum(len(c.get("status", {}).get("devices") or []) for c in claims)
     print(
         f"\nREADME install, Pod Security baseline default: kubectl: {applied}, uninstalled in "
         f"{kubectl_gone:.0f} s; helm: {installed}, demo passed, uninstalled in {helm_gone:.0f} s; "
         f"status entries of the demo's claims: {entries} before, {kept} kept after uninstall "
-        "(their pods still run with their interfaces)"
+        "(their pods still run with their interfaces); Multus' MultiNetworkPolicy CRD and policy intact"
     )
     assert kept == entries

@@ -28,7 +28,7 @@ from netclaim_lab import agent_image, processes
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.controlplane import SERVICE_CIDR, write_kubeconfig
 from netclaim_lab.layout import REPO_ROOT
-from netclaim_lab.manifests import render
+from netclaim_lab.manifests import on_disk, render
 from netclaim_lab.node import DEBIAN_CNI_DIR
 
 METRICS_PORT = 9177
@@ -38,13 +38,17 @@ DEPLOY_DIR = REPO_ROOT / "deploy"
 CLUSTER_MANIFESTS = (
     "00-namespace.yaml",
     "crds.yaml",
+    "multinetworkpolicy/crd.yaml",  # as README's kubectl block: where no other project created it
     "rbac.yaml",
     "deviceclasses.yaml",
     "admission.yaml",
 )
 DAEMONSET = "daemonset.yaml"
 CONTROLLER = "controller.yaml"
-CRDS = ("ippools.netclaim.dev", "ipallocations.netclaim.dev", "multi-networkpolicies.k8s.cni.cncf.io")
+CRDS = {
+    "crds.yaml": ("ippools.netclaim.dev", "ipallocations.netclaim.dev"),
+    "multinetworkpolicy/crd.yaml": ("multi-networkpolicies.k8s.cni.cncf.io",),
+}
 AGENT_LABEL = "app.kubernetes.io/name=netclaim-agent"
 DISABLED_LABEL = "netclaim.dev/agent"  # =disabled takes the agent off a node (deploy/daemonset.yaml)
 FAULTS_FILE = "faults"  # in the node's /var/lib/netclaim (NodeLayout.state_dir), the DaemonSet's hostPath
@@ -55,7 +59,7 @@ def manifests(handle: ClusterHandle, values: Mapping[str, str] | None = None) ->
     `helm install --set` would (choices deploy/'s defaults do not make)."""
     if values:
         return render(handle.bin_dir / "helm", values)
-    return {path.name: path.read_text() for path in DEPLOY_DIR.glob("*.yaml")}
+    return on_disk()
 
 
 def apply_manifests(
@@ -64,9 +68,8 @@ def apply_manifests(
     for name in names:
         text = texts[name] if texts is not None else (DEPLOY_DIR / name).read_text()
         handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input_text=text)
-        if name == "crds.yaml":
-            for crd in CRDS:
-                handle.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
+        for crd in CRDS.get(name, ()):
+            handle.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
 
 
 def set_policy(handle: ClusterHandle, policy: Path) -> None:

@@ -3,7 +3,9 @@
 `make deploy` writes it (`python -m netclaim_lab.manifests`); tests/test_helm_chart.py fails when the
 checked-in files differ from a fresh rendering. Each template becomes the file of the same name (the
 namespace first, so that `kubectl apply -f deploy/` creates it before what lives in it), its documents in
-the order helm installs them, with a header saying where they come from.
+the order helm installs them, with a header saying where they come from. The MultiNetworkPolicy CRD goes
+into a directory of its own, which neither `kubectl apply -f deploy/` nor `kubectl delete -f deploy/`
+reaches: it is created only where no other project has, and never deleted with netclaim.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ DEPLOY = REPO_ROOT / "deploy"
 RELEASE = "netclaim"
 NAMESPACE = "netclaim-system"
 SOURCE = f"# Source: {RELEASE}/templates/"
-FILE_NAMES = {"namespace.yaml": "00-namespace.yaml"}  # applied first by `kubectl apply -f deploy/`
+FILE_NAMES = {
+    "namespace.yaml": "00-namespace.yaml",  # applied first by `kubectl apply -f deploy/`
+    "multinetworkpolicy-crd.yaml": "multinetworkpolicy/crd.yaml",
+}
 HEADER = (
     "# Rendered from charts/netclaim with its default values by `make deploy`: edit the chart, then run it.\n"
 )
@@ -48,11 +53,17 @@ def render(helm: Path, values: Mapping[str, str] | None = None) -> dict[str, str
     return {name: HEADER + "---\n".join(documents) for name, documents in files.items()}
 
 
+def on_disk() -> dict[str, str]:
+    """deploy/'s files as they are, by their path inside it."""
+    return {str(p.relative_to(DEPLOY)): p.read_text() for p in sorted(DEPLOY.rglob("*.yaml"))}
+
+
 def main() -> int:
     rendered = render(built_bin_dir() / "helm")
-    for stale in set(p.name for p in DEPLOY.glob("*.yaml")) - set(rendered):
+    for stale in set(on_disk()) - set(rendered):
         (DEPLOY / stale).unlink()
     for name, text in rendered.items():
+        (DEPLOY / name).parent.mkdir(exist_ok=True)
         (DEPLOY / name).write_text(text)
     print(f"deploy/: {len(rendered)} files rendered from charts/netclaim")
     return 0
