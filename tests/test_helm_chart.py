@@ -208,7 +208,7 @@ def test_scheduling_resources_port_and_args_values(helm: Path, tmp_path: Path) -
     pod = objects[DAEMONSET]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"netclaim.dev/nics": "yes"}
     assert pod["tolerations"] == tolerations
-    assert "affinity" not in pod
+    assert pod["affinity"] == {"nodeAffinity": _required([PLATFORM])}  # the default's term dropped
     agent = _container(objects, DAEMONSET)
     assert agent["resources"] == {
         "requests": {"cpu": "100m", "memory": "200Mi"},
@@ -324,8 +324,62 @@ def test_another_namespace_moves_every_object_and_the_agents_identity(helm: Path
     assert {s["namespace"] for s in subjects} == {"dra-net"}
 
 
+PLATFORM = [
+    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+]
+
+
+def _required(terms: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    return {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": expressions} for expressions in terms]
+        }
+    }
+
+
+def test_both_pods_run_only_on_linux_nodes_of_the_images_architectures(helm: Path, tmp_path: Path) -> None:
+    """Required in every node term (terms are ORed), beside what the affinity values say; kept with the
+    controller's spreading default, and following image.architectures."""
+    objects = render(helm)
+    agent = objects[DAEMONSET]["spec"]["template"]["spec"]["affinity"]
+    disabled = {"key": "netclaim.dev/agent", "operator": "NotIn", "values": ["disabled"]}
+    assert agent == {"nodeAffinity": _required([[disabled, *PLATFORM]])}
+    controller = objects[DEPLOYMENT]["spec"]["template"]["spec"]["affinity"]
+    assert controller["nodeAffinity"] == _required([PLATFORM])
+    assert (
+        controller["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 100
+    )
+
+    rack = {"key": "rack", "operator": "In", "values": ["a"]}
+    zone = {"key": "zone", "operator": "In", "values": ["z"]}
+    preferred = [{"weight": 1, "preference": {"matchExpressions": [rack]}}]
+    affinity = {
+        "nodeAffinity": {
+            **_required([[rack], [zone]]),
+            "preferredDuringSchedulingIgnoredDuringExecution": preferred,
+        }
+    }
+    values = {
+        "image": {"architectures": ["amd64", "arm64"]},
+        "agent": {"affinity": affinity},
+        "controller": {"affinity": affinity},
+    }
+    objects = render(helm, "-f", _values_file(tmp_path, values))
+    both = [PLATFORM[0], {**PLATFORM[1], "values": ["amd64", "arm64"]}]
+    for key in (DAEMONSET, DEPLOYMENT):
+        assert objects[key]["spec"]["template"]["spec"]["affinity"] == {
+            "nodeAffinity": {
+                **_required([[rack, *both], [zone, *both]]),
+                "preferredDuringSchedulingIgnoredDuringExecution": preferred,
+            }
+        }, key
+
+
 def test_invalid_values_are_refused(helm: Path) -> None:
     for setting in (
+        "image.architectures={s390x}",
+        "image.architectures={}",
         "agent.hostPaths.cniBinDir=usr/lib/cni",
         "agent.hostPaths.stateDir=/",  # the node's root, read-write
         "agent.metricsPort=0",

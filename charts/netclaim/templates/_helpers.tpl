@@ -3,6 +3,26 @@
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{/* A pod's affinity: `.affinity` (the value given) with the nodes the image runs on required in each of
+its required node terms (they are ORed: every one must say it), or alone when it has none. Linux only,
+and image.architectures: a Windows or another CPU's node gets no pod that could only fail there. */}}
+{{- define "netclaim.affinity" -}}
+{{- $platform := list
+  (dict "key" "kubernetes.io/os" "operator" "In" "values" (list "linux"))
+  (dict "key" "kubernetes.io/arch" "operator" "In" "values" .architectures) }}
+{{- $affinity := deepCopy (.affinity | default dict) }}
+{{- $node := get $affinity "nodeAffinity" | default dict }}
+{{- $required := get $node "requiredDuringSchedulingIgnoredDuringExecution" | default dict }}
+{{- $terms := list }}
+{{- range (get $required "nodeSelectorTerms" | default (list dict)) }}
+{{- $terms = append $terms (set (deepCopy .) "matchExpressions" (concat (get . "matchExpressions" | default list) $platform)) }}
+{{- end }}
+{{- $_ := set $required "nodeSelectorTerms" $terms }}
+{{- $_ = set $node "requiredDuringSchedulingIgnoredDuringExecution" $required }}
+{{- $_ = set $affinity "nodeAffinity" $node }}
+{{- toYaml $affinity }}
+{{- end }}
+
 {{/* imagePullPolicy and imagePullSecrets lines of a container / pod spec, when set. */}}
 {{- define "netclaim.pullPolicy" -}}
 {{- with .Values.image.pullPolicy }}
