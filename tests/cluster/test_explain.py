@@ -165,5 +165,13 @@ def test_explain_status_and_nics_need_only_the_viewer_role(
         nics = kubectl_netclaim(cluster, "nics", "--kubeconfig", str(kubeconfig), "-o", "json")
         assert ("node-1", "enp0s10") in {(row["node"], row["ifName"]) for row in json.loads(nics)}
         kubectl_netclaim(cluster, "status", "-n", ns, "--kubeconfig", str(kubeconfig))
+        reader = f"--as=system:serviceaccount:{ns}:reader"
+        for verb, kind, allowed in (
+            ("list", "ippools.netclaim.dev", "yes"),  # what docs/troubleshooting.md has users read
+            ("get", "ipallocations.netclaim.dev", "yes"),
+            ("delete", "ipallocations.netclaim.dev", "no"),
+        ):
+            told_can = cluster.kubectl("auth", "can-i", verb, kind, reader, check=False).strip()
+            assert told_can == allowed, (verb, kind, told_can)
     finally:
         cluster.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found")
