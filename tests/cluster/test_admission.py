@@ -98,43 +98,45 @@ def _probed(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _matching_probe(cluster: ClusterHandle) -> Iterator[None]:
-    """netclaim-config's own match (constraints and conditions, from deploy/admission.yaml) in a policy that
+def _matching_probe(cluster: ClusterHandle, policy: str) -> Iterator[str]:
+    """`policy`'s own match (constraints and conditions, from deploy/admission.yaml) in a policy that
     refuses everything it matches: what is refused is exactly what the real policy evaluates. (The
-    apiserver counts a policy's denials only, so the real one cannot show what it skipped.)"""
+    apiserver counts a policy's denials only, so the real one cannot show what it skipped.) Yields the
+    probe's message."""
     documents = yaml.safe_load_all((REPO_ROOT / "deploy" / "admission.yaml").read_text())
     [real] = [
         d
         for d in documents
-        if d and d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "netclaim-config"
+        if d and d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == policy
     ]
+    name, message = f"{policy}-match-probe", f"matched by {policy}"
     # only objects with the probe's label: the apiserver keeps enforcing a deleted policy for a while,
     # and the suite's other tests must never meet it
     constraints = {**real["spec"]["matchConstraints"], "objectSelector": {"matchLabels": PROBED}}
     probe = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "netclaim-config-match-probe"},
+        "metadata": {"name": name},
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": constraints,
             "matchConditions": real["spec"]["matchConditions"],
-            "validations": [{"expression": "false", "message": "matched by netclaim-config"}],
+            "validations": [{"expression": "false", "message": message}],
         },
     }
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": "netclaim-config-match-probe"},
-        "spec": {"policyName": "netclaim-config-match-probe", "validationActions": ["Deny"]},
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     for document in (probe, binding):
         cluster.kubectl("apply", "-f", "-", input_text=json.dumps(document))
     try:
-        yield
+        yield message
     finally:
         for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
-            cluster.kubectl("delete", kind, "netclaim-config-match-probe", "--ignore-not-found")
+            cluster.kubectl("delete", kind, name, "--ignore-not-found")
 
 
 def test_the_single_plugin_form_is_admitted_and_other_drivers_objects_are_never_evaluated(
@@ -170,16 +172,99 @@ def test_the_single_plugin_form_is_admitted_and_other_drivers_objects_are_never_
     }
     ours_template = {**template, "spec": {"spec": _claim(single)["spec"]}}
     ours = _probed(_claim(VALID_CONFIG))
-    with _matching_probe(cluster):
+    with _matching_probe(cluster, "netclaim-config") as matched:
         wait_for(
-            lambda: "matched by netclaim-config" in (refused_in_dry_run(cluster, ours) or ""),
+            lambda: matched in (refused_in_dry_run(cluster, ours) or ""),
             30,
             "the probe policy in force",
         )
-        assert "matched by netclaim-config" in (refused_in_dry_run(cluster, _probed(ours_template)) or "")
+        assert matched in (refused_in_dry_run(cluster, _probed(ours_template)) or "")
         for other in (gpu, plain, template, gpu_class):
             assert refused_in_dry_run(cluster, _probed(other)) is None, other
     wait_for(lambda: refused_in_dry_run(cluster, ours) is None, 60, "the probe policy gone")
+
+
+def _status_refused(cluster: ClusterHandle, claim: dict[str, Any], driver: str) -> str | None:
+    """None when the apiserver accepts, in a server dry run, `claim` (created before) allocated to `driver`
+    and reserved for a second pod, as the scheduler writes it; else its message."""
+    name = claim["metadata"]["name"]
+    current = json.loads(cluster.kubectl("get", "resourceclaim", "-n", "default", name, "-o", "json"))
+    current["status"] = {
+        "allocation": {
+            "devices": {"results": [{"request": "nic", "driver": driver, "pool": "node-1", "device": "d0"}]}
+        },
+        "reservedFor": [
+            {"resource": "pods", "name": name, "uid": uid}
+            for name, uid in (
+                ("first", "00000000-0000-4000-8000-000000000001"),
+                ("second", "00000000-0000-4000-8000-000000000002"),
+            )
+        ],
+    }
+    result = subprocess.run(
+        [
+            str(cluster.bin_dir / "kubectl"),
+            f"--kubeconfig={cluster.kubeconfig}",
+            *("replace", "--subresource=status", "--dry-run=server", "-f", "-"),
+        ],
+        input=json.dumps(current),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return None if result.returncode == 0 else result.stderr.strip()
+
+
+def test_other_drivers_claims_never_meet_the_pool_and_one_pod_policies(cluster: ClusterHandle) -> None:
+    """netclaim-pool-namespaces evaluates only claims naming a restricted pool's class (netclaim-pool-*),
+    netclaim-one-pod-per-claim only netclaim.dev allocations: another driver's claims are not evaluated by
+    either (failurePolicy: Fail could otherwise refuse them), whatever they ask."""
+    gpu = _claim({"driverSpecific": "anything"}, name="gpu-probe")
+    del gpu["spec"]["devices"]["config"]
+    gpu["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "gpu.example.com"
+    pool = copy.deepcopy(gpu)
+    pool["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "netclaim-pool-team-a"
+    among = copy.deepcopy(gpu)
+    among["spec"]["devices"]["requests"] = [
+        {
+            "name": "nic",
+            "firstAvailable": [
+                {"name": "gpu", "deviceClassName": "gpu.example.com"},
+                {"name": "pool", "deviceClassName": "netclaim-pool-team-a"},
+            ],
+        }
+    ]
+    with _matching_probe(cluster, "netclaim-pool-namespaces") as matched:
+        wait_for(
+            lambda: matched in (refused_in_dry_run(cluster, _probed(pool)) or ""),
+            30,
+            "the probe policy in force",
+        )
+        assert matched in (refused_in_dry_run(cluster, _probed(among)) or "")
+        assert refused_in_dry_run(cluster, _probed(gpu)) is None
+
+    claim = _probed(gpu)
+    cluster.kubectl("create", "-n", "default", "-f", "-", input_text=json.dumps(claim))
+    try:
+        with _matching_probe(cluster, "netclaim-one-pod-per-claim") as matched:
+            wait_for(
+                lambda: matched in (_status_refused(cluster, claim, "netclaim.dev") or ""),
+                30,
+                "the probe policy in force",
+            )
+            assert _status_refused(cluster, claim, "gpu.example.com") is None
+        # and the real policy: a second pod's reservation of netclaim.dev devices is refused (the probe,
+        # deleted, may still refuse for a while beside it)
+        wait_for(
+            lambda: (
+                "already reserved for pod first" in (_status_refused(cluster, claim, "netclaim.dev") or "")
+            ),
+            60,
+            "the real policy refusing the second reservation",
+        )
+    finally:
+        cluster.kubectl("delete", "resourceclaim", "-n", "default", "gpu-probe", "--ignore-not-found")
 
 
 @pytest.mark.parametrize("kind", ["DeviceClass", "ResourceClaimTemplate"])
