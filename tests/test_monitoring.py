@@ -79,9 +79,13 @@ def test_promtool_checks_the_rules_and_their_cases_pass(promtool: Path, tmp_path
         [str(promtool), "test", "rules", "alerts_test.yaml"], cwd=tmp_path, capture_output=True, text=True
     )
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
-    # the cases fire (and clear) at least these: attach failures, a pool filling up, stale slices, a NIC down
-    cases = yaml.safe_load(ALERT_TESTS.read_text())["tests"][0]["alert_rule_test"]
+    # the cases fire (and clear) at least these: attach failures, a pool filling up, stale slices, a NIC
+    # down, an agent down or none at all, no controller
+    cases = [c for test in yaml.safe_load(ALERT_TESTS.read_text())["tests"] for c in test["alert_rule_test"]]
     assert {c["alertname"] for c in cases if c["exp_alerts"]} >= {
+        "NetclaimAgentDown",
+        "NetclaimAgentsAbsent",
+        "NetclaimControllerDown",
         "NetclaimAttachFailures",
         "NetclaimIPPoolNearlyFull",
         "NetclaimIPPoolFull",
