@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from netclaim.core.events import EventReason
 from netclaim.errors import PrerequisiteError
 from netclaim.runtime import metrics
 from netclaim_lab.binaries import built_bin_dir, built_promtool
@@ -186,6 +187,10 @@ def test_every_metric_is_documented_with_its_type_and_labels() -> None:
 def test_every_alert_is_documented() -> None:
     alerts = {r["alert"] for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]}
     assert set(_documented_rows("## Alerts")) == alerts
+
+
+def test_every_event_reason_is_documented() -> None:
+    assert set(_documented_rows("## Events")) == {str(reason) for reason in EventReason}
 
 
 def _log_fields() -> set[str]:

@@ -29,6 +29,7 @@ from netclaim.agent.status import (
 )
 from netclaim.agent.store import Interface, Outcome, State, Store
 from netclaim.core.devices.catalog import LINK_DOWN, DeviceCatalog, Taint
+from netclaim.core.events import EventReason
 from netclaim.core.objects import Claim, Pod
 from netclaim.core.plan import NicRecord
 from netclaim.errors import ApiRejectedError, ApiUnavailableError, GoneError
@@ -342,9 +343,9 @@ async def test_a_warning_event_failing_to_be_written_is_not_an_error(
     writer: StatusWriter, api: FakeKubeApi
 ) -> None:
     api.fail_next = [ApiUnavailableError("503")]
-    await writer.warn("team-a", "pod-1", "pod-uid-1", "NetclaimPrepareFailed", "bad config")
+    await writer.warn("team-a", "pod-1", "pod-uid-1", EventReason.PREPARE_FAILED, "bad config")
     assert api.events == []
-    await writer.warn("team-a", "pod-1", "pod-uid-1", "NetclaimPrepareFailed", "bad config")
+    await writer.warn("team-a", "pod-1", "pod-uid-1", EventReason.PREPARE_FAILED, "bad config")
     assert [(e.pod_uid, e.reason, e.message) for e in api.events] == [
         ("pod-uid-1", "NetclaimPrepareFailed", "bad config")
     ]

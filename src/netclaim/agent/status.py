@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 from netclaim.agent.store import Attachment, State, Store
 from netclaim.core.config.strict import MAX_DEPTH, too_deep
+from netclaim.core.events import EventReason
 from netclaim.core.kubeapi import ClaimsApi, PodAnnotationsApi
 from netclaim.core.names import NETWORK
 from netclaim.core.objects import Claim, Pod, condition, read_json
@@ -324,7 +325,7 @@ class StatusWriter:
         devices = tuple((r.pool, r.device, r.share_id) for r in current.results if r.driver == self.driver)
         self.fail(claim, Failure(devices, "PrepareFailed", message))
         for pod in current.reserved_for:
-            await self.warn(claim.namespace, pod.name, pod.uid, "NetclaimPrepareFailed", message)
+            await self.warn(claim.namespace, pod.name, pod.uid, EventReason.PREPARE_FAILED, message)
 
     def fail(self, claim: ClaimRef, failure: Failure) -> None:
         self._failures[claim.uid] = failure
@@ -500,7 +501,9 @@ class StatusWriter:
         await self.pods.write_pod_annotation(pod, NETWORK_STATUS, value)
         log.info("network-status written", extra={"pod": f"{ref.namespace}/{ref.name}"})
 
-    def tell_pod_later(self, claim: ClaimRef, pod_uid: str, reason: str, message: str, warning: bool) -> None:
+    def tell_pod_later(
+        self, claim: ClaimRef, pod_uid: str, reason: EventReason, message: str, warning: bool
+    ) -> None:
         """An Event on the claim's pod `pod_uid`, named as the claim's reservedFor names it, written off
         the caller's path."""
 
@@ -516,12 +519,12 @@ class StatusWriter:
 
         self.background.spawn("pod-event", tell())
 
-    def warn_later(self, pod: PodRef, reason: str, message: str) -> None:
+    def warn_later(self, pod: PodRef, reason: EventReason, message: str) -> None:
         """A Warning Event on the pod, written off the caller's path (never inside the runtime's budget)."""
         self.background.spawn("pod-event", self.warn(pod.namespace, pod.name, pod.uid, reason, message))
 
     async def warn(
-        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str, warning: bool = True
+        self, namespace: str, pod: str, pod_uid: str, reason: EventReason, message: str, warning: bool = True
     ) -> None:
         """A Warning (or Normal) Event on the pod (best effort: failures are logged, never raised)."""
         try:
@@ -554,9 +557,9 @@ async def follow_links(links: LinkEvents, store: Store, status: StatusWriter) ->
             status.enqueue(claim)
             problem = now.get(row.device)
             if problem is not None:
-                status.tell_pod_later(claim, row.pod_uid, "NetclaimLinkDown", problem, warning=True)
+                status.tell_pod_later(claim, row.pod_uid, EventReason.LINK_DOWN, problem, warning=True)
             else:
                 message = (
                     f"{row.plan.nic.if_name} has its link again: {row.plan.interface_name} carries traffic"
                 )
-                status.tell_pod_later(claim, row.pod_uid, "NetclaimLinkUp", message, warning=False)
+                status.tell_pod_later(claim, row.pod_uid, EventReason.LINK_UP, message, warning=False)

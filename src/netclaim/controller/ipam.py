@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from netclaim.controller.mirror import Mirror
+from netclaim.core.events import EventReason
 from netclaim.core.ipam.ippool import ADDRESSES, POOLS_POOL, IPPool, pool_class
 from netclaim.core.ipam.pools import (
     PoolUse,
@@ -251,7 +252,7 @@ class Reconciler:
                     continue
                 self.warned.add((pod.uid, message))
                 event = self.claims.create_pod_event(
-                    pod.namespace, pod.name, pod.uid, "IPPoolExhausted", message
+                    pod.namespace, pod.name, pod.uid, EventReason.POOL_EXHAUSTED, message
                 )
                 await per_object(f"event on pod {pod.namespace}/{pod.name}", event)
 

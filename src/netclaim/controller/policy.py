@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from netclaim.controller.informer import Informer
+from netclaim.core.events import EventReason
 from netclaim.core.ipam.published import PublishedAddresses
 from netclaim.core.kubeapi import NetworkPoliciesApi
 from netclaim.core.objects import Claim, Pod
@@ -305,7 +306,7 @@ class PolicyReconciler:
                     else "MultiNetworkPolicy names an unknown netclaim network",
                     extra={"policy": where, "problem": problem},
                 )
-                reason = "NetworkPolicyInvalid" if isolating else "NetworkPolicyUnknownNetwork"
+                reason = EventReason.POLICY_INVALID if isolating else EventReason.POLICY_UNKNOWN_NETWORK
                 message = (
                     f"{problem} (until it can be read, every pod of its namespace on its networks is "
                     "isolated, allowing nothing)"

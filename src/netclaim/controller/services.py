@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from netclaim.core.events import EventReason
 from netclaim.core.ipam.published import Contested, PublishedAddresses
 from netclaim.core.kubeapi import NetworkServicesApi
 from netclaim.core.names import DRIVER_DOMAIN, NETWORK, SLICE_MANAGED_BY, SLICE_SERVICE_NAME
@@ -472,7 +473,7 @@ class EndpointsReconciler:
             extra={"service": f"{service.namespace}/{service.name}", "problem": problem},
         )
         event = self.api.create_service_event(
-            service.namespace, service.name, service.uid, "NetworkServiceInvalid", problem
+            service.namespace, service.name, service.uid, EventReason.SERVICE_INVALID, problem
         )
         await per_object(f"event on Service {service.namespace}/{service.name}", event)
 

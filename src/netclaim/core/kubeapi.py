@@ -41,6 +41,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from netclaim.core.events import EventReason
 from netclaim.core.objects import Claim, IPAllocation, Pod, Slice
 from netclaim.core.policy.rules import PolicySource
 
@@ -74,7 +75,7 @@ class PodEventsApi(Protocol):
     """Events on pods: both programs'."""
 
     async def create_pod_event(
-        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str, warning: bool = True
+        self, namespace: str, pod: str, pod_uid: str, reason: EventReason, message: str, warning: bool = True
     ) -> None:
         """A Warning (or Normal) Event on the pod, its message cut to what the API takes."""
 
@@ -150,7 +151,7 @@ class NodeSlicesApi(SliceStoreApi, Protocol):
 
     async def node_uid(self, node: str) -> str: ...
 
-    async def create_node_event(self, node: str, node_uid: str, reason: str, message: str) -> None:
+    async def create_node_event(self, node: str, node_uid: str, reason: EventReason, message: str) -> None:
         """A Warning Event on the Node (what concerns the node's publishing as a whole)."""
 
     async def set_node_condition(self, node: str, condition: dict[str, str]) -> None:
@@ -263,7 +264,7 @@ class NetworkServicesApi(Protocol):
         """Delete a slice; one already gone is fine."""
 
     async def create_service_event(
-        self, namespace: str, service: str, service_uid: str, reason: str, message: str
+        self, namespace: str, service: str, service_uid: str, reason: EventReason, message: str
     ) -> None:
         """A Warning Event on the Service."""
 
@@ -291,7 +292,7 @@ class NetworkPoliciesApi(Protocol):
         """The namespace's MultiNetworkPolicies, as the informer keeps them (read again: PolicySources)."""
 
     async def create_policy_event(
-        self, namespace: str, name: str, uid: str, reason: str, message: str
+        self, namespace: str, name: str, uid: str, reason: EventReason, message: str
     ) -> None:
         """A Warning Event on the MultiNetworkPolicy."""
 

@@ -18,6 +18,7 @@ from netclaim.adapters.kube.connection import (
     raise_for_status,
     translated,
 )
+from netclaim.core.events import EventReason
 from netclaim.core.kubeapi import ClaimsApi, ClusterClaimsApi, Listed, PodAnnotationsApi
 from netclaim.core.objects import Claim, ListItems, Pod, resource_version_of
 from netclaim.errors import ConfigError
@@ -106,7 +107,7 @@ class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
             )
 
     async def create_pod_event(
-        self, namespace: str, pod: str, pod_uid: str, reason: str, message: str, warning: bool = True
+        self, namespace: str, pod: str, pod_uid: str, reason: EventReason, message: str, warning: bool = True
     ) -> None:
         involved = ObjectReference(kind="Pod", apiVersion="v1", name=pod, namespace=namespace, uid=pod_uid)
         await self.kube.create_event(involved, reason, message, warning)

@@ -42,6 +42,7 @@ from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
 
+from netclaim.core.events import EventReason
 from netclaim.core.objects import IPPOOL_API_VERSION, ListItems, as_object, as_text, cut, read_json, read_list
 from netclaim.errors import (
     AlreadyExistsError,
@@ -64,7 +65,6 @@ SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/toke
 TIMEOUT = httpx.Timeout(10.0, read=60.0)
 WATCH_TIMEOUT = httpx.Timeout(10.0, read=None)  # a watch may be quiet for as long as nothing changes
 EVENT_MESSAGE_BYTES = 1024
-UNREADABLE_REASON = "NetclaimUnreadable"
 # lists (kind and selector) whose unreadable objects are remembered as reported: the least recently read
 # is forgotten past it (its objects are reported once more if it is read again)
 MAX_LISTS_REMEMBERED = 64
@@ -367,14 +367,14 @@ class KubeConnection:
         while self._events:
             involved, message = self._events.popleft()
             try:
-                await self.create_event(involved, UNREADABLE_REASON, message)
+                await self.create_event(involved, EventReason.UNREADABLE, message)
             except NetclaimError as err:
                 log.info("could not record an event", extra={"object": involved.name, "error": str(err)})
             except Exception:  # a bug in one Event stops none of the others
                 log.exception("could not record an event (a bug)", extra={"object": involved.name})
 
     async def create_event(
-        self, involved: ObjectReference, reason: str, message: str, warning: bool = True
+        self, involved: ObjectReference, reason: EventReason, message: str, warning: bool = True
     ) -> None:
         """A Warning (or Normal) Event on the object; a cluster-scoped object's goes to `default`, where
         kubectl looks."""

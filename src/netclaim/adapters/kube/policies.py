@@ -18,6 +18,7 @@ from netclaim.adapters.kube.connection import (
     Unreadable,
     translated,
 )
+from netclaim.core.events import EventReason
 from netclaim.core.kubeapi import NetworkPoliciesApi, PolicyRulesApi
 from netclaim.core.names import NETWORK, POLICY_RULES_KEY, POLICY_RULES_LABEL
 from netclaim.core.objects import ListItems, as_object
@@ -54,7 +55,7 @@ class KubePolicies(NetworkPoliciesApi):
         return found
 
     async def create_policy_event(
-        self, namespace: str, name: str, uid: str, reason: str, message: str
+        self, namespace: str, name: str, uid: str, reason: EventReason, message: str
     ) -> None:
         involved = ObjectReference(
             kind=POLICIES.name, apiVersion=POLICIES.api_version, name=name, namespace=namespace, uid=uid

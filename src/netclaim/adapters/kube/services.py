@@ -16,6 +16,7 @@ from netclaim.adapters.kube.connection import (
     raise_for_status,
     translated,
 )
+from netclaim.core.events import EventReason
 from netclaim.core.kubeapi import NetworkServicesApi
 from netclaim.errors import GoneError
 
@@ -44,7 +45,7 @@ class KubeServices(NetworkServicesApi):
             raise_for_status(response)
 
     async def create_service_event(
-        self, namespace: str, service: str, service_uid: str, reason: str, message: str
+        self, namespace: str, service: str, service_uid: str, reason: EventReason, message: str
     ) -> None:
         involved = ObjectReference(
             kind="Service", apiVersion="v1", name=service, namespace=namespace, uid=service_uid

@@ -15,6 +15,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
 from lightkube.types import PatchType
 
 from netclaim.adapters.kube.connection import SLICES, KubeConnection, as_data, selector, translated
+from netclaim.core.events import EventReason
 from netclaim.core.kubeapi import NodeSlicesApi, PoolSlicesApi
 from netclaim.core.objects import Slice
 from netclaim.errors import GoneError
@@ -58,7 +59,7 @@ class KubeSlices(NodeSlicesApi, PoolSlicesApi):
         assert found.metadata is not None
         return str(found.metadata.uid)
 
-    async def create_node_event(self, node: str, node_uid: str, reason: str, message: str) -> None:
+    async def create_node_event(self, node: str, node_uid: str, reason: EventReason, message: str) -> None:
         involved = ObjectReference(kind="Node", apiVersion="v1", name=node, uid=node_uid)
         await self.kube.create_event(involved, reason, message)
 

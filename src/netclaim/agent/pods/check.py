@@ -21,6 +21,7 @@ from netclaim.agent.pods.hooks import claim_of
 from netclaim.agent.status import StatusWriter
 from netclaim.agent.store import Attachment, State, Store
 from netclaim.core.config.cniconfig import plugin_types
+from netclaim.core.events import EventReason
 from netclaim.errors import CniError, NetclaimError, TransientError
 from netclaim.runtime import metrics
 
@@ -114,4 +115,4 @@ class AttachmentChecker:
     def _tell(self, row: Attachment, message: str) -> None:
         claim = claim_of(row)
         self.status.enqueue(claim)
-        self.status.tell_pod_later(claim, row.pod_uid, "NetclaimCheckFailed", message, warning=True)
+        self.status.tell_pod_later(claim, row.pod_uid, EventReason.CHECK_FAILED, message, warning=True)

@@ -16,6 +16,7 @@ from netclaim.agent.pods.attach import Attacher, PodLocks, netns_exists
 from netclaim.agent.pods.policy import PolicyEnforcer
 from netclaim.agent.status import ClaimRef, PodRef, StatusWriter
 from netclaim.agent.store import Attachment, State, Store
+from netclaim.core.events import EventReason
 from netclaim.core.node import PodSandbox
 from netclaim.errors import AttachError, HostNetworkPodError, NetclaimError, TransientError
 from netclaim.runtime import faults
@@ -72,7 +73,7 @@ class PodHooks:
                 f"pod {pod.namespace}/{pod.name} uses the host network: netclaim.dev claims "
                 "attach interfaces to a pod's own network namespace"
             )
-            self.status.warn_later(pod_of(pod), "NetclaimAttachFailed", message)
+            self.status.warn_later(pod_of(pod), EventReason.ATTACH_FAILED, message)
             raise HostNetworkPodError(message)
         entered = time.monotonic()
         deadline = entered + budget
@@ -105,7 +106,7 @@ class PodHooks:
                 if failure is not err:
                     log.exception("pod sandbox hook failed (a bug); its interfaces undone")
                 if not isinstance(failure.__cause__, TransientError):  # kubelet retries: not the user's
-                    self.status.warn_later(pod_of(pod), "NetclaimAttachFailed", str(failure))
+                    self.status.warn_later(pod_of(pod), EventReason.ATTACH_FAILED, str(failure))
                 if failure is err:
                     raise
                 raise failure from err

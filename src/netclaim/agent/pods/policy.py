@@ -29,6 +29,7 @@ from typing import Any
 
 from netclaim.agent.status import PodRef
 from netclaim.agent.store import Attachment, State, Store
+from netclaim.core.events import EventReason
 from netclaim.core.kubeapi import PolicyRulesApi
 from netclaim.core.names import NETWORK
 from netclaim.core.node import ApplyRuleset
@@ -40,11 +41,10 @@ from netclaim.runtime import metrics
 
 log = logging.getLogger(__name__)
 ENFORCE_SECONDS = 5.0  # a running pod's rules, when they change: how long nft may take
-Warn = Callable[[PodRef, str, str], None]  # a Warning Event on the pod: reason, message
-FAILED_REASON = "NetworkPolicyNotApplied"
+Warn = Callable[[PodRef, EventReason, str], None]  # a Warning Event on the pod: reason, message
 
 
-def _no_warning(pod: PodRef, reason: str, message: str) -> None:
+def _no_warning(pod: PodRef, reason: EventReason, message: str) -> None:
     """Where nobody is told (the unit tests of other parts): the log and the metric still are."""
 
 
@@ -259,4 +259,8 @@ class PolicyEnforcer:
         if pod is not None and self.failing.get(uid) != message:
             self.failing[uid] = message
             policies = _policies(wanted[0]) if wanted else "none"
-            self.warn(PodRef(pod.namespace, pod.name, uid), FAILED_REASON, f"{message}; policies: {policies}")
+            self.warn(
+                PodRef(pod.namespace, pod.name, uid),
+                EventReason.POLICY_NOT_APPLIED,
+                f"{message}; policies: {policies}",
+            )

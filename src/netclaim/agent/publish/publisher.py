@@ -12,13 +12,13 @@ from functools import partial
 
 from netclaim.core.devices.catalog import Device
 from netclaim.core.devices.slices import ApiDevice, DroppedFields, SliceOwner, SliceWriter
+from netclaim.core.events import EventReason
 from netclaim.core.kubeapi import NodeSlicesApi
 from netclaim.core.objects import condition
 from netclaim.errors import NetclaimError
 from netclaim.runtime import metrics
 
 log = logging.getLogger(__name__)
-DROPPED_FIELDS_REASON = "NetclaimFieldsDropped"  # the Node's Event when the API server drops what we publish
 # the Node's condition saying whether it does (True) or keeps all (False), as node-problem-detector's say
 DROPPED_CONDITION = "NetclaimSliceFieldsDropped"
 
@@ -35,7 +35,7 @@ class SlicePublisher:
             if report.new:
                 try:
                     uid = await api.node_uid(node)
-                    await api.create_node_event(node, uid, DROPPED_FIELDS_REASON, report.message)
+                    await api.create_node_event(node, uid, EventReason.FIELDS_DROPPED, report.message)
                 except NetclaimError as err:
                     log.info("could not record the dropped fields as an Event", extra={"error": str(err)})
             status, reason = ("True", "GateOff") if report.fields else ("False", "AllFieldsKept")
