@@ -1,5 +1,5 @@
 """What the controller hands each node's agent: the rules of the node's selected pods, and the guards every
-node needs for a pod the rules do not know yet (docs/design/issue27-plan.md).
+node needs for a pod the rules do not know yet (docs/design/multinetworkpolicy-plan.md).
 
 Two kinds of ConfigMap in the controller's namespace, labelled POLICY_RULES_LABEL:
 - `netclaim-policy-guards` (label value `guards`): per policy, its namespace, pod selector (none when the
