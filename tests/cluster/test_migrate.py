@@ -1,7 +1,8 @@
-"""Issue 14: `netclaim migrate` on the Multus example (examples/multus): the migrated objects are accepted
-by the real API server and the workloads that can run here come up with the interfaces and addresses
-their NetworkAttachmentDefinitions described (ipvlan, SR-IOV VFs and whereabouts cannot run in this lab:
-the kernel has no ipvlan, the veth NICs have no VFs, whereabouts is not installed on the test nodes)."""
+"""`netclaim migrate` on the Multus example (examples/multus): the migrated objects are accepted by the
+real API server, the workloads that can run here come up with the interfaces and addresses their
+NetworkAttachmentDefinitions described (ipvlan, SR-IOV VFs and whereabouts cannot run in this lab: the
+kernel has no ipvlan, the veth NICs have no VFs, whereabouts is not installed on the test nodes), and the
+migrated MultiNetworkPolicy is enforced on the migrated interface."""
 
 from __future__ import annotations
 
@@ -15,10 +16,19 @@ from typing import Any
 import pytest
 import yaml
 from lightkube import Client
+from lightkube.resources.core_v1 import Pod
 
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.layout import REPO_ROOT
-from tests.cluster.helpers import apply, interface_in_pod, name_of, network_status, running
+from tests.cluster.helpers import (
+    apply,
+    in_pod_netns,
+    interface_in_pod,
+    name_of,
+    network_status,
+    running,
+    sandbox_netns,
+)
 from tests.kube import wait_for
 
 EXAMPLES = REPO_ROOT / "examples" / "multus"
@@ -40,6 +50,9 @@ def migrated(cluster: ClusterHandle, ns: str, tmp_path: Path) -> Iterator[list[d
             *sorted(str(p) for p in tmp_path.glob("*.yaml")),
             "--output-file",
             str(out),
+            # the NAD's NIC (ens1f0) is published on network lan1 here (tests/cluster/policy.yaml)
+            "--network",
+            f"{ns}/fixed=lan1",
         ],
         capture_output=True,
         text=True,
@@ -64,7 +77,8 @@ def test_migrated_workloads_come_up_with_the_interfaces_their_nads_described(
     wanted = [
         o
         for o in migrated
-        if o["kind"] in ("DeviceClass", "ResourceClaimTemplate") or o["metadata"]["name"] in RUNNABLE
+        if o["kind"] in ("DeviceClass", "ResourceClaimTemplate", "MultiNetworkPolicy")
+        or o["metadata"]["name"] in RUNNABLE
     ]
     cluster_scoped = [o for o in wanted if o["kind"] == "DeviceClass"]
     apply(cluster, "default", *cluster_scoped)
@@ -94,6 +108,17 @@ def test_migrated_workloads_come_up_with_the_interfaces_their_nads_described(
     assert (
         "0.0.0.0/1 via 10.120.8.1 dev net1" in routes and "128.0.0.0/1 via 10.120.8.1 dev net1" in routes
     ), routes
+    # the shop's policy, now also for netclaim.dev/lan1, isolates ledger on fixed0 (db, its one allowed
+    # peer, has no address on lan1: nothing is allowed in)
+    ledger = kube.get(Pod, pods["ledger"], namespace=ns)
+    assert ledger.spec is not None and ledger.metadata is not None
+    node, uid = str(ledger.spec.nodeName), str(ledger.metadata.uid)
+
+    def table() -> str:
+        return in_pod_netns(cluster, node, sandbox_netns(cluster, node, uid), "nft", "list", "ruleset")
+
+    wait_for(lambda: '"fixed0"' in table(), 60, "the migrated policy in ledger's table, on fixed0")
+    assert "table inet netclaim" in table(), table()
     # tools reading Multus's annotation see the network by its NAD's name
     wait_for(lambda: bool(network_status(kube, ns, pods["worker"])), 60, "worker's network-status")
     assert [(e["name"], e["interface"]) for e in network_status(kube, ns, pods["worker"])] == [

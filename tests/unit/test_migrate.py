@@ -12,8 +12,9 @@ import yaml
 
 from netclaim.cli import main as cli
 from netclaim.cli.fit import evaluate, published_devices
-from netclaim.cli.migrate import Migration, migrate, selections
+from netclaim.cli.migrate import Migration, migrate, nad_networks, selections
 from netclaim.core.config.validate import validate_files
+from netclaim.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "multus"
 
@@ -251,3 +252,75 @@ def test_a_device_plugin_resource_becomes_the_classes_extended_resource_and_leav
     path = tmp_path / "migrated.yaml"
     path.write_text(yaml.safe_dump_all(migration.objects))
     assert validate_files([path]).problems == []
+
+
+def test_a_policy_on_a_migrated_nad_also_names_its_netclaim_network_whose_nics_its_class_requires(
+    migration: Migration,
+) -> None:
+    """The policy holds on both interfaces while workloads roll, and a migrated pod can only land on a NIC
+    of the network the policy names (fail closed); the note tells the admin which attribute to publish."""
+    [policy] = _of(migration, "MultiNetworkPolicy").values()
+    assert policy["metadata"]["annotations"]["k8s.v1.cni.cncf.io/policy-for"] == (
+        "shop/fixed, netclaim.dev/shop-fixed"
+    )
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"app": "ledger"}}  # the rules as they were
+    classes = _of(migration, "DeviceClass")
+    fixed = classes["shop-fixed"]["spec"]["selectors"][0]["cel"]["expression"]
+    assert fixed.endswith(
+        '"network" in device.attributes["netclaim.dev"] && '
+        'device.attributes["netclaim.dev"].network == "shop-fixed"'
+    )
+    assert "network" not in classes["shop-storage"]["spec"]["selectors"][0]["cel"]["expression"]
+    assert any(
+        "add `attributes: {netclaim.dev/network: shop-fixed}` to the publish rule" in note
+        for note in migration.notes
+    )
+    # an IP pool's device has no network attribute: test_no_migrated_selector_errs_on_an_ip_pool_device
+
+
+def test_an_admin_names_the_network_of_a_nad_and_unknown_names_are_listed() -> None:
+    policies = [
+        {
+            "apiVersion": "k8s.cni.cncf.io/v1beta1",
+            "kind": "MultiNetworkPolicy",
+            "metadata": {
+                "name": name,
+                "namespace": "shop",
+                "uid": "u",
+                "resourceVersion": "7",
+                "annotations": {"k8s.v1.cni.cncf.io/policy-for": policy_for},
+            },
+            "spec": {"podSelector": {}},
+        }
+        for name, policy_for in (
+            ("both", "fixed ,  elsewhere/gone"),  # a name alone is the policy's namespace's
+            ("ours", "netclaim.dev/lan1"),  # netclaim's already: nothing to do
+        )
+    ]
+    documents = [*_documents(), *policies]
+    migration = migrate(documents, {("shop", "fixed"): "lan1"})
+    migrated = _of(migration, "MultiNetworkPolicy")
+    assert sorted(migrated) == ["both", "ledger-ingress"]  # "ours" names no NAD: not in the output
+    both = migrated["both"]
+    assert both["metadata"]["annotations"]["k8s.v1.cni.cncf.io/policy-for"] == (
+        "fixed, elsewhere/gone, netclaim.dev/lan1"
+    )
+    assert "uid" not in both["metadata"] and "resourceVersion" not in both["metadata"]
+    assert (
+        'network == "lan1"'
+        in _of(migration, "DeviceClass")["shop-fixed"]["spec"]["selectors"][0]["cel"]["expression"]
+    )
+    assert "MultiNetworkPolicy/shop/both: policy-for elsewhere/gone: no migrated NAD of that name" in (
+        migration.unmapped
+    )
+
+
+@pytest.mark.parametrize("pair", ["fixed=lan1", "shop/fixed=", "shop/fixed=-lan", "shop/=lan1"])
+def test_a_network_option_that_cannot_be_one_is_refused_by_name(
+    pair: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ConfigError, match=f"--network {pair!r}: expected NAMESPACE/NAD=NETWORK"):
+        nad_networks([pair])
+    files = [str(f) for f in sorted(EXAMPLES.glob("*.yaml"))]
+    assert cli.main(["migrate", *files, "--network", pair]) == 2
+    assert f"--network {pair!r}" in capsys.readouterr().err

@@ -111,9 +111,10 @@ def _migrate(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from netclaim.cli.migrate import migrate
+    from netclaim.cli.migrate import migrate, nad_networks
     from netclaim.core.config.validate import validate_files
 
+    named = nad_networks(args.network)
     documents: list[dict[str, Any]] = []
     for path in args.files:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
@@ -122,7 +123,7 @@ def _migrate(args: argparse.Namespace) -> int:
                 documents += [d for d in document.get("items") or [] if isinstance(d, dict)]
             elif isinstance(document, dict):
                 documents.append(document)
-    migration = migrate(documents)
+    migration = migrate(documents, named)
     output = yaml.safe_dump_all(migration.objects, sort_keys=False)
     with tempfile.TemporaryDirectory() as scratch:
         written = Path(scratch) / "migrated.yaml"
@@ -348,6 +349,14 @@ def _add_tools(commands: Any) -> None:
         "files", nargs="+", type=Path, help="YAML files; - reads `kubectl get -o yaml` from stdin"
     )
     migrate.add_argument("--output-file", type=Path, help="write the objects here (default: standard output)")
+    migrate.add_argument(
+        "--network",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAD=NETWORK",
+        help="the netclaim network (a NIC's netclaim.dev/network) of a NAD that MultiNetworkPolicies name "
+        "(default: NAMESPACE-NAD); repeat for several",
+    )
     migrate.set_defaults(handler=_migrate)
     validate = commands.add_parser("validate", help="check claims, templates and DeviceClasses offline")
     validate.add_argument("files", nargs="+", type=Path)

@@ -9,6 +9,13 @@ claim them instead of carrying the annotation. The NIC a NAD names (macvlan/ipvl
 equivalent is listed with the reason, never dropped: a NAD whose config lives on the nodes, a plugin the
 allow-list refuses, runtime capabilities DRA does not pass (portMappings, infinibandGUID, cni-args).
 
+A MultiNetworkPolicy whose `policy-for` names a migrated NAD also names that NAD's netclaim network,
+`netclaim.dev/<namespace>-<name>` unless the admin names one (`--network NAMESPACE/NAD=NETWORK`), beside
+the Multus name (so it holds for the pods of either while the workloads roll). A netclaim network is a
+NIC's `netclaim.dev/network` attribute, which the admin's publish policy gives: the DeviceClass of a NAD
+that a policy names selects only NICs carrying it, so that no migrated pod can land where its policy would
+not apply (fail closed), and the notes say which NIC needs which attribute.
+
 Multus gives the pod's interfaces the names net1, net2, ... in the order the annotation lists them;
 migrated claims keep those names. Multus does not shape traffic: migrated classes say `bandwidth: none`,
 and each claim still consumes its NIC's default bandwidth when it asks for none (docs/config.md).
@@ -19,16 +26,20 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from netclaim.core.config.cniconfig import as_conflist
 from netclaim.core.config.validate import ALLOWED_PLUGINS, POD_SPECS
-from netclaim.core.names import API_VERSION, DRIVER_DOMAIN
+from netclaim.core.names import API_VERSION, DRIVER_DOMAIN, NETWORK_NAME
+from netclaim.core.policy.spec import NETWORK_PREFIX, POLICY_FOR
+from netclaim.errors import ConfigError
 
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"
 NAD_KIND = "NetworkAttachmentDefinition"
+POLICY_KIND = "MultiNetworkPolicy"
 UNSUPPORTED_CAPABILITIES = {
     "portMappings": "DRA passes no runtimeConfig: expose the port on the pod's primary network",
     "infinibandGUID": "InfiniBand GUIDs are not set by netclaim",
@@ -55,6 +66,7 @@ class Network:
     selectors: tuple[str, ...]
     exclusive: bool
     extended_resource: str = ""  # the device plugin's resource the NAD named (resourceName)
+    netclaim_network: str = ""  # the NICs' `netclaim.dev/network` its MultiNetworkPolicies need; "": none
 
 
 def _meta(document: dict[str, Any]) -> tuple[str, str]:
@@ -74,8 +86,11 @@ def _attribute(name: str, value: str) -> str:
     return f"{ATTRIBUTES}.{name} == {json.dumps(value)}"
 
 
-def network_of(nad: dict[str, Any], migration: Migration) -> Network | None:
-    """The NAD as a DRA network, or None (listed in `migration.unmapped`)."""
+def network_of(
+    nad: dict[str, Any], migration: Migration, policed: Mapping[tuple[str, str], str] | None = None
+) -> Network | None:
+    """The NAD as a DRA network, or None (listed in `migration.unmapped`); `policed`: the (namespace,
+    name) of the NADs a MultiNetworkPolicy names, and the netclaim network each becomes."""
     namespace, name = _meta(nad)
     where = f"{NAD_KIND}/{namespace}/{name}"
     raw = (nad.get("spec") or {}).get("config")
@@ -136,12 +151,32 @@ def network_of(nad: dict[str, Any], migration: Migration) -> Network | None:
             f"publishes; narrow it with the PF ({ATTRIBUTES}.sriovPF)"
         )
     selectors.append(f"{ATTRIBUTES}.shared == {'false' if exclusive else 'true'}")
+    device_class_name = f"{namespace}-{name}"
+    network_name = (policed or {}).get((namespace, name), "")
+    if network_name:
+        selectors.append(f'"network" in {ATTRIBUTES}')
+        selectors.append(_attribute("network", network_name))
+        migration.notes.append(
+            f"{where}: MultiNetworkPolicies name it: DeviceClass {device_class_name} selects only NICs "
+            f"published with netclaim.dev/network: {network_name}, where netclaim enforces them; add "
+            f"`attributes: {{netclaim.dev/network: {network_name}}}` to the publish rule of its NIC "
+            "(docs/policy.md), or its pods stay Pending"
+        )
     migration.notes.append(
         f"{where}: a NAD is its namespace's; its DeviceClass {namespace}-{name} is cluster-wide and its "
         "chain the admin's: keep other namespaces off it with ResourceQuota "
         f"{namespace}-{name}.deviceclass.resource.k8s.io/devices: 0 (docs/multus-users.md)"
     )
-    return Network(namespace, name, f"{namespace}-{name}", chain, tuple(selectors), exclusive, resource or "")
+    return Network(
+        namespace,
+        name,
+        device_class_name,
+        chain,
+        tuple(selectors),
+        exclusive,
+        resource or "",
+        network_name,
+    )
 
 
 def device_class(network: Network, extended_resource: bool = False) -> dict[str, Any]:
@@ -281,13 +316,88 @@ def _drop_limits(spec: dict[str, Any], resources: set[str]) -> None:
                 del asked[resource]
 
 
-def migrate(documents: list[dict[str, Any]]) -> Migration:
+def _policy_for(policy: dict[str, Any]) -> list[tuple[str, tuple[str, str] | None]]:
+    """Each name of the policy's policy-for as written, with the (namespace, name) of the NAD it names (a
+    name alone is in the policy's namespace); None for a netclaim network's."""
+    namespace, _ = _meta(policy)
+    annotations = (policy.get("metadata") or {}).get("annotations") or {}
+    found: list[tuple[str, tuple[str, str] | None]] = []
+    for written in str(annotations.get(POLICY_FOR, "")).replace(" ", "").split(","):
+        if not written or written.startswith(NETWORK_PREFIX):
+            found.append((written, None))
+            continue
+        nad_namespace, _, nad = written.rpartition("/")
+        found.append((written, (nad_namespace or namespace, nad)))
+    return [(w, k) for w, k in found if w]
+
+
+def _migrated_policy(
+    policy: dict[str, Any], networks: dict[tuple[str, str], Network], migration: Migration
+) -> dict[str, Any] | None:
+    """The policy naming the netclaim network of each migrated NAD it names, beside the NAD; None when it
+    names none."""
+    namespace, name = _meta(policy)
+    where = f"{POLICY_KIND}/{namespace}/{name}"
+    names = _policy_for(policy)
+    added = []
+    for written, nad in names:
+        if nad is None:
+            continue
+        network = networks.get(nad)
+        if network is None:
+            migration.unmapped.append(f"{where}: policy-for {written}: no migrated NAD of that name")
+            continue
+        added.append(NETWORK_PREFIX + network.netclaim_network)
+    if not added:
+        return None
+    migrated = copy.deepcopy(policy)
+    meta = migrated["metadata"]
+    for server_side in ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields"):
+        meta.pop(server_side, None)
+    migrated.pop("status", None)
+    written_names = [w for w, _ in names]
+    meta["annotations"][POLICY_FOR] = ", ".join(
+        [*written_names, *(a for a in dict.fromkeys(added) if a not in written_names)]
+    )
+    migration.notes.append(
+        f"{where}: now also for {', '.join(dict.fromkeys(added))} (netclaim enforces it in each selected "
+        "pod's namespace on that interface); drop the Multus names once Multus is gone"
+    )
+    return migrated
+
+
+def nad_networks(pairs: list[str]) -> dict[tuple[str, str], str]:
+    """`NAMESPACE/NAD=NETWORK` pairs (the --network option) as (namespace, NAD) → network; ConfigError
+    naming the pair that cannot be one."""
+    named: dict[tuple[str, str], str] = {}
+    for pair in pairs:
+        nad, _, network = pair.partition("=")
+        namespace, _, name = nad.partition("/")
+        if not (namespace and name and NETWORK_NAME.fullmatch(network)):
+            raise ConfigError(
+                f"--network {pair!r}: expected NAMESPACE/NAD=NETWORK, NETWORK being 1-63 of "
+                "A-Z a-z 0-9 _ . - starting with a letter or digit (a NIC's netclaim.dev/network)"
+            )
+        named[(namespace, name)] = network
+    return named
+
+
+def migrate(documents: list[dict[str, Any]], named: Mapping[tuple[str, str], str] | None = None) -> Migration:
+    """`named`: the netclaim network the admin gives a NAD's MultiNetworkPolicies (nad_networks); by
+    default `<namespace>-<NAD>`."""
     migration = Migration()
     networks: dict[tuple[str, str], Network] = {}
     mapped: dict[str, Network] = {}  # device-plugin resource → the NAD whose class now serves it
+    policies = [d for d in documents if d.get("kind") == POLICY_KIND]
+    policed = {
+        nad: (named or {}).get(nad) or _label(f"{nad[0]}-{nad[1]}")
+        for p in policies
+        for _, nad in _policy_for(p)
+        if nad is not None
+    }
     for document in documents:
         if document.get("kind") == NAD_KIND:
-            network = network_of(copy.deepcopy(document), migration)
+            network = network_of(copy.deepcopy(document), migration, policed)
             if network is None:
                 continue
             networks[(network.namespace, network.name)] = network
@@ -310,7 +420,7 @@ def migrate(documents: list[dict[str, Any]]) -> Migration:
     templates: dict[str, dict[str, Any]] = {}
     workloads = []
     for document in documents:
-        if document.get("kind") == NAD_KIND:
+        if document.get("kind") in (NAD_KIND, POLICY_KIND):
             continue
         patched = copy.deepcopy(document)
         pod = _pod_template(patched)
@@ -359,5 +469,6 @@ def migrate(documents: list[dict[str, Any]]) -> Migration:
             resources = containers[0].setdefault("resources", {})
             resources.setdefault("claims", []).extend({"name": c} for c, _ in claims)
         workloads.append(patched)
-    migration.objects += [*templates.values(), *workloads]
+    migrated = (_migrated_policy(p, networks, migration) for p in policies)
+    migration.objects += [*templates.values(), *workloads, *(p for p in migrated if p is not None)]
     return migration
