@@ -146,7 +146,7 @@ def test_cni_bin_dir_moves_the_flag_the_mount_and_the_host_path_and_nothing_else
     default, moved = render(helm), render(helm, "--set", "agent.hostPaths.cniBinDir=/usr/lib/cni")
     container = _container(moved, DAEMONSET)
     assert "--cni-bin-dir=/usr/lib/cni" in container["args"]
-    assert _volume(moved, "cni-bin")["hostPath"] == {"path": "/usr/lib/cni", "type": "Directory"}
+    assert _volume(moved, "cni-bin")["hostPath"] == {"path": "/usr/lib/cni", "type": "DirectoryOrCreate"}
     assert _mount(moved, "cni-bin") == {"name": "cni-bin", "mountPath": "/usr/lib/cni", "readOnly": True}
     text = yaml.safe_dump(moved[DAEMONSET])
     assert "/opt/cni/bin" not in text
