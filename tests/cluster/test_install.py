@@ -281,6 +281,21 @@ def test_the_readme_install_steps_work_as_written_with_kubectl_and_with_helm(fre
     assert outcome.problems == []
     claims = json.loads(fresh.kubectl("get", "resourceclaims", "-n", demo.NAMESPACE, "-o", "json"))["items"]
     entries = sum(len(c.get("status", {}).get("devices") or []) for c in claims)
+    # a node's persisted state, read in its agent's pod (docs/troubleshooting.md): each demo pod there
+    persisted = []
+    for node in agents.kubelet_nodes(fresh):
+        pod = agents.agent_pod(fresh, node, helm_namespace[1])
+        assert pod is not None
+        told = fresh.kubectl(
+            *("exec", "-n", helm_namespace[1], pod["metadata"]["name"], "-c", "agent", "--"),
+            *("netclaim", "state", "-o", "json"),
+        )
+        persisted += [r for r in json.loads(told) if r["claim"].startswith(f"{demo.NAMESPACE}/")]
+    attached = {r["claim"] for r in persisted if r["state"] == "attached" and r["ips"]}
+    reported = {
+        f"{demo.NAMESPACE}/{c['metadata']['name']}" for c in claims if c.get("status", {}).get("devices")
+    }
+    assert attached == reported and len(attached) >= 3, persisted  # Pod-A and two replicas of B
     _multus_intact(fresh, "the helm install")
     helm_gone = _uninstalled(fresh, blocks["uninstall, with helm"], helm_namespace[1])
     _multus_intact(fresh, "the helm uninstall")

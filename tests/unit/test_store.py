@@ -16,7 +16,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from netclaim.agent.store import SCHEMA_VERSION, Attachment, Interface, Outcome, State, Store
+from netclaim.agent.store import SCHEMA_VERSION, Attachment, Interface, Outcome, State, Store, StoredRows
+from netclaim.cli import main as cli
 from netclaim.core.devices.catalog import ATTACHMENTS, BANDWIDTH, Capacity
 from netclaim.core.plan import AttachPlan
 from netclaim.errors import PrerequisiteError, StateStoreError
@@ -511,3 +512,44 @@ async def test_what_the_store_keeps_of_a_rows_plan_goes_with_the_row(store: Stor
         if isinstance(o, AttachPlan) and 10**6 <= (o.bandwidth_bps or 0) < 10**6 + 2000
     ]
     assert alive == [], f"{len(alive)} plans kept after their rows went"
+
+
+async def test_netclaim_state_reads_a_running_agents_rows_without_changing_or_blocking_them(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    attached = sample_row(share_id="share-1").with_state(
+        State.ATTACHED, sandbox_id="sandbox-123456789abcdef", netns="/run/netns/a", outcome=ATTACHED_OUTCOME
+    )
+    failed = replace(sample_row(), claim_uid="claim-2", claim_name="other", error="CNI ADD: no master")
+    await store.put(attached, failed)
+    before = store.path.read_bytes()
+    directory = str(store.path.parent)
+    assert cli.main(["state", "--state-dir", directory, "-o", "json"]) == 0
+    found = {entry["claim"]: entry for entry in json.loads(capsys.readouterr().out)}
+    mine = found[f"{attached.claim_namespace}/{attached.claim_name}"]
+    assert (mine["state"], mine["interface"], mine["ips"], mine["mac"]) == (
+        "attached",
+        "net1",
+        ["10.90.0.10/24"],
+        "02:00:0a:5a:00:0a",
+    )
+    assert found[f"{failed.claim_namespace}/other"]["error"] == "CNI ADD: no master"
+    assert cli.main(["state", "--state-dir", directory]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:4] == ["CLAIM", "DEVICE", "POD", "UID"] and len(table) == 3
+    assert any("sandbox-12345" in line and "10.90.0.10/24" in line for line in table)
+    assert store.path.read_bytes() == before  # read-only: nothing written
+    await store.delete(failed)  # the agent writes on while a reader is open
+    reader = StoredRows.read_only(store.path.parent)
+    await store.delete(attached)
+    assert reader.all() == []
+    reader.close()
+
+
+def test_netclaim_state_says_what_it_cannot_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["state", "--state-dir", str(tmp_path)]) == 2
+    assert "no state database (is this the agent's --state-dir?)" in capsys.readouterr().err
+    (tmp_path / "netclaim.db").write_text("not sqlite at all, and long enough to be refused as such" * 20)
+    assert cli.main(["state", "--state-dir", str(tmp_path)]) == 2
+    assert "not a netclaim state database" in capsys.readouterr().err
+    assert not (tmp_path / "netclaim.db-wal").exists()

@@ -256,7 +256,102 @@ class _Writer:
         self._thread.join()
 
 
-class Store:
+class StoredRows:
+    """The store's rows as they are, read-only: the agent's Store reads through it, and `netclaim state`
+    opens a node's database with it (`read_only`) beside the running agent, which it never blocks."""
+
+    def __init__(self, path: Path, reader: sqlite3.Connection) -> None:
+        self.path = path
+        self._reader = reader
+        # each stored row as last read, by its key, with the columns it was read from: a row is read at
+        # every hook, status write and port-guard pass (each pass reads them all) and changes a few times
+        # in its life, its plan never (rows and plans are frozen). Kept for the rows there are, never for
+        # the gone: a plan is 8 KiB, and a cache by text kept every pod's that came and went (33 MiB at
+        # 4,096)
+        self._rows: dict[Key, tuple[tuple[Any, ...], Attachment]] = {}
+
+    @classmethod
+    def read_only(cls, directory: Path) -> StoredRows:
+        """The database in `directory`, opened for reading only; PrerequisiteError when there is none or
+        it is of another schema than this program's."""
+        path = directory / "netclaim.db"
+        if not path.is_file():
+            raise PrerequisiteError(f"{path}: no state database (is this the agent's --state-dir?)")
+        reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=READ_BUSY_SECONDS)
+        try:
+            found = reader.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        except sqlite3.DatabaseError as err:
+            reader.close()
+            raise PrerequisiteError(f"{path}: not a netclaim state database ({err})") from err
+        if found is None or int(found[0]) != SCHEMA_VERSION:
+            reader.close()
+            raise PrerequisiteError(
+                f"{path}: schema {found[0] if found else 'none'}, this program reads {SCHEMA_VERSION}: run "
+                "the agent's own version (kubectl exec into its pod)"
+            )
+        return cls(path, reader)
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def _row(self, values: tuple[Any, ...]) -> Attachment:
+        key: Key = values[:4]
+        known = self._rows.get(key)
+        if known is not None and known[0] == values:
+            return known[1]
+        data = dict(zip(_COLUMNS, values, strict=True))
+        try:
+            text = data.pop("plan")
+            same_plan = known is not None and known[0][_PLAN] == text
+            plan = known[1].plan if known is not None and same_plan else _PLAN_JSON.decode(text)
+            result = data.pop("result")
+            outcome = _OUTCOME_JSON.decode(result) if result else Outcome()
+            state = State(data.pop("state"))
+        except ValueError as err:  # msgspec's DecodeError and ValidationError are ValueErrors too
+            raise PrerequisiteError(
+                f"{self.path}: row of claim {data['claim_uid']} device {data['device']} is not a row this "
+                f"agent understands (written by a newer agent?): {err}"
+            ) from err
+        row = Attachment(**data, plan=plan, outcome=outcome, state=state)
+        self._rows[key] = (values, row)
+        return row
+
+    def _select(self, where: str, parameters: tuple[Any, ...] = ()) -> list[Attachment]:
+        order = "ORDER BY claim_uid, pool, device, share_id"
+        query = f"SELECT {', '.join(_COLUMNS)} FROM attachments {where} {order}"  # noqa: S608 - fixed fragments
+        try:
+            rows = self._reader.execute(query, parameters).fetchall()
+        except sqlite3.OperationalError as err:
+            raise StateStoreError(f"{self.path}: {err}") from err
+        return [self._row(row) for row in rows]
+
+    def get(self, key: Key) -> Attachment | None:
+        """The row as stored now (None once deleted)."""
+        found = self._select("WHERE claim_uid = ? AND pool = ? AND device = ? AND share_id = ?", key)
+        return found[0] if found else None
+
+    def for_claim(self, claim_uid: str) -> list[Attachment]:
+        return self._select("WHERE claim_uid = ?", (claim_uid,))
+
+    def for_pod(self, pod_uid: str) -> list[Attachment]:
+        return self._select("WHERE pod_uid = ?", (pod_uid,))
+
+    def all(self) -> list[Attachment]:
+        rows = self._select("")
+        if len(self._rows) > len(rows):  # a delete that raised (made late, or not): its row goes here
+            self._rows = {row.key: self._rows[row.key] for row in rows}
+        return rows
+
+    def networks(self) -> dict[str, dict[str, Any]]:
+        """The networks remembered, by key."""
+        try:
+            found = self._reader.execute("SELECT key, conflist FROM networks ORDER BY key").fetchall()
+        except sqlite3.OperationalError as err:
+            raise StateStoreError(f"{self.path}: {err}") from err
+        return {key: json.loads(conflist) for key, conflist in found}
+
+
+class Store(StoredRows):
     def __init__(self, directory: Path, write_seconds: float = WRITE_SECONDS) -> None:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         directory.chmod(0o700)
@@ -271,15 +366,9 @@ class Store:
         self._db.execute("PRAGMA synchronous=FULL")
         self._durable = True  # the writer connection's synchronous level: FULL, else NORMAL
         self._migrate()
-        self._reader = sqlite3.connect(path, isolation_level=None, timeout=READ_BUSY_SECONDS)
+        super().__init__(path, sqlite3.connect(path, isolation_level=None, timeout=READ_BUSY_SECONDS))
         self._writer = _Writer()
         self._networks = set(self.networks())  # their keys: remember_network writes a new one only
-        # each stored row as last read, by its key, with the columns it was read from: a row is read at
-        # every hook, status write and port-guard pass (each pass reads them all) and changes a few times
-        # in its life, its plan never (rows and plans are frozen). Kept for the rows there are, never for
-        # the gone: a plan is 8 KiB, and a cache by text kept every pod's that came and went (33 MiB at
-        # 4,096)
-        self._rows: dict[Key, tuple[tuple[Any, ...], Attachment]] = {}
 
     def _migrate(self) -> None:
         with self._transaction() as db:
@@ -333,7 +422,7 @@ class Store:
     def close(self) -> None:
         """After the writes asked so far are made."""
         self._writer.shutdown()
-        self._reader.close()
+        super().close()
         self._db.close()
 
     async def _write(self, write: Callable[[], None], *, urgent: bool = True) -> None:
@@ -356,37 +445,6 @@ class Store:
         """A write nobody waits for any more: what became of it goes to the log."""
         if not made.cancelled() and made.exception() is not None:
             log.warning("a late state write failed", extra={"error": str(made.exception())})
-
-    def _row(self, values: tuple[Any, ...]) -> Attachment:
-        key: Key = values[:4]
-        known = self._rows.get(key)
-        if known is not None and known[0] == values:
-            return known[1]
-        data = dict(zip(_COLUMNS, values, strict=True))
-        try:
-            text = data.pop("plan")
-            same_plan = known is not None and known[0][_PLAN] == text
-            plan = known[1].plan if known is not None and same_plan else _PLAN_JSON.decode(text)
-            result = data.pop("result")
-            outcome = _OUTCOME_JSON.decode(result) if result else Outcome()
-            state = State(data.pop("state"))
-        except ValueError as err:  # msgspec's DecodeError and ValidationError are ValueErrors too
-            raise PrerequisiteError(
-                f"{self.path}: row of claim {data['claim_uid']} device {data['device']} is not a row this "
-                f"agent understands (written by a newer agent?): {err}"
-            ) from err
-        row = Attachment(**data, plan=plan, outcome=outcome, state=state)
-        self._rows[key] = (values, row)
-        return row
-
-    def _select(self, where: str, parameters: tuple[Any, ...] = ()) -> list[Attachment]:
-        order = "ORDER BY claim_uid, pool, device, share_id"
-        query = f"SELECT {', '.join(_COLUMNS)} FROM attachments {where} {order}"  # noqa: S608 - fixed fragments
-        try:
-            rows = self._reader.execute(query, parameters).fetchall()
-        except sqlite3.OperationalError as err:
-            raise StateStoreError(f"{self.path}: {err}") from err
-        return [self._row(row) for row in rows]
 
     async def put(self, *rows: Attachment) -> None:
         """Insert or replace rows in one transaction (all or nothing), fsync'd, after the other writes
@@ -454,23 +512,6 @@ class Store:
                     row.key,
                 )
 
-    def get(self, key: Key) -> Attachment | None:
-        """The row as stored now (None once deleted)."""
-        found = self._select("WHERE claim_uid = ? AND pool = ? AND device = ? AND share_id = ?", key)
-        return found[0] if found else None
-
-    def for_claim(self, claim_uid: str) -> list[Attachment]:
-        return self._select("WHERE claim_uid = ?", (claim_uid,))
-
-    def for_pod(self, pod_uid: str) -> list[Attachment]:
-        return self._select("WHERE pod_uid = ?", (pod_uid,))
-
-    def all(self) -> list[Attachment]:
-        rows = self._select("")
-        if len(self._rows) > len(rows):  # a delete that raised (made late, or not): its row goes here
-            self._rows = {row.key: self._rows[row.key] for row in rows}
-        return rows
-
     async def remember_network(self, key: str, conflist: dict[str, Any]) -> None:
         """Keep a network's config for its plugins' GC, once (not fsync'd: a network lost to a power cut
         is written again at its next attach, and its leftovers wait for that)."""
@@ -494,14 +535,6 @@ class Store:
 
         self._networks.discard(key)
         await self._write(write)
-
-    def networks(self) -> dict[str, dict[str, Any]]:
-        """The networks remembered, by key."""
-        try:
-            found = self._reader.execute("SELECT key, conflist FROM networks ORDER BY key").fetchall()
-        except sqlite3.OperationalError as err:
-            raise StateStoreError(f"{self.path}: {err}") from err
-        return {key: json.loads(conflist) for key, conflist in found}
 
     def held_devices(self, present: set[str]) -> list[Device]:
         """Whole NICs now inside pods: gone from the node's netns, still this node's (allocated) devices."""

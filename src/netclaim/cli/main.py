@@ -55,6 +55,13 @@ def _controller(args: argparse.Namespace) -> int:
     return 0
 
 
+def _state(args: argparse.Namespace) -> int:
+    from netclaim.cli.state import render
+
+    print(render(args.state_dir, args.output))
+    return 0
+
+
 def _inventory(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -324,6 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
     inventory.add_argument("--inventory-file", type=Path)
     inventory.add_argument("--driver-name", default=DRIVER_DOMAIN)
     inventory.set_defaults(handler=_inventory)
+
+    state = commands.add_parser(
+        "state", help="this node's persisted attachments, read-only beside the running agent (in its pod)"
+    )
+    state.add_argument("--state-dir", type=Path, default=Path("/var/lib/netclaim"), help="the agent's")
+    state.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    state.set_defaults(handler=_state)
     return parser
 
 
