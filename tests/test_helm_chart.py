@@ -230,8 +230,11 @@ def test_policy_value_becomes_the_configmap_the_agent_reads_and_there_is_none_by
         "kind": "PublishPolicy",
         "rules": [{"match": {"names": ["eth1"]}, "mode": "exclusive"}, {"mode": "ignore"}],
     }
-    rendered = render(helm, "-f", _values_file(tmp_path, {"policy": policy}))[POLICY]["data"]["policy.yaml"]
+    configmap = render(helm, "-f", _values_file(tmp_path, {"policy": policy}))[POLICY]
+    rendered = configmap["data"]["policy.yaml"]
     assert yaml.safe_load(rendered) == policy
+    # an upgrade that no longer gives the value leaves it (test_install runs one)
+    assert configmap["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
     strict.decode(PublishPolicy, yaml.safe_load(rendered), "the rendered policy")
     # without the value no ConfigMap: the agents publish nothing until the admin writes one, and an upgrade
     # from the chart or deploy/ never replaces the admin's

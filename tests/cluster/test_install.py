@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from netclaim_lab import agents, demo
+from netclaim_lab import agents, demo, processes
 from netclaim_lab import cluster as local_cluster
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.layout import REPO_ROOT
@@ -220,6 +220,36 @@ def _multus_intact(handle: ClusterHandle, after: str) -> None:
     assert policy["spec"] == MULTUS_POLICY["spec"], f"after {after}: {policy['spec']}"
 
 
+def _upgrade_without_the_policy_keeps_it(handle: ClusterHandle, namespace: str) -> None:
+    """`helm upgrade` without --set-file policy (nor --reuse-values): the policy ConfigMap stays as it
+    was, and so does every node's slice."""
+
+    def policy() -> str:
+        configmap = handle.kubectl("get", "configmap", "netclaim-policy", "-n", namespace, "-o", "json")
+        return str(json.loads(configmap)["data"]["policy.yaml"])
+
+    before = policy()
+    helm = [str(handle.bin_dir / "helm"), "--kubeconfig", str(handle.kubeconfig)]
+    processes.run(
+        [
+            *helm,
+            "upgrade",
+            "netclaim",
+            str(REPO_ROOT / "charts" / "netclaim"),
+            "--namespace",
+            namespace,
+            "--set",
+            "namespace.create=false",
+            "--wait",
+            "--timeout",
+            "5m",
+        ],
+        timeout=330,
+    )
+    assert policy() == before
+    _assert_running_as_deployed(handle, namespace)
+
+
 def _leftovers(handle: ClusterHandle, namespace: str) -> list[str]:
     found = []
     for kind, prefix in OURS.items():
@@ -297,6 +327,7 @@ def test_the_readme_install_steps_work_as_written_with_kubectl_and_with_helm(fre
     }
     assert attached == reported and len(attached) >= 3, persisted  # Pod-A and two replicas of B
     _multus_intact(fresh, "the helm install")
+    _upgrade_without_the_policy_keeps_it(fresh, helm_namespace[1])
     helm_gone = _uninstalled(fresh, blocks["uninstall, with helm"], helm_namespace[1])
     _multus_intact(fresh, "the helm uninstall")
     claims = json.loads(fresh.kubectl("get", "resourceclaims", "-n", demo.NAMESPACE, "-o", "json"))["items"]
