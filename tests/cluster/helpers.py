@@ -502,16 +502,19 @@ def metadata_devices(
 
 
 def refused_in_dry_run(
-    cluster: ClusterHandle, manifest: dict[str, Any], kubeconfig: Path | None = None
+    cluster: ClusterHandle,
+    manifest: dict[str, Any],
+    kubeconfig: Path | None = None,
+    action: tuple[str, ...] = ("create",),
 ) -> str | None:
-    """None when the apiserver (its admission policies included) accepts creating `manifest` in a server
-    dry run as `kubeconfig`'s user (default: the admin), else its message. Raw JSON through kubectl: typed
-    clients cannot even express some malformed parameters (a string)."""
+    """None when the apiserver (its admission policies included) accepts `action` (creating, by default)
+    of `manifest` in a server dry run as `kubeconfig`'s user (default: the admin), else its message. Raw
+    JSON through kubectl: typed clients cannot even express some malformed parameters (a string)."""
     result = subprocess.run(
         [
             str(cluster.bin_dir / "kubectl"),
             f"--kubeconfig={kubeconfig or cluster.kubeconfig}",
-            *("create", "--dry-run=server", "-n", "default", "-f", "-"),
+            *(*action, "--dry-run=server", "-n", "default", "-f", "-"),
         ],
         input=json.dumps(manifest),
         capture_output=True,

@@ -201,19 +201,7 @@ def _status_refused(cluster: ClusterHandle, claim: dict[str, Any], driver: str) 
             )
         ],
     }
-    result = subprocess.run(
-        [
-            str(cluster.bin_dir / "kubectl"),
-            f"--kubeconfig={cluster.kubeconfig}",
-            *("replace", "--subresource=status", "--dry-run=server", "-f", "-"),
-        ],
-        input=json.dumps(current),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    return None if result.returncode == 0 else result.stderr.strip()
+    return refused_in_dry_run(cluster, current, action=("replace", "--subresource=status"))
 
 
 def test_other_drivers_claims_never_meet_the_pool_and_one_pod_policies(cluster: ClusterHandle) -> None:
