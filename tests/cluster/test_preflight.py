@@ -110,7 +110,7 @@ def test_preflight_names_what_is_missing_and_a_gate_that_is_off_costs_no_write_l
     ):
         assert line in first, first
     for line in (
-        "FAIL  NRI: no socket at /var/run/nri/nri.sock: containerd's NRI is off or elsewhere",
+        "FAIL  NRI: no socket at /var/run/nri/nri.sock: the runtime's NRI is off or elsewhere",
         '[plugins."io.containerd.nri.v1.nri"] disable = false',
         gate,
         "preflight: 2 of 8 checks failed",

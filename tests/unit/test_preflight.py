@@ -69,7 +69,7 @@ async def test_each_missing_piece_is_named_with_its_fix(tmp_path: Path) -> None:
     findings = await node_findings(paths, no_socket, no_ifb, old_kernel)
     text = render(findings)
     assert [f.severity for f in findings] == ["fail"] * 5
-    assert f"FAIL  NRI: no socket at {tmp_path}/nri.sock: containerd's NRI is off or elsewhere" in text
+    assert f"FAIL  NRI: no socket at {tmp_path}/nri.sock: the runtime's NRI is off or elsewhere" in text
     assert "disable = false" in text
     assert f"FAIL  CDI: no directory {tmp_path}/cdi" in text
     assert f"FAIL  CNI plugins: {tmp_path} lacks host-device, static" in text

@@ -62,14 +62,15 @@ async def node_findings(
 
 async def _nri(socket: Path, reachable: Callable[[str], Awaitable[None]]) -> Finding:
     enable = (
-        'enable NRI in containerd (config.toml: [plugins."io.containerd.nri.v1.nri"] disable = false; '
-        "containerd 2.x has it on by default) and restart containerd; if it listens elsewhere, set "
+        "enable NRI in the runtime and restart it: containerd 1.7, config.toml "
+        '[plugins."io.containerd.nri.v1.nri"] disable = false (2.x has it on); CRI-O before 1.30, a '
+        "crio.conf.d drop-in [crio.nri] enable_nri = true (docs/platforms.md); if it listens elsewhere, set "
         "agent.hostPaths.nriSocket (--nri-socket)"
     )
     try:
         await reachable(str(socket))
     except FileNotFoundError:
-        return Finding("NRI", "fail", f"no socket at {socket}: containerd's NRI is off or elsewhere", enable)
+        return Finding("NRI", "fail", f"no socket at {socket}: the runtime's NRI is off or elsewhere", enable)
     except OSError as err:
         return Finding("NRI", "fail", f"{socket}: nothing answers ({err.strerror or err})", enable)
     return Finding("NRI", "ok", f"{socket} answers")
@@ -77,8 +78,8 @@ async def _nri(socket: Path, reachable: Callable[[str], Awaitable[None]]) -> Fin
 
 def _cdi(directory: Path) -> Finding:
     fix = (
-        "mount containerd's CDI spec directory (cdi_spec_dirs; /var/run/cdi by default) at --cdi-spec-dir "
-        "(agent.hostPaths.cdiSpecDir); containerd 1.7 also needs enable_cdi = true"
+        "mount the runtime's CDI spec directory (cdi_spec_dirs; /var/run/cdi by default in containerd and "
+        "CRI-O) at --cdi-spec-dir (agent.hostPaths.cdiSpecDir); containerd 1.7 also needs enable_cdi = true"
     )
     if not directory.is_dir():
         return Finding("CDI", "fail", f"no directory {directory}", fix)
