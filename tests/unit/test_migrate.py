@@ -4,6 +4,7 @@ reason, per-pod requests restated, workloads patched, and the output passing val
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -324,3 +325,36 @@ def test_a_network_option_that_cannot_be_one_is_refused_by_name(
     files = [str(f) for f in sorted(EXAMPLES.glob("*.yaml"))]
     assert cli.main(["migrate", *files, "--network", pair]) == 2
     assert f"--network {pair!r}" in capsys.readouterr().err
+
+
+def test_two_nads_whose_default_networks_meet_must_be_named() -> None:
+    """`b.c` and `b-c` of one namespace would both be network a-b-c: a policy of one would hold on the
+    other's interfaces. Refused, naming both, unless the admin names them."""
+
+    def nad(name: str) -> dict[str, Any]:
+        config = '{"cniVersion": "1.0.0", "name": "x", "type": "macvlan", "master": "eth1"}'
+        return {
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": "a"},
+            "spec": {"config": config},
+        }
+
+    policy = {
+        "kind": "MultiNetworkPolicy",
+        "metadata": {
+            "name": "p",
+            "namespace": "a",
+            "annotations": {"k8s.v1.cni.cncf.io/policy-for": "b.c, b-c"},
+        },
+        "spec": {"podSelector": {}},
+    }
+    documents = [nad("b.c"), nad("b-c"), policy]
+    with pytest.raises(
+        ConfigError, match=re.escape("NADs a/b-c, a/b.c would both become netclaim network a-b-c")
+    ):
+        migrate(documents)
+    migration = migrate(documents, {("a", "b.c"): "one", ("a", "b-c"): "two"})
+    [migrated] = _of(migration, "MultiNetworkPolicy").values()
+    assert migrated["metadata"]["annotations"]["k8s.v1.cni.cncf.io/policy-for"] == (
+        "b.c, b-c, netclaim.dev/one, netclaim.dev/two"
+    )

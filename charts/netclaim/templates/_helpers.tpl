@@ -5,11 +5,12 @@
 
 {{/* A pod's affinity: `.affinity` (the value given) with the nodes the image runs on required in each of
 its required node terms (they are ORed: every one must say it), or alone when it has none. Linux only,
-and image.architectures: a Windows or another CPU's node gets no pod that could only fail there. */}}
+and image.architectures (amd64 when absent: `helm upgrade --reuse-values` of a release from before the
+value): a Windows or another CPU's node gets no pod that could only fail there. */}}
 {{- define "netclaim.affinity" -}}
 {{- $platform := list
   (dict "key" "kubernetes.io/os" "operator" "In" "values" (list "linux"))
-  (dict "key" "kubernetes.io/arch" "operator" "In" "values" .architectures) }}
+  (dict "key" "kubernetes.io/arch" "operator" "In" "values" (.architectures | default (list "amd64"))) }}
 {{- $affinity := deepCopy (.affinity | default dict) }}
 {{- $node := get $affinity "nodeAffinity" | default dict }}
 {{- $required := get $node "requiredDuringSchedulingIgnoredDuringExecution" | default dict }}

@@ -277,7 +277,7 @@ class StoredRows:
         path = directory / "netclaim.db"
         if not path.is_file():
             raise PrerequisiteError(f"{path}: no state database (is this the agent's --state-dir?)")
-        reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=READ_BUSY_SECONDS)
+        reader = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=READ_BUSY_SECONDS)
         try:
             found = reader.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         except sqlite3.DatabaseError as err:

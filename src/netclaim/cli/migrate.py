@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -395,6 +396,15 @@ def migrate(documents: list[dict[str, Any]], named: Mapping[tuple[str, str], str
         for _, nad in _policy_for(p)
         if nad is not None
     }
+    by_network: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for nad, network_name in policed.items():
+        by_network[network_name].append(nad)
+    for network_name, nads in by_network.items():  # a policy of one would hold on the other's interfaces
+        if len(nads) > 1 and not all(nad in (named or {}) for nad in nads):
+            raise ConfigError(
+                f"NADs {', '.join('/'.join(n) for n in sorted(nads))} would both become netclaim network "
+                f"{network_name}: name each with --network NAMESPACE/NAD=NETWORK"
+            )
     for document in documents:
         if document.get("kind") == NAD_KIND:
             network = network_of(copy.deepcopy(document), migration, policed)
