@@ -73,8 +73,10 @@ class Net:
         return str(self.pods[pod]["status"]["podIP"])
 
     def tcp(self, source: str, address: str, port: int = PORT) -> str:
-        """The answer's body (the server's name), or "" when no connection was made within 2 s."""
-        request = f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {address} {port} || true"
+        """The answer's body (the server's name), or "" when none came within 4 s. busybox's `-w` bounds only
+        the connect: a connection made just before a policy lands is not tracked by the pod's conntrack, so
+        the new rules drop its request and nc would wait for an answer forever."""
+        request = f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | timeout -s KILL 4 nc -w 2 {address} {port} || true"
         got = self.cluster.kubectl("exec", "-n", self.ns, source, "--", "sh", "-c", request, timeout=30)
         lines = got.strip().splitlines()
         return lines[-1] if lines and not lines[-1].startswith("HTTP/") else ""

@@ -349,8 +349,8 @@ def test_a_pod_repaired_at_synchronize_answers_nothing_before_its_table(
     prober["spec"]["containers"][0]["command"] = [
         "sh",
         "-c",
-        f"while true; do printf 'GET /probe HTTP/1.0\\r\\n\\r\\n' | nc -w 1 {FRESH_ADDRESS} {PORT}; "
-        "sleep 0.2; done",
+        "while true; do printf 'GET /probe HTTP/1.0\\r\\n\\r\\n' | "
+        f"timeout -s KILL 2 nc -w 1 {FRESH_ADDRESS} {PORT}; sleep 0.2; done",
     ]
     apply(
         cluster,

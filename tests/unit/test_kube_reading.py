@@ -21,13 +21,20 @@ from hypothesis import strategies as st
 
 from netclaim.adapters.kube import connection
 from netclaim.adapters.kube.addresses import KubeAddresses
-from netclaim.adapters.kube.claims import KubeClaims
+from netclaim.adapters.kube.claims import PATCH_NOT_APPLIED, KubeClaims
 from netclaim.adapters.kube.connection import POLICIES, KubeConnection
 from netclaim.adapters.kube.reader import KubeClusterReader
 from netclaim.adapters.kube.watched import network_policies
 from netclaim.core import objects
 from netclaim.core.objects import Claim, IPAllocation, item_spans, read_json, read_list
-from netclaim.errors import ApiUnavailableError, ConfigError, GoneError, NotServedError
+from netclaim.errors import (
+    ApiRejectedError,
+    ApiUnavailableError,
+    ConfigError,
+    ConflictError,
+    GoneError,
+    NotServedError,
+)
 from netclaim.runtime.metrics import REGISTRY
 from tests.unit.fakes import KUBECONFIG, FakeApiServer, api_status
 
@@ -575,6 +582,26 @@ async def test_a_status_write_to_a_claim_without_entries_adds_them(
     assert json.loads(patch.content)[1:] == [
         {"op": "add", "path": "/status/devices", "value": [{"device": "d"}]}
     ]
+
+
+async def test_a_status_write_whose_patch_did_not_apply_is_a_conflict_and_an_invalid_one_is_rejected(
+    claims: KubeClaims, server: FakeApiServer
+) -> None:
+    """kube-apiserver answers a JSON Patch whose resourceVersion test failed with a bare 422 (no details),
+    as tests/cluster/test_status_writes.py sees it; a validation error names its field in its causes."""
+    path = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/c"
+    server.answers[path] = (200, _claim("c", devices=""))
+    read = await claims.get_claim("team-a", "c")
+    not_applied = {"kind": "Status", "status": "Failure", "message": PATCH_NOT_APPLIED, "reason": "Invalid"}
+    server.answers[f"{path}/status"] = (422, json.dumps({**not_applied, "details": {}, "code": 422}))
+    with pytest.raises(ConflictError, match="changed since it was read"):
+        await claims.write_claim_devices(read, "netclaim.dev", [{"device": "d"}])
+    cause = {"reason": "FieldValueTooLong", "field": "status.devices[0].networkData.interfaceName"}
+    invalid = {**not_applied, "message": 'ResourceClaim.resource.k8s.io "c" is invalid'}
+    server.answers[f"{path}/status"] = (422, json.dumps({**invalid, "details": {"causes": [cause]}}))
+    with pytest.raises(ApiRejectedError, match="is invalid") as rejected:
+        await claims.write_claim_devices(read, "netclaim.dev", [{"device": "d"}])
+    assert not isinstance(rejected.value, ConflictError)
 
 
 async def test_an_address_is_released_only_if_its_object_is_the_one_read(

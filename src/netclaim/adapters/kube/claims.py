@@ -6,6 +6,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx2 as httpx
 from lightkube.models.core_v1 import ObjectReference
 from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.types import PatchType
@@ -21,7 +22,21 @@ from netclaim.adapters.kube.connection import (
 from netclaim.core.events import EventReason
 from netclaim.core.kubeapi import ClaimsApi, ClusterClaimsApi, Listed, PodAnnotationsApi
 from netclaim.core.objects import Claim, ListItems, Pod, resource_version_of
-from netclaim.errors import ConfigError
+from netclaim.errors import ConfigError, ConflictError
+
+# kube-apiserver's whole answer to a JSON Patch that does not apply: a 422 with this message and no details
+# (the operation that failed, and why, are not said)
+PATCH_NOT_APPLIED = "the server rejected our request due to an error in our request"
+
+
+def _patch_not_applied(response: httpx.Response) -> bool:
+    if response.status_code != 422:
+        return False
+    try:
+        said = json.loads(response.content)
+    except ValueError:
+        return False
+    return isinstance(said, dict) and said.get("message") == PATCH_NOT_APPLIED and not said.get("details")
 
 
 class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
@@ -79,6 +94,12 @@ class KubeClaims(ClaimsApi, PodAnnotationsApi, ClusterClaimsApi):
                 headers={"Content-Type": PatchType.JSON.value},
                 params={"fieldManager": self.kube.field_manager},
             )
+            if _patch_not_applied(response):
+                # the patch's other operations were made from the version its test names: the test failed
+                raise ConflictError(
+                    f"status of claim {claim.namespace}/{claim.name}: changed since it was read "
+                    f"(resourceVersion {claim.resource_version})"
+                )
             raise_for_status(response)
         return resource_version_of(response.content)
 

@@ -39,7 +39,7 @@ from lightkube.config.client_adapter import AsyncClient as http_client
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.core import exceptions as lightkube_errors
 from lightkube.models.core_v1 import EventSource, ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.models.meta_v1 import ObjectMeta, Status
 from lightkube.resources.core_v1 import Event
 
 from netclaim.core.events import EventReason
@@ -130,7 +130,7 @@ def translated(what: str) -> Iterator[None]:
     try:
         yield
     except ApiError as err:
-        code, message = err.status.code, str(err.status.message)
+        code, message = err.status.code, _said(err.status)
         if code == 404 and not (err.status.details and err.status.details.name):
             # not a named object that is gone: the server does not serve this kind (an upgrade, a skew)
             raise NotServedError(f"{what}: {message} (the API server does not serve it)") from err
@@ -138,7 +138,7 @@ def translated(what: str) -> Iterator[None]:
             raise GoneError(f"{what}: {message}") from err
         if code == 409 and err.status.reason == "AlreadyExists":
             raise AlreadyExistsError(f"{what}: {message}") from err
-        if code == 409 or "test failed" in message or "testing value" in message:
+        if code == 409:
             raise ConflictError(f"{what}: {message}") from err
         if code == 429 or (code is not None and code >= 500):
             raise ApiUnavailableError(f"{what}: {code} {message}") from err
@@ -156,6 +156,12 @@ def translated(what: str) -> Iterator[None]:
         raise ApiUnavailableError(f"{what}: the API server did not answer ({err!r})") from err
     except RecursionError as err:  # lightkube's decoder on an object nested thousands deep
         raise ConfigError(f"{what}: nested too deeply to read") from err
+
+
+def _said(status: Status) -> str:
+    """The answer's message and its causes' (a validation error names its fields there)."""
+    causes = status.details.causes if status.details and status.details.causes else []
+    return "; ".join([str(status.message), *(str(c.message) for c in causes if c.message)])
 
 
 def raise_for_status(response: httpx.Response) -> None:
