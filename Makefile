@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 APT_PACKAGES := runc containernetworking-plugins busybox-static iproute2 iperf3 util-linux procps ethtool mmdebstrap nftables
 CLUSTER_FILE ?= examples/demo/cluster.yaml
 
-.PHONY: deps system-deps bins deploy image proto proto-check test test-tools test-debian-cni test-matrix unit lint typecheck bench bench-scale bench-policy bench-policy-tables soak demo demo-down clean
+.PHONY: deps system-deps bins deploy image proto proto-check test test-tools test-recipes test-debian-cni test-matrix unit lint typecheck bench bench-scale bench-policy bench-policy-tables soak demo demo-down clean
 
 deps: system-deps $(DEPS_STAMP)
 
@@ -72,12 +72,21 @@ unit: deps
 # --durations and the ten slowest modules at the end say where a slow run spent its time.
 # Two workers: the session cluster's tests on one, everything else (unit, image, side clusters) beside them.
 test: deps bins proto-check lint typecheck
-	$(BIN)/pytest -n 2 -m 'not tools' --durations=30 tests
+	$(BIN)/pytest -n 2 -m 'not tools and not recipes' --durations=30 tests
 
 # The lab's measuring programs run small (bench, bench-scale, the whereabouts comparison), each on a cluster
 # of its own: that they run and report, no figure asserted (~10 min; not in `make test`).
 test-tools: deps bins
 	$(BIN)/pytest -m tools --durations=10 tests
+
+# The image by its other recipes: the Containerfile built by buildah (then the demo run on it) and the arm64
+# image built under qemu-user, each compared with `make image`'s (~10 min; not in `make test`).
+RECIPE_PACKAGES = buildah qemu-user-static binfmt-support arch-test
+test-recipes: deps bins
+	@$(MAKE) --no-print-directory system-deps APT_PACKAGES="$(RECIPE_PACKAGES)"
+	@[ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+	@[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || update-binfmts --enable qemu-aarch64
+	$(BIN)/pytest -m recipes --durations=10 tests
 
 # The cluster suite again with every node on Debian's 1.0-level CNI plugins instead of the reference set
 # (the plugin sets the README's compatibility table names); ~30 min. Without test_cni_lifecycle: STATUS, GC

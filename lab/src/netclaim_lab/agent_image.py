@@ -48,6 +48,7 @@ DEFAULT_REF = "registry.example.com/netclaim:0.1.0"
 SOURCE_DATE_EPOCH = 1747699200  # 2025-05-20T00:00:00Z: a constant, so no build date reaches the bytes
 SUITE = "bookworm"
 PYTHON = "3.11"  # Debian bookworm's
+MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}  # the image's architectures: Debian's name, the wheels'
 GLIBC_MINOR = 36  # bookworm's glibc 2.36: the newest manylinux wheels it runs
 COMMAND_PATH = "/usr/local/bin/netclaim"
 ENTRYPOINT = ["/usr/bin/tini", "--", COMMAND_PATH]
@@ -150,10 +151,12 @@ def drop_launchers(site: Path) -> None:
         record.write_text("".join(line for line in lines if not line.startswith("../../bin/")))
 
 
-def _wheel_selection() -> list[str]:
-    """pip's options for wheels that run on the image's interpreter, whatever this host runs."""
-    platforms = [f"manylinux_2_{minor}_x86_64" for minor in range(GLIBC_MINOR, 16, -1)]
-    platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
+def _wheel_selection(machine: str = "x86_64") -> list[str]:
+    """pip's options for wheels that run on the image's interpreter on `machine`, whatever this host runs."""
+    platforms = [f"manylinux_2_{minor}_{machine}" for minor in range(GLIBC_MINOR, 16, -1)]
+    platforms += [f"manylinux2014_{machine}"]
+    if machine == "x86_64":
+        platforms += ["manylinux2010_x86_64", "manylinux1_x86_64"]
     return [
         *(f"--platform={p}" for p in platforms),
         f"--python-version={PYTHON}",
@@ -166,23 +169,35 @@ def _wheel_selection() -> list[str]:
 def relock(log: TextIO = sys.stderr) -> Path:
     """Resolve pyproject.toml's dependencies for the image into LOCK_FILE, each wheel's hash pinned."""
     pins = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    with tempfile.TemporaryDirectory() as scratch:
-        report = Path(scratch) / "report.json"
-        resolve = [*_pip(), "install", "--quiet", "--dry-run", "--ignore-installed", f"--target={scratch}/t"]
-        subprocess.run([*resolve, *_wheel_selection(), f"--report={report}", *pins], check=True)
-        resolved = json.loads(report.read_text())["install"]
+    versions: dict[str, dict[str, str]] = {}  # by machine, by package
+    hashes: dict[tuple[str, str], set[str]] = {}
+    for machine in MACHINES.values():
+        with tempfile.TemporaryDirectory() as scratch:
+            report = Path(scratch) / "report.json"
+            resolve = [*_pip(), "install", "--quiet", "--dry-run", "--ignore-installed"]
+            resolve.append(f"--target={scratch}/t")
+            subprocess.run([*resolve, *_wheel_selection(machine), f"--report={report}", *pins], check=True)
+            resolved = json.loads(report.read_text())["install"]
+        for item in resolved:
+            name, version = _normalize(item["metadata"]["name"]), item["metadata"]["version"]
+            versions.setdefault(machine, {})[name] = version
+            digest = item["download_info"]["archive_info"]["hashes"]["sha256"]
+            hashes.setdefault((name, version), set()).add(digest)
+    first, *others = versions.values()
+    if any(other != first for other in others):
+        raise PrerequisiteError(f"pip resolves the architectures differently ({versions}): pin what differs")
     lines = [
         "# The agent image's Python packages: pyproject.toml's [project].dependencies and all they pull in,",
-        f"# resolved for Debian {SUITE}'s CPython {PYTHON} (manylinux x86_64, glibc 2.{GLIBC_MINOR}), "
-        "each wheel's hash pinned.",
+        f"# resolved for Debian {SUITE}'s CPython {PYTHON} (manylinux, glibc 2.{GLIBC_MINOR}),",
+        f"# each wheel of each architecture ({', '.join(MACHINES.values())}) hash-pinned.",
         "# Regenerate after changing a pin: .venv/bin/netclaim-lab cluster image --relock",
     ]
-    for item in sorted(resolved, key=lambda i: _normalize(i["metadata"]["name"])):
-        digest = item["download_info"]["archive_info"]["hashes"]["sha256"]
-        name, version = _normalize(item["metadata"]["name"]), item["metadata"]["version"]
-        lines += [f"{name}=={version} \\", f"    --hash=sha256:{digest}"]
+    for (name, version), digests in sorted(hashes.items()):
+        lines.append(f"{name}=={version} \\")
+        ordered = sorted(digests)
+        lines += [f"    --hash=sha256:{d}" + (" \\" if d != ordered[-1] else "") for d in ordered]
     LOCK_FILE.write_text("\n".join(lines) + "\n")
-    print(f"wrote {len(resolved)} pinned packages to {LOCK_FILE}", file=log)
+    print(f"wrote {len(hashes)} pinned packages to {LOCK_FILE}", file=log)
     return LOCK_FILE
 
 
@@ -206,14 +221,14 @@ def source_files(root: Path = REPO_ROOT) -> list[Path]:
     return files
 
 
-def base_hash() -> str:
-    """The base layer's inputs: the package list, the lock and this recipe."""
-    return files_hash("base", list(_BASE_INPUTS))
+def base_hash(arch: str = "amd64") -> str:
+    """The base layer's inputs: the package list, the lock, this recipe and the architecture."""
+    return files_hash("base" if arch == "amd64" else f"base-{arch}", list(_BASE_INPUTS))
 
 
-def inputs_hash() -> str:
+def inputs_hash(arch: str = "amd64") -> str:
     """The whole image's inputs: the base layer's, src/, pyproject.toml and the other image/ files."""
-    return files_hash(base_hash(), [*source_files(), BUILD_CONSTRAINTS, COMMAND_FILE])
+    return files_hash(base_hash(arch), [*source_files(), BUILD_CONSTRAINTS, COMMAND_FILE])
 
 
 def _host_sources(etc: Path) -> Iterator[tuple[list[str], str, list[str], list[str], str]]:
@@ -258,7 +273,7 @@ def apt_sources(etc: Path = Path("/etc/apt")) -> list[str]:
     ]
 
 
-def _host_apt_options() -> list[str]:
+def host_apt_options() -> list[str]:
     dump = subprocess.run(["apt-config", "dump"], capture_output=True, text=True, check=False).stdout
     return [
         f"--aptopt={line.rstrip(';')}" for line in dump.splitlines() if line.split(" ", 1)[0] in _APT_OPTIONS
@@ -296,21 +311,32 @@ def _chroot(rootfs: Path, command: list[str], what: str) -> str:
     return _run(["chroot", str(rootfs), *command], what, env=_chroot_env())
 
 
-def _check_prerequisites() -> None:
+def _check_prerequisites(arch: str) -> None:
     if os.geteuid() != 0:
         raise PrerequisiteError("building the agent image needs root (mmdebstrap --mode=root, chroot)")
     if not shutil.which("mmdebstrap"):
         raise PrerequisiteError("mmdebstrap is missing: apt-get install mmdebstrap (or run `make deps`)")
+    if arch != "amd64":
+        if not shutil.which("arch-test"):  # mmdebstrap's check that a foreign architecture's programs run
+            raise PrerequisiteError("arch-test is missing: apt-get install arch-test")
+        handler = Path("/proc/sys/fs/binfmt_misc") / f"qemu-{MACHINES[arch]}"
+        if not handler.is_file() or "enabled" not in handler.read_text():
+            raise PrerequisiteError(
+                f"the {arch} image's programs run here under qemu-user: apt-get install qemu-user-static, "
+                f"then make sure {handler} is enabled (`mount -t binfmt_misc binfmt_misc "
+                "/proc/sys/fs/binfmt_misc` if the directory is empty, then `update-binfmts --enable`)"
+            )
 
 
-def _bootstrap(rootfs: Path) -> None:
+def _bootstrap(rootfs: Path, arch: str) -> None:
     command = [
         "mmdebstrap", "--mode=root", "--variant=essential", "--format=directory", "--quiet",
+        f"--architectures={arch}",
         # usr-is-merged instead of the usrmerge package (which pulls in perl)
         "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
         f"--include={','.join(debian_packages())}",
         *(f"--dpkgopt={option}" for option in _DPKG_OPTIONS),
-        *_host_apt_options(),
+        *host_apt_options(),
         SUITE, str(rootfs), *apt_sources(),
     ]  # fmt: skip
     env = {**os.environ, "SOURCE_DATE_EPOCH": str(SOURCE_DATE_EPOCH), "LC_ALL": "C.UTF-8"}
@@ -342,13 +368,14 @@ def _contents(rootfs: Path) -> str:
     return "# Debian\n" + packages + "# Python\n" + "".join(f"{p}\n" for p in python)
 
 
-def _build_base(work: Path, output: Path, log: TextIO) -> None:
+def _build_base(work: Path, output: Path, arch: str, log: TextIO) -> None:
     rootfs = work / "rootfs"
     started = time.monotonic()
-    _bootstrap(rootfs)
+    _bootstrap(rootfs, arch)
     print(f"  Debian {SUITE} root filesystem: {time.monotonic() - started:.0f} s", file=log, flush=True)
     site = rootfs / SITE_PACKAGES
-    _run([*_pip_install(site), "--require-hashes", *_wheel_selection(), "-r", str(LOCK_FILE)], "pip install")
+    wheels = _wheel_selection(MACHINES[arch])
+    _run([*_pip_install(site), "--require-hashes", *wheels, "-r", str(LOCK_FILE)], "pip install")
     drop_launchers(site)
     _check_libraries(rootfs, site)
     _compile(rootfs, [f"usr/lib/python{PYTHON}", "usr/lib/python3/dist-packages", SITE_PACKAGES])
@@ -481,25 +508,30 @@ def describe(path: Path) -> ImageArchive:
         entry = _member_json(archive, "index.json")["manifests"][0]
         manifest = _member_json(archive, f"blobs/sha256/{entry['digest'][7:]}")
         layers = tuple(int(layer["size"]) for layer in manifest["layers"])
-    return ImageArchive(
-        path, entry["annotations"]["io.containerd.image.name"], entry["digest"], path.stat().st_size, layers
-    )
+    names = entry["annotations"]  # ours and ctr's name the image this way; buildah's the OCI way
+    name = names.get("io.containerd.image.name") or names["org.opencontainers.image.ref.name"]
+    return ImageArchive(path, name, entry["digest"], path.stat().st_size, layers)
 
 
-def ensure(tag: str = DEFAULT_REF, *, rebuild: bool = False, log: TextIO = sys.stderr) -> ImageArchive:
-    """The image archive of the current inputs named `tag`: from the cache, else built (minutes);
-    `rebuild` builds every layer afresh (the reproducibility check)."""
+def ensure(
+    tag: str = DEFAULT_REF, *, arch: str = "amd64", rebuild: bool = False, log: TextIO = sys.stderr
+) -> ImageArchive:
+    """The image archive of the current inputs named `tag`, for `arch` (MACHINES): from the cache, else
+    built (minutes; another architecture's maintainer scripts, byte-compiling and import check run under
+    qemu-user); `rebuild` builds every layer afresh (the reproducibility check)."""
     check_reference(tag)
     check_lock()
+    if arch not in MACHINES:
+        raise PrerequisiteError(f"architecture {arch!r}: the image is built for {', '.join(MACHINES)}")
     root = cache_root() / "image"
-    base, full = root / f"base-{base_hash()}", root / inputs_hash()
+    base, full = root / f"base-{base_hash(arch)}", root / inputs_hash(arch)
     with build_lock(root):
         started = time.monotonic()
         archive = full / _archive_name(tag)
         if not rebuild and archive.is_file():
             os.utime(full)
             return describe(archive)
-        _check_prerequisites()
+        _check_prerequisites(arch)
         if rebuild or not (base / "layer.tar").is_file():
             print(
                 f"building the agent image's base layer (Debian {SUITE}, Python packages)",
@@ -507,12 +539,13 @@ def ensure(tag: str = DEFAULT_REF, *, rebuild: bool = False, log: TextIO = sys.s
                 flush=True,
             )
             with _staging(base) as work:
-                _build_base(work, work / "out", log)
+                _build_base(work, work / "out", arch, log)
         if rebuild or not (full / "layer.tar").is_file():
             print("building the agent image's netclaim layer", file=log, flush=True)
             with _staging(full) as work:
                 _build_netclaim(base / "layer.tar", work, work / "out", log)
-        images.write_oci_archive(archive, tag, [base / "layer.tar", full / "layer.tar"], COMMAND, ENTRYPOINT)
+        layers = [base / "layer.tar", full / "layer.tar"]
+        images.write_oci_archive(archive, tag, layers, COMMAND, ENTRYPOINT, architecture=arch)
         print(f"agent image ready in {time.monotonic() - started:.0f} s: {archive}", file=log)
         for used in (base, full):
             os.utime(used)

@@ -185,12 +185,17 @@ def import_image(handle: ClusterHandle, archive: agent_image.ImageArchive) -> No
         handle.node(node).import_images({archive.reference: archive.path})
 
 
-def deploy(handle: ClusterHandle, policy: Path, values: Mapping[str, str] | None = None) -> None:
-    """Everything in deploy/ with `make image`'s image: the manifests, the publish policy's ConfigMap from
-    `policy` (deploy/ has none: an admin writes it), the controller's Deployment, the agents' DaemonSet
-    (values: chart values an admin sets, else deploy/'s defaults); waits until the controller and every
-    agent are ready."""
-    archive = agent_image.ensure()
+def deploy(
+    handle: ClusterHandle,
+    policy: Path,
+    values: Mapping[str, str] | None = None,
+    image: agent_image.ImageArchive | None = None,
+) -> None:
+    """Everything in deploy/ with `image` (default: `make image`'s): the manifests, the publish policy's
+    ConfigMap from `policy` (deploy/ has none: an admin writes it), the controller's Deployment, the
+    agents' DaemonSet (values: chart values an admin sets, else deploy/'s defaults); waits until the
+    controller and every agent are ready."""
+    archive = image or agent_image.ensure()
     import_image(handle, archive)
     texts = manifests(handle, values)
     apply_manifests(handle, texts=texts)

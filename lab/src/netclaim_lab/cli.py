@@ -54,7 +54,12 @@ def _image(args: argparse.Namespace) -> int:
     if args.relock:
         agent_image.relock()
         return 0
-    built = agent_image.ensure(args.tag or agent_image.DEFAULT_REF, rebuild=args.rebuild)
+    if args.containerfile:
+        from netclaim_lab import containerfile
+
+        built = containerfile.build(args.tag or agent_image.DEFAULT_REF)
+    else:
+        built = agent_image.ensure(args.tag or agent_image.DEFAULT_REF, arch=args.arch, rebuild=args.rebuild)
     image = agent_image.export(built, args.output)
     mib = 1024 * 1024
     layers = " + ".join(f"{size / mib:.1f}" for size in image.layer_sizes)
@@ -68,7 +73,7 @@ def _image(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import time
 
-    from netclaim_lab import agents, cluster, demo
+    from netclaim_lab import agent_image, agents, cluster, demo
 
     started = time.monotonic()
     handle = cluster.up(args.file)
@@ -76,7 +81,7 @@ def _demo(args: argparse.Namespace) -> int:
         f"[{time.monotonic() - started:5.1f}s] deploying netclaim: CRDs, RBAC, DeviceClasses, policy, "
         "the controller, agents"
     )
-    agents.deploy(handle, demo.POLICY)
+    agents.deploy(handle, demo.POLICY, image=agent_image.describe(args.image) if args.image else None)
     print(
         f"[{time.monotonic() - started:5.1f}s] the demo: Pod-A asks 10Gi, Deployment-B 3 x {args.b_request}"
     )
@@ -133,12 +138,28 @@ def build_parser() -> argparse.ArgumentParser:
     image.add_argument(
         "--relock", action="store_true", help="resolve image/requirements.lock from pyproject.toml"
     )
+    image.add_argument(
+        "--arch",
+        choices=["amd64", "arm64"],
+        default="amd64",
+        help="the image's architecture (arm64 here runs its programs under qemu-user; default %(default)s)",
+    )
+    image.add_argument(
+        "--containerfile",
+        action="store_true",
+        help="build the repository's Containerfile with buildah instead (as a user without this lab does)",
+    )
     cluster.set_defaults(handler=_cluster)
 
     demo = commands.add_parser("demo", help="the KubeCon demo on a local cluster, with a report")
     demo.add_argument("-f", "--file", type=Path, default=DEFAULT_CLUSTER_FILE)
     demo.add_argument(
         "--b-request", default="5Gi", help="bandwidth each Deployment-B replica asks (default 5Gi)"
+    )
+    demo.add_argument(
+        "--image",
+        type=Path,
+        help="an OCI archive of the image to run (default: `make image`'s, built if need be)",
     )
     demo.set_defaults(handler=_demo)
     return parser

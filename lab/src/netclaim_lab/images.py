@@ -114,6 +114,7 @@ def write_oci_archive(
     layers: Layer | Sequence[Path],
     command: list[str],
     entrypoint: list[str] | None = None,
+    architecture: str = "amd64",
 ) -> str:
     """An OCI image layout tarball that `ctr images import` names `reference`; its manifest digest.
 
@@ -130,7 +131,7 @@ def write_oci_archive(
         image_config["Entrypoint"] = entrypoint
     config = json.dumps(
         {
-            "architecture": "amd64",
+            "architecture": architecture,
             "os": "linux",
             "config": image_config,
             "rootfs": {"type": "layers", "diff_ids": [digest for digest, _ in blobs]},
@@ -170,7 +171,7 @@ def write_oci_archive(
                         "mediaType": "application/vnd.oci.image.manifest.v1+json",
                         "digest": manifest_digest,
                         "size": manifest_size,
-                        "platform": {"architecture": "amd64", "os": "linux"},
+                        "platform": {"architecture": architecture, "os": "linux"},
                         "annotations": {
                             "io.containerd.image.name": reference,
                             "org.opencontainers.image.ref.name": reference.rsplit(":", 1)[1],
