@@ -69,7 +69,7 @@ def _deadline() -> float:
 
 @pytest.mark.parametrize("kind", sorted(SETS))
 def test_check_finds_an_address_removed_by_hand(kind: str, master: str, pod: str, tmp_path: Path) -> None:
-    runner = CniRunner(_plugins(kind))
+    runner = CniRunner([_plugins(kind)])
     conflist = _conflist(SETS[kind], master, tmp_path / "ipam")
     result = asyncio.run(runner.add(conflist, _invocation(pod), _deadline()))
     address = result["ips"][0]["address"]
@@ -87,11 +87,11 @@ def test_status_says_when_the_ipam_plugin_is_gone_and_1_0_chains_are_not_asked(
 ) -> None:
     plugins = tmp_path / "bin"
     shutil.copytree(_plugins("reference"), plugins)
-    runner = CniRunner(plugins)
+    runner = CniRunner([plugins])
     conflist = _conflist("1.1.0", master, tmp_path / "ipam")
     asyncio.run(runner.status(conflist, _deadline()))
     (plugins / "host-local").unlink()
-    runner = CniRunner(plugins)  # no ready answer remembered
+    runner = CniRunner([plugins])  # no ready answer remembered
     with pytest.raises(CniNotReadyError, match="host-local") as found:
         asyncio.run(runner.status(conflist, _deadline()))
     assert (found.value.plugin, found.value.command) == ("macvlan", "STATUS")
@@ -99,7 +99,7 @@ def test_status_says_when_the_ipam_plugin_is_gone_and_1_0_chains_are_not_asked(
 
 
 def test_gc_removes_a_stale_reservation_and_keeps_the_live_one(master: str, pod: str, tmp_path: Path) -> None:
-    runner = CniRunner(_plugins("reference"))
+    runner = CniRunner([_plugins("reference")])
     conflist = _conflist("1.1.0", master, tmp_path / "ipam")
     result = asyncio.run(runner.add(conflist, _invocation(pod), _deadline()))
     live = result["ips"][0]["address"].split("/")[0]

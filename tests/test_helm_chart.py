@@ -142,18 +142,24 @@ def test_image_values_reach_agent_and_controller(helm: Path) -> None:
     assert _container(render(helm), DAEMONSET)["image"] == "registry.example.com/netclaim:0.1.0"  # appVersion
 
 
-def test_cni_bin_dir_moves_the_flag_the_mount_and_the_host_path_and_nothing_else(helm: Path) -> None:
-    default, moved = render(helm), render(helm, "--set", "agent.hostPaths.cniBinDir=/usr/lib/cni")
-    container = _container(moved, DAEMONSET)
-    assert "--cni-bin-dir=/usr/lib/cni" in container["args"]
-    assert _volume(moved, "cni-bin")["hostPath"] == {"path": "/usr/lib/cni", "type": "DirectoryOrCreate"}
-    assert _mount(moved, "cni-bin") == {"name": "cni-bin", "mountPath": "/usr/lib/cni", "readOnly": True}
+def test_cni_bin_dirs_are_searched_in_order_and_moving_them_moves_the_flag_the_mounts_and_nothing_else(
+    helm: Path,
+) -> None:
+    default = render(helm)
+    assert "--cni-bin-dir=/opt/cni/bin:/usr/lib/cni" in _container(default, DAEMONSET)["args"]
+    for name, path in (("cni-bin", "/opt/cni/bin"), ("cni-bin-1", "/usr/lib/cni")):
+        assert _volume(default, name)["hostPath"] == {"path": path, "type": "DirectoryOrCreate"}
+        assert _mount(default, name) == {"name": name, "mountPath": path, "readOnly": True}
+    moved = render(helm, "--set", "agent.hostPaths.cniBinDirs={/var/lib/cni/bin}")
+    assert "--cni-bin-dir=/var/lib/cni/bin" in _container(moved, DAEMONSET)["args"]
     text = yaml.safe_dump(moved[DAEMONSET])
-    assert "/opt/cni/bin" not in text
-    assert yaml.safe_dump(default[DAEMONSET]).replace("/opt/cni/bin", "/usr/lib/cni") == text
+    assert "/opt/cni/bin" not in text and "/usr/lib/cni" not in text and "cni-bin-1" not in text
     assert {k: v for k, v in moved.items() if k != DAEMONSET} == {
         k: v for k, v in default.items() if k != DAEMONSET
     }
+    # chart 0.1.0's one-directory value, kept by `helm upgrade --reuse-values`, still wins
+    kept = render(helm, "--set", "agent.hostPaths.cniBinDir=/var/lib/cni/bin")
+    assert yaml.safe_dump(kept[DAEMONSET]) == text
 
 
 def test_host_paths_reach_flags_and_mounts(helm: Path) -> None:
@@ -383,7 +389,9 @@ def test_invalid_values_are_refused(helm: Path) -> None:
     for setting in (
         "image.architectures={s390x}",
         "image.architectures={}",
-        "agent.hostPaths.cniBinDir=usr/lib/cni",
+        "agent.hostPaths.cniBinDirs={usr/lib/cni}",
+        "agent.hostPaths.cniBinDirs={/opt/cni:/usr/lib/cni}",  # one directory an item, not a search path
+        "agent.hostPaths.cniBinDirs=null",
         "agent.hostPaths.stateDir=/",  # the node's root, read-write
         "agent.metricsPort=0",
         "agent.typo=1",

@@ -501,6 +501,9 @@ class CniCall:
 NO_INVOCATION = Invocation("", "", "", "")  # STATUS and GC act for no attachment
 
 
+FAKE_BIN_DIR = Path("/nonexistent/cni/bin")
+
+
 class FakeCni(CniRunner):
     """CNI plugins in memory. ADD leases an address (keyed like host-local's: container ID and interface;
     CNI_ARGS IP= asks for one), puts the interface into the pod's namespace of `netlink`, then raises what
@@ -512,7 +515,7 @@ class FakeCni(CniRunner):
     are not valid (as host-local does in its directory), keyed by container ID and interface."""
 
     def __init__(self, netlink: FakePodNetlink) -> None:
-        super().__init__(Path("/nonexistent/cni/bin"), timeout=5.0)
+        super().__init__([FAKE_BIN_DIR], timeout=5.0)
         self.netlink = netlink
         self.supported: dict[str, list[str]] = {}  # plugin type -> versions; others speak CNI_VERSIONS_SPOKEN
         self.calls: list[CniCall] = []
@@ -538,13 +541,13 @@ class FakeCni(CniRunner):
 
     def plugin_path(self, kind: str) -> Path:
         if kind in self.missing:
-            raise ConfigError(f"plugin type {kind!r}: no such plugin in {self.bin_dir}")
-        return self.bin_dir / kind
+            raise ConfigError(f"plugin type {kind!r}: no such plugin in {FAKE_BIN_DIR}")
+        return FAKE_BIN_DIR / kind
 
     async def versions(self, kind: str) -> list[str]:
         self.version_queries.append(kind)
         if kind in self.missing:
-            raise ConfigError(f"plugin type {kind!r}: no such plugin in {self.bin_dir}")
+            raise ConfigError(f"plugin type {kind!r}: no such plugin in {FAKE_BIN_DIR}")
         if self.fail_versions:
             raise self.fail_versions.pop(0)
         return list(self.supported.get(kind, CNI_VERSIONS_SPOKEN))

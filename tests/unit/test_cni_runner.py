@@ -26,7 +26,7 @@ def _plugin(directory: Path, name: str, body: str) -> Path:
 
 def test_a_hanging_plugin_is_killed_at_the_deadline(tmp_path: Path) -> None:
     _plugin(tmp_path, "sleepy", "sleep 30")
-    runner = CniRunner(tmp_path, timeout=5)
+    runner = CniRunner([tmp_path], timeout=5)
     started = time.monotonic()
     with pytest.raises(CniTryAgainError, match="timed out") as err:
         asyncio.run(runner.add(CONFLIST, INVOCATION, time.monotonic() + 0.5))
@@ -35,7 +35,7 @@ def test_a_hanging_plugin_is_killed_at_the_deadline(tmp_path: Path) -> None:
 
 
 def test_plugins_run_only_from_the_directory_by_name(tmp_path: Path) -> None:
-    runner = CniRunner(tmp_path, allowed=frozenset({"macvlan", "escape"}))
+    runner = CniRunner([tmp_path], allowed=frozenset({"macvlan", "escape"}))
     (tmp_path / "escape").symlink_to("/bin/sh")  # a link out of the directory is not a plugin
     for kind, reason in (
         ("../sh", "not a plugin name"),
@@ -48,10 +48,27 @@ def test_plugins_run_only_from_the_directory_by_name(tmp_path: Path) -> None:
             runner.plugin_path(kind)
 
 
+def test_plugins_are_searched_in_the_directories_order_and_a_link_never_leaves_its_own(
+    tmp_path: Path,
+) -> None:
+    first, second = tmp_path / "opt-cni-bin", tmp_path / "usr-lib-cni"
+    first.mkdir()
+    second.mkdir()
+    _plugin(second, "macvlan", "exit 0")
+    _plugin(second, "bridge", "exit 0")
+    _plugin(first, "bridge", "exit 0")
+    (first / "host-device").symlink_to(second / "macvlan")  # into another searched directory: not its own
+    runner = CniRunner([first, second])
+    assert runner.plugin_path("bridge") == first / "bridge"  # the first that has it
+    assert runner.plugin_path("macvlan") == second / "macvlan"  # Debian's directory, when the first lacks it
+    with pytest.raises(ConfigError, match=f"no such plugin in {first}, {second}"):
+        runner.plugin_path("host-device")
+
+
 def test_the_environment_is_the_spec_s_and_no_shell_runs(tmp_path: Path) -> None:
     out = tmp_path / "env.txt"
     _plugin(tmp_path, "sleepy", f'env > {out}; cat >/dev/null; echo \'{{"cniVersion":"1.0.0"}}\'')
-    asyncio.run(CniRunner(tmp_path).add(CONFLIST, INVOCATION, time.monotonic() + 5))
+    asyncio.run(CniRunner([tmp_path]).add(CONFLIST, INVOCATION, time.monotonic() + 5))
     env = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
     assert env["CNI_COMMAND"] == "ADD" and env["CNI_CONTAINERID"] == "c1" and env["CNI_IFNAME"] == "net1"
     assert env["CNI_PATH"] == str(tmp_path.resolve()) and env["CNI_ARGS"] == "IgnoreUnknown=1"
@@ -93,7 +110,7 @@ def test_host_local_reservations_of_one_container_are_released_by_hand(tmp_path:
         "name": "lan1",
         "plugins": [{"type": "macvlan", "ipam": {"type": "host-local", "dataDir": str(tmp_path / "ipam")}}],
     }
-    runner = CniRunner(tmp_path)
+    runner = CniRunner([tmp_path])
     assert runner.release_host_local(conflist, "sandbox-1") == ["10.10.1.2"]
     assert sorted(p.name for p in network.iterdir()) == ["10.10.1.3", "last_reserved_ip.0", "lock"]
     assert runner.release_host_local(conflist, "") == []
@@ -108,7 +125,7 @@ def test_a_plugin_that_cannot_be_spawned_is_a_cni_error_and_the_rest_of_the_chai
     _plugin(tmp_path, "first", f"echo first >> {called}; cat >/dev/null")
     _plugin(tmp_path, "sleepy", f"echo sleepy >> {called}; cat >/dev/null")
     chain = {"cniVersion": "1.0.0", "name": "t", "plugins": [{"type": "first"}, {"type": "sleepy"}]}
-    runner = CniRunner(tmp_path)
+    runner = CniRunner([tmp_path])
     with pytest.raises(CniError, match=r"cannot run .*/first: embedded null byte") as err:
         asyncio.run(
             runner.add(chain, Invocation("c1", "/proc/self/ns/net", "net\0", ""), time.monotonic() + 5)
@@ -128,7 +145,7 @@ def test_a_failing_plugins_answer_of_any_shape_is_its_cni_error(tmp_path: Path) 
     ):
         _plugin(tmp_path, "sleepy", f"cat >/dev/null; echo '{answer}'; echo said so on stderr >&2; exit 1")
         with pytest.raises(CniError) as err:
-            asyncio.run(CniRunner(tmp_path).add(CONFLIST, INVOCATION, time.monotonic() + 5))
+            asyncio.run(CniRunner([tmp_path]).add(CONFLIST, INVOCATION, time.monotonic() + 5))
         assert (err.value.code, err.value.message, err.value.details) == expected
 
 
@@ -138,7 +155,7 @@ def test_a_plugins_code_decides_whether_its_failure_is_transient(tmp_path: Path)
     for code, transient in ((11, True), (7, False), (999, False)):
         _plugin(tmp_path, "sleepy", f'cat >/dev/null; echo \'{{"code": {code}, "msg": "m"}}\'; exit 1')
         with pytest.raises(CniError) as err:
-            asyncio.run(CniRunner(tmp_path).add(CONFLIST, INVOCATION, time.monotonic() + 5))
+            asyncio.run(CniRunner([tmp_path]).add(CONFLIST, INVOCATION, time.monotonic() + 5))
         assert (err.value.code, isinstance(err.value, TransientError)) == (code, transient)
 
 
@@ -153,7 +170,7 @@ def test_status_is_asked_once_per_network_and_plugin_while_fresh_and_a_refusal_i
         f'cat >/dev/null; echo "$CNI_COMMAND" >> {calls}; '
         f'if [ -e {refuse} ]; then echo \'{{"code":50,"msg":"not now"}}\'; exit 1; fi',
     )
-    runner = CniRunner(tmp_path)
+    runner = CniRunner([tmp_path])
 
     def conflist(network: str, address: str) -> dict[str, object]:
         ipam = {"type": "static", "addresses": [{"address": address}]}
@@ -176,7 +193,7 @@ def test_status_is_asked_once_per_network_and_plugin_while_fresh_and_a_refusal_i
 def test_a_list_that_disables_check_or_gc_is_neither_checked_nor_collected(tmp_path: Path) -> None:
     calls = tmp_path / "calls"
     _plugin(tmp_path, "macvlan", f'cat >/dev/null; echo "$CNI_COMMAND" >> {calls}')
-    runner = CniRunner(tmp_path)
+    runner = CniRunner([tmp_path])
     listed = {"cniVersion": "1.1.0", "name": "lan", "plugins": [{"type": "macvlan"}]}
     for flags in ({"disableCheck": True, "disableGC": True}, {}):
         conflist = {**listed, **flags}

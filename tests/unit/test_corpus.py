@@ -51,7 +51,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> CniRunner:
     for name in ALLOWED_PLUGINS:
         (bin_dir / name).write_text("#!/bin/sh\nexit 1\n")
         (bin_dir / name).chmod(0o755)
-    return CniRunner(bin_dir)
+    return CniRunner([bin_dir])
 
 
 def prepare_refusal(parameters: object, cni: CniRunner) -> str | None:

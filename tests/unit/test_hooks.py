@@ -481,7 +481,7 @@ async def test_a_hook_cancelled_mid_add_kills_its_plugin_before_the_repair_delet
     plugin = bin_dir / "macvlan"  # FIRST's chain
     plugin.write_text(SLOW_PLUGIN.format(log=log, pids=pids))
     plugin.chmod(0o755)
-    rig.attacher.cni = CniRunner(bin_dir)
+    rig.attacher.cni = CniRunner([bin_dir])
     await rig.store.put(FIRST)
     hook = asyncio.create_task(rig.hooks.run_pod_sandbox(rig.sandbox(), BUDGET))
     async with asyncio.timeout(10):  # not a measurement: a bound on a plugin that never started

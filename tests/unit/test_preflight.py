@@ -38,7 +38,7 @@ async def _shapes() -> None:
 
 async def test_a_node_with_everything_passes(tmp_path: Path) -> None:
     _installed(tmp_path, DEFAULT_PLUGINS)
-    paths = NodePaths(tmp_path / "nri.sock", tmp_path, tmp_path)
+    paths = NodePaths(tmp_path / "nri.sock", tmp_path, (tmp_path,))
     findings = await node_findings(paths, _answers, _shapes, _shapes)
     assert [(f.check, f.severity) for f in findings] == [
         ("NRI", "ok"),
@@ -65,14 +65,14 @@ async def test_each_missing_piece_is_named_with_its_fix(tmp_path: Path) -> None:
     async def old_kernel() -> None:
         raise KernelError("nft -c -j -f -: exit 1: Error: Could not process rule: Operation not supported")
 
-    paths = NodePaths(tmp_path / "nri.sock", tmp_path / "cdi", tmp_path)
+    paths = NodePaths(tmp_path / "nri.sock", tmp_path / "cdi", (tmp_path,))
     findings = await node_findings(paths, no_socket, no_ifb, old_kernel)
     text = render(findings)
     assert [f.severity for f in findings] == ["fail"] * 5
     assert f"FAIL  NRI: no socket at {tmp_path}/nri.sock: the runtime's NRI is off or elsewhere" in text
     assert "disable = false" in text
     assert f"FAIL  CDI: no directory {tmp_path}/cdi" in text
-    assert f"FAIL  CNI plugins: {tmp_path} lacks host-device, static" in text
+    assert f"FAIL  CNI plugins: none of {tmp_path} has host-device, static" in text
     assert "an ifb device (module ifb)" in text and "modprobe ifb" in text
     assert "FAIL  port security: a NIC's table or its hairpin cannot be made" in text and "5.16" in text
     assert text.endswith("preflight: 5 of 5 checks failed\n")
@@ -83,7 +83,7 @@ async def test_a_socket_nobody_listens_on_is_not_nri(tmp_path: Path) -> None:
         raise ConnectionRefusedError(errno.ECONNREFUSED, os.strerror(errno.ECONNREFUSED))
 
     _installed(tmp_path, DEFAULT_PLUGINS)
-    paths = NodePaths(tmp_path / "nri.sock", tmp_path, tmp_path)
+    paths = NodePaths(tmp_path / "nri.sock", tmp_path, (tmp_path,))
     [nri, *_] = await node_findings(paths, refused, _shapes, _shapes)
     assert (nri.severity, nri.detail) == (
         "fail",

@@ -54,6 +54,19 @@ def test_paths_are_read_as_paths_and_a_path_that_is_no_text_is_an_error(tmp_path
         load_settings({}, config)
 
 
+def test_cni_plugins_are_searched_in_the_directories_given_and_a_relative_one_is_refused() -> None:
+    assert load_settings({"node_name": "n"}, None).cni_bin_dirs == (
+        Path("/opt/cni/bin"),
+        Path("/usr/lib/cni"),
+    )
+    one = load_settings({"node_name": "n", "cni_bin_dir": "/var/lib/cni/bin"}, None)
+    assert one.cni_bin_dirs == (Path("/var/lib/cni/bin"),)
+    with pytest.raises(
+        ConfigError, match="cni_bin_dir: '/opt/cni/bin:usr/lib/cni' is not a list of absolute"
+    ):
+        load_settings({"node_name": "n", "cni_bin_dir": "/opt/cni/bin:usr/lib/cni"}, None)
+
+
 @pytest.mark.parametrize("typo", ["ture", "flase", "enabled", ""])
 def test_a_boolean_variable_that_is_no_boolean_is_an_error_not_false(
     typo: str, monkeypatch: pytest.MonkeyPatch

@@ -104,6 +104,9 @@ class NodeLayout:
             (self.cni_conf_dir, "/etc/cni/net.d"),
             (self.cni_dir, "/var/lib/cni"),
             (cni_bin, "/opt/cni/bin"),
+            # empty: a node sees only the lab's /opt/cni/bin, as a kubeadm node does, never this machine's
+            # Debian plugins (the agent would find them there, second in its search path)
+            (self.root / "no-debian-cni", "/usr/lib/cni"),
             (self.nri_dir, "/run/nri"),
             (self.cdi_dir, "/run/cdi"),
             (self.netns_dir, "/run/netns"),

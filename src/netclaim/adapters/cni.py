@@ -1,7 +1,8 @@
 """Run CNI plugins (spec 1.1, and the ≤ 1.0.0 plugins distributions ship): ADD, DEL, CHECK, VERSION, and
 for chains of cniVersion 1.1.0, STATUS and GC.
 
-Plugins run only from the configured directory, by name (never a path), without a shell, with a bounded
+Plugins run only from the configured directories (the first that has one: /opt/cni/bin, then Debian's
+/usr/lib/cni by default), by name (never a path), without a shell, with a bounded
 time, and never outlive the call that started them (a timeout or a cancellation kills the plugin's process
 group before the call ends). A network config list is a chain: ADD runs the plugins in order passing each
 result on as `prevResult`; DEL runs them in reverse with the final ADD result. A chain that fails half-way
@@ -16,6 +17,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,6 @@ from netclaim.errors import CNI_TRY_AGAIN, CniError, CniTryAgainError, ConfigErr
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BIN_DIR = Path("/usr/lib/cni")
 # How long a plugin's ready answer to STATUS is believed, per network: pods of a network ask once in that
 # time (kubelet itself polls the runtime's network status every 5-10 s; an ADD to a plugin that went
 # unready meanwhile fails with the plugin's own error, and the next STATUS says so)
@@ -37,11 +38,11 @@ STATUS_FRESH_SECONDS = 30.0
 class CniRunner:
     def __init__(
         self,
-        bin_dir: Path = DEFAULT_BIN_DIR,
+        bin_dirs: Sequence[Path],
         allowed: frozenset[str] | None = None,
         timeout: float = 10.0,
     ) -> None:
-        self.bin_dir = bin_dir.resolve()
+        self.bin_dirs = tuple(d.resolve() for d in bin_dirs)
         self.allowed = allowed
         self.timeout = timeout
         self._versions: dict[str, tuple[float, list[str]]] = {}
@@ -82,16 +83,21 @@ class CniRunner:
             raise ConfigError(
                 f"plugin type {kind!r}: not allowed on this node (allowed: {sorted(self.allowed)})"
             )
-        path = self.bin_dir / kind
-        if path.resolve().parent != self.bin_dir or not path.is_file() or not os.access(path, os.X_OK):
-            raise ConfigError(f"plugin type {kind!r}: no such plugin in {self.bin_dir}")
-        return path
+        for directory in self.bin_dirs:
+            path = directory / kind
+            if path.resolve().parent == directory and path.is_file() and os.access(path, os.X_OK):
+                return path
+        raise ConfigError(f"plugin type {kind!r}: no such plugin in {', '.join(map(str, self.bin_dirs))}")
 
     async def _exec(
         self, kind: str, command: str, stdin: dict[str, Any], invocation: Invocation | None, deadline: float
     ) -> dict[str, Any]:
         path = self.plugin_path(kind)
-        env = {"CNI_COMMAND": command, "CNI_PATH": str(self.bin_dir), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        env = {
+            "CNI_COMMAND": command,
+            "CNI_PATH": ":".join(map(str, self.bin_dirs)),
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        }
         if invocation is not None:
             env |= {
                 "CNI_CONTAINERID": invocation.container_id,

@@ -91,7 +91,7 @@ async def _start_configure_path(
 ) -> tuple[KubeletPlugin | None, PodHooks | None]:
     """kubelet plugin (prepare) and NRI hooks (attach), sharing the store, the locks and the status writer."""
     node, driver = settings.node_name, settings.driver_name
-    cni = CniRunner(settings.cni_bin_dir, _allowed_plugins(settings))
+    cni = CniRunner(settings.cni_bin_dirs, _allowed_plugins(settings))
     adapter = KubeClaims(kube)
     claims: ClaimsApi = adapter
     pods: PodAnnotationsApi | None = adapter if settings.network_status_annotation else None

@@ -12,6 +12,7 @@ import msgspec
 
 from netclaim.core.config import strict
 from netclaim.core.config.settings import (
+    CNI_BIN_DIRS,
     FALSE,
     TRUE,
     AgentSettings,
@@ -273,7 +274,8 @@ def _preflight(args: argparse.Namespace) -> int:
     if args.api and not node:
         raise ConfigError("--node-name: required (or $NODE_NAME) to check this node's token and slice")
     plugins = tuple(p for p in args.plugins.split(",") if p)
-    paths = preflight.NodePaths(args.nri_socket, args.cdi_spec_dir, args.cni_bin_dir, plugins)
+    searched = tuple(Path(d) for d in args.cni_bin_dir.split(":") if d)
+    paths = preflight.NodePaths(args.nri_socket, args.cdi_spec_dir, searched, plugins)
 
     async def checked() -> list[preflight.Finding]:
         findings = await preflight.node_findings(paths, nri.reachable, netlink.probe_shaping, port_security)
@@ -314,7 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--driver-name", default=DRIVER_DOMAIN)
     check.add_argument("--nri-socket", type=Path, default=Path("/var/run/nri/nri.sock"))
     check.add_argument("--cdi-spec-dir", type=Path, default=Path("/var/run/cdi"))
-    check.add_argument("--cni-bin-dir", type=Path, default=Path("/opt/cni/bin"))
+    check.add_argument(
+        "--cni-bin-dir",
+        default=CNI_BIN_DIRS,
+        help="the directories searched for the plugins, DIR:DIR as the agent's (default %(default)s)",
+    )
     check.add_argument(
         "--plugins",
         default=",".join(("macvlan", "host-device", "static")),

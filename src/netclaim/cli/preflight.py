@@ -41,7 +41,7 @@ class Finding:
 class NodePaths:
     nri_socket: Path
     cdi_spec_dir: Path
-    cni_bin_dir: Path
+    cni_bin_dirs: tuple[Path, ...]
     plugins: tuple[str, ...] = DEFAULT_PLUGINS
 
 
@@ -54,7 +54,7 @@ async def node_findings(
     return [
         await _nri(paths.nri_socket, nri_reachable),
         _cdi(paths.cdi_spec_dir),
-        _plugins(paths.cni_bin_dir, paths.plugins),
+        _plugins(paths.cni_bin_dirs, paths.plugins),
         await _shaping(probe_shaping),
         await _port_security(probe_port_security),
     ]
@@ -88,17 +88,20 @@ def _cdi(directory: Path) -> Finding:
     return Finding("CDI", "ok", f"{directory} is writable (each claim's fail-closed hook goes there)")
 
 
-def _plugins(directory: Path, needed: tuple[str, ...]) -> Finding:
-    missing = [name for name in needed if not os.access(directory / name, os.X_OK)]
+def _plugins(directories: tuple[Path, ...], needed: tuple[str, ...]) -> Finding:
+    found = {name: next((d for d in directories if os.access(d / name, os.X_OK)), None) for name in needed}
+    missing = [name for name, directory in found.items() if directory is None]
+    searched = ", ".join(map(str, directories))
     if missing:
         return Finding(
             "CNI plugins",
             "fail",
-            f"{directory} lacks {', '.join(missing)}",
-            "install the CNI reference plugins (containernetworking/plugins) there, or point "
-            "agent.hostPaths.cniBinDir (--cni-bin-dir) where they are (/usr/lib/cni for Debian's package)",
+            f"none of {searched} has {', '.join(missing)}",
+            "install the CNI reference plugins (containernetworking/plugins) in one of them, or add the "
+            "directory where they are to agent.hostPaths.cniBinDirs (--cni-bin-dir DIR:DIR)",
         )
-    return Finding("CNI plugins", "ok", f"{', '.join(needed)} in {directory}")
+    where = sorted({str(d) for d in found.values()})
+    return Finding("CNI plugins", "ok", f"{', '.join(needed)} in {', '.join(where)}")
 
 
 async def _shaping(probe: Callable[[], Awaitable[None]]) -> Finding:

@@ -31,6 +31,10 @@ Kubeconfig = Annotated[
 ]
 
 
+# where the reference plugins are installed (kubeadm, most distributions), then Debian's and Ubuntu's package
+CNI_BIN_DIRS = "/opt/cni/bin:/usr/lib/cni"
+
+
 class AgentSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """`netclaim agent`: one per node. Each field is a flag (--kebab-case), a variable (NETCLAIM_UPPER_CASE)
     and a key of the --config file."""
@@ -65,9 +69,12 @@ class AgentSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         Path | None,
         msgspec.Meta(description="the primary network's CNI configs (its bridges are never published)"),
     ] = Path("/etc/cni/net.d")
-    cni_bin_dir: Annotated[Path, msgspec.Meta(description="the only directory CNI plugins run from")] = Path(
-        "/opt/cni/bin"
-    )
+    cni_bin_dir: Annotated[
+        str,
+        msgspec.Meta(
+            description="the directories CNI plugins run from, searched in order (DIR:DIR, as CNI_PATH)"
+        ),
+    ] = CNI_BIN_DIRS
     cni_plugins: Annotated[
         str, msgspec.Meta(description="comma-separated allow-list of plugin types; empty: all")
     ] = ""
@@ -131,10 +138,18 @@ class AgentSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return self.ipam_data_dir or self.state_dir / "host-local"
 
     @property
+    def cni_bin_dirs(self) -> tuple[Path, ...]:
+        return tuple(Path(d) for d in self.cni_bin_dir.split(":") if d)
+
+    @property
     def reserved_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         return tuple(ipaddress.ip_network(n.strip()) for n in self.reserved_cidrs.split(",") if n.strip())
 
     def __post_init__(self) -> None:
+        if not self.cni_bin_dirs or not all(d.is_absolute() for d in self.cni_bin_dirs):
+            raise ValueError(
+                f"cni_bin_dir: {self.cni_bin_dir!r} is not a list of absolute directories (DIR:DIR)"
+            )
         for network in (n.strip() for n in self.reserved_cidrs.split(",") if n.strip()):
             try:
                 ipaddress.ip_network(network)
