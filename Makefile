@@ -65,14 +65,14 @@ typecheck: deps
 
 # Unit tests alone, with the line coverage of the agent's and the core's code (>= 90 %).
 unit: deps
-	$(BIN)/pytest -m 'not cluster and not image and not programs' -p no:cacheprovider --cov=netclaim.agent --cov=netclaim.core \
+	$(BIN)/pytest -m 'not cluster and not image and not programs and not recipes and not release' -p no:cacheprovider --cov=netclaim.agent --cov=netclaim.core \
 	  --cov-report=term-missing --cov-fail-under=90 tests
 
 # What CI runs: lint, types, import contracts, unit tests and every feature's cluster acceptance tests;
 # --durations and the ten slowest modules at the end say where a slow run spent its time.
 # Two workers: the session cluster's tests on one, everything else (unit, image, side clusters) beside them.
 test: deps bins proto-check lint typecheck
-	$(BIN)/pytest -n 2 -m 'not tools and not recipes' --durations=30 tests
+	$(BIN)/pytest -n 2 -m 'not tools and not recipes and not release' --durations=30 tests
 
 # The lab's measuring programs run small (bench, bench-scale, the whereabouts comparison), each on a cluster
 # of its own: that they run and report, no figure asserted (~10 min; not in `make test`).
@@ -98,7 +98,7 @@ test-debian-cni: deps bins
 # The Kubernetes and containerd versions README claims: the lab's cluster on each Kubernetes version (with
 # containerd 2.4), then on each older containerd (with Kubernetes 1.37), their programs built from the module
 # proxy and cached like the pinned ones (tools/k8s/kubernetes-1.N, tools/k8s/containerd-2.N); the demo's,
-# fail-closed and IPAM tests on each.
+# fail-closed and IPAM tests on each. Then the upgrade from the last release (tests/cluster/test_release_upgrade.py).
 MATRIX ?= 1.34 1.35 1.36 1.37
 CONTAINERD_MATRIX ?= 2.0 2.2
 MATRIX_TESTS = tests/cluster/test_demo.py tests/cluster/test_fail_closed.py tests/cluster/test_ipam.py \
@@ -113,7 +113,9 @@ test-matrix: deps bins
 	for version in $(CONTAINERD_MATRIX); do \
 	  echo "== Kubernetes 1.37, containerd $$version"; \
 	  NETCLAIM_TEST_CONTAINERD=$$version $(BIN)/pytest -p no:cacheprovider -m cluster $(MATRIX_TESTS); \
-	done
+	done; \
+	echo "== helm upgrade from the last release's tag and rollback to it, under churn"; \
+	$(BIN)/pytest -p no:cacheprovider -m release tests
 
 # Figures, not assertions: the costs against a floor from the same run, on a cluster of its own
 # (netclaim_lab.benchmarks.suite); writes bench/report.json, docs/benchmarks.md and its plots.

@@ -23,6 +23,7 @@ from netclaim_lab.layout import REPO_ROOT
 pytestmark = pytest.mark.programs
 
 CHART = REPO_ROOT / "charts" / "netclaim"
+RELEASE_VALUES = REPO_ROOT / "tests" / "releases" / "chart-0.1.0-values.yaml"
 DEPLOY = REPO_ROOT / "deploy"
 NAMESPACE = "netclaim-system"
 
@@ -143,23 +144,30 @@ def test_image_values_reach_agent_and_controller(helm: Path) -> None:
 
 
 def test_cni_bin_dirs_are_searched_in_order_and_moving_them_moves_the_flag_the_mounts_and_nothing_else(
-    helm: Path,
+    helm: Path, tmp_path: Path
 ) -> None:
     default = render(helm)
-    assert "--cni-bin-dir=/opt/cni/bin:/usr/lib/cni" in _container(default, DAEMONSET)["args"]
+    assert "--cni-bin-dir=/opt/cni/bin" in _container(default, DAEMONSET)["args"]
+    both = render(helm, "--set", "agent.hostPaths.cniBinDirs={/opt/cni/bin,/usr/lib/cni}")
+    assert "--cni-bin-dir=/opt/cni/bin:/usr/lib/cni" in _container(both, DAEMONSET)["args"]
     for name, path in (("cni-bin", "/opt/cni/bin"), ("cni-bin-1", "/usr/lib/cni")):
-        assert _volume(default, name)["hostPath"] == {"path": path, "type": "DirectoryOrCreate"}
-        assert _mount(default, name) == {"name": name, "mountPath": path, "readOnly": True}
+        assert _volume(both, name)["hostPath"] == {"path": path, "type": "DirectoryOrCreate"}
+        assert _mount(both, name) == {"name": name, "mountPath": path, "readOnly": True}
     moved = render(helm, "--set", "agent.hostPaths.cniBinDirs={/var/lib/cni/bin}")
-    assert "--cni-bin-dir=/var/lib/cni/bin" in _container(moved, DAEMONSET)["args"]
     text = yaml.safe_dump(moved[DAEMONSET])
-    assert "/opt/cni/bin" not in text and "/usr/lib/cni" not in text and "cni-bin-1" not in text
+    assert "/opt/cni/bin" not in text and "cni-bin-1" not in text
+    assert yaml.safe_dump(default[DAEMONSET]).replace("/opt/cni/bin", "/var/lib/cni/bin") == text
     assert {k: v for k, v in moved.items() if k != DAEMONSET} == {
         k: v for k, v in default.items() if k != DAEMONSET
     }
-    # chart 0.1.0's one-directory value, kept by `helm upgrade --reuse-values`, still wins
+    # chart 0.1.0's one-directory value still wins when set
     kept = render(helm, "--set", "agent.hostPaths.cniBinDir=/var/lib/cni/bin")
     assert yaml.safe_dump(kept[DAEMONSET]) == text
+    # `helm upgrade --reuse-values` from 0.1.0: its values as they were, without cniBinDirs
+    values = yaml.safe_load(RELEASE_VALUES.read_text())
+    assert "cniBinDirs" not in values["agent"]["hostPaths"]
+    upgraded = render(helm, "-f", _values_file(tmp_path, values))
+    assert _container(upgraded, DAEMONSET)["args"] == _container(default, DAEMONSET)["args"]
 
 
 def test_host_paths_reach_flags_and_mounts(helm: Path) -> None:
@@ -391,7 +399,7 @@ def test_invalid_values_are_refused(helm: Path) -> None:
         "image.architectures={}",
         "agent.hostPaths.cniBinDirs={usr/lib/cni}",
         "agent.hostPaths.cniBinDirs={/opt/cni:/usr/lib/cni}",  # one directory an item, not a search path
-        "agent.hostPaths.cniBinDirs=null",
+        "agent.hostPaths.cniBinDir=/opt/cni/bin:/var/lib/netclaim",
         "agent.hostPaths.stateDir=/",  # the node's root, read-write
         "agent.metricsPort=0",
         "agent.typo=1",

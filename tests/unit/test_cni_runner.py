@@ -42,7 +42,7 @@ def test_plugins_run_only_from_the_directory_by_name(tmp_path: Path) -> None:
         ("/bin/sh", "not a plugin name"),
         ("bridge", "not allowed on this node"),
         ("macvlan", "no such plugin"),
-        ("escape", "no such plugin"),
+        ("escape", "not an executable file of"),
     ):
         with pytest.raises(ConfigError, match=reason):
             runner.plugin_path(kind)
@@ -57,12 +57,18 @@ def test_plugins_are_searched_in_the_directories_order_and_a_link_never_leaves_i
     _plugin(second, "macvlan", "exit 0")
     _plugin(second, "bridge", "exit 0")
     _plugin(first, "bridge", "exit 0")
+    _plugin(second, "host-local", "exit 0")
     (first / "host-device").symlink_to(second / "macvlan")  # into another searched directory: not its own
+    (first / "host-local").symlink_to("/bin/sh")  # out of it, with a real one further on
     runner = CniRunner([first, second])
     assert runner.plugin_path("bridge") == first / "bridge"  # the first that has it
     assert runner.plugin_path("macvlan") == second / "macvlan"  # Debian's directory, when the first lacks it
     with pytest.raises(ConfigError, match=f"no such plugin in {first}, {second}"):
-        runner.plugin_path("host-device")
+        runner.plugin_path("static")
+    # CNI's lookup (a delegating plugin's, through CNI_PATH) would run the link: refused, not searched past
+    for kind in ("host-device", "host-local"):
+        with pytest.raises(ConfigError, match=f"{first / kind} is not an executable file of {first}"):
+            runner.plugin_path(kind)
 
 
 def test_the_environment_is_the_spec_s_and_no_shell_runs(tmp_path: Path) -> None:

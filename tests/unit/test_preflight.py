@@ -72,7 +72,7 @@ async def test_each_missing_piece_is_named_with_its_fix(tmp_path: Path) -> None:
     assert f"FAIL  NRI: no socket at {tmp_path}/nri.sock: the runtime's NRI is off or elsewhere" in text
     assert "disable = false" in text
     assert f"FAIL  CDI: no directory {tmp_path}/cdi" in text
-    assert f"FAIL  CNI plugins: none of {tmp_path} has host-device, static" in text
+    assert f"FAIL  CNI plugins: plugin type 'host-device': no such plugin in {tmp_path}; plugin type" in text
     assert "an ifb device (module ifb)" in text and "modprobe ifb" in text
     assert "FAIL  port security: a NIC's table or its hairpin cannot be made" in text and "5.16" in text
     assert text.endswith("preflight: 5 of 5 checks failed\n")

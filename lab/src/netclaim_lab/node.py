@@ -3,8 +3,8 @@
 Every process of a node is started with `nsenter` into one long-lived holder process, so they all
 share the node's mount namespace (kubelet's volume mounts are visible to runc) and its network
 namespace; inside it /sys is remounted, so /sys/class/net lists the node's own interfaces, and the node's
-own directories are bound at the standard paths (/var/lib/kubelet, /etc/cni/net.d, /opt/cni/bin,
-/var/run/nri…), so a DaemonSet's hostPath volumes reach this node's and no other's.
+own directories are bound at the standard paths (/var/lib/kubelet, /etc/cni/net.d, /opt/cni/bin, an
+empty /usr/lib/cni, /var/run/nri…), so a DaemonSet's hostPath volumes reach this node's and no other's.
 """
 
 from __future__ import annotations

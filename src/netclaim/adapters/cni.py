@@ -35,6 +35,23 @@ log = logging.getLogger(__name__)
 STATUS_FRESH_SECONDS = 30.0
 
 
+def find_plugin(directories: Sequence[Path], kind: str) -> Path:
+    """The file CNI's own lookup runs for plugin `kind` (the first of the directories that has that name;
+    a plugin that delegates, as macvlan does to its IPAM plugin, looks it up the same way in CNI_PATH), or
+    a ConfigError unless it is an executable file of that very directory: the search never goes on past
+    a link out of it to find another."""
+    for directory in directories:
+        path = directory / kind
+        if not os.path.lexists(path):
+            continue
+        if path.resolve().parent != directory.resolve() or not path.is_file() or not os.access(path, os.X_OK):
+            raise ConfigError(
+                f"plugin type {kind!r}: {path} is not an executable file of {directory} (a link out of it?)"
+            )
+        return path
+    raise ConfigError(f"plugin type {kind!r}: no such plugin in {', '.join(map(str, directories))}")
+
+
 class CniRunner:
     def __init__(
         self,
@@ -83,11 +100,7 @@ class CniRunner:
             raise ConfigError(
                 f"plugin type {kind!r}: not allowed on this node (allowed: {sorted(self.allowed)})"
             )
-        for directory in self.bin_dirs:
-            path = directory / kind
-            if path.resolve().parent == directory and path.is_file() and os.access(path, os.X_OK):
-                return path
-        raise ConfigError(f"plugin type {kind!r}: no such plugin in {', '.join(map(str, self.bin_dirs))}")
+        return find_plugin(self.bin_dirs, kind)
 
     async def _exec(
         self, kind: str, command: str, stdin: dict[str, Any], invocation: Invocation | None, deadline: float

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from netclaim.adapters.cni import find_plugin
 from netclaim.core.devices.catalog import BANDWIDTH, LINK_DOWN
 from netclaim.core.kubeapi import PreflightApi
-from netclaim.errors import KernelError, NetclaimError, PrerequisiteError
+from netclaim.errors import ConfigError, KernelError, NetclaimError, PrerequisiteError
 
 Severity = Literal["ok", "warn", "fail"]
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
@@ -89,18 +90,22 @@ def _cdi(directory: Path) -> Finding:
 
 
 def _plugins(directories: tuple[Path, ...], needed: tuple[str, ...]) -> Finding:
-    found = {name: next((d for d in directories if os.access(d / name, os.X_OK)), None) for name in needed}
-    missing = [name for name, directory in found.items() if directory is None]
-    searched = ", ".join(map(str, directories))
-    if missing:
+    found: dict[str, Path] = {}
+    problems: list[str] = []
+    for name in needed:
+        try:
+            found[name] = find_plugin(directories, name)
+        except ConfigError as err:
+            problems.append(str(err))
+    if problems:
         return Finding(
             "CNI plugins",
             "fail",
-            f"none of {searched} has {', '.join(missing)}",
-            "install the CNI reference plugins (containernetworking/plugins) in one of them, or add the "
-            "directory where they are to agent.hostPaths.cniBinDirs (--cni-bin-dir DIR:DIR)",
+            "; ".join(problems),
+            "install the CNI reference plugins (containernetworking/plugins) in one of these directories, "
+            "or add the directory where they are to agent.hostPaths.cniBinDirs (--cni-bin-dir DIR:DIR)",
         )
-    where = sorted({str(d) for d in found.values()})
+    where = sorted({str(path.parent) for path in found.values()})
     return Finding("CNI plugins", "ok", f"{', '.join(needed)} in {', '.join(where)}")
 
 

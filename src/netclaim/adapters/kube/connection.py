@@ -1,8 +1,9 @@
 """One connection to the API server, shared by the roles a program uses, and what they share.
 
-Errors are netclaim's (see netclaim.errors): 404 → GoneError; 409 or a failed resourceVersion test →
-ConflictError; transport failures, timeouts, 429 and 5xx → ApiUnavailableError; any other refusal →
-ApiRejectedError.
+Errors are netclaim's (see netclaim.errors): 404 → GoneError; 409 → ConflictError (a claim status
+patch whose resourceVersion test failed is one too: netclaim.adapters.kube.claims knows its bare 422);
+transport failures, timeouts, 429 and 5xx → ApiUnavailableError; any other refusal → ApiRejectedError,
+with the answer's causes.
 
 The kinds that carry free JSON anyone may write (ResourceClaims: opaque configs and device status of
 every driver; IPPools; IPAllocations) are read without lightkube's decoder, which recurses once per level
