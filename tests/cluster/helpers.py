@@ -344,6 +344,17 @@ def runnable_here(pod: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
+# A container that checks its own net1: NET1-PRESENT or NET1-MISSING as it starts, then NET1-LOST if the
+# interface goes while it runs (tests/cluster/test_upgrade.py, test_release_upgrade.py)
+WATCH = (
+    "trap 'exit 0' TERM; "
+    "if ip link show net1 >/dev/null 2>&1; then echo NET1-PRESENT; else echo NET1-MISSING; fi; "
+    "while ip link show net1 >/dev/null 2>&1; do sleep 0.2; done; "
+    'echo NET1-LOST; echo "LOST-AT $(date +%s)"; '
+    "while true; do sleep 1; done"
+)
+
+
 def deployment(name: str, replicas: int, claim_template: str) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",

@@ -20,20 +20,13 @@ from lightkube.resources.core_v1 import Pod
 
 from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
-from tests.cluster.helpers import apply, deployment, kubectl_json, running, store_rows
+from tests.cluster.helpers import WATCH, apply, deployment, kubectl_json, running, store_rows
 from tests.cluster.ipam import IPAM_NODES, allocations, ip_pool, pool_template
 from tests.kube import wait_for
 
 REPLICAS = 20
 CYCLES = 3
 NEXT_TAG = "-next"
-WATCH = (
-    "trap 'exit 0' TERM; "
-    "if ip link show net1 >/dev/null 2>&1; then echo NET1-PRESENT; else echo NET1-MISSING; fi; "
-    "while ip link show net1 >/dev/null 2>&1; do sleep 0.2; done; "
-    'echo NET1-LOST; echo "LOST-AT $(date +%s)"; '
-    "while true; do sleep 1; done"
-)
 
 
 @pytest.fixture
