@@ -22,10 +22,12 @@ from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
 from netclaim_lab import agents, processes
+from netclaim_lab import cluster as local_cluster
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.controlplane import ControlPlane
 from netclaim_lab.images import BUSYBOX_IMAGE
 from netclaim_lab.layout import REPO_ROOT
+from tests.conftest import require_root_prerequisites
 from tests.kube import delete, typed, wait_for
 
 DRIVER = "netclaim.dev"
@@ -353,6 +355,55 @@ WATCH = (
     'echo NET1-LOST; echo "LOST-AT $(date +%s)"; '
     "while true; do sleep 1; done"
 )
+
+
+def read_watches(cluster: ClusterHandle, kube: Client, namespace: str) -> tuple[list[str], list[str]]:
+    """What every pod of `namespace` running WATCH printed (its words) and which of them lost net1."""
+    words: list[str] = []
+    lost: list[str] = []
+    for pod in kube.list(Pod, namespace=namespace):
+        assert pod.metadata is not None and pod.metadata.name is not None
+        printed = cluster.kubectl("logs", "-n", namespace, pod.metadata.name)
+        words += printed.split()
+        if "NET1-LOST" in printed:
+            lost.append(f"{pod.metadata.name} on {pod.spec.nodeName if pod.spec else '?'}: {printed!r}")
+    return words, lost
+
+
+@contextlib.contextmanager
+def demo_topology_cluster(
+    directory: Path, name: str, subnet: int, port_prefix: int
+) -> Iterator[ClusterHandle]:
+    """A fresh cluster of the demo's topology beside the session's: its own name, management network
+    10.<subnet>.0.0/24, pod network 10.<subnet + 43>.0.0/16 and ports <port_prefix>443/379/380; down at
+    the end unless NETCLAIM_KEEP_CLUSTER is set."""
+    spec = yaml.safe_load((REPO_ROOT / "examples" / "demo" / "cluster.yaml").read_text())
+    spec.update(
+        name=name,
+        managementCIDR=f"10.{subnet}.0.0/24",
+        podCIDR=f"10.{subnet + 43}.0.0/16",
+        ports={
+            "apiserver": port_prefix * 1000 + 443,
+            "etcdClient": port_prefix * 1000 + 379,
+            "etcdPeer": port_prefix * 1000 + 380,
+        },
+    )
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with own_cluster(path) as handle:
+        yield handle
+
+
+@contextlib.contextmanager
+def own_cluster(spec_file: Path) -> Iterator[ClusterHandle]:
+    """A cluster of a test's own, from `spec_file`; down at the end unless NETCLAIM_KEEP_CLUSTER is set."""
+    require_root_prerequisites()
+    handle = local_cluster.up(spec_file, log=sys.stderr)
+    try:
+        yield handle
+    finally:
+        if not os.environ.get("NETCLAIM_KEEP_CLUSTER"):
+            local_cluster.down(handle.spec.name)
 
 
 def deployment(name: str, replicas: int, claim_template: str) -> dict[str, Any]:

@@ -9,22 +9,17 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from netclaim_lab import agents, demo, processes
-from netclaim_lab import cluster as local_cluster
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.layout import REPO_ROOT
 from netclaim_lab.processes import CommandFailed
-from tests.cluster.helpers import refused_in_dry_run
-from tests.conftest import require_root_prerequisites
+from tests.cluster.helpers import demo_topology_cluster, refused_in_dry_run
 from tests.kube import wait_for
 
 SECTION = "## Install into an existing cluster"
@@ -87,28 +82,10 @@ def readme_blocks() -> dict[str, str]:
     return blocks
 
 
-def _spec_file(directory: Path) -> Path:
-    spec = yaml.safe_load((REPO_ROOT / "examples" / "demo" / "cluster.yaml").read_text())
-    spec.update(
-        name="ncinst",
-        managementCIDR="10.205.0.0/24",
-        podCIDR="10.248.0.0/16",
-        ports={"apiserver": 18443, "etcdClient": 18379, "etcdPeer": 18380},
-    )
-    path = directory / "ncinst.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
-    require_root_prerequisites()
-    handle = local_cluster.up(_spec_file(tmp_path_factory.mktemp("ncinst")), log=sys.stderr)
-    try:
+    with demo_topology_cluster(tmp_path_factory.mktemp("ncinst"), "ncinst", 205, 18) as handle:
         yield handle
-    finally:
-        if not os.environ.get("NETCLAIM_KEEP_CLUSTER"):
-            local_cluster.down(handle.spec.name)
 
 
 def _run(handle: ClusterHandle, block: str, *, node: str | None = None) -> str:

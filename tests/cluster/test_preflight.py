@@ -8,19 +8,15 @@ ok, is the install test's (tests/cluster/test_install.py prints every node's pre
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from netclaim_lab import agent_image, agents, processes
-from netclaim_lab import cluster as local_cluster
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.demo import POLICY
-from tests.cluster.helpers import agent_metrics
-from tests.conftest import require_root_prerequisites
+from tests.cluster.helpers import agent_metrics, own_cluster
 from tests.kube import wait_for
 
 SPEC = """
@@ -44,15 +40,10 @@ WRITES = "netclaim_resourceslice_writes_total"
 
 @pytest.fixture(scope="module")
 def unready(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
-    require_root_prerequisites()
     path = tmp_path_factory.mktemp("ncpre") / "ncpre.yaml"
     path.write_text(SPEC)
-    handle = local_cluster.up(path, log=sys.stderr)
-    try:
+    with own_cluster(path) as handle:
         yield handle
-    finally:
-        if not os.environ.get("NETCLAIM_KEEP_CLUSTER"):
-            local_cluster.down(handle.spec.name)
 
 
 def _failed_preflight_log(handle: ClusterHandle, node: str) -> str:

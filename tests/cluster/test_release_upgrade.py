@@ -23,11 +23,9 @@ from lightkube import Client, KubeConfig
 from lightkube.resources.core_v1 import Pod
 
 from netclaim_lab import agent_image, agents, processes
-from netclaim_lab import cluster as local_cluster
 from netclaim_lab.cluster import ClusterHandle
 from netclaim_lab.layout import REPO_ROOT
-from tests.cluster.helpers import WATCH, apply, deployment, running
-from tests.conftest import require_root_prerequisites
+from tests.cluster.helpers import WATCH, apply, demo_topology_cluster, deployment, read_watches, running
 from tests.kube import wait_for
 
 pytestmark = pytest.mark.release
@@ -67,28 +65,19 @@ def release_image(release_tree: Path) -> agent_image.ImageArchive:
     return agent_image.describe(output)
 
 
-def _spec_file(directory: Path) -> Path:
-    spec = yaml.safe_load((REPO_ROOT / "examples" / "demo" / "cluster.yaml").read_text())
-    spec.update(
-        name="ncrel",
-        managementCIDR="10.206.0.0/24",
-        podCIDR="10.249.0.0/16",
-        ports={"apiserver": 19443, "etcdClient": 19379, "etcdPeer": 19380},
-    )
-    path = directory / "ncrel.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+@pytest.fixture
+def head(fresh: ClusterHandle, release_image: agent_image.ImageArchive) -> agent_image.ImageArchive:
+    """This checkout's image; it and the release's imported on every node of `fresh`."""
+    image = agent_image.ensure()
+    for archive in (release_image, image):
+        agents.import_image(fresh, archive)
+    return image
 
 
 @pytest.fixture
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
-    require_root_prerequisites()
-    handle = local_cluster.up(_spec_file(tmp_path_factory.mktemp("ncrel")), log=sys.stderr)
-    try:
+    with demo_topology_cluster(tmp_path_factory.mktemp("ncrel"), "ncrel", 206, 19) as handle:
         yield handle
-    finally:
-        if not os.environ.get("NETCLAIM_KEEP_CLUSTER"):
-            local_cluster.down(handle.spec.name)
 
 
 def _helm(handle: ClusterHandle, *args: str) -> str:
@@ -141,12 +130,9 @@ def _churn_under(fresh: ClusterHandle, steps: list[tuple[str, Callable[[], objec
             fresh.kubectl("scale", "-n", ns, "deployment/churn", f"--replicas={REPLICAS}")
             wait_for(lambda: len(running(kube, ns)) == REPLICAS, 300, f"wave {cycle + 1}: pods running")
             time.sleep(2)  # each container's watch loop runs a few rounds
-            for pod in kube.list(Pod, namespace=ns):
-                assert pod.metadata is not None and pod.metadata.name is not None
-                printed = fresh.kubectl("logs", "-n", ns, pod.metadata.name)
-                starts += printed.split()
-                if "NET1-LOST" in printed:
-                    lost.append(f"{pod.metadata.name}: {printed!r}")
+            words, lost_now = read_watches(fresh, kube, ns)
+            starts += words
+            lost += lost_now
             fresh.kubectl("scale", "-n", ns, "deployment/churn", "--replicas=0")
             wait_for(lambda: not list(kube.list(Pod, namespace=ns)), 300, f"wave {cycle + 1}: pods gone")
         roller.join(timeout=900)
@@ -165,11 +151,11 @@ def _churn_under(fresh: ClusterHandle, steps: list[tuple[str, Callable[[], objec
 
 
 def test_helm_upgrade_from_the_release_and_rollback_under_churn_keep_every_interface(
-    fresh: ClusterHandle, release_tree: Path, release_image: agent_image.ImageArchive
+    fresh: ClusterHandle,
+    release_tree: Path,
+    release_image: agent_image.ImageArchive,
+    head: agent_image.ImageArchive,
 ) -> None:
-    head = agent_image.ensure()
-    for archive in (release_image, head):
-        agents.import_image(fresh, archive)
     fresh.kubectl("create", "namespace", HELM_NAMESPACE)
     fresh.kubectl("label", "namespace", HELM_NAMESPACE, "pod-security.kubernetes.io/enforce=privileged")
     _helm(
@@ -208,11 +194,11 @@ def test_helm_upgrade_from_the_release_and_rollback_under_churn_keep_every_inter
 
 
 def test_kubectl_applying_the_next_deploy_and_the_release_s_again_under_churn_keep_every_interface(
-    fresh: ClusterHandle, release_tree: Path, release_image: agent_image.ImageArchive
+    fresh: ClusterHandle,
+    release_tree: Path,
+    release_image: agent_image.ImageArchive,
+    head: agent_image.ImageArchive,
 ) -> None:
-    head = agent_image.ensure()
-    for archive in (release_image, head):
-        agents.import_image(fresh, archive)
 
     def apply_deploy(tree: Path, image: agent_image.ImageArchive) -> None:
         """`kubectl apply -f deploy/` of `tree`, its image reference set to `image`'s (a user's registry)."""

@@ -20,7 +20,7 @@ from lightkube.resources.core_v1 import Pod
 
 from netclaim_lab import agents, processes
 from netclaim_lab.cluster import ClusterHandle
-from tests.cluster.helpers import WATCH, apply, deployment, kubectl_json, running, store_rows
+from tests.cluster.helpers import WATCH, apply, deployment, kubectl_json, read_watches, running, store_rows
 from tests.cluster.ipam import IPAM_NODES, allocations, ip_pool, pool_template
 from tests.kube import wait_for
 
@@ -144,12 +144,9 @@ def test_rolling_updates_under_churn_leave_no_pod_without_its_interface_and_noth
             lambda: len(running(kube, ns)) == REPLICAS, 300, f"wave {cycle + 1}: {REPLICAS} pods running"
         )
         time.sleep(2)  # each container's watch loop runs a few rounds
-        for pod in kube.list(Pod, namespace=ns):
-            assert pod.metadata is not None and pod.metadata.name is not None
-            printed = cluster.kubectl("logs", "-n", ns, pod.metadata.name)
-            starts += printed.split()
-            if "NET1-LOST" in printed:
-                lost.append(f"{pod.metadata.name} on {pod.spec.nodeName if pod.spec else '?'}: {printed!r}")
+        words, lost_now = read_watches(cluster, kube, ns)
+        starts += words
+        lost += lost_now
         _scale(cluster, 0, ns)
         wait_for(lambda: not list(kube.list(Pod, namespace=ns)), 300, f"wave {cycle + 1}: pods gone")
     roller.join(timeout=600)
