@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 
 from netclaim_lab import agent_image, agents, cli, cluster, containerfile
+from netclaim_lab.layout import REPO_ROOT
 from netclaim_lab.spec import load_cluster_spec
 
 pytestmark = pytest.mark.recipes
 
 SITE = agent_image.SITE_PACKAGES + "/"
 EM_X86_64, EM_AARCH64 = 62, 183
-DEMO_CLUSTER = Path("examples/demo/cluster.yaml")
+DEMO_CLUSTER = REPO_ROOT / "examples" / "demo" / "cluster.yaml"
 
 
 def _blob(archive: tarfile.TarFile, digest: str) -> tarfile.TarFile:
