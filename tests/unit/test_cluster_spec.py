@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -143,8 +144,15 @@ def test_feature_gates_and_a_node_without_nri_reach_the_components(tmp_path: Pat
             )
         )
     layout = NodeLayout("demo", "node-1", tmp_path / "node-1")
-    assert "disable = true" in _containerd_config(layout, "2s", nri=False)
-    assert "disable = false" in _containerd_config(layout, "2s", nri=True)
+    assert "disable = true" in _containerd_config(layout, "2s", nri=False, containerd="2.4")
+    assert "disable = false" in _containerd_config(layout, "2s", nri=True, containerd="2.4")
+    # containerd 1.7 reads a version-2 file: its CRI settings in one plugin, NRI off unless enabled
+    older = tomllib.loads(_containerd_config(layout, "2s", nri=True, containerd="1.7"))
+    assert older["version"] == 2
+    assert older["plugins"]["io.containerd.nri.v1.nri"]["disable"] is False
+    cri = older["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["sandbox_image"] and cri["cni"]["bin_dir"] == "/opt/cni/bin"
+    assert tomllib.loads(_containerd_config(layout, "2s", nri=True, containerd="2.4"))["version"] == 3
 
 
 def test_the_containerd_version_is_one_the_matrix_builds(tmp_path: Path) -> None:
@@ -154,4 +162,10 @@ def test_the_containerd_version_is_one_the_matrix_builds(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match="containerd"):
         load_cluster_spec(
             _write(tmp_path, VALID.replace("kind: LocalCluster", "kind: LocalCluster\ncontainerd: '2.3'"))
+        )
+    paired = VALID.replace("kind: LocalCluster", "kind: LocalCluster\ncontainerd: '1.7'\nkubernetes: '1.35'")
+    assert load_cluster_spec(_write(tmp_path, paired)).containerd == "1.7"
+    with pytest.raises(ConfigError, match="runs only with kubernetes"):
+        load_cluster_spec(
+            _write(tmp_path, VALID.replace("kind: LocalCluster", "kind: LocalCluster\ncontainerd: '1.7'"))
         )

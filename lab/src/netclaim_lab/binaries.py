@@ -123,7 +123,7 @@ _BUILDS = (
 
 # The Kubernetes and containerd minor versions of the programs (tools/k8s/kubernetes, tools/k8s/containerd);
 # the others a cluster file may ask for (make test-matrix) are pinned in tools/k8s/kubernetes-1.N and
-# tools/k8s/containerd-2.N, each built apart, only when asked for
+# tools/k8s/containerd-N.M, each built apart, only when asked for
 KUBERNETES = "1.37"
 KUBERNETES_PROGRAMS = PROGRAMS[:5]
 CONTAINERD = "2.4"
@@ -140,6 +140,15 @@ def _kubernetes_build(version: str) -> GoBuild:
 
 
 def _containerd_build(version: str) -> GoBuild:
+    if version.startswith("1."):
+        # containerd 1.x: the module before /v2, its version variable in the same place
+        return GoBuild(
+            f"containerd-{version}",
+            tuple(f"github.com/containerd/containerd/cmd/{p}" for p in CONTAINERD_PROGRAMS),
+            "github.com/containerd/containerd",
+            ("github.com/containerd/containerd/version.Version={version}",),
+            tags=_BUILDS[1].tags,
+        )
     return _versioned_build(_BUILDS[1], version)
 
 

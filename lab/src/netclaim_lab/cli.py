@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument(
         "--containerd",
         action="append",
-        choices=["2.0", "2.2"],
+        choices=["1.7", "2.0", "2.2"],
         help="build: also this containerd minor version's programs (make test-matrix); repeatable",
     )
     image = cluster.add_argument_group("image", "the agent's container image, built without an engine")

@@ -234,7 +234,11 @@ class LocalNode:
         self.layout.containerd_socket.parent.mkdir(parents=True, exist_ok=True)
         config = root / "config.toml"
         root.mkdir(parents=True, exist_ok=True)
-        config.write_text(_containerd_config(self.layout, self.spec.nriRequestTimeout, nri=self.node.nri))
+        config.write_text(
+            _containerd_config(
+                self.layout, self.spec.nriRequestTimeout, nri=self.node.nri, containerd=self.spec.containerd
+            )
+        )
         self.start_daemon(
             "containerd",
             [str(self.bin / "containerd"), "--config", str(config)],
@@ -425,9 +429,12 @@ def _cgroup_hierarchies() -> list[Path]:
     return sorted(p for p in CGROUP_V1_ROOT.iterdir() if p.is_dir() and not p.is_symlink())
 
 
-def _containerd_config(layout: NodeLayout, nri_request_timeout: str, *, nri: bool) -> str:
+def _containerd_config(layout: NodeLayout, nri_request_timeout: str, *, nri: bool, containerd: str) -> str:
+    """The node's containerd configuration: version 3 (containerd 2.x) or version 2 (containerd 1.7, whose
+    CRI settings live in one plugin and whose NRI is off unless enabled here)."""
     root = layout.containerd_dir
-    return f"""version = 3
+    cri = _cri_config_v2(root) if containerd.startswith("1.") else _cri_config_v3(root)
+    return f"""version = {2 if containerd.startswith("1.") else 3}
 root = "{root / "root"}"
 state = "{root / "state"}"
 
@@ -439,15 +446,27 @@ state = "{root / "state"}"
 
 [plugins.'io.containerd.internal.v1.opt']
   path = "{root / "opt"}"
+{cri}
+[plugins.'io.containerd.nri.v1.nri']
+  disable = {"false" if nri else "true"}
+  socket_path = "/var/run/nri/nri.sock"
+  plugin_path = "{root / "nri-plugins"}"
+  plugin_config_path = "{root / "nri-conf"}"
+  plugin_registration_timeout = "5s"
+  plugin_request_timeout = "{nri_request_timeout}"
+"""
 
+
+# This VM withholds CAP_SYS_RESOURCE even from root, so the negative oom_score_adj kubelet asks for
+# (sandboxes -998, Guaranteed pods -997) cannot be written: restrict_oom_score_adj clamps to containerd's own.
+def _cri_config_v3(root: Path) -> str:
+    return f"""
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{PAUSE_IMAGE}"
 
 [plugins.'io.containerd.cri.v1.runtime']
-  # This VM withholds CAP_SYS_RESOURCE even from root, so the negative oom_score_adj kubelet asks for
-  # (sandboxes -998, Guaranteed pods -997) cannot be written; clamp to containerd's own value instead.
   restrict_oom_score_adj = true
   enable_cdi = true
   cdi_spec_dirs = ["/var/run/cdi"]
@@ -465,12 +484,28 @@ state = "{root / "state"}"
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+"""
 
-[plugins.'io.containerd.nri.v1.nri']
-  disable = {"false" if nri else "true"}
-  socket_path = "/var/run/nri/nri.sock"
-  plugin_path = "{root / "nri-plugins"}"
-  plugin_config_path = "{root / "nri-conf"}"
-  plugin_registration_timeout = "5s"
-  plugin_request_timeout = "{nri_request_timeout}"
+
+def _cri_config_v2(root: Path) -> str:
+    return f"""
+[plugins.'io.containerd.grpc.v1.cri']
+  sandbox_image = "{PAUSE_IMAGE}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  restrict_oom_score_adj = true
+  enable_cdi = true
+  cdi_spec_dirs = ["/var/run/cdi"]
+  [plugins.'io.containerd.grpc.v1.cri'.cni]
+    bin_dir = "/opt/cni/bin"
+    conf_dir = "/etc/cni/net.d"
+    max_conf_num = 1
+  [plugins.'io.containerd.grpc.v1.cri'.containerd]
+    snapshotter = "overlayfs"
+    [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc.options]
+        BinaryName = "{RUNC}"
+        Root = "{root / "runc"}"
+        SystemdCgroup = false
 """

@@ -128,9 +128,10 @@ class ClusterSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     # the Kubernetes minor version of the control plane and the kubelets (1.37.2 is the pinned programs';
     # the others, 1.34.4, 1.35.4 and 1.36.3, are built for make test-matrix)
     kubernetes: Literal["1.34", "1.35", "1.36", "1.37"] = "1.37"
-    # the containerd minor version of every node (2.4.2 is the pinned programs'; 2.0.14 and 2.2.9, whose
-    # NRI v0.8 and v0.11 send pod events as StateChange, are built for make test-matrix)
-    containerd: Literal["2.0", "2.2", "2.4"] = "2.4"
+    # the containerd minor version of every node (2.4.2 is the pinned programs'; 1.7.35, 2.0.14 and 2.2.9,
+    # whose NRI v0.8 and v0.11 send pod events as StateChange, are built for make test-matrix; 1.7 only
+    # with Kubernetes 1.34 or 1.35, the last releases whose kubelet runs on containerd 1.x)
+    containerd: Literal["1.7", "2.0", "2.2", "2.4"] = "2.4"
     # --feature-gates of kube-apiserver, kube-controller-manager, kube-scheduler and kubelet
     featureGates: dict[FeatureGate, bool] = msgspec.field(
         default_factory=lambda: {"DRAConsumableCapacity": True}
@@ -158,6 +159,11 @@ class ClusterSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
                     )
         if len(self.nodes) > management.num_addresses - 12:
             raise ValueError("managementCIDR: too small for that many nodes")
+        if self.containerd == "1.7" and self.kubernetes not in ("1.34", "1.35"):
+            raise ValueError(
+                f"containerd: 1.7 runs only with kubernetes 1.34 or 1.35 (kubelet {self.kubernetes} "
+                "needs containerd 2)"
+            )
 
     @property
     def link_prefix(self) -> str:
