@@ -154,16 +154,21 @@ def test_a_static_address_is_granted_when_free_and_refused_naming_its_holder(
     holder = allocations(cluster, "fixed")[0]
 
     apply(cluster, ns, pod_on("b", "fifty-again", "node-2"))
+    # reserved before binding (--address-reservation), b is refused before it has a node; else at prepare
+    before_binding = agents.pools_reserve_before_binding(cluster)
+    reason = "IPPoolReservationFailed" if before_binding else "NetclaimPrepareFailed"
 
     def refusal() -> str:
-        selector: FieldSelector = {"involvedObject.name": "b", "reason": "NetclaimPrepareFailed"}
+        selector: FieldSelector = {"involvedObject.name": "b", "reason": reason}
         events = list(kube.list(Event, namespace=ns, fields=selector))
         return str(events[0].message) if events else ""
 
-    wait_for(lambda: bool(refusal()), 120, "pod b's prepare refused")
+    wait_for(lambda: bool(refusal()), 120, f"pod b refused ({reason})")
     assert f"address 10.62.0.50 of IPPool fixed is held by claim {holder.claim}" in refusal(), refusal()
     assert [a.claim for a in allocations(cluster, "fixed")] == [holder.claim], "b's failure left an address"
     assert not running(kube, ns, "fifty-again")
+    b = kube.get(Pod, "b", namespace=ns)
+    assert (b.spec is not None and b.spec.nodeName is None) is before_binding, "bound with no address"
 
 
 def test_dual_stack_addresses_reach_the_pod_and_ping_over_both_families(

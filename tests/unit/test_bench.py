@@ -223,6 +223,11 @@ def sample_result() -> dict[str, Any]:
             "pool_ratios": {
                 f"p{q}_vs_dra": measure.ratio(pod_ready["pool"], pod_ready["dra"], q) for q in (50, 90, 99)
             },
+            "pool_reserved_s": measure.distribution([x + 5 for x in pod_ready["pool"]]),
+            "pool_reserved_ratios": {
+                f"p{q}_vs_dra": measure.ratio([x + 5 for x in pod_ready["pool"]], pod_ready["dra"], q)
+                for q in (50, 90, 99)
+            },
             "dra_vs_none": {f"p{q}": measure.ratio(pod_ready["dra"], pod_ready["none"], q) for q in (50, 99)},
             "peak_rss_mib": 80.0,
             "rss_series": [[0, 75.0], [0.1, 80.0]],
@@ -279,6 +284,7 @@ def test_the_bench_line_has_the_issues_keys_in_its_order() -> None:
         "podstart_p99_vs_dra",
         "podstart_p50_vs_none",
         "podstart_pool_p50_vs_dra",
+        "podstart_pool_reserved_p50_vs_dra",
         "podstart_busy_p50_vs_dra",
         "api_requests_per_pod",
         "agent_mem_active_mib",

@@ -192,6 +192,9 @@ def test_addresses_beyond_a_claims_allocation_are_found() -> None:
         *idle_held[1:],
     ]
     assert beyond_allocation([own, v6], claims, SAMPLE_DRIVER) == []
+    # a pod's own claim given back by the scheduler after its address was reserved keeps none
+    given_back = replace(idle, owned_by_pod=True)
+    assert beyond_allocation(idle_held, {idle.uid: given_back}, SAMPLE_DRIVER) == idle_held
 
 
 def test_orphans_are_the_allocations_of_claims_that_are_gone() -> None:

@@ -127,7 +127,9 @@ async def test_the_cluster_checks_pass_with_a_node_bound_token_and_the_gates_on(
         ("node-bound token", "ok"),
         ("DRAConsumableCapacity", "ok"),
         ("DRADeviceTaints", "ok"),
+        ("pool addresses", "ok"),
     ]
+    assert "the controller can reserve them before the pod binds" in findings[-1].detail
     [sent] = api.sent
     assert sent == probe_slice("node-1", "netclaim.dev")
     assert (
@@ -158,6 +160,9 @@ async def test_a_gate_that_is_off_is_found_by_what_the_server_dropped() -> None:
     dropped = probe_slice("n", "netclaim.dev")
     del dropped["spec"]["devices"][0]["taints"]
     assert gate_findings(dropped)[1].severity == "warn"  # not fatal: health without taints
+    del dropped["spec"]["devices"][0]["bindingConditions"]  # 1.35, or the gate off: the path before
+    pools = gate_findings(dropped)[2]
+    assert pools.severity == "ok" and "taken at kubelet's prepare" in pools.detail
 
 
 async def test_a_refused_dry_run_says_so_and_checks_no_gate() -> None:

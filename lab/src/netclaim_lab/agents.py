@@ -133,6 +133,33 @@ def controller_leader(handle: ClusterHandle, namespace: str = NAMESPACE) -> str:
     return controller_holder(handle, namespace).rpartition("_")[0]
 
 
+def pools_reserve_before_binding(handle: ClusterHandle) -> bool:
+    """Whether the published IP pools' devices carry binding conditions (the controller reserves each
+    claim's address before its pod binds); False while no pool is published."""
+    found = json.loads(handle.kubectl("get", "resourceslices", "-o", "json"))["items"]
+    pools = [s for s in found if s["spec"].get("pool", {}).get("name") == "netclaim.dev/ip-pools"]
+    devices = [d for s in pools for d in s["spec"].get("devices") or []]
+    return bool(devices) and all(d.get("bindingConditions") for d in devices)
+
+
+def set_address_reservation(handle: ClusterHandle, mode: str, namespace: str = NAMESPACE) -> None:
+    """The controller's --address-reservation (`before-binding` or `at-prepare`; a later flag overrides an
+    earlier, and a redeploy puts the chart's back), rolled out, and the pools' devices published for it."""
+    flag = {
+        "op": "add",
+        "path": "/spec/template/spec/containers/0/args/-",
+        "value": f"--address-reservation={mode}",
+    }
+    deployment = ("-n", namespace, "deployment/netclaim-controller")
+    handle.kubectl("patch", *deployment, "--type=json", f"-p={json.dumps([flag])}")
+    handle.kubectl("rollout", "status", *deployment, "--timeout=180s")
+    wanted, deadline = mode == "before-binding", time.monotonic() + 120
+    while pools_reserve_before_binding(handle) != wanted:
+        if time.monotonic() > deadline:
+            raise TransientError(f"the IP pools' devices not published for {mode} within 120 s")
+        time.sleep(1)
+
+
 def controller_pods(handle: ClusterHandle, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
     found = json.loads(handle.kubectl("get", "pods", "-n", namespace, "-l", CONTROLLER_LABEL, "-o", "json"))
     return [dict(pod) for pod in found["items"]]

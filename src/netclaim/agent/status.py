@@ -44,6 +44,7 @@ from typing import Any, Protocol
 from netclaim.agent.store import Attachment, State, Store
 from netclaim.core.config.strict import MAX_DEPTH, too_deep
 from netclaim.core.events import EventReason
+from netclaim.core.ipam.reservation import with_reservations
 from netclaim.core.kubeapi import ClaimsApi, PodAnnotationsApi
 from netclaim.core.names import NETWORK
 from netclaim.core.objects import Claim, Pod, condition, read_json
@@ -457,6 +458,7 @@ class StatusWriter:
                 return
             if current.unreadable:  # its status.devices were not read: where our entries are is unknown
                 raise ConfigError(f"claim {claim.namespace}/{claim.name}: {current.unreadable}")
+        entries = with_reservations(current, entries, _now())
         ours = [d for d in current.devices_status if d.get("driver") == self.driver]
         if _comparable(ours) == _comparable(entries):
             self._keep(current)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from netclaim.adapters.cni import find_plugin
 from netclaim.core.devices.catalog import BANDWIDTH, LINK_DOWN
+from netclaim.core.ipam.reservation import BINDING_FIELDS
 from netclaim.core.kubeapi import PreflightApi
 from netclaim.errors import ConfigError, KernelError, NetclaimError, PrerequisiteError
 
@@ -176,7 +177,8 @@ async def _token(api: PreflightApi, node: str) -> Finding:
 
 def probe_slice(node: str, driver: str) -> dict[str, Any]:
     """A slice of this node's pool with one device carrying the fields netclaim publishes that feature
-    gates govern: shared capacity (DRAConsumableCapacity) and a taint (DRADeviceTaints)."""
+    gates govern: shared capacity (DRAConsumableCapacity), a taint (DRADeviceTaints) and the pools' binding
+    conditions (DRADeviceBindingConditions)."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -196,6 +198,7 @@ def probe_slice(node: str, driver: str) -> dict[str, Any]:
                         }
                     },
                     "taints": [{"key": LINK_DOWN, "effect": "NoSchedule"}],
+                    **BINDING_FIELDS,
                 }
             ],
         },
@@ -231,6 +234,16 @@ def gate_findings(answered: dict[str, Any]) -> list[Finding]:
             if taints
             else "enable the DRADeviceTaints gate (GA in 1.37): without it a NIC whose link is "
             "down stays allocatable",
+        ),
+        Finding(
+            "pool addresses",
+            "ok",
+            "the API server keeps binding conditions: the controller can reserve them before the pod binds "
+            "(--address-reservation=before-binding, once kube-scheduler has DRADeviceBindingConditions too, "
+            "as from 1.36 by default; docs/ipam.md)"
+            if device.get("bindingConditions")
+            else "taken at kubelet's prepare: the API server dropped binding conditions from a dry-run slice "
+            "(DRADeviceBindingConditions off, as before 1.36; docs/ipam.md)",
         ),
     ]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from netclaim.controller.mirror import Mirror
@@ -62,7 +63,10 @@ class Reconciler:
         params: PoolParamsApi,
         driver: str,
         quarantine: Quarantine | None = None,
+        reserve_before_binding: bool = False,
+        claim_changed: Callable[[Claim | None, Claim | None], None] = lambda before, after: None,
     ) -> None:
+        self.reserve_before_binding = reserve_before_binding  # the pools' devices carry binding conditions
         self.quarantine = quarantine or Quarantine(lambda since: True, 0.0)
         self.claims = claims
         self.addresses = addresses
@@ -74,9 +78,14 @@ class Reconciler:
         self.published: set[str] = set()  # pools with a free-claims gauge
         # the addresses the claims seen report, kept as they change (what may be published)
         self.reports = AddressReports(driver)
+
         # kept by run()'s watches; of a claim, what the passes read (50,000 whole claims: ≈ 450 MiB)
+        def seen(before: Claim | None, after: Claim | None) -> None:
+            self.reports.change(before, after)
+            claim_changed(before, after)
+
         self.claims_seen: Mirror[Claim] = Mirror(
-            "claims", lambda claim: claim.uid, lambda claim: claim.compact(driver), self.reports.change
+            "claims", lambda claim: claim.uid, lambda claim: claim.compact(driver), seen
         )
         self.allocations_seen: Mirror[IPAllocation] = Mirror(
             "ipallocations", lambda allocation: allocation.name
@@ -113,7 +122,9 @@ class Reconciler:
         uses = {pool.name: pool_use(pool, live, claims, self.driver) for pool in pools}
         guarded = await self._write_params(pools, {str(o["metadata"]["name"]): o for o in objects})
         published = [p for p in pools if p.spec.namespaces is None or p.name in guarded]
-        await self.pool_slices.write([pool_device(pool, uses[pool.name]) for pool in published])
+        await self.pool_slices.write(
+            [pool_device(pool, uses[pool.name], self.reserve_before_binding) for pool in published]
+        )
         current = {str(o["metadata"]["name"]): o.get("status") for o in objects}
         for gone in self.published - set(uses):
             metrics.POOL_FREE.remove(gone)

@@ -39,6 +39,7 @@ from netclaim.adapters.kube.slices import KubeSlices
 from netclaim.controller.informer import Informer
 from netclaim.controller.ipam import Reconciler, concerns_pools
 from netclaim.controller.policy import PolicyReconciler, PolicySources
+from netclaim.controller.reservations import Reservations
 from netclaim.controller.services import EndpointsReconciler, HeldSlice, NetworkService
 from netclaim.core.config.settings import ControllerSettings
 from netclaim.core.ipam.pools import (
@@ -130,7 +131,17 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
         settings.address_quarantine_seconds,
         quarantined,
     )
-    reconciler = Reconciler(claims, addresses, KubeSlices(kube), params, settings.driver_name, quarantine)
+    reservations = Reservations(KubeClaims(kube), KubeAddresses(kube), settings.driver_name)
+    reconciler = Reconciler(
+        claims,
+        addresses,
+        KubeSlices(kube),
+        params,
+        settings.driver_name,
+        quarantine,
+        reserve_before_binding=settings.address_reservation == "before-binding",
+        claim_changed=reservations.changed,
+    )
     pods = Informer("pods", watched.pods(kube), _namespaced, {"namespace": lambda pod: [pod.namespace]})
     namespaces = Informer("namespaces", watched.namespaces(kube), lambda found: found.name)
 
@@ -295,6 +306,7 @@ async def lead(settings: ControllerSettings, kube: KubeConnection, health: Healt
         ),
     )
     supervisor.keep("resync", partial(periodic, trigger, settings.resync_seconds))
+    supervisor.keep("reservations", reservations.run)
     supervisor.keep("pods-informer", pods.run)
     supervisor.keep("namespaces-informer", namespaces.run)
 

@@ -17,6 +17,7 @@ class EventReason(StrEnum):
     POLICY_NOT_APPLIED = "NetworkPolicyNotApplied"
     # on pods (the controller)
     POOL_EXHAUSTED = "IPPoolExhausted"
+    RESERVATION_FAILED = "IPPoolReservationFailed"
     # on nodes (the agent)
     FIELDS_DROPPED = "NetclaimFieldsDropped"
     # on Services and MultiNetworkPolicies (the controller)

@@ -260,6 +260,9 @@ class AllocatedDevice:
     device: str
     share_id: str
     consumed_capacity: dict[str, str]
+    # the device's binding conditions the scheduler copied into the result (KEP-5007): it binds the pod only
+    # once the claim's status says each is True (netclaim.core.ipam.reservation)
+    binding_conditions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -340,9 +343,11 @@ def _claim_parts(data: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
                 consumed_capacity={
                     as_text(k): as_text(v) for k, v in as_object(r.get("consumedCapacity")).items()
                 },
+                binding_conditions=tuple(as_text(c) for c in r.get("bindingConditions") or ()),
             )
             for r in allocated.get("results") or []
         ),
+        "node": _selected_node(as_object(status.get("allocation")).get("nodeSelector")),
         "configs": tuple(
             DeviceConfig.from_api(index, c)
             for index, c in enumerate(allocated.get("config") or [])
@@ -360,6 +365,16 @@ def _claim_parts(data: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
         "requests": _request_specs(as_object(data.get("spec"))),
         "pod_claim_name": _pod_claim_name(as_object(meta.get("annotations")).get(POD_CLAIM_NAME)),
     }
+
+
+def _selected_node(selector: Any) -> str:
+    """The node an allocation's nodeSelector names by `metadata.name` (a node's NIC in the claim), or ""."""
+    for term in as_object(selector).get("nodeSelectorTerms") or ():
+        for match in as_object(term).get("matchFields") or ():
+            values: list[Any] = as_object(match).get("values") or []
+            if match.get("key") == "metadata.name" and match.get("operator") == "In" and len(values) == 1:
+                return as_text(values[0])
+    return ""
 
 
 def _pod_claim_name(value: Any) -> str:
@@ -386,6 +401,7 @@ class Claim:
     owned_by_pod: bool = False  # generated from a ResourceClaimTemplate: it lives as long as its pod
     requests: tuple[RequestSpec, ...] = ()
     pod_claim_name: str = ""  # the pod's name for a claim made from its template (resourceClaims[].name)
+    node: str = ""  # the node its allocation is bound to, when its nodeSelector names one
     unreadable: str = ""  # why the claim could be read only in part: then it has its identity only
     # a compact claim's addresses (network → addresses) as network_addresses(addresses_of) read them
     addresses: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -437,12 +453,31 @@ class Claim:
             self,
             namespace=sys.intern(self.namespace),
             configs=(),
-            devices_status=(),
+            devices_status=self._binding_status(driver),
             results=results,
             requests=requests,
             addresses=addresses,
             addresses_of=sys.intern(driver),
         )
+
+    def _binding_status(self, driver: str) -> tuple[dict[str, Any], ...]:
+        """Of `driver`'s status entries, those of devices allocated with binding conditions, as far as the
+        scheduler reads them: which device, and its conditions' types and statuses."""
+        waited = {(r.pool, r.device, r.share_id) for r in self.results if r.binding_conditions}
+        kept: list[dict[str, Any]] = []
+        for entry in self.devices_status:
+            key = (entry.get("pool"), entry.get("device"), entry.get("shareID") or "")
+            if entry.get("driver") == driver and key in waited:
+                conditions = [
+                    {"type": c.get("type"), "status": c.get("status")}
+                    for c in entry.get("conditions") or ()
+                    if isinstance(c, dict)
+                ]
+                identity: dict[str, Any] = {
+                    k: entry[k] for k in ("driver", "pool", "device", "shareID") if k in entry
+                }
+                kept.append({**identity, "conditions": conditions})
+        return tuple(kept)
 
     def problems(self) -> list[str]:
         """What of the claim could not be read."""

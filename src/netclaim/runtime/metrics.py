@@ -106,6 +106,13 @@ ADDRESS_ALLOCATION_SECONDS = Histogram(
     registry=REGISTRY,
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
+RESERVATIONS = Counter(
+    "netclaim_address_reservations_total",
+    "Pool addresses the controller reserved before a pod bound (result: reserved, failed: the claim's config "
+    "or the pool could give none, the scheduler retries the pod; error: tried again)",
+    ["result"],
+    registry=REGISTRY,
+)
 ADDRESSES_RECLAIMED = Counter(
     "netclaim_addresses_reclaimed_total",
     "Addresses the controller freed because their claim was gone",

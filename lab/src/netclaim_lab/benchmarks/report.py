@@ -384,6 +384,9 @@ def markdown(result: dict[str, Any], baseline: dict[str, Any] | None = None) -> 
         "| netclaim NIC + pool address ÷ example-driver GPU claim | "
         + " | ".join(_ratio_text(burst["pool_ratios"][f"p{q}_vs_dra"]) for q in (50, 90, 99))
         + " |",
+        "| the same, its address reserved before binding ÷ example-driver GPU claim | "
+        + " | ".join(_ratio_text(burst["pool_reserved_ratios"][f"p{q}_vs_dra"]) for q in (50, 90, 99))
+        + " |",
         f"| example driver ÷ no claim | {_ratio_text(burst['dra_vs_none']['p50'])} | | "
         f"{_ratio_text(burst['dra_vs_none']['p99'])} |",
         "",

@@ -27,6 +27,7 @@ from netclaim.agent.claims.metadata import DeviceMetadataFiles, base_request
 from netclaim.agent.pods.guard import PortGuard
 from netclaim.agent.status import ClaimRef, StatusWriter
 from netclaim.agent.store import Attachment, Store
+from netclaim.core.ipam.reservation import reserved_before_binding
 from netclaim.core.node import PreparedDevice
 from netclaim.core.objects import Claim
 from netclaim.core.plan import NodeContext, PlannedDevice, claim_needs, plan_claim
@@ -70,7 +71,10 @@ class Preparer:
             _refuse_clashes(claim, planned, self.store.for_pod(claim.reserved_for[0].uid))
             rows = [_row(claim, p) for p in planned]
         except BaseException:
-            if needs.addresses:  # nothing left behind: the retry takes them again
+            # nothing left behind: the retry takes them again. Not what the controller reserved before the
+            # pod was bound: the claim's status says it is held, and the retry finds it
+            reserved = any(reserved_before_binding(r.allocated) for r in needs.addresses)
+            if needs.addresses and not reserved:
                 await self.gather.give_back(claim.uid)
             raise
         await self.store.put(*rows)  # rows the disk was slow to take still land: their addresses stay theirs

@@ -176,6 +176,15 @@ class ControllerSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
             "(netclaim.core.ipam.pools.Quarantine)",
         ),
     ] = 15.0
+    address_reservation: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=r"^(before-binding|at-prepare)\Z",
+            description="when a claim's pool address is taken: at-prepare (kubelet's prepare takes it) or "
+            "before-binding (Kubernetes 1.36+: the pools' devices carry a binding condition, the scheduler "
+            "binds the pod once the controller holds the address; up to 5 s a pod; docs/ipam.md)",
+        ),
+    ] = "at-prepare"
     namespace: Annotated[
         str,
         msgspec.Meta(

@@ -61,6 +61,8 @@ GATED_FIELDS = {
     "allowMultipleAllocations": "DRAConsumableCapacity",
     "capacity.requestPolicy": "DRAConsumableCapacity",
     "taints": "DRADeviceTaints",
+    # the pools' devices (netclaim.core.ipam.reservation); the failure conditions go with them
+    "bindingConditions": "DRADeviceBindingConditions",
 }
 # How long a pool compares its slices without the fields the API server dropped before it writes them in
 # full once more: a gate turned on meanwhile is then used, one still off costs one write per this period.
@@ -89,6 +91,9 @@ def normalized_device(device: ApiDevice, dropped: frozenset[str] = frozenset()) 
             {k: v for k, v in taint.items() if k != "timeAdded" and v is not None}
             for taint in device.get("taints") or []
         ]
+    if "bindingConditions" not in dropped:
+        for field in ("bindingConditions", "bindingFailureConditions"):
+            normalized[field] = list(device.get(field) or [])
     return normalized
 
 
@@ -98,7 +103,7 @@ def dropped_fields(sent: Sequence[ApiDevice], stored: Sequence[ApiDevice]) -> fr
     found = set()
     for device in sent:
         answer = kept.get(device["name"], {})
-        for field in ("allowMultipleAllocations", "taints"):
+        for field in ("allowMultipleAllocations", "taints", "bindingConditions"):
             if device.get(field) and not answer.get(field):
                 found.add(field)
         stored_capacity = answer.get("capacity") or {}
@@ -118,15 +123,23 @@ class DroppedFields:
     new: bool
 
 
+_DROPPED_EFFECTS = {
+    "allowMultipleAllocations": "shared NICs and IP pools cannot be allocated as shared",
+    "capacity.requestPolicy": "shared NICs and IP pools cannot be allocated as shared",
+    "taints": "link-down taints are not kept",
+    "bindingConditions": "pool addresses are taken at prepare, not reserved before the pod binds",
+}
+
+
 def dropped_message(dropped: frozenset[str]) -> str:
     if not dropped:
         return "the API server keeps every field of netclaim's ResourceSlices"
     gates = sorted({GATED_FIELDS[f] for f in dropped})
+    effects = sorted({_DROPPED_EFFECTS[f] for f in dropped})
     return (
         f"the API server drops {', '.join(sorted(dropped))} from netclaim's ResourceSlices: feature gate "
-        f"{' and '.join(gates)} is off in kube-apiserver. Published without them (shared NICs and IP "
-        "pools cannot be allocated as shared, link-down taints are not kept); enable the gate on "
-        "kube-apiserver, kube-scheduler, kube-controller-manager and kubelet"
+        f"{' and '.join(gates)} is off in kube-apiserver. Published without them ({'; '.join(effects)}); "
+        "enable the gate on kube-apiserver, kube-scheduler, kube-controller-manager and kubelet"
     )
 
 

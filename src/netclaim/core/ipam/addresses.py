@@ -25,6 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from netclaim.core.ipam.ippool import IPAddress, IPPool, allocation_name, claim_seed, pool_class
+from netclaim.core.ipam.reservation import reserved_before_binding
 from netclaim.core.kubeapi import AddressesApi
 from netclaim.core.objects import AllocatedDevice, Claim, IPAllocation
 from netclaim.errors import (
@@ -82,9 +83,12 @@ class AddressBook:
         self.node = node
         self.held_reads = HeldReads()
 
-    async def allocate(self, claim: Claim, requests: list[AddressRequest]) -> list[Grant]:
-        """One address per family of each requested pool, held for the claim (reusing what it holds)."""
-        held = await self._held(claim.uid) if requests else []
+    async def allocate(
+        self, claim: Claim, requests: list[AddressRequest], node: str | None = None
+    ) -> list[Grant]:
+        """One address per family of each requested pool, held for the claim (reusing what it holds), in
+        the name of `node` (the controller's, reserving before binding) or of this book's node."""
+        held = await self._held(claim, requests) if requests else []
         grants = []
         for request in requests:
             started = time.monotonic()
@@ -112,7 +116,7 @@ class AddressBook:
                     addresses.append(mine[0].address)
                     continue
                 wanted = request.static.get(version)
-                taken = await self._take(claim, pool, version, wanted)
+                taken = await self._take(claim, pool, version, wanted, node or self.node)
                 addresses.append(taken.address)
             metrics.ADDRESS_ALLOCATION_SECONDS.observe(time.monotonic() - started)
             log.info(
@@ -127,10 +131,16 @@ class AddressBook:
             grants.append(Grant(request.allocated, pool, tuple(addresses), request.interface_request))
         return grants
 
-    async def _held(self, claim_uid: str) -> list[IPAllocation]:
-        bound = self.held_reads.bound(claim_uid)
-        listed = await self.api.held_ip_allocations(claim_uid, bound)
-        self.held_reads.read(claim_uid, listed.version, consistent=bound is None)
+    async def _held(self, claim: Claim, requests: list[AddressRequest]) -> list[IPAllocation]:
+        """What the claim holds. Reserved before binding (the controller's write, then the claim's status
+        naming it, then the pod bound), it is read from the cache once that holds the claim as read: what
+        the claim's status says was reserved is in it (the cache never goes back, so that read is also no
+        older than this process's first)."""
+        bound = self.held_reads.bound(claim.uid)
+        if bound is not None and any(reserved_before_binding(r.allocated) for r in requests):
+            bound = claim.resource_version or bound  # a read this process needs consistent stays so
+        listed = await self.api.held_ip_allocations(claim.uid, bound)
+        self.held_reads.read(claim.uid, listed.version, consistent=bound is None)
         return listed.items
 
     async def _pool(self, claim: Claim, name: str) -> IPPool:
@@ -147,7 +157,9 @@ class AddressBook:
             )
         return pool
 
-    async def _take(self, claim: Claim, pool: IPPool, version: int, wanted: IPAddress | None) -> IPAllocation:
+    async def _take(
+        self, claim: Claim, pool: IPPool, version: int, wanted: IPAddress | None, node: str
+    ) -> IPAllocation:
         family = pool.families()[version]
         if wanted is not None:
             if not family.hands_out(wanted):
@@ -156,7 +168,7 @@ class AddressBook:
                     f"{pool.name} (outside its ranges, or excluded, or a gateway)"
                 )
             try:
-                return await self._create(claim, pool, wanted)
+                return await self._create(claim, pool, wanted, node)
             except AlreadyExistsError:
                 holder = await self.api.get_ip_allocation(allocation_name(pool.name, wanted))
                 if holder.claim_uid == claim.uid and not holder.released_at:  # its own, which a held list
@@ -180,7 +192,7 @@ class AddressBook:
             if guess is None:
                 break
             try:
-                return await self._create(claim, pool, guess)
+                return await self._create(claim, pool, guess, node)
             except AlreadyExistsError:
                 continue
         seed = claim_seed(claim.uid)
@@ -193,12 +205,12 @@ class AddressBook:
                     f"IPPool {pool.name}: no free IPv{version} address ({family.size} handed out, all held)"
                 )
             try:
-                return await self._create(claim, pool, address)
+                return await self._create(claim, pool, address, node)
             except AlreadyExistsError:
                 taken.add(int(address))  # another claim took it meanwhile: the next one
         raise PoolExhaustedError(f"IPPool {pool.name}: lost {MAX_RACES} races for an address; retrying")
 
-    async def _create(self, claim: Claim, pool: IPPool, address: IPAddress) -> IPAllocation:
+    async def _create(self, claim: Claim, pool: IPPool, address: IPAddress, node: str) -> IPAllocation:
         pool_range = pool.families()[address.version].range_of(address)
         assert pool_range is not None  # hands_out() said it is in a range
         record = IPAllocation(
@@ -209,7 +221,7 @@ class AddressBook:
             claim_namespace=claim.namespace,
             claim_name=claim.name,
             claim_uid=claim.uid,
-            node=self.node,
+            node=node,
         )
         return await self.api.create_ip_allocation(record)
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from netclaim.core.devices.slices import SliceOwner, SliceWriter
 from netclaim.core.ipam.ippool import ADDRESSES, POOLS_POOL, IPPool, capacity
+from netclaim.core.ipam.reservation import BINDING_FIELDS
 from netclaim.core.kubeapi import PoolSlicesApi
 from netclaim.core.names import DRIVER_DOMAIN, NETWORK
 from netclaim.core.objects import Claim, IPAllocation
@@ -96,7 +97,7 @@ def pool_use(pool: IPPool, allocations: list[IPAllocation], claims: dict[str, Cl
     )
 
 
-def pool_device(pool: IPPool, use: PoolUse) -> dict[str, Any]:
+def pool_device(pool: IPPool, use: PoolUse, reserve_before_binding: bool = False) -> dict[str, Any]:
     families = pool.families()
     attributes: dict[str, Any] = {
         f"{DRIVER_DOMAIN}/pool": {"string": pool.name},
@@ -118,6 +119,7 @@ def pool_device(pool: IPPool, use: PoolUse) -> dict[str, Any]:
             }
         },
         "allowMultipleAllocations": True,
+        **(BINDING_FIELDS if reserve_before_binding else {}),
     }
 
 
@@ -140,9 +142,11 @@ def beyond_allocation(
     """Addresses live claims hold beyond what their allocation gives them: more than one per family of a
     pool, or, while allocated, of a pool they are not allocated. An agent takes exactly one per family and
     reuses it, so these are what a node's token made for claims it was never asked to prepare. Of several,
-    the one on the node the claim is allocated on is kept, else the first by name. A claim not allocated at
-    the moment (a standalone claim between pods) keeps one per family of each pool it holds: a node's token
-    can hold no more than that in its name."""
+    the one on the node the claim is allocated on is kept, else the first by name. A standalone claim not
+    allocated at the moment (between pods) keeps one per family of each pool it holds: a node's token can
+    hold no more than that in its name. A pod's own claim not allocated keeps none: its pod is gone, or was
+    never bound (the scheduler gave back an allocation the controller had reserved for, and allocates again,
+    reserving again): kept, it would shrink the pool's capacity under the very claim that waits for it."""
     held: dict[tuple[str, str, int], list[IPAllocation]] = defaultdict(list)
     for allocation in allocations:
         if allocation.claim_uid in claims:
@@ -151,7 +155,9 @@ def beyond_allocation(
     beyond = []
     for (claim_uid, pool, _), found in held.items():
         claim = claims[claim_uid]
-        if claim.allocated and not allocated_from(claim, pool, driver):
+        if (claim.allocated and not allocated_from(claim, pool, driver)) or (
+            not claim.allocated and claim.owned_by_pod
+        ):
             beyond += found
             continue
         nodes = {r.pool for r in claim.results if r.pool != POOLS_POOL}
