@@ -89,9 +89,6 @@ def pod_spec(claim_template: str, tolerate_kubelet_less: bool = False) -> dict[s
                 "image": BUSYBOX_IMAGE,
                 "imagePullPolicy": "Never",
                 "command": ["sleep", "3600"],
-                # tests ping from it (helpers.ping): CRI-O, unlike containerd, leaves CAP_NET_RAW out of a
-                # container's defaults
-                "securityContext": {"capabilities": {"add": ["NET_RAW"]}},
                 "resources": {"claims": [{"name": "net"}]},
             }
         ],

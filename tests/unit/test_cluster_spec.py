@@ -200,6 +200,7 @@ def test_the_crio_config_keeps_the_node_to_its_own_paths_with_nri_as_containerds
     assert runtime["pinns_path"] == str(tmp_path / "crio-programs" / "pinns")
     assert runtime["runtimes"]["runc"]["runtime_path"] == str(layout.crio_dir / "runc")
     assert config["crio"]["network"]["plugin_dirs"] == ["/opt/cni/bin/"]
+    assert "NET_RAW" in runtime["default_capabilities"]  # as containerd's: pods ping under baseline
     off = tomllib.loads(_crio_config(layout, "2s", nri=False, programs=tmp_path))
     assert off["crio"]["nri"]["enable_nri"] is False
     # every directory of its own is the node's; the standard ones it binds (layout.crio_host_paths)

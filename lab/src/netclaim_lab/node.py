@@ -33,6 +33,11 @@ DEBIAN_CNI_DIR = Path("/usr/lib/cni")  # containernetworking-plugins
 RUNC = Path("/usr/sbin/runc")
 CONMON = Path("/usr/bin/conmon")  # CRI-O's container monitor, Debian's (apt-get install conmon)
 CRIO_STORAGE_DRIVER = "overlay"
+# the capabilities a CRI-O node's containers get unless they drop them (_crio_config)
+CRIO_CAPABILITIES = (
+    "CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE", "KILL",
+    "NET_RAW",
+)  # fmt: skip
 CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
 _HOLDER = "holder"
 
@@ -663,6 +668,7 @@ def _crio_config(layout: NodeLayout, nri_request_timeout: str, *, nri: bool, pro
     cgroupfs as kubelet's driver, runc through _RUNC_WRAPPER, NRI as containerd's."""
     root = layout.crio_dir
     run = CRIO_RUN  # layout.crio_socket's directory, inside the node: short (attach sockets)
+    capabilities = ", ".join(f'"{c}"' for c in CRIO_CAPABILITIES)
     return f"""[crio]
 root = "{root / "storage"}"
 runroot = "{root / "run" / "storage"}"
@@ -690,6 +696,9 @@ cdi_spec_dirs = ["/var/run/cdi"]
 selinux = false
 seccomp_profile = ""
 apparmor_profile = ""
+# CRI-O's defaults and NET_RAW, which containerd's include: the demo and the tests ping from pods, and
+# baseline Pod Security (the apiserver's default here) forbids a pod to ask for it
+default_capabilities = [{capabilities}]
 
 [crio.runtime.runtimes.runc]
 runtime_path = "{root / "runc"}"
