@@ -95,17 +95,20 @@ test-debian-cni: deps bins
 	NETCLAIM_TEST_CNI_PLUGINS=debian $(BIN)/pytest --durations=30 -m cluster \
 	  --ignore=tests/cluster/test_cni_lifecycle.py tests
 
-# The Kubernetes and containerd versions README claims: the lab's cluster on each Kubernetes version (with
-# containerd 2.4), then on each older containerd (with Kubernetes 1.37), their programs built from the module
-# proxy and cached like the pinned ones (tools/k8s/kubernetes-1.N, tools/k8s/containerd-2.N); the demo's,
-# fail-closed and IPAM tests on each. Then the upgrade from the last release (tests/cluster/test_release_upgrade.py).
+# The Kubernetes and runtime versions README claims: the lab's cluster on each Kubernetes version (with
+# containerd 2.4), then on each older containerd and on CRI-O (with Kubernetes 1.37), their programs built from
+# the module proxy and cached like the pinned ones (tools/k8s/kubernetes-1.N, tools/k8s/containerd-2.N,
+# tools/k8s/crio-1.N); the demo's, fail-closed, IPAM and NRI call tests on each. Then the upgrade from the last release (tests/cluster/test_release_upgrade.py).
 MATRIX ?= 1.34 1.35 1.36 1.37
 CONTAINERD_MATRIX ?= 2.0 2.2
 MATRIX_TESTS = tests/cluster/test_demo.py tests/cluster/test_fail_closed.py tests/cluster/test_ipam.py \
   tests/cluster/test_nri_versions.py
+# CRI-O's round needs Debian's conmon, and gcc for its pinns (C); CRIO_MATRIX="" skips it
+CRIO_MATRIX ?= 1.36
 test-matrix: deps bins
+	$(if $(CRIO_MATRIX),$(MAKE) system-deps APT_PACKAGES="conmon gcc libc6-dev")
 	$(BIN)/netclaim-lab cluster build $(foreach v,$(filter-out 1.37,$(MATRIX)),--kubernetes $(v)) \
-	  $(foreach v,$(CONTAINERD_MATRIX),--containerd $(v))
+	  $(foreach v,$(CONTAINERD_MATRIX),--containerd $(v)) $(foreach v,$(CRIO_MATRIX),--crio $(v))
 	set -e; for version in $(MATRIX); do \
 	  echo "== Kubernetes $$version, containerd 2.4"; \
 	  NETCLAIM_TEST_KUBERNETES=$$version $(BIN)/pytest -p no:cacheprovider -m cluster $(MATRIX_TESTS); \
@@ -113,6 +116,10 @@ test-matrix: deps bins
 	for version in $(CONTAINERD_MATRIX); do \
 	  echo "== Kubernetes 1.37, containerd $$version"; \
 	  NETCLAIM_TEST_CONTAINERD=$$version $(BIN)/pytest -p no:cacheprovider -m cluster $(MATRIX_TESTS); \
+	done; \
+	for version in $(CRIO_MATRIX); do \
+	  echo "== Kubernetes 1.37, CRI-O $$version"; \
+	  NETCLAIM_TEST_RUNTIME=crio $(BIN)/pytest -p no:cacheprovider -m cluster $(MATRIX_TESTS); \
 	done; \
 	echo "== helm upgrade from the last release's tag and rollback to it, under churn"; \
 	$(BIN)/pytest -p no:cacheprovider -m release tests

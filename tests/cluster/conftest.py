@@ -91,15 +91,17 @@ SECOND_CLUSTER: dict[str, object] = {
 def _cluster_file(tmp: Path) -> Path:
     """cluster.yaml (a second worker's as SECOND_CLUSTER names and places it), with the nodes' CNI plugin
     set NETCLAIM_TEST_CNI_PLUGINS names (`make test-debian-cni`: the suite on Debian's 1.0-level plugins)
-    instead of its default (the reference set), and the Kubernetes and containerd minor versions
+    instead of its default (the reference set), the Kubernetes and containerd minor versions
     NETCLAIM_TEST_KUBERNETES and NETCLAIM_TEST_CONTAINERD name (`make test-matrix`) instead of the pinned
-    1.37 and 2.4."""
+    1.37 and 2.4, and the runtime NETCLAIM_TEST_RUNTIME names (`crio`: CRI-O 1.36, make test-matrix)
+    instead of containerd."""
     chosen: dict[str, object] = {
         key: os.environ[variable]
         for key, variable in (
             ("cniPlugins", "NETCLAIM_TEST_CNI_PLUGINS"),
             ("kubernetes", "NETCLAIM_TEST_KUBERNETES"),
             ("containerd", "NETCLAIM_TEST_CONTAINERD"),
+            ("runtime", "NETCLAIM_TEST_RUNTIME"),
         )
         if os.environ.get(variable)
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from netclaim.errors import ConfigError
 from netclaim_lab import cluster
 from netclaim_lab.controlplane import feature_gates
 from netclaim_lab.layout import NodeLayout
-from netclaim_lab.node import _containerd_config
+from netclaim_lab.node import _containerd_config, _crio_config, runc_wrapper, withheld_capabilities
 from netclaim_lab.spec import load_cluster_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,3 +171,77 @@ def test_the_containerd_version_is_one_the_matrix_builds(tmp_path: Path) -> None
         load_cluster_spec(
             _write(tmp_path, VALID.replace("kind: LocalCluster", "kind: LocalCluster\ncontainerd: '1.7'"))
         )
+
+
+def test_the_runtime_is_containerd_or_crio_and_a_containerd_version_only_goes_with_containerd(
+    tmp_path: Path,
+) -> None:
+    assert load_cluster_spec(_write(tmp_path, VALID)).runtime == "containerd"
+    crio = VALID.replace("kind: LocalCluster", "kind: LocalCluster\nruntime: crio")
+    assert load_cluster_spec(_write(tmp_path, crio)).runtime == "crio"
+    with pytest.raises(ConfigError, match="runtime"):
+        load_cluster_spec(
+            _write(tmp_path, VALID.replace("kind: LocalCluster", "kind: LocalCluster\nruntime: docker"))
+        )
+    with pytest.raises(ConfigError, match="containerd: a version is for runtime: containerd only"):
+        load_cluster_spec(_write(tmp_path, crio.replace("runtime: crio", "runtime: crio\ncontainerd: '2.2'")))
+
+
+def test_the_crio_config_keeps_the_node_to_its_own_paths_with_nri_as_containerds(tmp_path: Path) -> None:
+    layout = NodeLayout("demo", "node-1", tmp_path / "node-1")
+    config = tomllib.loads(_crio_config(layout, "3s", nri=True, programs=tmp_path / "crio-programs"))
+    assert config["crio"]["root"].startswith(str(layout.root))
+    assert config["crio"]["api"]["listen"] == str(layout.crio_socket)
+    nri = config["crio"]["nri"]
+    assert nri["enable_nri"] is True and nri["nri_listen"] == "/var/run/nri/nri.sock"
+    assert nri["nri_plugin_request_timeout"] == "3s"
+    runtime = config["crio"]["runtime"]
+    assert runtime["cgroup_manager"] == "cgroupfs" and runtime["namespaces_dir"] == "/var/run"
+    assert runtime["pinns_path"] == str(tmp_path / "crio-programs" / "pinns")
+    assert runtime["runtimes"]["runc"]["runtime_path"] == str(layout.crio_dir / "runc")
+    assert config["crio"]["network"]["plugin_dirs"] == ["/opt/cni/bin/"]
+    assert "NET_RAW" in runtime["default_capabilities"]  # as containerd's: pods ping under baseline
+    off = tomllib.loads(_crio_config(layout, "2s", nri=False, programs=tmp_path))
+    assert off["crio"]["nri"]["enable_nri"] is False
+    # every directory of its own is the node's; the standard ones it binds (layout.crio_host_paths)
+    bound = {target for _, target in layout.crio_host_paths()}
+    assert {"/run/lab-crio", "/run/ipcns", "/run/utsns"} <= bound
+    assert "/run/crio" not in bound  # where kubelet's cAdvisor would find it and ask about every node's
+
+
+def test_the_runc_wrapper_edits_only_what_this_machine_cannot_apply(tmp_path: Path) -> None:
+    status = "Name:\tx\nCapBnd:\t000001fffeffffff\n"  # all of capability(7) but CAP_SYS_RESOURCE (24)
+    assert withheld_capabilities(status) == ["CAP_SYS_RESOURCE"]
+    assert withheld_capabilities("CapBnd:\t000001ffffffffff\n") == []
+    wrapper = tmp_path / "runc"
+    wrapper.write_text(runc_wrapper(Path("/bin/echo"), ["CAP_SYS_RESOURCE"]))
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    caps = {
+        "bounding": ["CAP_CHOWN", "CAP_SYS_RESOURCE", "CAP_BPF"],
+        "effective": ["CAP_SYS_RESOURCE"],
+        "permitted": ["CAP_CHOWN", "CAP_SYS_RESOURCE"],
+    }
+    spec = {
+        "process": {"oomScoreAdj": -998, "capabilities": caps},
+        "linux": {"resources": {"hugepageLimits": [{"pageSize": "2MB", "limit": 0}], "memory": {"limit": 5}}},
+    }
+    (bundle / "config.json").write_text(json.dumps(spec, indent="\t"))  # as CRI-O writes it
+    ran = subprocess.run(
+        ["sh", str(wrapper), "create", "--bundle", str(bundle), "c1"], capture_output=True, text=True
+    )
+    assert ran.stdout.split() == ["create", "--bundle", str(bundle), "c1"]  # runc gets the same arguments
+    edited = json.loads((bundle / "config.json").read_text())
+    assert edited["process"]["oomScoreAdj"] == 0
+    assert edited["process"]["capabilities"] == {
+        "bounding": ["CAP_CHOWN", "CAP_BPF"],
+        "effective": [],
+        "permitted": ["CAP_CHOWN"],
+    }
+    assert edited["linux"]["resources"] == {"hugepageLimits": [], "memory": {"limit": 5}}
+    process = tmp_path / "process.json"
+    process.write_text(json.dumps({"oomScoreAdj": 500, "args": ["sh"]}, indent="\t"))
+    subprocess.run(
+        ["sh", str(wrapper), "exec", "--process", str(process), "c1"], check=True, capture_output=True
+    )
+    assert json.loads(process.read_text()) == {"oomScoreAdj": 500, "args": ["sh"]}  # positive: kept

@@ -152,6 +152,30 @@ def _containerd_build(version: str) -> GoBuild:
     return _versioned_build(_BUILDS[1], version)
 
 
+# CRI-O, the other node runtime (make test-matrix; `runtime: crio` in a cluster file): its daemon and
+# crio-import (tools/k8s/crio-N.M/crio-import: the lab's OCI archives into its storage, as `ctr images
+# import` does for containerd), with CRI-O's own build tags (no gpgme, ostree, btrfs or devicemapper: none
+# links without cgo), and pinns, the C helper that pins a pod's namespaces, compiled from the same module's
+# source. Built apart, into ~/.cache/netclaim/crio/<hash>/; conmon and runc are Debian's.
+CRIO = "1.36"
+CRIO_PROGRAMS = ("crio", "crio-import", "pinns")
+_CRIO_TAGS = (
+    "containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs "
+    "exclude_graphdriver_devicemapper btrfs_noversion"
+)
+# a static pinns (no libc of this machine needed inside a node), as CRI-O's own pinns Makefile builds it
+_PINNS_BUILD = ("gcc", "-std=c99", "-Os", "-Wall", "-static")
+
+
+def _crio_build(version: str) -> GoBuild:
+    return GoBuild(
+        f"crio-{version}",
+        ("github.com/cri-o/cri-o/cmd/crio", "./crio-import"),
+        "github.com/cri-o/cri-o",
+        tags=_CRIO_TAGS,
+    )
+
+
 _REFERENCE_CNI_NAMES = tuple(p.rsplit("/", 1)[1] for p in REFERENCE_CNI_PLUGINS)
 # built apart from _BUILDS, into a directory of its own: a plugin pin change rebuilds the plugins alone
 _REFERENCE_CNI = GoBuild(
@@ -276,6 +300,44 @@ def kubernetes_dir(version: str) -> Path:
 def containerd_dir(version: str) -> Path:
     """Where containerd `version`'s programs (not the default's) are; it exists once they are built."""
     return cache_root() / "containerd" / pins_hash(tools_dir(), (_containerd_build(version),))
+
+
+def crio_dir(version: str = CRIO) -> Path:
+    """Where CRI-O `version`'s programs are; it exists once they are built."""
+    recipe = pins_hash(tools_dir(), (_crio_build(version),)) + " ".join(_PINNS_BUILD)
+    return cache_root() / "crio" / hashlib.sha256(recipe.encode()).hexdigest()[:16]
+
+
+def built_crio_dir(version: str = CRIO) -> Path:
+    return _built(crio_dir(version), CRIO_PROGRAMS, f"CRI-O {version} programs")
+
+
+def build_crio(version: str = CRIO, log: TextIO = sys.stderr) -> None:
+    """CRI-O `version`'s daemon, crio-import and pinns (make test-matrix), apart from the programs."""
+    step, target = _crio_build(version), crio_dir(version)
+    if not shutil.which("gcc"):
+        raise PrerequisiteError("gcc is missing (CRI-O's pinns is C): apt-get install gcc libc6-dev")
+    with build_lock(target.parent):
+        if all((target / n).is_file() for n in CRIO_PROGRAMS):
+            print(f"CRI-O {version} up to date in {target}", file=log)
+            return
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        _go_build(step, staging, log)
+        sources = sorted((module_source(step.module_dir, step.pinned_module) / "pinns" / "src").glob("*.c"))
+        pinns = subprocess.run(
+            [*_PINNS_BUILD, "-o", str(staging / "pinns"), *map(str, sources)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if pinns.returncode != 0:
+            raise PrerequisiteError(
+                f"building CRI-O's pinns failed (static: it needs gcc and libc6-dev): {pinns.stderr[-2000:]}"
+            )
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
 
 
 def build_kubernetes(version: str, log: TextIO = sys.stderr) -> None:

@@ -31,6 +31,8 @@ def _cluster(args: argparse.Namespace) -> int:
             binaries.build_kubernetes(version)
         for version in args.containerd or ():
             binaries.build_containerd(version)
+        for version in args.crio or ():
+            binaries.build_crio(version)
     elif args.action == "image":
         return _image(args)
     elif args.action == "up":
@@ -128,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         choices=["1.7", "2.0", "2.2"],
         help="build: also this containerd minor version's programs (make test-matrix); repeatable",
+    )
+    cluster.add_argument(
+        "--crio",
+        action="append",
+        choices=["1.36"],
+        help="build: also CRI-O's programs (crio, crio-import, pinns; make test-matrix)",
     )
     image = cluster.add_argument_group("image", "the agent's container image, built without an engine")
     image.add_argument(

@@ -20,7 +20,7 @@ from netclaim_lab import binaries, processes
 from netclaim_lab.controlplane import ControlPlane
 from netclaim_lab.images import build_images
 from netclaim_lab.layout import ClusterLayout
-from netclaim_lab.node import DEBIAN_CNI_DIR, LocalNode, install_cni_plugins
+from netclaim_lab.node import CONMON, DEBIAN_CNI_DIR, LocalNode, install_cni_plugins
 from netclaim_lab.spec import ClusterSpec, load_cluster_spec
 
 CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
@@ -115,6 +115,12 @@ def up(spec_path: Path, log: TextIO = sys.stderr) -> ClusterHandle:
     _require_fixed_ports(spec, spec_path)
     _room_for_inotify()
     bin_dir = binaries.cluster_bin_dir(spec.kubernetes, spec.containerd)
+    if spec.runtime == "crio":
+        binaries.built_crio_dir()
+        if not CONMON.is_file():
+            raise PrerequisiteError(
+                f"{CONMON} is missing (CRI-O's container monitor): apt-get install conmon"
+            )
     layout = ClusterLayout.for_cluster(spec.name)
     handle = ClusterHandle(spec, layout, bin_dir)
     if _is_up(layout):
@@ -197,8 +203,8 @@ def _bring_up(handle: ClusterHandle, step: Callable[[str], None]) -> None:
         node.create_host(management, segments)
         node.create_cgroup_root()
         node.write_cni_config()
-        step(f"node {node_spec.name}: containerd")
-        node.start_containerd()
+        step(f"node {node_spec.name}: {spec.runtime}")
+        node.start_runtime()
         node.import_images(archives)
         step(f"node {node_spec.name}: kubelet")
         node.start_kubelet(control_plane)
@@ -298,7 +304,7 @@ def status(name: str) -> dict[str, object]:
     for node in spec.nodes:
         pid_dir = layout.node(node.name).root / "pids"
         nodes[node.name] = (
-            {c: processes.running(pid_dir, c) for c in ("holder", "containerd", "kubelet")}
+            {c: processes.running(pid_dir, c) for c in ("holder", spec.runtime, "kubelet")}
             if node.kubelet
             else {"kubelet": "none (kept Ready by node-keeper)"}
         )

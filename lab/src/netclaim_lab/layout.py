@@ -10,6 +10,8 @@ from pathlib import Path
 # directory (lab/src/netclaim_lab/): the lab is installed editable from it, never alone.
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
+# a CRI-O node's run directory inside the node (NodeLayout.crio_host_paths)
+CRIO_RUN = "/run/lab-crio"
 STATE_ROOT = Path(os.environ.get("NETCLAIM_CLUSTER_ROOT", "/var/lib/netclaim-cluster"))
 
 
@@ -34,6 +36,32 @@ class NodeLayout:
     @property
     def containerd_socket(self) -> Path:
         return self.root / "run" / "containerd.sock"
+
+    @property
+    def crio_dir(self) -> Path:
+        """CRI-O's state on a node whose runtime is crio: its storage, configuration and runtime files."""
+        return self.root / "crio"
+
+    @property
+    def crio_socket(self) -> Path:
+        return self.crio_dir / "run" / "crio.sock"
+
+    def crio_host_paths(self) -> tuple[tuple[Path, str], ...]:
+        """What a CRI-O node binds beside host_paths: its run directory (socket, exit files, attach sockets,
+        whose full path CRI-O dials: it must be short) at /run/lab-crio, not at CRI-O's default /run/crio,
+        and the directories where CRI-O pins a sandbox's IPC, UTS, user and PID namespaces (its
+        namespaces_dir is /var/run, so that the network namespace lands in the node's /var/run/netns as
+        containerd's does), this node's and no other's.
+
+        Not /run/crio: kubelet's cAdvisor asks the CRI-O it finds at /var/run/crio/crio.sock about every
+        crio-<id> cgroup it sees, here every node's (one cgroup tree on this machine), and retries 3 s for
+        each container of another node: a kubelet's start took minutes (node registration waits for it).
+        Without that socket cAdvisor takes them for plain cgroups, as on containerd's nodes; kubelet's
+        stats come from the CRI (its endpoint does not end in run/crio/crio.sock)."""
+        pins = tuple(
+            (self.crio_dir / "ns" / kind, f"/run/{kind}") for kind in ("ipcns", "utsns", "userns", "pidns")
+        )
+        return ((self.crio_socket.parent, CRIO_RUN), *pins)
 
     @property
     def nri_dir(self) -> Path:

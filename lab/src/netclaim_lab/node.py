@@ -1,4 +1,5 @@
-"""One local node: a network + mount + UTS namespace ("host") with its own containerd and kubelet.
+"""One local node: a network + mount + UTS namespace ("host") with its own runtime (containerd, or CRI-O)
+and kubelet.
 
 Every process of a node is started with `nsenter` into one long-lived holder process, so they all
 share the node's mount namespace (kubelet's volume mounts are visible to runc) and its network
@@ -22,14 +23,21 @@ import msgspec
 import yaml
 
 from netclaim.errors import TransientError
-from netclaim_lab import processes
+from netclaim_lab import binaries, processes
 from netclaim_lab.controlplane import SERVICE_IP, ControlPlane
 from netclaim_lab.images import PAUSE_IMAGE
-from netclaim_lab.layout import ClusterLayout, NodeLayout
+from netclaim_lab.layout import CRIO_RUN, ClusterLayout, NodeLayout
 from netclaim_lab.spec import ClusterSpec, Node
 
 DEBIAN_CNI_DIR = Path("/usr/lib/cni")  # containernetworking-plugins
 RUNC = Path("/usr/sbin/runc")
+CONMON = Path("/usr/bin/conmon")  # CRI-O's container monitor, Debian's (apt-get install conmon)
+CRIO_STORAGE_DRIVER = "overlay"
+# the capabilities a CRI-O node's containers get unless they drop them (_crio_config)
+CRIO_CAPABILITIES = (
+    "CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE", "KILL",
+    "NET_RAW",
+)  # fmt: skip
 CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
 _HOLDER = "holder"
 
@@ -177,6 +185,8 @@ class LocalNode:
 
     def _host_paths(self) -> tuple[tuple[Path, str], ...]:
         paths = self.layout.host_paths(self.cluster.cni_bin)
+        if self.spec.runtime == "crio":
+            paths += self.layout.crio_host_paths()
         for source, _ in paths:
             if source == self.layout.xtables_lock:
                 source.touch()
@@ -229,6 +239,68 @@ class LocalNode:
         }
         (self.layout.cni_conf_dir / "10-netclaim-pods.conflist").write_text(json.dumps(conflist, indent=2))
 
+    @property
+    def runtime(self) -> str:
+        """The node's runtime, as its process is named: containerd or crio."""
+        return self.spec.runtime
+
+    @property
+    def runtime_socket(self) -> Path:
+        """The CRI socket of the node's runtime (kubelet's containerRuntimeEndpoint, crictl's)."""
+        return self.layout.crio_socket if self.runtime == "crio" else self.layout.containerd_socket
+
+    def start_runtime(self) -> None:
+        if self.runtime == "crio":
+            self.start_crio()
+        else:
+            self.start_containerd()
+
+    def start_crio(self) -> None:
+        root = self.layout.crio_dir
+        for directory in (root / "conf.d", root / "hooks", root / "nri-plugins", root / "nri-conf"):
+            directory.mkdir(parents=True, exist_ok=True)
+        (root / "policy.json").write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
+        runc = root / "runc"
+        runc.write_text(runc_wrapper(RUNC, withheld_capabilities(Path("/proc/self/status").read_text())))
+        runc.chmod(0o755)
+        # CRI-O checks a HostToContainer hostPath's propagation on the mount its path falls under without
+        # resolving a symlinked parent: /var/run/netns (the agent's) falls under "/", which must then be
+        # shared or a slave, as systemd makes it on a real node; the node's "/" is private otherwise (this
+        # machine's PID 1 is not systemd), and CRI-O refuses the agent's container ("path /var/run/netns is
+        # mounted on / but it is not a shared or slave mount")
+        processes.run([*self.enter(), "mount", "--make-shared", "/"])
+        config = root / "crio.conf"
+        config.write_text(
+            _crio_config(
+                self.layout,
+                self.spec.nriRequestTimeout,
+                nri=self.node.nri,
+                programs=binaries.built_crio_dir(),
+            )
+        )
+        self.start_daemon(
+            "crio",
+            [
+                str(binaries.built_crio_dir() / "crio"),
+                f"--config={config}",
+                f"--config-dir={root / 'conf.d'}",  # empty: never the machine's /etc/crio/crio.conf.d
+            ],
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.layout.crio_socket.is_socket() and self._crictl_answers():
+                return
+            if not processes.running(self.pid_dir, "crio"):
+                break
+            time.sleep(0.2)
+        raise TransientError(f"node {self.node.name}: CRI-O did not start; see {self.log_dir / 'crio.log'}")
+
+    def _crictl_answers(self) -> bool:
+        result = subprocess.run(
+            [*self.crictl(), "--timeout", "5s", "version"], capture_output=True, timeout=30, check=False
+        )
+        return result.returncode == 0
+
     def start_containerd(self) -> None:
         root = self.layout.containerd_dir
         self.layout.containerd_socket.parent.mkdir(parents=True, exist_ok=True)
@@ -254,8 +326,8 @@ class LocalNode:
         )
 
     def crictl(self) -> list[str]:
-        """The command prefix of crictl talking to this node's containerd."""
-        return [str(self.bin / "crictl"), "--runtime-endpoint", f"unix://{self.layout.containerd_socket}"]
+        """The command prefix of crictl talking to this node's runtime."""
+        return [str(self.bin / "crictl"), "--runtime-endpoint", f"unix://{self.runtime_socket}"]
 
     def _ctr(self, args: list[str], check: bool = True) -> bool:
         command = [
@@ -274,8 +346,29 @@ class LocalNode:
         return result.returncode == 0
 
     def import_images(self, archives: dict[str, Path]) -> None:
+        """The images of `archives` ({reference: OCI archive}) into the node's runtime, running or not."""
+        if self.runtime == "crio":
+            self._crio_import(archives)
+            return
         for archive in archives.values():
             self._ctr(["images", "import", "--local", str(archive)])
+
+    def _crio_import(self, archives: dict[str, Path]) -> None:
+        """Into CRI-O's storage (crio-import: the storage library CRI-O is built from), inside the node,
+        whose mount namespace CRI-O's storage mounts live in."""
+        root = self.layout.crio_dir
+        command = [
+            *self.enter(),
+            str(binaries.built_crio_dir() / "crio-import"),
+            *(str(root / "storage"), str(root / "run" / "storage"), CRIO_STORAGE_DRIVER),
+            *(f"{reference}={archive}" for reference, archive in archives.items()),
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+        if result.returncode != 0:
+            raise TransientError(
+                f"node {self.node.name}: importing {', '.join(archives)} into CRI-O failed: "
+                f"{result.stderr.strip()[-2000:]}"
+            )
 
     def start_kubelet(self, control_plane: ControlPlane) -> None:
         kubelet_dir = self.layout.kubelet_dir
@@ -312,7 +405,7 @@ class LocalNode:
             "address": str(self.address.ip),
             "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1",
-            "containerRuntimeEndpoint": f"unix://{self.layout.containerd_socket}",
+            "containerRuntimeEndpoint": f"unix://{self.runtime_socket}",
             # This machine runs cgroup v1 (hybrid) and PID 1 is not systemd: kubelet ≥ 1.35 refuses v1
             # unless told otherwise, and only the cgroupfs driver can work without systemd.
             "failCgroupV1": False,
@@ -347,7 +440,7 @@ class LocalNode:
         Pods are removed while the netclaim agent still runs, so its StopPodSandbox hook undoes their
         interfaces and releases their addresses as it would on a real node."""
         processes.stop(self.pid_dir, "kubelet", grace=10)
-        if processes.running(self.pid_dir, "containerd") and processes.running(self.pid_dir, _HOLDER):
+        if processes.running(self.pid_dir, self.runtime) and processes.running(self.pid_dir, _HOLDER):
             crictl = [*self.crictl(), "--timeout", "30s"]
             sandboxes = set(processes.run([*crictl, "pods", "-q"], check=False).split())
             agents = set(
@@ -362,9 +455,13 @@ class LocalNode:
                     subprocess.run(
                         [*crictl, "rmp", "--force", *group], capture_output=True, timeout=120, check=False
                     )
-        processes.stop(self.pid_dir, "containerd", grace=10)
-        for pid in processes.pids_matching(f"-address {self.layout.containerd_socket}"):
-            processes.stop_pid(pid, grace=2)
+        processes.stop(self.pid_dir, self.runtime, grace=10)
+        if self.runtime == "crio":  # conmon, each in its pod's cgroup: the cgroup kill below ends any left
+            for pid in processes.pids_matching(f"--exit-dir {self.layout.crio_socket.parent / 'exits'}"):
+                processes.stop_pid(pid, grace=2)
+        else:
+            for pid in processes.pids_matching(f"-address {self.layout.containerd_socket}"):
+                processes.stop_pid(pid, grace=2)
         self._kill_cgroup_tree()
         processes.stop(self.pid_dir, _HOLDER, grace=2)
         subprocess.run(["ip", "netns", "delete", self.layout.netns], capture_output=True, check=False)
@@ -508,4 +605,125 @@ def _cri_config_v2(root: Path) -> str:
         BinaryName = "{RUNC}"
         Root = "{root / "runc"}"
         SystemdCgroup = false
+"""
+
+
+# CRI-O's runtime: runc behind this wrapper, which smooths over three things of this VM in a bundle's
+# config.json (create) or an exec's process file (indented JSON: sed -z edits it whole), as containerd's
+# options or defaults do for its nodes:
+# - a negative oomScoreAdj becomes 0: the VM withholds CAP_SYS_RESOURCE even from root, so the -998 CRI-O
+#   gives every sandbox (hard-coded) and the -997 kubelet gives a Guaranteed pod's containers cannot be
+#   written; CRI-O has no option to restrict them (containerd: restrict_oom_score_adj);
+# - the capabilities the machine's bounding set lacks (CAP_SYS_RESOURCE) are left out: CRI-O gives a
+#   privileged container every capability the kernel knows, and runc fails to apply one it does not hold
+#   ("unable to apply caps: operation not permitted"); containerd gives the ones it holds;
+# - hugepageLimits become none: the kernel lists hugetlb in /proc/cgroups, which is all CRI-O checks, but
+#   no hugetlb hierarchy is mounted, so runc fails every container with limits ("cannot set hugetlb
+#   limit"); CRI-O has no option to leave them out (containerd: tolerate_missing_hugetlb_controller).
+_RUNC_WRAPPER = """#!/bin/sh
+previous=
+for argument in "$@"; do
+  case "$previous" in --bundle|-b) edit="$argument/config.json";; --process|-p) edit="$argument";; esac
+  case "$argument" in
+    --bundle=*) edit="${{argument#--bundle=}}/config.json";;
+    --process=*) edit="${{argument#--process=}}";;
+  esac
+  previous=$argument
+done
+if [ -n "$edit" ] && [ -f "$edit" ]; then
+  sed -z -i -E -e 's/"oomScoreAdj":[[:space:]]*-[0-9]+/"oomScoreAdj":0/g' \\
+    -e 's/"hugepageLimits":[[:space:]]*\\[[^]]*\\]/"hugepageLimits":[]/g' {capabilities}"$edit"
+fi
+exec {runc} "$@"
+"""
+# capability(7)'s numbers, 0 to 40
+_CAPABILITIES = (
+    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+    "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
+    "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+    "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP",
+    "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF",
+    "CHECKPOINT_RESTORE",
+)  # fmt: skip
+
+
+def withheld_capabilities(status: str) -> list[str]:
+    """The capabilities of capability(7) missing from the bounding set of a /proc/<pid>/status."""
+    bounding = int(next(line.split()[1] for line in status.splitlines() if line.startswith("CapBnd:")), 16)
+    return [f"CAP_{name}" for bit, name in enumerate(_CAPABILITIES) if not bounding >> bit & 1]
+
+
+def runc_wrapper(runc: Path, withheld: list[str]) -> str:
+    """_RUNC_WRAPPER, leaving the capabilities `withheld` out of every list (first, middle, last, only)."""
+    edits = "".join(
+        f"-e 's/\"{cap}\",[[:space:]]*//g' -e 's/,[[:space:]]*\"{cap}\"//g' -e 's/\"{cap}\"//g' "
+        for cap in withheld
+    )
+    return _RUNC_WRAPPER.format(runc=runc, capabilities=edits)
+
+
+def _crio_config(layout: NodeLayout, nri_request_timeout: str, *, nri: bool, programs: Path) -> str:
+    """The node's CRI-O configuration: every path under the node's directory (or at a path the node binds
+    to its own: CRIO_RUN, /var/run/netns, /var/run/nri, /etc/cni/net.d, /opt/cni/bin, /var/run/cdi),
+    cgroupfs as kubelet's driver, runc through _RUNC_WRAPPER, NRI as containerd's."""
+    root = layout.crio_dir
+    run = CRIO_RUN  # layout.crio_socket's directory, inside the node: short (attach sockets)
+    capabilities = ", ".join(f'"{c}"' for c in CRIO_CAPABILITIES)
+    return f"""[crio]
+root = "{root / "storage"}"
+runroot = "{root / "run" / "storage"}"
+storage_driver = "{CRIO_STORAGE_DRIVER}"
+log_dir = "{root / "pod-logs"}"
+version_file = "{run}/version"
+version_file_persist = "{root / "version"}"
+clean_shutdown_file = "{root / "clean.shutdown"}"
+
+[crio.api]
+listen = "{layout.crio_socket}"
+stream_address = "127.0.0.1"
+stream_port = "0"
+
+[crio.runtime]
+default_runtime = "runc"
+cgroup_manager = "cgroupfs"
+conmon_cgroup = "pod"
+pinns_path = "{programs / "pinns"}"
+namespaces_dir = "/var/run"
+container_exits_dir = "{run}/exits"
+container_attach_socket_dir = "{run}"
+hooks_dir = ["{root / "hooks"}"]
+cdi_spec_dirs = ["/var/run/cdi"]
+selinux = false
+seccomp_profile = ""
+apparmor_profile = ""
+# CRI-O's defaults and NET_RAW, which containerd's include: the demo and the tests ping from pods, and
+# baseline Pod Security (the apiserver's default here) forbids a pod to ask for it
+default_capabilities = [{capabilities}]
+
+[crio.runtime.runtimes.runc]
+runtime_path = "{root / "runc"}"
+runtime_type = "oci"
+runtime_root = "{root / "runc-state"}"
+monitor_path = "{CONMON}"
+monitor_cgroup = "pod"
+
+[crio.image]
+signature_policy = "{root / "policy.json"}"
+signature_policy_dir = "{root / "policies"}"
+pause_image = "{PAUSE_IMAGE}"
+
+[crio.network]
+network_dir = "/etc/cni/net.d/"
+plugin_dirs = ["/opt/cni/bin/"]
+
+[crio.metrics]
+enable_metrics = false
+
+[crio.nri]
+enable_nri = {"true" if nri else "false"}
+nri_listen = "/var/run/nri/nri.sock"
+nri_plugin_dir = "{root / "nri-plugins"}"
+nri_plugin_config_dir = "{root / "nri-conf"}"
+nri_plugin_registration_timeout = "5s"
+nri_plugin_request_timeout = "{nri_request_timeout}"
 """

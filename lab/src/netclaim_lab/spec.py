@@ -83,7 +83,7 @@ class Node(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # fake GPUs published by the node keeper (kubelet: false nodes only)
     gpus: list[Gpu] = msgspec.field(default_factory=list)
     labels: dict[str, str] = msgspec.field(default_factory=dict)
-    nri: bool = True  # false: containerd's NRI is off on this node
+    nri: bool = True  # false: the runtime's NRI is off on this node
 
     def __post_init__(self) -> None:
         if self.podCIDR is not None:
@@ -122,7 +122,7 @@ class ClusterSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     ports: Ports = Ports()
     segments: list[Segment] = msgspec.field(default_factory=list)
     nodes: Annotated[list[Node], msgspec.Meta(min_length=1)]
-    # containerd's NRI plugin_request_timeout (README: raise it for slow chains)
+    # the runtime's NRI plugin request timeout (README: raise it for slow chains)
     nriRequestTimeout: Annotated[str, msgspec.Meta(pattern=r"^[1-9][0-9]?s\Z")] = "2s"
     maxPods: Annotated[int, msgspec.Meta(ge=10, le=250)] = 110  # kubelet's maxPods on every node
     # the Kubernetes minor version of the control plane and the kubelets (1.37.2 is the pinned programs';
@@ -132,6 +132,9 @@ class ClusterSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     # whose NRI v0.8 and v0.11 send pod events as StateChange, are built for make test-matrix; 1.7 only
     # with Kubernetes 1.34 or 1.35, the last releases whose kubelet runs on containerd 1.x)
     containerd: Literal["1.7", "2.0", "2.2", "2.4"] = "2.4"
+    # every node's container runtime: containerd (of the version above), or CRI-O 1.36.3 (NRI v0.11: pod
+    # events as StateChange) with Debian's conmon and runc, built for make test-matrix
+    runtime: Literal["containerd", "crio"] = "containerd"
     # --feature-gates of kube-apiserver, kube-controller-manager, kube-scheduler and kubelet
     featureGates: dict[FeatureGate, bool] = msgspec.field(
         default_factory=lambda: {"DRAConsumableCapacity": True}
@@ -159,6 +162,8 @@ class ClusterSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
                     )
         if len(self.nodes) > management.num_addresses - 12:
             raise ValueError("managementCIDR: too small for that many nodes")
+        if self.runtime == "crio" and self.containerd != "2.4":
+            raise ValueError("containerd: a version is for runtime: containerd only (this cluster runs crio)")
         if self.containerd == "1.7" and self.kubernetes not in ("1.34", "1.35"):
             raise ValueError(
                 f"containerd: 1.7 runs only with kubernetes 1.34 or 1.35 (kubelet {self.kubernetes} "
