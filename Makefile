@@ -101,6 +101,8 @@ test-debian-cni: deps bins
 # tools/k8s/crio-1.N); the demo's, fail-closed, IPAM and NRI call tests on each. Then the upgrade from the last release (tests/cluster/test_release_upgrade.py).
 MATRIX ?= 1.34 1.35 1.36 1.37
 CONTAINERD_MATRIX ?= 2.0 2.2
+# containerd 1.x runs only under kubelet <= 1.35: its round pairs the two; CONTAINERD_1X_MATRIX="" skips it
+CONTAINERD_1X_MATRIX ?= 1.7
 MATRIX_TESTS = tests/cluster/test_demo.py tests/cluster/test_fail_closed.py tests/cluster/test_ipam.py \
   tests/cluster/test_nri_versions.py
 # CRI-O's round needs Debian's conmon, and gcc for its pinns (C); CRIO_MATRIX="" skips it
@@ -108,7 +110,8 @@ CRIO_MATRIX ?= 1.36
 test-matrix: deps bins
 	$(if $(CRIO_MATRIX),$(MAKE) system-deps APT_PACKAGES="conmon gcc libc6-dev")
 	$(BIN)/netclaim-lab cluster build $(foreach v,$(filter-out 1.37,$(MATRIX)),--kubernetes $(v)) \
-	  $(foreach v,$(CONTAINERD_MATRIX),--containerd $(v)) $(foreach v,$(CRIO_MATRIX),--crio $(v))
+	  $(foreach v,$(CONTAINERD_MATRIX) $(CONTAINERD_1X_MATRIX),--containerd $(v)) \
+	  $(if $(CONTAINERD_1X_MATRIX),--kubernetes 1.35) $(foreach v,$(CRIO_MATRIX),--crio $(v))
 	set -e; for version in $(MATRIX); do \
 	  echo "== Kubernetes $$version, containerd 2.4"; \
 	  NETCLAIM_TEST_KUBERNETES=$$version $(BIN)/pytest -p no:cacheprovider -m cluster $(MATRIX_TESTS); \
@@ -116,6 +119,11 @@ test-matrix: deps bins
 	for version in $(CONTAINERD_MATRIX); do \
 	  echo "== Kubernetes 1.37, containerd $$version"; \
 	  NETCLAIM_TEST_CONTAINERD=$$version $(BIN)/pytest -p no:cacheprovider -m cluster $(MATRIX_TESTS); \
+	done; \
+	for version in $(CONTAINERD_1X_MATRIX); do \
+	  echo "== Kubernetes 1.35, containerd $$version"; \
+	  NETCLAIM_TEST_KUBERNETES=1.35 NETCLAIM_TEST_CONTAINERD=$$version $(BIN)/pytest -p no:cacheprovider \
+	    -m cluster $(MATRIX_TESTS); \
 	done; \
 	for version in $(CRIO_MATRIX); do \
 	  echo "== Kubernetes 1.37, CRI-O $$version"; \

@@ -21,7 +21,13 @@ from tests.kube import wait_for
 NODE, NIC = "node-2", "enp94s0"
 # the runtime's call that starts a pod sandbox, by the runtime the cluster runs (its NRI version): containerd
 # by its version, CRI-O 1.36 (NRI v0.11)
-START_CALL = {"2.4": "RunPodSandbox", "2.2": "StateChange", "2.0": "StateChange", "crio": "StateChange"}
+START_CALL = {
+    "2.4": "RunPodSandbox",
+    "2.2": "StateChange",
+    "2.0": "StateChange",
+    "1.7": "StateChange",  # NRI v0.8, as 2.0
+    "crio": "StateChange",
+}
 
 
 def _runtime(cluster: ClusterHandle) -> str:

@@ -255,6 +255,14 @@ class LocalNode:
         else:
             self.start_containerd()
 
+    def share_root(self) -> None:
+        """CRI-O and containerd 1.7 check a HostToContainer hostPath's propagation on the mount its path
+        falls under without resolving a symlinked parent: /var/run/netns (the agent's) falls under "/",
+        which must then be shared or a slave, as systemd makes it on a real node; the node's "/" is private
+        otherwise (this machine's PID 1 is not systemd), and the runtime refuses the agent's container
+        ("path /var/run/netns is mounted on / but it is not a shared or slave mount")."""
+        processes.run([*self.enter(), "mount", "--make-shared", "/"])
+
     def start_crio(self) -> None:
         root = self.layout.crio_dir
         for directory in (root / "conf.d", root / "hooks", root / "nri-plugins", root / "nri-conf"):
@@ -263,12 +271,7 @@ class LocalNode:
         runc = root / "runc"
         runc.write_text(runc_wrapper(RUNC, withheld_capabilities(Path("/proc/self/status").read_text())))
         runc.chmod(0o755)
-        # CRI-O checks a HostToContainer hostPath's propagation on the mount its path falls under without
-        # resolving a symlinked parent: /var/run/netns (the agent's) falls under "/", which must then be
-        # shared or a slave, as systemd makes it on a real node; the node's "/" is private otherwise (this
-        # machine's PID 1 is not systemd), and CRI-O refuses the agent's container ("path /var/run/netns is
-        # mounted on / but it is not a shared or slave mount")
-        processes.run([*self.enter(), "mount", "--make-shared", "/"])
+        self.share_root()
         config = root / "crio.conf"
         config.write_text(
             _crio_config(
@@ -303,6 +306,8 @@ class LocalNode:
 
     def start_containerd(self) -> None:
         root = self.layout.containerd_dir
+        if self.spec.containerd.startswith("1."):
+            self.share_root()
         self.layout.containerd_socket.parent.mkdir(parents=True, exist_ok=True)
         config = root / "config.toml"
         root.mkdir(parents=True, exist_ok=True)
