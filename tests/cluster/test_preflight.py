@@ -97,14 +97,14 @@ def test_preflight_names_what_is_missing_and_a_gate_that_is_off_costs_no_write_l
         "ok    port security: nftables' netdev egress hook and tc are there",
         "ok    node-bound token: system:serviceaccount:netclaim-system:netclaim-agent, bound to node node-1",
         gate,
-        "preflight: 1 of 8 checks failed",
+        "preflight: 1 of 9 checks failed",
     ):
         assert line in first, first
     for line in (
         "FAIL  NRI: no socket at /var/run/nri/nri.sock: the runtime's NRI is off or elsewhere",
         '[plugins."io.containerd.nri.v1.nri"] disable = false',
         gate,
-        "preflight: 2 of 8 checks failed",
+        "preflight: 2 of 9 checks failed",
     ):
         assert line in second, second
     for node in ("node-1", "node-2"):
